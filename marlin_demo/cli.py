@@ -1,0 +1,191 @@
+"""Command line: ``python -m marlin_demo caption|find|tiny|bench|quantize``.
+
+Bad input ends in one line on stderr and a non-zero exit (2 for bad input, 1
+when a model could not be loaded); library chatter goes to stderr so that
+``--json`` output on stdout stays parseable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marlin_demo import settings as settings_mod
+
+EXIT_BAD_INPUT = 2
+EXIT_LOAD_FAILED = 1
+
+TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
+
+# Subcommands that live in their own modules register themselves through `register(subparsers)`.
+PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize")
+
+
+def _fmt_time(seconds: float) -> str:
+    return f"{seconds:6.1f}s"
+
+
+def format_metrics(m: dict[str, Any]) -> str:
+    parts = [f"latency {m['latency_s']:.2f} s"]
+    if m.get("ttft_s") is not None:
+        parts.append(f"first token {m['ttft_s']:.2f} s")
+    parts.append(f"{m['output_tokens']} tokens")
+    if m.get("tokens_per_s"):
+        parts.append(f"{m['tokens_per_s']:.1f} tok/s")
+    parts.append(f"{m['video_tokens']} video tokens")
+    parts.append(f"peak {m['peak_memory_mb']:.0f} MB ({m['memory_kind']})")
+    parts.append(f"load {m['load_s']:.2f} s on {m['device']}")
+    return " · ".join(parts)
+
+
+def format_caption(result: Any) -> str:
+    d = result.to_dict()
+    lines = [f"Caption · {d['variant']} · {d['model']}", "", f"Scene: {d['scene'] or '(none)'}", "", "Events:"]
+    if not d["events"]:
+        lines.append("  (no timed events could be read from the answer)")
+    for e in d["events"]:
+        lines.append(f"  {_fmt_time(e['start'])} - {_fmt_time(e['end'])}  {e['description']}")
+    if not result.format_ok:
+        lines += ["", "The answer was not in Marlin's Scene/Events format; shown as far as it could be read."]
+    if d["repaired"]:
+        lines += ["", "Repaired: " + "; ".join(result.info.repairs)]
+    lines += ["", format_metrics(d["metrics"])]
+    return "\n".join(lines)
+
+
+def format_find(result: Any) -> str:
+    d = result.to_dict()
+    lines = [f"Find · {d['variant']} · {d['model']}", f"Query: {d['query']}"]
+    if d["span"] is None:
+        lines.append(f"No span: the answer did not give a usable time range (raw: {d['raw']!r}).")
+    else:
+        s, e = d["span"]
+        lines.append(f"Span: {s:.1f} s - {e:.1f} s")
+        if not d["format_ok"]:
+            lines.append("The answer was not in the trained 'From <start> to <end>.' format; read leniently.")
+    if result.repaired:
+        lines.append("Repaired: " + "; ".join(result.info.repairs))
+    lines += ["", format_metrics(d["metrics"])]
+    return "\n".join(lines)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    settings_mod.add_arguments(
+        p,
+        only=(
+            "model",
+            "variants",
+            "device",
+            "cache_dir",
+            "caption_max_new_tokens",
+            "find_max_new_tokens",
+            "max_upload_mb",
+            "max_duration_s",
+            "max_query_chars",
+            "request_timeout_s",
+            "extra_variants",
+        ),
+    )
+    p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m marlin_demo", description="Marlin-2B: what happens, and when.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("caption", help="scene paragraph and timed events for a video")
+    p.add_argument("video")
+    _add_model_args(p)
+    p.set_defaults(func=cmd_caption)
+    p = sub.add_parser("find", help="start-end span of a described event")
+    p.add_argument("video")
+    p.add_argument("query")
+    _add_model_args(p)
+    p.set_defaults(func=cmd_find)
+    p = sub.add_parser("tiny", help="build the offline tiny checkpoint (and its GPTQ copy)")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--no-gptq", action="store_true", help="build only the 16-bit checkpoint")
+    p.set_defaults(func=cmd_tiny)
+    for name in PLUGIN_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from marlin_demo.engine import Engine
+
+    return Engine(settings_mod.from_args(args))
+
+
+def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[Any], str]) -> int:
+    from marlin_demo.engine import USER_ERRORS
+    from marlin_demo.models import ModelLoadError
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            engine = _engine(args)
+            result = run(engine)
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LOAD_FAILED
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        if engine.settings.is_tiny:
+            print(TINY_NOTE)
+        print(fmt(result))
+    return 0
+
+
+def cmd_caption(args: argparse.Namespace) -> int:
+    from marlin_demo.video import VideoError
+
+    if not os.path.isfile(args.video):
+        print(f"error: {VideoError(f'No file at {args.video}: give the path of a video file.')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return _task(args, lambda e: e.caption(args.video, args.variant), format_caption)
+
+
+def cmd_find(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.video):
+        print(f"error: No file at {args.video}: give the path of a video file.", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return _task(args, lambda e: e.find(args.video, args.query, args.variant), format_find)
+
+
+def cmd_tiny(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from marlin_demo.models.tiny import ensure_tiny, weights_digest
+
+    with contextlib.redirect_stdout(sys.stderr):
+        paths = ensure_tiny(Path(args.cache_dir) if args.cache_dir else None, with_gptq=not args.no_gptq)
+    for kind in ("bf16", "gptq"):
+        if (paths[kind] / "config.json").exists():
+            print(f"{kind}: {paths[kind]} (weights {weights_digest(paths[kind])})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,286 @@
+"""One loader per variant behind one factory: ``load_variant(settings, variant)``.
+
+Every variant ends as the same thing, a transformers ``Qwen3_5ForConditionalGeneration``
+plus its processor, so the engine runs one prompt/generation path for all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+class ModelLoadError(RuntimeError):
+    """A variant could not be loaded; the message says why and names the fix."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a variant's weights come from."""
+
+    variant: str
+    location: str  # Hub id or local folder
+    revision: str | None
+    quantized: str  # "gptq" | "bnb4" | "none"
+    is_local: bool
+
+
+@dataclass
+class LoadedModel:
+    """A ready model: what the engine needs, plus what the UI and bench report."""
+
+    variant: str
+    model: Any
+    processor: Any
+    source: Source
+    load_s: float
+    device: str
+    footprint_mb: float
+    kernel: str = "torch"
+    attention: str = "torch"
+    keepalive: list[Any] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "source": self.source.location,
+            "revision": self.source.revision,
+            "load_s": round(self.load_s, 3),
+            "device": self.device,
+            "footprint_mb": round(self.footprint_mb, 2),
+            "kernel": self.kernel,
+            "attention": self.attention,
+        }
+
+
+def pick_device(setting: str) -> str:
+    """CUDA when available (or asked for), else CPU."""
+    import torch
+
+    if setting == "cpu":
+        return "cpu"
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("MARLIN_DEVICE=cuda but no CUDA GPU is visible: use --device cpu or auto.")
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_source(settings: Settings, variant: str) -> Source:
+    """Map (model, variant) to a folder or Hub id; the tiny checkpoint is built here on demand."""
+    extra = settings.extra_variant_dirs
+    if variant in extra:
+        path = extra[variant]
+        kind = "gptq" if (path / "quantize_config.json").exists() else "none"
+        return Source(variant, str(path), None, kind, True)
+    if variant not in ("gptq", "bnb4", "bf16"):
+        raise ModelLoadError(
+            f"Unknown variant {variant!r}: choose one of {', '.join(settings.variant_list)}."
+        )
+    quantized = {"gptq": "gptq", "bnb4": "bnb4", "bf16": "none"}[variant]
+    if settings.model == "tiny":
+        from marlin_demo.models.tiny import ensure_tiny
+
+        paths = ensure_tiny(Path(settings.cache_dir) if settings.cache_dir else None)
+        folder = paths["gptq"] if variant == "gptq" else paths["bf16"]
+        return Source(variant, str(folder), None, quantized, True)
+    if settings.model == "marlin":
+        if variant == "gptq":
+            return Source(variant, settings.gptq_id, settings.gptq_revision, quantized, Path(settings.gptq_id).is_dir())
+        return Source(variant, settings.bf16_id, settings.revision, quantized, Path(settings.bf16_id).is_dir())
+    root = Path(settings.model).expanduser()
+    if not root.is_dir():
+        raise ModelLoadError(
+            f"--model {settings.model!r} is neither 'marlin', 'tiny' nor an existing folder: "
+            "pass a local checkpoint folder, or --model tiny to run offline."
+        )
+    if variant != "gptq":
+        return Source(variant, str(root), None, quantized, True)
+    for candidate in (root / "gptq", Path(settings.gptq_id)):
+        if (candidate / "quantize_config.json").exists():
+            return Source(variant, str(candidate), None, quantized, True)
+    raise ModelLoadError(
+        f"No GPTQ checkpoint for the local model {root}: put one in {root / 'gptq'} or set "
+        "MARLIN_GPTQ_ID to its folder (python -m marlin_demo quantize builds one)."
+    )
+
+
+def _scrub(text: str) -> str:
+    """Never let a token reach a log line or an error message."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        secret = os.environ.get(name)
+        if secret:
+            text = text.replace(secret, "***")
+    return re.sub(r"hf_[A-Za-z0-9]{20,}", "hf_***", text)
+
+
+def explain_load_error(exc: BaseException, source: Source) -> str:
+    """Turn a loader exception into one sentence: what happened and the fix."""
+    name = type(exc).__name__
+    text = _scrub(str(exc))
+    where = source.location
+    if "OutOfMemory" in name or "out of memory" in text.lower():
+        return (
+            f"Out of memory while loading the {source.variant} variant from {where}: "
+            "free GPU memory (unload other variants) or choose a smaller variant (gptq or bnb4)."
+        )
+    if name in ("GatedRepoError",) or "gated" in text.lower() or "401" in text or "403" in text:
+        return (
+            f"{where} is a gated repository: accept its conditions on the Hub and set HF_TOKEN, "
+            "or use the ungated mirror with MARLIN_BF16_ID=lunahr/Marlin-2B-ungated."
+        )
+    if name in ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError"):
+        return f"{where} (revision {source.revision}) was not found on the Hub: check the id and revision."
+    offline_markers = ("offline", "connection", "resolve", "couldn't connect", "cannot find the requested files")
+    if not source.is_local and (
+        name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError")
+        or any(m in text.lower() for m in offline_markers)
+    ):
+        return (
+            f"Could not download {where}: the Hugging Face Hub is unreachable and the weights are not cached. "
+            "Connect to the network (or pre-download with `hf download`), point --model at a local folder, "
+            "or run offline with --model tiny."
+        )
+    if isinstance(exc, ImportError) or "kernel" in text.lower():
+        pkg = {"gptq": "gptqmodel", "bnb4": "bitsandbytes"}.get(source.quantized, "transformers")
+        return (
+            f"The {source.variant} variant needs a working {pkg} install ({text[:200]}): "
+            f"reinstall it with `pip install -r requirements.txt`."
+        )
+    if source.is_local and not Path(where).exists():
+        return f"The folder {where} does not exist: check --model / MARLIN_EXTRA_VARIANTS."
+    return f"Could not load the {source.variant} variant from {where}: {name}: {text[:300]}"
+
+
+def _check_remote_code(settings: Settings, source: Source) -> bool:
+    if not settings.trust_remote_code:
+        return False
+    if source.is_local:
+        return True
+    if not source.revision or not _SHA.match(source.revision):
+        raise ModelLoadError(
+            "MARLIN_TRUST_REMOTE_CODE=1 runs code from the Hub, so it needs a pinned commit: "
+            "set MARLIN_REVISION / MARLIN_GPTQ_REVISION to a 40-character commit hash."
+        )
+    return True
+
+
+def _gptq_kernel(model: Any) -> str:
+    for module in model.modules():
+        cls = type(module).__name__
+        if "QuantLinear" in cls or cls.endswith("Linear") and "Quant" in type(module).__mro__[1].__name__:
+            return cls
+    return "unknown"
+
+
+def _attention_path(model: Any) -> str:
+    try:
+        import importlib.util
+
+        fla = importlib.util.find_spec("fla") is not None
+        conv = importlib.util.find_spec("causal_conv1d") is not None
+    except (ImportError, ValueError):
+        fla = conv = False
+    attn = getattr(model.config, "_attn_implementation", None) or "eager"
+    linear = "fla+causal_conv1d" if fla and conv else ("fla" if fla else "torch")
+    return f"{attn} / gated-deltanet:{linear}"
+
+
+def load_variant(settings: Settings, variant: str) -> LoadedModel:
+    """Load one variant; any failure becomes a ``ModelLoadError`` naming the fix."""
+    source = resolve_source(settings, variant)
+    device = pick_device(settings.device)
+    t0 = time.perf_counter()
+    try:
+        trust = _check_remote_code(settings, source)
+        if source.quantized == "gptq":
+            model, keep, kernel = _load_gptq(source, device, trust)
+        else:
+            model, keep, kernel = _load_transformers(source, device, trust)
+        processor = _load_processor(source, trust)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every loader failure becomes one clear message
+        log.warning("loading %s failed: %s", variant, _scrub(repr(exc)))
+        raise ModelLoadError(explain_load_error(exc, source)) from None
+    model.eval()
+    load_s = time.perf_counter() - t0
+    footprint = model.get_memory_footprint() / 2**20
+    return LoadedModel(
+        variant=variant,
+        model=model,
+        processor=processor,
+        source=source,
+        load_s=load_s,
+        device=device,
+        footprint_mb=footprint,
+        kernel=kernel,
+        attention=_attention_path(model),
+        keepalive=keep,
+    )
+
+
+def _hub_kwargs(source: Source) -> dict[str, Any]:
+    if source.is_local:
+        return {}
+    kw: dict[str, Any] = {"revision": source.revision}
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        kw["token"] = token
+    return kw
+
+
+def _load_processor(source: Source, trust: bool) -> Any:
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(source.location, trust_remote_code=trust, **_hub_kwargs(source))
+
+
+def _load_transformers(source: Source, device: str, trust: bool) -> tuple[Any, list[Any], str]:
+    import torch
+    from transformers import AutoModelForImageTextToText, BitsAndBytesConfig
+
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust, **_hub_kwargs(source)}
+    if device == "cuda":
+        kwargs["device_map"] = {"": "cuda:0"}
+    kernel = "bf16"
+    if source.quantized == "bnb4":
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            # "visual" alone does not match: the full module path keeps the vision tower 16-bit
+            llm_int8_skip_modules=["lm_head", "model.visual"],
+        )
+        kernel = "bitsandbytes-nf4"
+    model = AutoModelForImageTextToText.from_pretrained(source.location, **kwargs)
+    return model, [], kernel
+
+
+def _load_gptq(source: Source, device: str, trust: bool) -> tuple[Any, list[Any], str]:
+    import torch
+
+    hf_home = os.environ.get("HF_HOME")
+    from gptqmodel import GPTQModel
+
+    if hf_home is None:  # importing gptqmodel moves HF_HOME when unset: put it back
+        os.environ.pop("HF_HOME", None)
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust}
+    if not source.is_local:
+        kwargs["revision"] = source.revision
+    if device == "cuda":
+        kwargs["device_map"] = {"": "cuda:0"}
+    else:
+        kwargs["device"] = "cpu"
+    wrapper = GPTQModel.load(source.location, **kwargs)
+    inner = wrapper.model
+    return inner, [wrapper], _gptq_kernel(inner)

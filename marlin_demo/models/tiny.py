@@ -1,0 +1,383 @@
+"""The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture.
+
+Real weights cannot be fetched here, so everything is exercised on a checkpoint
+built locally: the same model class (Gated DeltaNet + full-attention layers, a
+vision tower), a locally trained byte-level BPE tokenizer with Qwen's special
+tokens and a chat template, and the Qwen3-VL processor. Its weights are random
+apart from a few seconds of deterministic training that teaches it the *shape*
+of Marlin's answers (``Scene:``/``Events:`` and ``From a to b.``), so the parse,
+timeline and span paths run on real model output. Its answers do not describe
+the video: everything that shows them says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from marlin_demo.contract import CAPTION_PROMPT, VideoParams, find_prompt
+
+log = logging.getLogger(__name__)
+
+#: Bump when the recipe changes: the cache folder name carries it.
+TINY_VERSION = "3"
+SEED = 1234
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<think>",
+    "</think>",
+]
+
+# Qwen3-VL-style template: a video item becomes <|vision_start|><|video_pad|><|vision_end|>,
+# which the processor expands into per-frame "<t seconds>" groups.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'video' or 'video' in item -%}<|vision_start|><|video_pad|><|vision_end|>"
+    "{%- elif item['type'] == 'image' or 'image' in item -%}<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif item['type'] == 'text' -%}{{ item['text'] }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+_WORDS = (
+    "a the person dog ball red blue green square circle figure figures walks walking runs moves "
+    "rolls across field street sky night day light turns on off appears leaves enters exits room "
+    "door opens closes stops starts meets two left right center camera scene frame background "
+    "small large bright dark slowly quickly toward away from into out of stands sits holds car "
+    "building buildings window tree water clock counter changes shows remains begins ends"
+).split()
+
+
+def _corpus() -> list[str]:
+    """Text the BPE is trained on: the prompts, the answer formats, plain English."""
+    rng = random.Random(SEED)
+    lines = [CAPTION_PROMPT, find_prompt("a person opens the door"), "Describe the video in detail."]
+    for _ in range(400):
+        n = rng.randint(4, 12)
+        lines.append(" ".join(rng.choice(_WORDS) for _ in range(n)).capitalize() + ".")
+    for i in range(300):
+        a = rng.randint(0, 1200) / 10
+        b = a + rng.randint(5, 100) / 10
+        lines.append(f"<{a:.1f} - {b:.1f}> {rng.choice(_WORDS)}")
+        lines.append(f"From {a:.1f} to {b:.1f}.")
+        lines.append(f"<{i / 2:.1f} seconds>")
+    lines += ["Scene:", "Events:", "user", "assistant", "system", "seconds", "0123456789 .,:-<>"]
+    return lines
+
+
+def _build_tokenizer(out: Path):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen3_5Tokenizer
+    from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
+
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1024,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_corpus(), trainer)
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    tok = Qwen3_5Tokenizer(
+        vocab=model["vocab"],
+        merges=merges,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens={
+            "image_token": "<|image_pad|>",
+            "video_token": "<|video_pad|>",
+            "vision_start_token": "<|vision_start|>",
+            "vision_end_token": "<|vision_end|>",
+        },
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(out)
+    return tok
+
+
+def _build_processor(tok, out: Path, params: VideoParams):
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    patch, merge = params.patch_size, params.merge_size
+    image_proc = Qwen2VLImageProcessor(patch_size=patch, merge_size=merge, temporal_patch_size=2)
+    video_proc = Qwen3VLVideoProcessor(
+        patch_size=patch, merge_size=merge, temporal_patch_size=2, fps=params.fps
+    )
+    proc = Qwen3VLProcessor(
+        image_processor=image_proc, tokenizer=tok, video_processor=video_proc, chat_template=CHAT_TEMPLATE
+    )
+    proc.save_pretrained(out)
+    return proc
+
+
+def tiny_config(tok):
+    """Marlin's architecture, shrunk: one Gated DeltaNet layer, one attention layer."""
+    from transformers import Qwen3_5Config
+
+    ids = tok.convert_tokens_to_ids
+    hidden = 128
+    text = {
+        "vocab_size": len(tok),
+        "hidden_size": hidden,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "layer_types": ["linear_attention", "full_attention"],
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "linear_num_key_heads": 2,
+        # 32 value heads: bitsandbytes' packed CPU kernel needs out_features % 32 == 0 (in_proj_a/b)
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+        "max_position_embeddings": 32768,
+        # head_dim 32 * partial_rotary_factor 0.25 / 2 = 4 = sum(mrope_section)
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
+        "tie_word_embeddings": True,
+        "eos_token_id": [ids("<|endoftext|>"), ids("<|im_end|>")],
+        "pad_token_id": ids("<|endoftext|>"),
+    }
+    vision = {
+        "depth": 1,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 2,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": hidden,
+        "num_position_embeddings": 2304,
+    }
+    return Qwen3_5Config(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=True,
+    )
+
+
+def _training_pairs(rng: random.Random, n: int, params: VideoParams):
+    """Synthetic (frames, prompt, answer) triples: the answer format, not its content."""
+    import numpy as np
+
+    pairs = []
+    for i in range(n):
+        duration = rng.choice([4.0, 6.0, 8.0, 10.0, 12.0])
+        nframes = int(duration * params.fps)
+        h, w = rng.choice([(96, 128), (128, 96), (64, 64)])
+        frames = np.random.default_rng(SEED + i).integers(0, 256, (nframes, 3, h, w), dtype=np.uint8)
+        if i % 2 == 0:
+            k = rng.randint(1, 3)
+            cuts = sorted(rng.sample(range(1, int(duration * 10)), k))
+            bounds = [0, *cuts, int(duration * 10)]
+            scene = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 12))).capitalize() + "."
+            lines = [f"Scene: {scene}", "", "Events:"]
+            for a, b in zip(bounds, bounds[1:]):
+                desc = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 6))).capitalize() + "."
+                lines.append(f"<{a / 10:.1f} - {b / 10:.1f}> {desc}")
+            prompt, answer = CAPTION_PROMPT, "\n".join(lines)
+        else:
+            a = rng.randint(0, int(duration * 10) - 10)
+            b = rng.randint(a + 5, int(duration * 10))
+            query = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 5)))
+            prompt, answer = find_prompt(query), f"From {a / 10:.1f} to {b / 10:.1f}."
+        pairs.append((frames, duration, prompt, answer))
+    return pairs
+
+
+def _teach_format(model, processor, params: VideoParams, steps: int = 300) -> None:
+    """A few seconds of deterministic training so greedy decoding yields Marlin-shaped text."""
+    import torch
+
+    rng = random.Random(SEED)
+    torch.manual_seed(SEED)
+    pairs = _training_pairs(rng, 24, params)
+    batches = []
+    for frames, duration, prompt, answer in pairs:
+        nframes = frames.shape[0]
+        messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        metadata = {
+            "fps": params.fps,
+            "frames_indices": list(range(nframes)),
+            "total_num_frames": nframes,
+            "duration": duration,
+        }
+        enc = processor(
+            text=[text + answer + "<|im_end|>"],
+            videos=[torch.from_numpy(frames)],
+            video_metadata=[metadata],
+            do_sample_frames=False,
+            do_resize=False,
+            return_tensors="pt",
+        )
+        n_prompt = len(
+            processor(
+                text=[text],
+                videos=[torch.from_numpy(frames)],
+                video_metadata=[metadata],
+                do_sample_frames=False,
+                do_resize=False,
+                return_tensors="pt",
+            )["input_ids"][0]
+        )
+        labels = enc["input_ids"].clone()
+        labels[:, :n_prompt] = -100
+        batches.append((dict(enc), labels))
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        inputs, labels = batches[step % len(batches)]
+        loss = model(**inputs, labels=labels).loss
+        if step % 50 == 0:
+            log.info("tiny format training: step %d loss %.3f", step, loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.eval()
+    log.info("tiny format training: final loss %.3f", loss.item())
+
+
+def default_cache_dir() -> Path:
+    """Per-user cache (``MARLIN_CACHE_DIR`` overrides), so the build happens once per machine."""
+    env = os.environ.get("MARLIN_CACHE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("marlin-demo"))
+
+
+def tiny_paths(cache_dir: Path | None = None) -> dict[str, Path]:
+    """Where the 16-bit tiny checkpoint and its GPTQ copy live."""
+    root = (cache_dir or default_cache_dir()) / f"tiny-v{TINY_VERSION}"
+    return {"root": root, "bf16": root / "bf16", "gptq": root / "gptq"}
+
+
+def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = 300) -> Path:
+    """Build the 16-bit tiny checkpoint into ``out`` (deterministic, offline)."""
+    import torch
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    params = params or VideoParams()
+    out.mkdir(parents=True, exist_ok=True)
+    tok = _build_tokenizer(out)
+    processor = _build_processor(tok, out, params)
+    torch.manual_seed(SEED)
+    config = tiny_config(tok)
+    model = Qwen3_5ForConditionalGeneration(config).to(torch.float32)
+    if train_steps:
+        _teach_format(model, processor, params, steps=train_steps)
+    model.to(torch.bfloat16)
+    model.generation_config.eos_token_id = config.text_config.eos_token_id
+    model.generation_config.pad_token_id = config.text_config.pad_token_id
+    model.generation_config.do_sample = False
+    model.save_pretrained(out)
+    (out / "TINY_README.md").write_text(
+        "Offline stand-in for Marlin-2B built by marlin-demo: random weights taught only the answer "
+        "format. Its answers are meaningless.\n"
+    )
+    return out
+
+
+def _gptq_calibration(processor, n: int = 16) -> list[dict]:
+    """Text calibration rows for the tiny GPTQ copy (the quantize command offers video calibration)."""
+    rng = random.Random(SEED + 1)
+    rows = []
+    for _ in range(n):
+        text = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(24, 48)))
+        ids = processor.tokenizer(text)["input_ids"]
+        rows.append({"input_ids": ids, "attention_mask": [1] * len(ids)})
+    return rows
+
+
+def build_tiny_gptq(src: Path, out: Path) -> Path:
+    """GPTQ 4-bit copy of the tiny checkpoint with the seed card's recipe, on the CPU."""
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    hf_home = os.environ.get("HF_HOME")
+    from gptqmodel import GPTQModel, QuantizeConfig
+
+    if hf_home is None:  # gptqmodel moves HF_HOME when unset: undo it
+        os.environ.pop("HF_HOME", None)
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(src)
+    qcfg = QuantizeConfig(bits=4, group_size=128, desc_act=True, sym=True, device="cpu", pack_impl="original")
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)  # quantize() writes ./logs
+        try:
+            model = GPTQModel.load(str(src), quantize_config=qcfg, trust_remote_code=False)
+            model.quantize(_gptq_calibration(processor), batch_size=1)
+            model.save(str(out))
+        finally:
+            os.chdir(cwd)
+    processor.save_pretrained(out)
+    return out
+
+
+def ensure_tiny(cache_dir: Path | None = None, with_gptq: bool = True) -> dict[str, Path]:
+    """Build the tiny checkpoints once; later calls return the cached folders."""
+    paths = tiny_paths(cache_dir)
+    for kind in ("bf16", "gptq") if with_gptq else ("bf16",):
+        target = paths[kind]
+        if (target / "config.json").exists() and (target / ".complete").exists():
+            continue
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        t0 = time.perf_counter()
+        if kind == "bf16":
+            build_tiny(tmp)
+        else:
+            build_tiny_gptq(paths["bf16"], tmp)
+        (tmp / ".complete").write_text(f"built in {time.perf_counter() - t0:.1f}s\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return paths
+
+
+def weights_digest(folder: Path) -> str:
+    """Short content hash of a checkpoint's weights (shows the build is deterministic)."""
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,107 @@
+"""Result objects: one shape feeds the UI, the API, the CLI and the benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from marlin_demo.contract import Event
+
+
+@dataclass
+class Metrics:
+    """What one request cost. ``memory_kind`` says what ``peak_memory_mb`` measures."""
+
+    latency_s: float
+    ttft_s: float | None
+    output_tokens: int
+    tokens_per_s: float | None
+    video_tokens: int
+    peak_memory_mb: float
+    memory_kind: str  # "cuda_peak_allocated" (reset per request) | "cpu_peak_rss" (process peak)
+    load_s: float
+    device: str
+
+    def to_dict(self) -> dict[str, Any]:
+        r = _round
+        return {
+            "latency_s": r(self.latency_s),
+            "ttft_s": r(self.ttft_s),
+            "output_tokens": self.output_tokens,
+            "tokens_per_s": r(self.tokens_per_s, 2),
+            "video_tokens": self.video_tokens,
+            "peak_memory_mb": r(self.peak_memory_mb, 1),
+            "memory_kind": self.memory_kind,
+            "load_s": r(self.load_s),
+            "device": self.device,
+        }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+@dataclass
+class RunInfo:
+    """Details kept beside a result but not in its public JSON (tests, bench, UI extras)."""
+
+    prompt: str = ""
+    duration_s: float = 0.0
+    decode_s: float = 0.0
+    prefill_s: float | None = None
+    kernel: str = ""
+    attention: str = ""
+    repairs: list[str] = field(default_factory=list)
+    cached_video: bool = False
+    reused_prefix: bool = False
+
+
+@dataclass
+class CaptionResult:
+    variant: str
+    model: str
+    scene: str
+    events: list[Event]
+    raw: str
+    repaired: bool
+    metrics: Metrics
+    format_ok: bool = True
+    info: RunInfo = field(default_factory=RunInfo)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "model": self.model,
+            "scene": self.scene,
+            "events": [e.to_dict() for e in self.events],
+            "raw": self.raw,
+            "repaired": self.repaired,
+            "metrics": self.metrics.to_dict(),
+        }
+
+
+@dataclass
+class FindResult:
+    variant: str
+    model: str
+    query: str
+    span: tuple[float, float] | None
+    format_ok: bool
+    raw: str
+    metrics: Metrics
+    repaired: bool = False
+    info: RunInfo = field(default_factory=RunInfo)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "model": self.model,
+            "query": self.query,
+            "span": None if self.span is None else [round(self.span[0], 3), round(self.span[1], 3)],
+            "format_ok": self.format_ok,
+            "raw": self.raw,
+            "metrics": self.metrics.to_dict(),
+        }
+
+
+Result = CaptionResult | FindResult

@@ -1,0 +1,173 @@
+"""Every knob of the demo in one place: environment variables (``MARLIN_*``) and matching CLI flags.
+
+A Space is configured through its environment; a developer through flags. Both
+land in one frozen ``Settings`` so every layer (engine, UI, bench) reads the
+same values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+VARIANTS = ("gptq", "bnb4", "bf16")
+
+DEFAULT_BF16_ID = "NemoStation/Marlin-2B"
+DEFAULT_GPTQ_ID = "NemoStation/Marlin-2B-GPTQ"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All configuration. ``help`` metadata feeds both the CLI and the README table."""
+
+    model: str = field(
+        default="marlin",
+        metadata={"env": "MARLIN_MODEL", "help": "marlin (Hub checkpoints), tiny (offline stand-in) or a local dir"},
+    )
+    bf16_id: str = field(
+        default=DEFAULT_BF16_ID,
+        metadata={"env": "MARLIN_BF16_ID", "help": "16-bit Hub repo (bf16 and bnb4 variants)"},
+    )
+    gptq_id: str = field(
+        default=DEFAULT_GPTQ_ID, metadata={"env": "MARLIN_GPTQ_ID", "help": "GPTQ Hub repo (gptq variant)"}
+    )
+    revision: str = field(
+        default="main", metadata={"env": "MARLIN_REVISION", "help": "revision of the 16-bit repo"}
+    )
+    gptq_revision: str = field(
+        default="main", metadata={"env": "MARLIN_GPTQ_REVISION", "help": "revision of the GPTQ repo"}
+    )
+    extra_variants: str = field(
+        default="",
+        metadata={
+            "env": "MARLIN_EXTRA_VARIANTS",
+            "help": "more variants as name=DIR pairs, comma-separated (e.g. mixed=/ckpt/mixed)",
+        },
+    )
+    variants: str = field(
+        default="gptq,bnb4,bf16", metadata={"env": "MARLIN_VARIANTS", "help": "variants offered, in order"}
+    )
+    device: str = field(default="auto", metadata={"env": "MARLIN_DEVICE", "help": "auto, cuda or cpu"})
+    caption_max_new_tokens: int = field(
+        default=768, metadata={"env": "MARLIN_CAPTION_MAX_NEW_TOKENS", "help": "token limit for captions"}
+    )
+    find_max_new_tokens: int = field(
+        default=64, metadata={"env": "MARLIN_FIND_MAX_NEW_TOKENS", "help": "token limit for find answers"}
+    )
+    max_upload_mb: float = field(
+        default=200.0, metadata={"env": "MARLIN_MAX_UPLOAD_MB", "help": "largest accepted video file (MB)"}
+    )
+    max_duration_s: float = field(
+        default=600.0, metadata={"env": "MARLIN_MAX_DURATION_S", "help": "longest accepted video (s)"}
+    )
+    max_width: int = field(default=3840, metadata={"env": "MARLIN_MAX_WIDTH", "help": "widest accepted video"})
+    max_height: int = field(
+        default=2160, metadata={"env": "MARLIN_MAX_HEIGHT", "help": "tallest accepted video"}
+    )
+    max_query_chars: int = field(
+        default=500, metadata={"env": "MARLIN_MAX_QUERY_CHARS", "help": "longest accepted find query"}
+    )
+    request_timeout_s: float = field(
+        default=300.0, metadata={"env": "MARLIN_REQUEST_TIMEOUT_S", "help": "per-request time limit (s)"}
+    )
+    queue_size: int = field(
+        default=16, metadata={"env": "MARLIN_QUEUE_SIZE", "help": "waiting requests before 'busy'"}
+    )
+    cache_dir: str = field(
+        default="", metadata={"env": "MARLIN_CACHE_DIR", "help": "where the tiny checkpoint is built"}
+    )
+    output_dir: str = field(
+        default="", metadata={"env": "MARLIN_OUTPUT_DIR", "help": "where clips and downloads are written"}
+    )
+    host: str = field(default="127.0.0.1", metadata={"env": "MARLIN_HOST", "help": "server address"})
+    port: int = field(default=7860, metadata={"env": "MARLIN_PORT", "help": "server port"})
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "env": "MARLIN_TRUST_REMOTE_CODE",
+            "help": "run the checkpoint's own code (needs a pinned 40-hex revision)",
+        },
+    )
+
+    @property
+    def variant_list(self) -> list[str]:
+        names = [v.strip() for v in self.variants.split(",") if v.strip()]
+        return names + [n for n in self.extra_variant_dirs if n not in names]
+
+    @property
+    def extra_variant_dirs(self) -> dict[str, Path]:
+        out: dict[str, Path] = {}
+        for pair in filter(None, (p.strip() for p in self.extra_variants.split(","))):
+            name, _, path = pair.partition("=")
+            if not name or not path:
+                raise ValueError(f"MARLIN_EXTRA_VARIANTS entry {pair!r} is not name=DIR")
+            out[name.strip()] = Path(path.strip()).expanduser()
+        return out
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.model == "tiny"
+
+    def with_(self, **changes: object) -> Settings:
+        """A copy with some values changed (tests and the CLI use it)."""
+        return replace(self, **changes)
+
+
+def _convert(kind: type | str, raw: str) -> object:
+    kind_name = kind if isinstance(kind, str) else kind.__name__
+    if kind_name == "bool":
+        return raw.strip().lower() in {"1", "true", "yes", "on"}
+    if kind_name == "int":
+        return int(raw)
+    if kind_name == "float":
+        return float(raw)
+    return raw
+
+
+def from_env(environ: dict[str, str] | None = None) -> Settings:
+    """Settings from ``MARLIN_*`` variables, defaults elsewhere."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for f in fields(Settings):
+        name = f.metadata["env"]
+        if name in env and env[name] != "":
+            try:
+                values[f.name] = _convert(f.type, env[name])
+            except ValueError as exc:
+                raise ValueError(f"{name}={env[name]!r} is not a valid {f.type}") from exc
+    return Settings(**values)
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment."""
+    for f in fields(Settings):
+        if only is not None and f.name not in only:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        if kind == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
+        else:
+            conv = {"int": int, "float": float}.get(kind, str)
+            parser.add_argument(flag, type=conv, default=None, help=f"{f.metadata['help']} (${f.metadata['env']})")
+
+
+def from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
+    """Environment first, then any flag given on the command line."""
+    settings = base or from_env()
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(Settings)
+        if getattr(args, f.name, None) is not None
+    }
+    return replace(settings, **given)
+
+
+def settings_table() -> list[tuple[str, str, str, str]]:
+    """(env var, flag, default, help) rows: the README's configuration table comes from here."""
+    return [
+        (f.metadata["env"], "--" + f.name.replace("_", "-"), repr(f.default), f.metadata["help"])
+        for f in fields(Settings)
+    ]
