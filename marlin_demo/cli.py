@@ -46,7 +46,13 @@ def format_metrics(m: dict[str, Any]) -> str:
 
 def format_caption(result: Any) -> str:
     d = result.to_dict()
-    lines = [f"Caption · {d['variant']} · {d['model']}", "", f"Scene: {d['scene'] or '(none)'}", "", "Events:"]
+    lines = [
+        f"Caption · {d['variant']} · {d['model']}",
+        "",
+        f"Scene: {d['scene'] or '(none)'}",
+        "",
+        "Events:",
+    ]
     if not d["events"]:
         lines.append("  (no timed events could be read from the answer)")
     for e in d["events"]:
@@ -97,7 +103,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m marlin_demo", description="Marlin-2B: what happens, and when.")
+    parser = argparse.ArgumentParser(
+        prog="python -m marlin_demo", description="Marlin-2B: what happens, and when."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("caption", help="scene paragraph and timed events for a video")
     p.add_argument("video")
@@ -156,7 +164,10 @@ def cmd_caption(args: argparse.Namespace) -> int:
     from marlin_demo.video import VideoError
 
     if not os.path.isfile(args.video):
-        print(f"error: {VideoError(f'No file at {args.video}: give the path of a video file.')}", file=sys.stderr)
+        print(
+            f"error: {VideoError(f'No file at {args.video}: give the path of a video file.')}",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     return _task(args, lambda e: e.caption(args.video, args.variant), format_caption)
 

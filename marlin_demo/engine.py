@@ -83,7 +83,9 @@ def _file_digest(path: Path) -> str:
 
 def _compact_pads(text: str) -> str:
     """The decoded prompt with runs of video pad tokens counted instead of spelled out."""
-    return re.sub(r"(?:<\|video_pad\|>)+", lambda m: f"<|video_pad|>×{m.group(0).count('<|video_pad|>')}", text)
+    return re.sub(
+        r"(?:<\|video_pad\|>)+", lambda m: f"<|video_pad|>×{m.group(0).count('<|video_pad|>')}", text
+    )
 
 
 class Engine:
@@ -117,7 +119,10 @@ class Engine:
     def limits(self) -> Limits:
         s = self.settings
         return Limits(
-            max_file_mb=s.max_upload_mb, max_duration_s=s.max_duration_s, max_width=s.max_width, max_height=s.max_height
+            max_file_mb=s.max_upload_mb,
+            max_duration_s=s.max_duration_s,
+            max_width=s.max_width,
+            max_height=s.max_height,
         )
 
     def load(self, variant: str) -> LoadedModel:
@@ -238,7 +243,7 @@ class Engine:
         stopped_by_time = not finished and len(new_ids) < max_new_tokens and time.perf_counter() >= deadline
         return Generation(
             text=text.strip(),
-            output_tokens=int(len(new_ids)),
+            output_tokens=len(new_ids),
             ttft_s=None,
             gen_s=gen_s,
             first_token_at=streamer.first_token_at,
@@ -268,7 +273,7 @@ class Engine:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
             try:
-                text, inputs = self.build_inputs(loaded, prepared, prompt)
+                _, inputs = self.build_inputs(loaded, prepared, prompt)
                 gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline)
                 if cuda:
                     torch.cuda.synchronize()
@@ -382,7 +387,7 @@ class Engine:
             try:
                 res = self.run(task, video, variant, query, on_text=lambda t: updates.put(("text", t)))
                 updates.put(("done", res))
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread
+            except BaseException as exc:
                 updates.put(("error", exc))
 
         threading.Thread(target=work, daemon=True, name=f"marlin-{task}").start()

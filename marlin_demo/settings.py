@@ -24,7 +24,10 @@ class Settings:
 
     model: str = field(
         default="marlin",
-        metadata={"env": "MARLIN_MODEL", "help": "marlin (Hub checkpoints), tiny (offline stand-in) or a local dir"},
+        metadata={
+            "env": "MARLIN_MODEL",
+            "help": "marlin (Hub checkpoints), tiny (offline stand-in) or a local dir",
+        },
     )
     bf16_id: str = field(
         default=DEFAULT_BF16_ID,
@@ -62,7 +65,9 @@ class Settings:
     max_duration_s: float = field(
         default=600.0, metadata={"env": "MARLIN_MAX_DURATION_S", "help": "longest accepted video (s)"}
     )
-    max_width: int = field(default=3840, metadata={"env": "MARLIN_MAX_WIDTH", "help": "widest accepted video"})
+    max_width: int = field(
+        default=3840, metadata={"env": "MARLIN_MAX_WIDTH", "help": "widest accepted video"}
+    )
     max_height: int = field(
         default=2160, metadata={"env": "MARLIN_MAX_HEIGHT", "help": "tallest accepted video"}
     )
@@ -148,19 +153,21 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
         flag = "--" + f.name.replace("_", "-")
         kind = f.type if isinstance(f.type, str) else f.type.__name__
         if kind == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"]
+            )
         else:
             conv = {"int": int, "float": float}.get(kind, str)
-            parser.add_argument(flag, type=conv, default=None, help=f"{f.metadata['help']} (${f.metadata['env']})")
+            parser.add_argument(
+                flag, type=conv, default=None, help=f"{f.metadata['help']} (${f.metadata['env']})"
+            )
 
 
 def from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
     """Environment first, then any flag given on the command line."""
     settings = base or from_env()
     given = {
-        f.name: getattr(args, f.name)
-        for f in fields(Settings)
-        if getattr(args, f.name, None) is not None
+        f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None
     }
     return replace(settings, **given)
 

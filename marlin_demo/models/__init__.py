@@ -95,8 +95,12 @@ def resolve_source(settings: Settings, variant: str) -> Source:
         return Source(variant, str(folder), None, quantized, True)
     if settings.model == "marlin":
         if variant == "gptq":
-            return Source(variant, settings.gptq_id, settings.gptq_revision, quantized, Path(settings.gptq_id).is_dir())
-        return Source(variant, settings.bf16_id, settings.revision, quantized, Path(settings.bf16_id).is_dir())
+            return Source(
+                variant, settings.gptq_id, settings.gptq_revision, quantized, Path(settings.gptq_id).is_dir()
+            )
+        return Source(
+            variant, settings.bf16_id, settings.revision, quantized, Path(settings.bf16_id).is_dir()
+        )
     root = Path(settings.model).expanduser()
     if not root.is_dir():
         raise ModelLoadError(
@@ -140,13 +144,20 @@ def explain_load_error(exc: BaseException, source: Source) -> str:
         )
     if name in ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError"):
         return f"{where} (revision {source.revision}) was not found on the Hub: check the id and revision."
-    offline_markers = ("offline", "connection", "resolve", "couldn't connect", "cannot find the requested files")
+    offline_markers = (
+        "offline",
+        "connection",
+        "resolve",
+        "couldn't connect",
+        "cannot find the requested files",
+    )
     if not source.is_local and (
         name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError")
         or any(m in text.lower() for m in offline_markers)
     ):
         return (
-            f"Could not download {where}: the Hugging Face Hub is unreachable and the weights are not cached. "
+            f"Could not download {where}: the Hugging Face Hub is unreachable "
+            "and the weights are not cached. "
             "Connect to the network (or pre-download with `hf download`), point --model at a local folder, "
             "or run offline with --model tiny."
         )
@@ -177,7 +188,7 @@ def _check_remote_code(settings: Settings, source: Source) -> bool:
 def _gptq_kernel(model: Any) -> str:
     for module in model.modules():
         cls = type(module).__name__
-        if "QuantLinear" in cls or cls.endswith("Linear") and "Quant" in type(module).__mro__[1].__name__:
+        if "QuantLinear" in cls or (cls.endswith("Linear") and "Quant" in type(module).__mro__[1].__name__):
             return cls
     return "unknown"
 
@@ -209,7 +220,7 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
         processor = _load_processor(source, trust)
     except ModelLoadError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every loader failure becomes one clear message
+    except Exception as exc:
         log.warning("loading %s failed: %s", variant, _scrub(repr(exc)))
         raise ModelLoadError(explain_load_error(exc, source)) from None
     model.eval()

@@ -13,6 +13,7 @@ the video: everything that shows them says so.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -211,7 +212,7 @@ def _training_pairs(rng: random.Random, n: int, params: VideoParams):
             bounds = [0, *cuts, int(duration * 10)]
             scene = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 12))).capitalize() + "."
             lines = [f"Scene: {scene}", "", "Events:"]
-            for a, b in zip(bounds, bounds[1:]):
+            for a, b in itertools.pairwise(bounds):
                 desc = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 6))).capitalize() + "."
                 lines.append(f"<{a / 10:.1f} - {b / 10:.1f}> {desc}")
             prompt, answer = CAPTION_PROMPT, "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Marlin-2B Gradio demo: video captioning and temporal grounding."""

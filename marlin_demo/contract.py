@@ -1,0 +1,600 @@
+"""Marlin-2B's input/output contract: prompts, video parameters, parsers, repair.
+
+Pure Python on purpose (no torch, no ML imports): the UI, API, CLI, tests and
+benchmark all depend on it, and it must import instantly and run anywhere.
+
+The prompt strings are facts of the model's fine-tuning (see
+``shared/REFERENCE.md``) and must not be reworded. The parsers are tolerant
+(they extract what they can from stray formats) but honest: ``format_ok``
+says whether the trained format was produced, and ``repair_*`` report every
+change they make in ``repairs`` instead of fixing output silently.
+
+All regular expressions here run on single, whitespace-normalised lines and
+use bounded or non-overlapping quantifiers, so hostile multi-megabyte input
+parses in linear time (no catastrophic backtracking).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CAPTION_MAX_NEW_TOKENS",
+    "CAPTION_PROMPT",
+    "DETAILED_PROMPT",
+    "FIND_MAX_NEW_TOKENS",
+    "FIND_PROMPT_TEMPLATE",
+    "MAX_QUERY_CHARS",
+    "CaptionParse",
+    "Event",
+    "SpanParse",
+    "VideoParams",
+    "find_prompt",
+    "parse_caption",
+    "parse_span",
+    "repair_caption",
+    "repair_span",
+    "sanitize_query",
+    "strip_think",
+]
+
+# ---------------------------------------------------------------------------
+# Prompts and generation lengths (exact strings the model was trained on)
+# ---------------------------------------------------------------------------
+
+CAPTION_PROMPT: str = (
+    "Provide a spatial description of this clip followed by time-ranged events.\n"
+    "For each event, give the time range as <start - end> and a short description."
+)
+"""Dense-caption prompt: two lines joined by a newline, verbatim from the card."""
+
+FIND_PROMPT_TEMPLATE: str = (
+    'Identify the timestamps during which "{query}" takes place. '
+    'Output the time range as "From <start> to <end>." (numbers in seconds).'
+)
+"""Grounding prompt; ``{query}`` sits inside straight double quotes."""
+
+DETAILED_PROMPT: str = "Describe the video in detail."
+"""Free-form detailed caption (DREAM-1K style baseline)."""
+
+CAPTION_MAX_NEW_TOKENS: int = 768
+"""The author's Space uses 768; the model card uses 2048 (long loops cost time)."""
+
+FIND_MAX_NEW_TOKENS: int = 64
+"""Grounding answers are one short sentence."""
+
+MAX_QUERY_CHARS: int = 500
+"""Default cap on a cleaned grounding query."""
+
+
+@dataclass(frozen=True)
+class VideoParams:
+    """How Marlin expects video to be sampled (qwen-vl-utils budget it was trained on)."""
+
+    fps: float = 2.0
+    max_frames: int = 240
+    min_frames: int = 4
+    max_pixels: int = 200704
+    patch_size: int = 16
+    merge_size: int = 2
+
+    @property
+    def factor(self) -> int:
+        """Frame sides are rounded to multiples of this (patch x spatial merge = 32)."""
+        return self.patch_size * self.merge_size
+
+
+# ---------------------------------------------------------------------------
+# Query sanitising
+# ---------------------------------------------------------------------------
+
+# Chat-template special tokens such as <|im_end|>, <|vision_start|>, <|endoftext|>.
+_SPECIAL_TOKEN_RE = re.compile(r"<\|[^|>]*\|>")
+_THINK_TAG_RE = re.compile(r"</?think>", re.IGNORECASE)
+# Bidirectional overrides/isolates and the BOM can hide or reorder text on screen.
+_INVISIBLE_FORMAT = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff")
+
+
+def _clean_chars(text: str) -> str:
+    """Turn whitespace controls into spaces and drop every other control character.
+
+    Only category Cc plus bidi overrides/BOM are removed: other format
+    characters (ZWJ, emoji tag sequences) are needed by emoji and scripts.
+    """
+    out: list[str] = []
+    for ch in text:
+        if ch.isspace():
+            out.append(" ")
+        elif ch in _INVISIBLE_FORMAT or unicodedata.category(ch) == "Cc":
+            continue
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _replace_double_quotes(text: str) -> str:
+    """Replace straight ``"`` with alternating typographic quotes (“ ”).
+
+    The query sits inside the prompt's straight double quotes; a straight
+    quote in the query could close them and smuggle in instructions.
+    """
+    out: list[str] = []
+    opening = True
+    for ch in text:
+        if ch == '"':
+            out.append("\u201c" if opening else "\u201d")
+            opening = not opening
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def sanitize_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> str:
+    """Clean a user's grounding query so it can be pasted into the find prompt safely.
+
+    Removes control characters, chat special tokens (``<|...|>``) and think
+    tags, collapses all whitespace (newlines, tabs) to single spaces and
+    replaces straight double quotes. Non-Latin scripts and emoji are kept.
+    The result is idempotent: cleaning a cleaned query changes nothing.
+
+    Raises ``ValueError`` with a message saying what is wrong and what is
+    allowed when the cleaned query is empty or longer than ``max_chars``.
+    """
+    text = "" if query is None else str(query)
+    text = _clean_chars(text)
+    # Removing one token can join the halves of another ("<|im_<|x|>end|>"),
+    # so repeat until nothing changes; a space keeps neighbouring words apart.
+    while True:
+        cleaned = _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))
+        if cleaned == text:
+            break
+        text = cleaned
+    text = " ".join(_replace_double_quotes(text).split())
+    if not text:
+        raise ValueError("The query is empty: describe the event to find, e.g. 'a person opens the door'.")
+    if len(text) > max_chars:
+        raise ValueError(f"The query is {len(text)} characters long; at most {max_chars} are allowed.")
+    return text
+
+
+def find_prompt(query: str, max_chars: int = MAX_QUERY_CHARS) -> str:
+    """Build the exact grounding prompt; the query is sanitised first (idempotent).
+
+    Raises ``ValueError`` like :func:`sanitize_query`.
+    """
+    return FIND_PROMPT_TEMPLATE.format(query=sanitize_query(query, max_chars))
+
+
+# ---------------------------------------------------------------------------
+# Result types
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """One time-ranged event, times in seconds. Frozen: repair builds new ones."""
+
+    start: float
+    end: float
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "description": self.description}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Event:
+        """Accept the remote code's / ``to_dict`` shape."""
+        return cls(float(data["start"]), float(data["end"]), str(data.get("description", "")))
+
+
+@dataclass
+class CaptionParse:
+    """A parsed dense caption; ``format_ok`` says whether the trained format was produced."""
+
+    scene: str
+    events: list[Event]
+    format_ok: bool
+    repaired: bool = False
+    repairs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Same shape as the remote code's ``caption()`` minus the raw text."""
+        return {"scene": self.scene, "events": [e.to_dict() for e in self.events]}
+
+
+@dataclass
+class SpanParse:
+    """A parsed grounding answer; ``span`` is None when nothing usable was found."""
+
+    span: tuple[float, float] | None
+    format_ok: bool
+    repaired: bool = False
+    repairs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Same shape as the remote code's ``find()`` minus the raw text."""
+        return {
+            "span": None if self.span is None else [self.span[0], self.span[1]],
+            "format_ok": self.format_ok,
+        }
+
+
+# ---------------------------------------------------------------------------
+# Think tags
+# ---------------------------------------------------------------------------
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+_THINK_LINE_RE = re.compile(r"^[ \t]*</?think>[ \t]*(?:\r?\n|$)", re.MULTILINE)
+
+
+def strip_think(text: str) -> str:
+    """Remove reasoning markup the model may emit before its answer.
+
+    Drops every whole ``<think>...</think>`` block, then any stray tag: a
+    line holding only ``<think>`` (Marlin often starts with one and never
+    closes it) is removed as a line, an inline stray tag is removed alone.
+    An unclosed ``<think>`` cannot tell where reasoning ends, so the text
+    after it is kept. Uses ``str.find`` (linear time) rather than a lazy regex.
+    """
+    if not text:
+        return ""
+    parts: list[str] = []
+    pos = 0
+    while True:
+        i = text.find(_THINK_OPEN, pos)
+        if i < 0:
+            break
+        j = text.find(_THINK_CLOSE, i + len(_THINK_OPEN))
+        if j < 0:
+            break
+        parts.append(text[pos:i])
+        pos = j + len(_THINK_CLOSE)
+    parts.append(text[pos:])
+    text = _THINK_LINE_RE.sub("", "".join(parts))
+    return text.replace(_THINK_OPEN, "").replace(_THINK_CLOSE, "").strip()
+
+
+# ---------------------------------------------------------------------------
+# Time tokens
+# ---------------------------------------------------------------------------
+
+# Seconds ("12", "1.8") or clock time ("01:15", "1:01:15.5"). Digit runs are bounded.
+_TIME = r"\d{1,12}(?::\d{1,2}){0,2}(?:\.\d{1,12})?"
+# Optional unit; \b keeps "5 - 9 smoke" from reading the "s" of "smoke" as seconds.
+_UNIT = r"(?: ?(?:seconds|second|secs|sec|s)\b\.?)?"
+_NUM = r"\d{1,12}(?:\.\d{1,12})?"
+
+
+def _to_seconds(token: str) -> float:
+    """'1.8' -> 1.8, '01:15' -> 75.0, '1:01:15.5' -> 3675.5."""
+    total = 0.0
+    for part in token.split(":"):
+        total = total * 60.0 + float(part)
+    return total
+
+
+def _norm_line(line: str) -> str:
+    """Collapse whitespace so the regexes only ever see single spaces."""
+    return " ".join(line.split())
+
+
+# ---------------------------------------------------------------------------
+# Caption parsing
+# ---------------------------------------------------------------------------
+
+_EVENT_RE = re.compile(
+    r"^(?:[-*\u2022] )?"  # optional list bullet
+    r"[<\[(]? ?"
+    rf"(?P<a>{_TIME}){_UNIT} ?"
+    r"(?:-|\u2013|\u2014|to) ?"
+    rf"(?P<b>{_TIME}){_UNIT} ?"
+    r"[>\])]?"
+    r"(?: ?[:\-\u2013\u2014,])? ?"
+    r"(?P<desc>.*)$",
+    re.IGNORECASE,
+)
+_CANON_EVENT_RE = re.compile(rf"^<(?P<a>{_NUM}) ?- ?(?P<b>{_NUM})> ?(?P<desc>\S.*)$")
+_SCENE_HDR_RE = re.compile(r"^[#* ]*scene[* ]*:[* ]*(?P<rest>.*)$", re.IGNORECASE)
+_EVENTS_HDR_RE = re.compile(r"^[#* ]*(?:events|timeline)[* ]*(?::[* ]*(?P<rest>.*))?$", re.IGNORECASE)
+
+
+def _match_event(line: str) -> tuple[Event, bool] | None:
+    """Parse one normalised line as an event; returns (event, canonical) or None."""
+    if not line:
+        return None
+    m = _EVENT_RE.match(line)
+    if m is None:
+        return None
+    event = Event(_to_seconds(m["a"]), _to_seconds(m["b"]), m["desc"].strip())
+    return event, _CANON_EVENT_RE.match(line) is not None
+
+
+def parse_caption(text: str) -> CaptionParse:
+    """Parse ``Scene: ...`` / ``Events:`` / ``<start - end> description`` output.
+
+    Tolerates units, missing angle brackets, clock times, dashes, bullets,
+    markdown-decorated or missing headers. With an ``Events:`` header,
+    everything before it is the scene; without one, the scene is the
+    non-event text before the first event line. Event times and order are
+    kept exactly as written (``repair_caption`` fixes them, with notes).
+    ``format_ok`` is True only for a canonical ``Scene:`` header, a bare
+    ``Events:`` header and at least one canonical ``<a - b> text`` line.
+    """
+    lines = [_norm_line(raw) for raw in strip_think(text or "").splitlines()]
+
+    events_idx = -1
+    events_hdr_canonical = False
+    header_rest = ""
+    for i, line in enumerate(lines):
+        m = _EVENTS_HDR_RE.match(line)
+        if m:
+            events_idx = i
+            events_hdr_canonical = line == "Events:"
+            header_rest = m["rest"] or ""
+            break
+
+    if events_idx >= 0:
+        scene_lines = lines[:events_idx]
+        event_lines = [header_rest, *lines[events_idx + 1 :]]
+    else:
+        first = next((i for i, line in enumerate(lines) if _match_event(line)), len(lines))
+        scene_lines = lines[:first]
+        event_lines = lines[first:]
+
+    # Scene: text after a "Scene:" header (a chatty preamble before it is dropped).
+    scene_canonical = False
+    scene_parts = scene_lines
+    for i, line in enumerate(scene_lines):
+        m = _SCENE_HDR_RE.match(line)
+        if m:
+            scene_canonical = line.startswith("Scene:")
+            scene_parts = [m["rest"], *scene_lines[i + 1 :]]
+            break
+    scene = " ".join(part for part in scene_parts if part)
+
+    events: list[Event] = []
+    any_canonical = False
+    for line in event_lines:
+        hit = _match_event(line)
+        if hit is None:
+            continue
+        events.append(hit[0])
+        any_canonical = any_canonical or hit[1]
+
+    format_ok = scene_canonical and events_hdr_canonical and any_canonical
+    return CaptionParse(scene=scene, events=events, format_ok=format_ok)
+
+
+# ---------------------------------------------------------------------------
+# Span parsing
+# ---------------------------------------------------------------------------
+
+_CANON_SPAN_RE = re.compile(rf"^From (?P<a>{_NUM}) to (?P<b>{_NUM}) ?\.?$")
+# A time not glued to a preceding number, optionally in <...>, optionally with a unit.
+_T = rf"<? ?(?<![\d.:])({_TIME})(?!\d){_UNIT} ?>?"
+_SPAN_ANY_RE = re.compile(
+    rf"\bbetween {_T} and {_T}"
+    rf"|(?:\bfrom )?{_T} ?(?:-|\u2013|\u2014|to|until|till|through) ?{_T}",
+    re.IGNORECASE,
+)
+
+
+def parse_span(text: str) -> SpanParse:
+    """Parse a grounding answer.
+
+    ``From <start> to <end>.`` (the trained format) gives ``format_ok=True``.
+    Usable stray formats (``3.5 - 8.2 seconds``, ``between 01:15 and 01:21``,
+    ``3.5 to 8.2``, ``from 3.5s to 8.2s``) give a span with
+    ``format_ok=False``. Nothing usable gives ``span=None``. A reversed
+    range is kept as written (``repair_span`` swaps it, with a note).
+    """
+    norm = _norm_line(strip_think(text or ""))
+    m = _CANON_SPAN_RE.match(norm)
+    if m:
+        return SpanParse(span=(float(m["a"]), float(m["b"])), format_ok=True)
+    m = _SPAN_ANY_RE.search(norm)
+    if m is None:
+        return SpanParse(span=None, format_ok=False)
+    a, b = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
+    return SpanParse(span=(_to_seconds(a), _to_seconds(b)), format_ok=False)
+
+
+# ---------------------------------------------------------------------------
+# Repair
+# ---------------------------------------------------------------------------
+
+
+def _fmt_s(value: float) -> str:
+    """Seconds for notes: '10.0', '10.5', '9.97'."""
+    text = f"{value:.2f}"
+    return text.removesuffix("0")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _check_duration(duration: float | None) -> float | None:
+    """None means 'unknown': duration-dependent repairs are skipped."""
+    if duration is None:
+        return None
+    value = float(duration)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"duration must be a finite number of seconds >= 0, got {duration!r}.")
+    return value
+
+
+_TRAILING_PUNCT = " .!?,;:\u2026"
+
+
+def _loop_key(text: str) -> str:
+    """Comparison key for repetition detection: case/space/end-punctuation blind."""
+    return " ".join(text.casefold().split()).rstrip(_TRAILING_PUNCT)
+
+
+def _loop_keep(keys: list[str]) -> list[bool]:
+    """Which items survive repetition-loop trimming.
+
+    An item is dropped when it repeats the item just before it, or when its
+    key occurs more than twice overall and this is not its first occurrence.
+    A description seen exactly twice, apart, is plausible (a door opens
+    twice) and is kept. When something was dropped, a final item that is a
+    strict prefix of an earlier one (a loop cut off by the token limit) is
+    dropped too.
+    """
+    counts = Counter(keys)
+    seen: set[str] = set()
+    keep: list[bool] = []
+    for i, key in enumerate(keys):
+        repeat = i > 0 and key == keys[i - 1]
+        looping = counts[key] > 2 and key in seen
+        keep.append(not (repeat or looping))
+        seen.add(key)
+    if keys and not all(keep) and keep[-1]:
+        last = keys[-1]
+        if last and any(k != last and k.startswith(last) for k in keys[:-1]):
+            keep[-1] = False
+    return keep
+
+
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _trim_scene_loop(scene: str) -> tuple[str, int]:
+    """Remove repeated sentences from a looping scene paragraph; returns (scene, removed)."""
+    sentences = [s for s in _SENTENCE_SPLIT_RE.split(scene.strip()) if s]
+    if len(sentences) < 2:
+        return scene, 0
+    keep = _loop_keep([_loop_key(s) for s in sentences])
+    removed = keep.count(False)
+    if not removed:
+        return scene, 0
+    return " ".join(s for s, k in zip(sentences, keep, strict=True) if k), removed
+
+
+def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
+    """Fix known failure modes and say what was fixed; returns a new object.
+
+    In order: drop events without a description (or with non-finite times),
+    swap reversed ranges, drop events starting at or after the clip's end,
+    clamp the rest into [0, duration], drop exact duplicates, drop repetition
+    loops (see ``_loop_keep``), and trim a looping scene paragraph. Each kind
+    of fix adds one human-readable note to ``repairs``. Event order is never
+    changed. ``duration=None`` skips the duration-dependent steps.
+    """
+    dur = _check_duration(duration)
+    notes: list[str] = []
+    events = list(parse.events)
+
+    kept = [e for e in events if e.description.strip() and math.isfinite(e.start) and math.isfinite(e.end)]
+    if len(kept) < len(events):
+        notes.append(
+            f"dropped {_count(len(events) - len(kept), 'event')} with no description or invalid times"
+        )
+    events = kept
+
+    swapped = sum(1 for e in events if e.start > e.end)
+    if swapped:
+        events = [Event(e.end, e.start, e.description) if e.start > e.end else e for e in events]
+        notes.append(f"swapped start and end of {_count(swapped, 'reversed event')}")
+
+    if dur is not None:
+        kept = [e for e in events if e.start < dur]
+        if len(kept) < len(events):
+            notes.append(
+                f"dropped {_count(len(events) - len(kept), 'event')} starting at or after "
+                f"the clip's end ({_fmt_s(dur)} s)"
+            )
+        events = kept
+        clamped = 0
+        out: list[Event] = []
+        for e in events:
+            start, end = max(0.0, e.start), min(dur, e.end)
+            if (start, end) != (e.start, e.end):
+                clamped += 1
+                out.append(Event(start, end, e.description))
+            else:
+                out.append(e)
+        events = out
+        if clamped:
+            notes.append(f"clamped {_count(clamped, 'event')} to the clip's {_fmt_s(dur)} s")
+
+    seen: set[tuple[float, float, str]] = set()
+    unique: list[Event] = []
+    for e in events:
+        key = (e.start, e.end, e.description)
+        if key not in seen:
+            seen.add(key)
+            unique.append(e)
+    if len(unique) < len(events):
+        notes.append(f"dropped {_count(len(events) - len(unique), 'duplicate event')}")
+    events = unique
+
+    keep = _loop_keep([_loop_key(e.description) for e in events])
+    if not all(keep):
+        notes.append(f"dropped {_count(keep.count(False), 'repeated event')} (repetition loop)")
+        events = [e for e, k in zip(events, keep, strict=True) if k]
+
+    scene, removed = _trim_scene_loop(parse.scene)
+    if removed:
+        notes.append(f"trimmed {_count(removed, 'repeated sentence')} from the scene (repetition loop)")
+    else:
+        scene = parse.scene
+
+    return CaptionParse(
+        scene=scene,
+        events=events,
+        format_ok=parse.format_ok,
+        repaired=parse.repaired or bool(notes),
+        repairs=[*parse.repairs, *notes],
+    )
+
+
+def repair_span(parse: SpanParse, duration: float | None) -> SpanParse:
+    """Swap a reversed span and clamp it into [0, duration]; returns a new object.
+
+    A span starting at or after the clip's end, or of zero length after
+    clamping, becomes ``None`` with a note: a span is never invented.
+    ``duration=None`` only swaps and drops zero-length spans.
+    """
+    dur = _check_duration(duration)
+    notes: list[str] = []
+    span = parse.span
+    if span is not None:
+        start, end = float(span[0]), float(span[1])
+        if not (math.isfinite(start) and math.isfinite(end)):
+            notes.append("dropped the span: its times are not finite numbers")
+            span = None
+        else:
+            if start > end:
+                notes.append(f"swapped the reversed span {_fmt_s(start)} to {_fmt_s(end)} s")
+                start, end = end, start
+            span = (start, end)
+            if dur is not None and start >= dur:
+                notes.append(
+                    f"dropped the span {_fmt_s(start)} to {_fmt_s(end)} s: it starts at or after "
+                    f"the clip's end ({_fmt_s(dur)} s)"
+                )
+                span = None
+            elif dur is not None and (start < 0 or end > dur):
+                span = (max(0.0, start), min(dur, end))
+                notes.append(
+                    f"clamped the span {_fmt_s(start)} to {_fmt_s(end)} s "
+                    f"into the clip's 0 to {_fmt_s(dur)} s"
+                )
+            if span is not None and span[0] == span[1]:
+                notes.append(f"dropped the span {_fmt_s(span[0])} to {_fmt_s(span[1])} s: it has zero length")
+                span = None
+    return SpanParse(
+        span=span,
+        format_ok=parse.format_ok,
+        repaired=parse.repaired or bool(notes),
+        repairs=[*parse.repairs, *notes],
+    )

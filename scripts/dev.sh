@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian machine: installs what is missing, then
+#   bash scripts/dev.sh app  [app.py flags...]   launch the demo (python app.py)
+#   bash scripts/dev.sh test [pytest args...]    run the whole test suite
+# Set-up is idempotent: system packages only when missing, the virtual
+# environment (.venv) only when requirements*.txt changed since the last install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] installing Debian packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+stamp=.venv/.requirements.sha
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] creating .venv and installing requirements (a few minutes the first time)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt -r requirements-dev.txt
+  .venv/bin/python -m pip check
+  echo "$want" > "$stamp"
+fi
+
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  app)  exec .venv/bin/python app.py "$@" ;;
+  test) exec .venv/bin/python -m pytest "$@" ;;
+  setup) echo "[setup] done" ;;
+  *) echo "usage: bash scripts/dev.sh app|test|setup [args...]" >&2; exit 2 ;;
+esac
