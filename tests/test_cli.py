@@ -1,0 +1,83 @@
+"""The CLI as a user runs it: a subprocess, real files, stdout and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIP = ROOT / "examples" / "blue_square.mp4"
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marlin_demo", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["gptq", "bnb4", "bf16"])
+def test_caption_json(variant: str) -> None:
+    proc = run_cli("caption", str(CLIP), "--model", "tiny", "--variant", variant, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
+    assert set(d) == {"variant", "model", "scene", "events", "raw", "repaired", "metrics"}
+    assert d["variant"] == variant
+    assert d["metrics"]["device"] == "cpu"
+
+
+@pytest.mark.slow
+def test_find_json_and_readable() -> None:
+    proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    d = json.loads(proc.stdout)
+    assert set(d) == {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+    assert d["query"] == "the blue square appears"
+
+    proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--variant", "bf16")
+    assert proc.returncode == 0
+    assert "random weights" in proc.stdout
+    assert "Query: the blue square appears" in proc.stdout
+    assert ("Span:" in proc.stdout) or ("No span" in proc.stdout)
+    assert "latency" in proc.stdout
+
+
+@pytest.mark.slow
+def test_caption_readable_timeline() -> None:
+    proc = run_cli("caption", str(CLIP), "--model", "tiny")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "random weights" in out and "Scene:" in out and "Events:" in out
+    assert "peak" in out and "cpu_peak_rss" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["caption", "/nonexistent/clip.mp4"], "No file at"),
+        (["caption", "pyproject.toml"], "not a video"),
+        (["find", str(CLIP), "   "], "The query is empty"),
+        (["find", str(CLIP), "x" * 5000], "at most 500"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args: list[str], message: str) -> None:
+    proc = run_cli(*args, "--model", "tiny")
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_unknown_variant_rejected() -> None:
+    proc = run_cli("caption", str(CLIP), "--model", "tiny", "--variant", "fp8")
+    assert proc.returncode == 2
+    assert "Unknown variant 'fp8'" in proc.stderr.strip().splitlines()[-1]
