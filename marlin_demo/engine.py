@@ -158,8 +158,10 @@ class Engine:
         return True
 
     # ------------------------------------------------------------------ video
-    def prepare(self, video: str | Path) -> PreparedVideo:
+    def prepare(self, video: str | Path | PreparedVideo) -> PreparedVideo:
         """Validate, plan and decode once per (content, parameters); later requests reuse the frames."""
+        if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's synthetic clip)
+            return video
         path = Path(video)
         if not path.exists():
             raise VideoError(f"No file at {path.name}: upload a video file.")
@@ -252,7 +254,7 @@ class Engine:
 
     def _run(
         self,
-        video: str | Path,
+        video: str | Path | PreparedVideo,
         variant: str,
         prompt: str,
         max_new_tokens: int,
@@ -318,7 +320,7 @@ class Engine:
 
     # ------------------------------------------------------------------ tasks
     def caption(
-        self, video: str | Path, variant: str, on_text: Callable[[str], None] | None = None
+        self, video: str | Path | PreparedVideo, variant: str, on_text: Callable[[str], None] | None = None
     ) -> CaptionResult:
         """Scene paragraph plus timed events, repaired into the clip and flagged when repaired."""
         gen, metrics, info, prepared = self._run(
@@ -341,7 +343,7 @@ class Engine:
 
     def find(
         self,
-        video: str | Path,
+        video: str | Path | PreparedVideo,
         query: str,
         variant: str,
         on_text: Callable[[str], None] | None = None,
@@ -367,7 +369,7 @@ class Engine:
             info=info,
         )
 
-    def run(self, task: str, video: str | Path, variant: str, query: str | None = None, **kw: Any) -> Result:
+    def run(self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None, **kw: Any) -> Result:
         """Dispatch by task name (the compare tab and the bench use it)."""
         if task == "caption":
             return self.caption(video, variant, **kw)
@@ -378,7 +380,7 @@ class Engine:
         raise ValueError(f"Unknown task {task!r}: choose caption or find.")
 
     def stream(
-        self, task: str, video: str | Path, variant: str, query: str | None = None
+        self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None
     ) -> Iterator[str | Result]:
         """Yield the partial text as the model writes, then the result object (errors re-raised)."""
         updates: queue.Queue[tuple[str, Any]] = queue.Queue()

@@ -52,6 +52,13 @@ class Settings:
     variants: str = field(
         default="gptq,bnb4,bf16", metadata={"env": "MARLIN_VARIANTS", "help": "variants offered, in order"}
     )
+    gptq_backend: str = field(
+        default="auto",
+        metadata={
+            "env": "MARLIN_GPTQ_BACKEND",
+            "help": "GPTQModel kernel: auto, gptq_marlin, gptq_exllama_v2, gptq_triton, gptq_torch...",
+        },
+    )
     device: str = field(default="auto", metadata={"env": "MARLIN_DEVICE", "help": "auto, cuda or cpu"})
     caption_max_new_tokens: int = field(
         default=768, metadata={"env": "MARLIN_CAPTION_MAX_NEW_TOKENS", "help": "token limit for captions"}

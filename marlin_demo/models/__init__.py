@@ -186,10 +186,10 @@ def _check_remote_code(settings: Settings, source: Source) -> bool:
 
 
 def _gptq_kernel(model: Any) -> str:
+    """Class name of the first GPTQModel quantized linear (TorchAtenLinear, TritonV2Linear, ...)."""
     for module in model.modules():
-        cls = type(module).__name__
-        if "QuantLinear" in cls or (cls.endswith("Linear") and "Quant" in type(module).__mro__[1].__name__):
-            return cls
+        if type(module).__module__.startswith("gptqmodel.nn_modules.qlinear"):
+            return type(module).__name__
     return "unknown"
 
 
@@ -214,9 +214,14 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
     try:
         trust = _check_remote_code(settings, source)
         if source.quantized == "gptq":
-            model, keep, kernel = _load_gptq(source, device, trust)
+            model, keep, kernel = _load_gptq(source, device, trust, settings.gptq_backend)
         else:
             model, keep, kernel = _load_transformers(source, device, trust)
+        if source.is_local:  # a quantize-built mixed variant keeps vision linears as int8 in a sidecar
+            from marlin_demo.rtn import apply_sidecar
+
+            if apply_sidecar(model, Path(source.location)):
+                kernel += "+rtn-int8"
         processor = _load_processor(source, trust)
     except ModelLoadError:
         raise
@@ -277,21 +282,38 @@ def _load_transformers(source: Source, device: str, trust: bool) -> tuple[Any, l
     return model, [], kernel
 
 
-def _load_gptq(source: Source, device: str, trust: bool) -> tuple[Any, list[Any], str]:
+def _load_gptq(source: Source, device: str, trust: bool, backend: str = "auto") -> tuple[Any, list[Any], str]:
     import torch
 
     hf_home = os.environ.get("HF_HOME")
-    from gptqmodel import GPTQModel
+    from gptqmodel import BACKEND, GPTQModel
 
     if hf_home is None:  # importing gptqmodel moves HF_HOME when unset: put it back
         os.environ.pop("HF_HOME", None)
     kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust}
+    if backend != "auto":
+        kwargs["backend"] = BACKEND(backend)
     if not source.is_local:
         kwargs["revision"] = source.revision
     if device == "cuda":
         kwargs["device_map"] = {"": "cuda:0"}
     else:
         kwargs["device"] = "cpu"
-    wrapper = GPTQModel.load(source.location, **kwargs)
+    try:
+        wrapper = GPTQModel.load(source.location, **kwargs)
+        note = ""
+    except Exception as exc:
+        if backend != "auto" or device != "cuda":
+            raise
+        # AUTO can pick a kernel that needs a compiler or a download (Machete fetches CUTLASS on
+        # Hopper; ZeroGPU has no nvcc): fall back to the portable torch kernel and say so.
+        log.warning("GPTQ auto kernel failed (%s); retrying with gptq_torch", _scrub(repr(exc))[:300])
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()  # the failed attempt's tensors would inflate every later peak
+        kwargs["backend"] = BACKEND.GPTQ_TORCH
+        wrapper = GPTQModel.load(source.location, **kwargs)
+        note = f" (auto failed: {type(exc).__name__})"
     inner = wrapper.model
-    return inner, [wrapper], _gptq_kernel(inner)
+    return inner, [wrapper], _gptq_kernel(inner) + note

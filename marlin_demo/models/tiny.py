@@ -331,8 +331,8 @@ def _gptq_calibration(processor, n: int = 16) -> list[dict]:
     return rows
 
 
-def build_tiny_gptq(src: Path, out: Path) -> Path:
-    """GPTQ 4-bit copy of the tiny checkpoint with the seed card's recipe, on the CPU."""
+def build_tiny_gptq(src: Path, out: Path, device: str = "cpu", samples: int = 16) -> Path:
+    """GPTQ 4-bit copy with the seed card's recipe (4 bit, group 128, desc_act, sym); CPU by default."""
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
     hf_home = os.environ.get("HF_HOME")
     from gptqmodel import GPTQModel, QuantizeConfig
@@ -342,13 +342,14 @@ def build_tiny_gptq(src: Path, out: Path) -> Path:
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(src)
-    qcfg = QuantizeConfig(bits=4, group_size=128, desc_act=True, sym=True, device="cpu", pack_impl="original")
+    extra = {"device": "cpu", "pack_impl": "original"} if device == "cpu" else {}
+    qcfg = QuantizeConfig(bits=4, group_size=128, desc_act=True, sym=True, **extra)
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)  # quantize() writes ./logs
         try:
             model = GPTQModel.load(str(src), quantize_config=qcfg, trust_remote_code=False)
-            model.quantize(_gptq_calibration(processor), batch_size=1)
+            model.quantize(_gptq_calibration(processor, samples), batch_size=1)
             model.save(str(out))
         finally:
             os.chdir(cwd)

@@ -1,0 +1,292 @@
+"""Prepared GPU check: every variant's real CUDA path, on the tiny and on a full-size random model.
+
+One command, no network on the GPU machine:
+
+    python scripts/gpu_check.py --out gpu_check.json            # on a CUDA machine
+    python scripts/gpu_check.py --dry-run --out /tmp/check.json  # the same steps on the CPU, scaled down
+
+It builds the tiny checkpoint (and its GPTQ copy), then a random-weight model with
+Marlin-2B's dimensions (Qwen3.5-2B layout: 24 layers, hidden 2048, a 0.33B vision
+tower, 248,320-token vocabulary) and its GPTQ copy, and runs caption and find for
+bf16, bnb4 and gptq through the project's engine on a synthetic 60 s clip. It writes one
+JSON with latency, time to first token, tokens/s, peak allocated memory, and the
+kernels each variant used. A variant that fails records its error and the check goes on.
+Random weights: the figures are about speed and memory, never about answers.
+Wheels the GPU machine may lack are listed in docs/GPU_CHECK.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from marlin_demo import contract
+
+# Marlin-2B / Qwen3.5-2B layout (2.21B parameters: text 1.88B incl. the 0.51B tied embedding, vision 0.33B)
+FULL_TEXT = {
+    "vocab_size": 248320,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+}
+FULL_VISION = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16}
+# The dry run keeps the same code path on a model small enough for a CPU
+# (32 value heads: bitsandbytes' packed CPU kernel needs out_features % 32 == 0)
+DRY_TEXT = {
+    **FULL_TEXT,
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "head_dim": 64,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 8,
+}
+DRY_VISION = {"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2}
+
+
+def versions() -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    for pkg in (
+        "torch",
+        "transformers",
+        "gptqmodel",
+        "bitsandbytes",
+        "accelerate",
+        "flash-linear-attention",
+        "causal-conv1d",
+        "torchcodec",
+        "av",
+    ):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = None
+    out["cuda"] = torch.version.cuda
+    out["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return out
+
+
+def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -> Any:
+    """A moving-square clip planned exactly as a decoded file would be (no decoder needed)."""
+    import numpy as np
+    import torch
+    from qwen_vl_utils.vision_process import smart_nframes, smart_resize
+
+    from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, _resize
+
+    params = contract.VideoParams()
+    total = int(seconds * fps)
+    nframes = smart_nframes(
+        {"fps": params.fps, "max_frames": params.max_frames, "min_frames": params.min_frames},
+        total_frames=total,
+        video_fps=fps,
+    )
+    indices = [round(float(x)) for x in np.linspace(0, total - 1, nframes)]
+    h, w = smart_resize(
+        height, width, factor=params.factor, min_pixels=128 * 32 * 32, max_pixels=params.max_pixels
+    )
+    frames = np.zeros((nframes, 3, height, width), dtype=np.uint8)
+    for k, idx in enumerate(indices):
+        x = int((width - 64) * idx / max(total - 1, 1))
+        frames[k, 0] = 40
+        frames[k, :, height // 2 - 32 : height // 2 + 32, x : x + 64] = 220
+    resized = _resize(torch.from_numpy(frames), h, w)
+    tokens = nframes // 2 * (h // params.factor) * (w // params.factor)
+    info = VideoInfo(
+        path="synthetic.mp4",
+        size_bytes=0,
+        container="synthetic",
+        duration_s=seconds,
+        fps=fps,
+        num_frames=total,
+        width=width,
+        height=height,
+        display_width=width,
+        display_height=height,
+        rotation=0,
+        codec="synthetic",
+        audio_streams=0,
+        video_streams=1,
+    )
+    plan = SamplingPlan(
+        indices=indices,
+        timestamps=[i / fps for i in indices],
+        nframes=nframes,
+        sample_fps=nframes / total * fps,
+        height=h,
+        width=w,
+        video_tokens=tokens,
+        source_fps=fps,
+        total_frames=total,
+        source_height=height,
+        source_width=width,
+    )
+    meta = {"fps": fps, "frames_indices": indices, "total_num_frames": total, "video_backend": "synthetic"}
+    return PreparedVideo(frames=resized, metadata=meta, plan=plan, info=info)
+
+
+def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str) -> Path:
+    """Random-weight checkpoint of Marlin's size, with the tiny tokenizer and processor."""
+    import torch
+    from transformers import AutoProcessor, Qwen3_5ForConditionalGeneration
+
+    from marlin_demo.models.tiny import tiny_config
+
+    processor = AutoProcessor.from_pretrained(tiny_dir)
+    config = tiny_config(processor.tokenizer)
+    for key, value in text.items():
+        setattr(config.text_config, key, value)
+    config.text_config.layer_types = [
+        "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(text["num_hidden_layers"])
+    ]
+    half = text["head_dim"] // 4 // 2  # partial_rotary_factor 0.25
+    config.text_config.rope_parameters["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+    for key, value in vision.items():
+        setattr(config.vision_config, key, value)
+    config.vision_config.out_hidden_size = text["hidden_size"]
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16)
+    model.generation_config.eos_token_id = config.text_config.eos_token_id
+    model.generation_config.pad_token_id = config.text_config.pad_token_id
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    n = sum(p.numel() for p in model.parameters())
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    (out / "params.txt").write_text(f"{n}\n")
+    return out
+
+
+def run_variants(
+    label: str,
+    settings: Any,
+    clip: Any,
+    caption_tokens: int,
+    backends: list[str],
+    save: Any,
+    rows: list[dict[str, Any]],
+) -> None:
+    """bf16, bnb4, then gptq once per GPTQ kernel asked for; the report is saved after every row."""
+    import torch
+
+    from marlin_demo.engine import Engine
+
+    plan = [("bf16", "auto"), ("bnb4", "auto")] + [("gptq", b) for b in backends]
+    for variant, backend in plan:
+        engine = Engine(settings.with_(caption_max_new_tokens=caption_tokens, gptq_backend=backend))
+        row: dict[str, Any] = {"model": label, "variant": variant, "gptq_backend": backend}
+        try:
+            loaded = engine.load(variant)
+            row.update(loaded.describe())
+            for task in ("caption", "find"):
+                engine.run(task, clip, variant, query="the square crosses the frame")  # warm-up
+                res = engine.run(task, clip, variant, query="the square crosses the frame")
+                row[task] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"[:800]
+            row["trace"] = traceback.format_exc()[-1500:]
+        engine.unload(variant)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        rows.append(row)
+        save()
+        print(json.dumps(row)[:600], file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_check.json")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, scaled-down full model")
+    parser.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
+    parser.add_argument("--caption-tokens", type=int, default=96)
+    parser.add_argument("--skip-full", action="store_true")
+    parser.add_argument("--gptq-backends", default="gptq_triton,auto", help="GPTQ kernels to try, in order")
+    args = parser.parse_args(argv)
+
+    import tempfile
+
+    import torch
+
+    from marlin_demo.models.tiny import build_tiny_gptq, ensure_tiny
+    from marlin_demo.settings import Settings
+
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device: run with --dry-run on a CPU machine", file=sys.stderr)
+        return 2
+    work = Path(args.work or tempfile.mkdtemp(prefix="gpu-check-"))
+    os.environ.setdefault("MARLIN_CACHE_DIR", str(work / "cache"))
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {"versions": versions(), "device": device, "dry_run": args.dry_run, "steps": {}}
+    backends = [b.strip() for b in args.gptq_backends.split(",") if b.strip()]
+
+    def save() -> None:
+        report["total_s"] = round(time.perf_counter() - t0, 1)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+
+    clip = synthetic_clip(60.0, 640, 360)
+    report["clip"] = {
+        "seconds": 60.0,
+        "frames": clip.plan.nframes,
+        "size": [clip.plan.width, clip.plan.height],
+        "video_tokens": clip.plan.video_tokens,
+    }
+    with contextlib.redirect_stdout(sys.stderr):
+        t = time.perf_counter()
+        paths = ensure_tiny(Path(os.environ["MARLIN_CACHE_DIR"]))
+        report["steps"]["tiny_build_s"] = round(time.perf_counter() - t, 2)
+        base = Settings(model="tiny", device=device, cache_dir=os.environ["MARLIN_CACHE_DIR"])
+        if not args.skip_full:  # the full-size figures matter most: they run first
+            text, vision = (DRY_TEXT, DRY_VISION) if args.dry_run else (FULL_TEXT, FULL_VISION)
+            full = work / "full"
+            t = time.perf_counter()
+            build_full(paths["bf16"], full, text, vision, device)
+            report["steps"]["full_build_s"] = round(time.perf_counter() - t, 2)
+            report["full_params"] = int((full / "params.txt").read_text())
+            save()
+            t = time.perf_counter()
+            try:
+                build_tiny_gptq(full, full / "gptq", device=device, samples=8)
+                report["steps"]["full_gptq_s"] = round(time.perf_counter() - t, 2)
+            except Exception as exc:
+                report["steps"]["full_gptq_error"] = f"{type(exc).__name__}: {exc}"[:800]
+            save()
+            settings = Settings(model=str(full), device=device)
+            report["full"] = []
+            run_variants(
+                "full-size random", settings, clip, args.caption_tokens, backends, save, report["full"]
+            )
+        report["tiny"] = []
+        run_variants("tiny", base, clip, args.caption_tokens, backends, save, report["tiny"])
+    save()
+    print(json.dumps({"out": args.out, "total_s": report["total_s"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
