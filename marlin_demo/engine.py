@@ -232,7 +232,7 @@ class Engine:
                 top_p=None,
                 top_k=None,
                 streamer=streamer,
-                max_time=max(1.0, deadline - time.perf_counter()),
+                max_time=max(0.05, deadline - time.perf_counter()),
                 eos_token_id=gen_cfg.eos_token_id,
                 pad_token_id=gen_cfg.pad_token_id,
             )
@@ -269,6 +269,8 @@ class Engine:
         # a first-use load is reported as load_s, not inside the request's latency
         t_start += time.perf_counter() - t_load
         deadline = t_start + self.settings.request_timeout_s
+        if time.perf_counter() >= deadline:  # preparing the video alone used up the time limit
+            raise EngineError(self._timeout_message())
         with self.gpu_lock:
             cuda = loaded.device == "cuda"
             if cuda:
@@ -291,10 +293,7 @@ class Engine:
             input_ids = inputs["input_ids"][0].tolist()
         latency = time.perf_counter() - t_start
         if gen.stopped_by_time:
-            raise EngineError(
-                f"The request ran past the {self.settings.request_timeout_s:.0f} s limit and was stopped: "
-                "try a shorter clip (MARLIN_REQUEST_TIMEOUT_S sets the limit)."
-            )
+            raise EngineError(self._timeout_message())
         ttft = None if gen.first_token_at is None else gen.first_token_at - t_start
         decode_window = None if gen.first_token_at is None else (t_start + latency) - gen.first_token_at
         tps = (gen.output_tokens - 1) / decode_window if decode_window and gen.output_tokens > 1 else None
@@ -317,6 +316,12 @@ class Engine:
             attention=loaded.attention,
         )
         return gen, metrics, info, prepared
+
+    def _timeout_message(self) -> str:
+        return (
+            f"The request ran past the {self.settings.request_timeout_s:g} s time limit and was stopped: "
+            "try a shorter clip (MARLIN_REQUEST_TIMEOUT_S sets the limit)."
+        )
 
     # ------------------------------------------------------------------ tasks
     def caption(
@@ -369,7 +374,9 @@ class Engine:
             info=info,
         )
 
-    def run(self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None, **kw: Any) -> Result:
+    def run(
+        self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None, **kw: Any
+    ) -> Result:
         """Dispatch by task name (the compare tab and the bench use it)."""
         if task == "caption":
             return self.caption(video, variant, **kw)
