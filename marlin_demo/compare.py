@@ -1,0 +1,237 @@
+"""Agreement between variants and scores against ground truth (pure Python: no gradio, no torch).
+
+Used by the Compare tab, the public ``/compare`` endpoint and the benchmark, so
+the numbers a visitor sees are the numbers the benchmark reports.
+
+Conventions (each is tested in ``tests/test_compare.py``):
+
+* Pairs are keyed ``"a|b"`` in the order the results were given, for every
+  pair ``i < j`` (``{"gptq": .., "bnb4": ..}`` gives the key ``"gptq|bnb4"``).
+* Find: ``span_iou`` is :func:`metrics.temporal_iou`; a missing span on either
+  side counts as 0.0 (the field's convention for unparseable answers).
+* Caption: ``event_iou`` is the mean temporal IoU of the events matched one to
+  one (:func:`metrics.event_scores`, ``min_iou`` 0.3), 0.0 when none match;
+  ``rouge_l`` compares scene + event descriptions (symmetric F-measure).
+* Results may be result objects (``CaptionResult`` / ``FindResult``) or their
+  ``to_dict()`` shapes, so stored benchmark rows can be compared too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from marlin_demo import metrics
+
+__all__ = [
+    "DEFAULT_EXAMPLES_JSON",
+    "TASKS",
+    "agreement",
+    "compare_payload",
+    "ground_truth_for",
+    "load_examples",
+    "normalize_query",
+    "score_against_truth",
+    "truth_span",
+]
+
+TASKS = ("caption", "find")
+DEFAULT_EXAMPLES_JSON = Path(__file__).resolve().parents[1] / "examples" / "examples.json"
+
+
+# ---------------------------------------------------------------------------
+# Reading results (objects or their to_dict shapes)
+# ---------------------------------------------------------------------------
+
+
+def _get(result: Any, name: str, default: Any = None) -> Any:
+    if isinstance(result, Mapping):
+        return result.get(name, default)
+    return getattr(result, name, default)
+
+
+def _span(result: Any) -> tuple[float, float] | None:
+    span = _get(result, "span")
+    return None if span is None else (float(span[0]), float(span[1]))
+
+
+def _events(result: Any) -> list[Any]:
+    return list(_get(result, "events", []) or [])
+
+
+def _description(event: Any) -> str:
+    return str(_get(event, "description", "") or "")
+
+
+def _caption_text(scene: str, events: Sequence[Any]) -> str:
+    return "\n".join([scene or "", *(_description(e) for e in events)]).strip()
+
+
+def _to_dict(result: Any) -> dict[str, Any]:
+    if isinstance(result, Mapping):
+        return dict(result)
+    return result.to_dict()
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"Unknown task {task!r}: choose caption or find.")
+
+
+# ---------------------------------------------------------------------------
+# Agreement between variants
+# ---------------------------------------------------------------------------
+
+
+def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> dict[str, dict[str, float]]:
+    """Pairwise agreement for every pair of variants, keyed ``"a|b"`` in the given order."""
+    _check_task(task)
+    out: dict[str, dict[str, float]] = {}
+    for (name_a, a), (name_b, b) in combinations(results.items(), 2):
+        key = f"{name_a}|{name_b}"
+        if task == "find":
+            out[key] = {"span_iou": metrics.temporal_iou(_span(a), _span(b))}
+        else:
+            ev_a, ev_b = _events(a), _events(b)
+            matched = metrics.event_scores(ev_a, ev_b, min_iou=min_iou)["mean_matched_iou"]
+            text_a = _caption_text(str(_get(a, "scene", "") or ""), ev_a)
+            text_b = _caption_text(str(_get(b, "scene", "") or ""), ev_b)
+            out[key] = {"event_iou": float(matched), "rouge_l": metrics.rouge_l(text_a, text_b)}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Ground truth (examples/examples.json)
+# ---------------------------------------------------------------------------
+
+
+def load_examples(examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON) -> list[dict[str, Any]]:
+    """The ground-truth list, or [] when the file is absent or unreadable (examples are optional)."""
+    path = Path(examples_json)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return (
+        [item for item in data if isinstance(item, dict) and item.get("video")]
+        if isinstance(data, list)
+        else []
+    )
+
+
+@lru_cache(maxsize=256)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    del size, mtime_ns  # part of the cache key only: a changed file is hashed again
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        st = path.stat()
+        return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+
+
+def ground_truth_for(
+    video_path: str | os.PathLike[str] | None,
+    examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON,
+) -> dict[str, Any] | None:
+    """The example whose clip this is, matched by content hash, else by file name.
+
+    A name match counts only when the reference clip is missing (nothing to
+    hash against): a different upload that happens to be called
+    ``ball_rolls.mp4`` must not be scored against the ball's ground truth.
+    """
+    if not video_path:
+        return None
+    path = Path(video_path)
+    examples = load_examples(examples_json)
+    if not examples or not path.is_file():
+        return None
+    folder = Path(examples_json).parent
+    size = path.stat().st_size
+    by_name = None
+    for example in examples:
+        ref = folder / str(example["video"])
+        if not ref.is_file():
+            if Path(str(example["video"])).name == path.name:
+                by_name = example
+            continue
+        # Sizes first: an upload is only hashed when some reference clip has its exact size.
+        if ref.stat().st_size == size and _file_digest(ref) == _file_digest(path):
+            return example
+    return by_name
+
+
+def normalize_query(query: str | None) -> str:
+    """Casefolded, whitespace-collapsed, without trailing punctuation or quotes: for matching queries."""
+    text = " ".join(str(query or "").casefold().split())
+    return text.strip(" .!?\"'\u201c\u201d")
+
+
+def truth_span(example: Mapping[str, Any], query: str | None) -> tuple[float, float] | None:
+    """The reference span of ``query`` in an example, or None when the example has no such query."""
+    wanted = normalize_query(query)
+    if not wanted:
+        return None
+    for item in example.get("queries", []) or []:
+        if normalize_query(item.get("query")) == wanted and item.get("span") is not None:
+            return float(item["span"][0]), float(item["span"][1])
+    return None
+
+
+def score_against_truth(
+    task: str, result: Any, example: Mapping[str, Any], query: str | None = None
+) -> dict[str, Any]:
+    """Score one result against an example's ground truth; {} when there is nothing to score against.
+
+    Find uses :func:`metrics.grounding_scores` on the one query (plus
+    ``ref_span``); caption uses :func:`metrics.caption_scores`.
+    """
+    _check_task(task)
+    if task == "find":
+        ref = truth_span(example, query if query is not None else _get(result, "query"))
+        if ref is None:
+            return {}
+        scores: dict[str, Any] = dict(metrics.grounding_scores([_span(result)], [ref]))
+        scores["ref_span"] = [ref[0], ref[1]]
+        return scores
+    ref_events = list(example.get("events", []) or [])
+    ref_scene = str(example.get("scene", "") or "")
+    if not ref_events and not ref_scene:
+        return {}
+    return metrics.caption_scores(
+        str(_get(result, "scene", "") or ""), _events(result), ref_scene, ref_events
+    )
+
+
+def compare_payload(
+    task: str,
+    query: str | None,
+    results: Mapping[str, Any],
+    example: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``/compare`` JSON: results per variant, pairwise agreement, and scores when truth exists."""
+    _check_task(task)
+    payload: dict[str, Any] = {
+        "task": task,
+        "query": query if task == "find" else None,
+        "results": {name: _to_dict(r) for name, r in results.items()},
+        "agreement": agreement(task, results),
+    }
+    if example is not None:
+        scores = {name: score_against_truth(task, r, example, query) for name, r in results.items()}
+        if any(scores.values()):
+            payload["scores"] = scores
+    return payload

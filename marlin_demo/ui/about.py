@@ -1,0 +1,113 @@
+"""About tab: model card facts, the seed card's GPTQ-vs-bnb4 figures with their source, how to run, the API.
+
+The facts are embedded here as text on purpose: the app must not read files
+outside the repository at runtime.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+from marlin_demo.ui.common import UIContext
+
+SEED_SOURCE = "seeds/marlin-2b-gptq-model-card.txt"
+
+MODEL_FACTS = """
+### Marlin-2B
+- A 2.21B-parameter video language model (NemoStation) fine-tuned from **Qwen3.5-2B**: a hybrid of Gated
+  DeltaNet linear-attention layers and a few full-attention layers, with a 0.33B vision tower.
+- Two trained tasks, each with its exact prompt: **caption** (`Scene:` paragraph, then `Events:` lines
+  `<start - end> description`) and **find** (`From <start> to <end>.` for a described event).
+- Video is sampled at **2 frames/s, 4 to 240 frames** (about 2 minutes), at most 200,704 pixels per frame;
+  every frame group carries its timestamp, so answers are in seconds of the clip.
+- Checkpoints: `NemoStation/Marlin-2B` (16-bit, gated), `NemoStation/Marlin-2B-GPTQ` (4-bit). BF16 weights are
+  about 4.4 GB; GPTQ int4 (embeddings, lm_head and the vision tower kept 16-bit) about 2.4 GB.
+- Generation is greedy; captions stop at 768 new tokens by default (the model card uses 2048;
+  `MARLIN_CAPTION_MAX_NEW_TOKENS`), find answers at 64.
+- Known failure modes, handled and reported (never hidden): events past the end of the clip, duplicated
+  events and repetition loops are clamped or dropped and the answer is marked *repaired*; an answer outside
+  the trained format is marked *not in Marlin's format*; a find answer without a time range gives no span.
+"""
+
+SEED_FIGURES = f"""
+### GPTQ vs bnb4: the published figures
+From the GPTQ checkpoint's model card (`{SEED_SOURCE}`), measured by its author on one GPU. The Compare tab
+measures the same quantities on this machine; expect other absolute numbers.
+
+| | GPTQ 4-bit | bnb4 (nf4) |
+|---|---|---|
+| Seconds per request | **11.78** | 12.44 |
+| Peak allocated VRAM (MB) | 4668.44 | **4201.46** |
+| Dense-caption score (lexical) | **0.4726** | 0.4654 |
+| Keyword coverage | **0.7318** | 0.7091 |
+
+- GPTQ was **~5.3 % faster** per request and kept **~93 %** of bnb4's overall accuracy; it needed ~467 MB
+  more peak memory. Both fit a 6 GB GPU.
+- GPTQ recipe: 4-bit, group size 128, `desc_act=True`, symmetric, lm_head kept 16-bit, quantized with
+  `gptqmodel`, calibration under a 5 GiB GPU memory cap. bnb4 is the 16-bit checkpoint loaded with
+  `BitsAndBytesConfig(load_in_4bit=True)` (nf4, bf16 compute).
+"""
+
+RUN_LOCALLY = """
+### Run it yourself
+```bash
+pip install -r requirements.txt   # and the system package ffmpeg
+python app.py                     # real Marlin-2B (Hub or local weights)
+python app.py --model tiny        # offline stand-in: no GPU, no network
+python app.py --help              # every setting (also MARLIN_* env vars)
+```
+Without Hub access or local weights, `python app.py` still starts: it falls back to the tiny stand-in and
+says why at the top of the page. Cached example outputs go to `.gradio/cached_examples`
+(`GRADIO_EXAMPLES_CACHE` moves them; `MARLIN_CACHE_EXAMPLES=eager|lazy|off` picks when they are made).
+"""
+
+
+def api_snippets(ctx: UIContext) -> str:
+    """A gradio_client call per public endpoint, pointing at this Space or a local server."""
+    target = os.environ.get("SPACE_ID") or f"http://127.0.0.1:{ctx.settings.port}/"
+    v = ctx.default_variant
+    return f"""
+### Use it from Python (`pip install gradio_client`)
+Every endpoint returns plain JSON; videos must be uploaded with `handle_file` (a path string naming a file on
+the server is refused). Errors arrive as `gradio_client.exceptions.AppError` with a readable message.
+```python
+from gradio_client import Client, handle_file
+
+client = Client("{target}")
+clip = handle_file("clip.mp4")
+
+# What happens: {{variant, model, scene, raw, repaired, metrics,
+#   events: [{{start, end, description}}]}}
+caption = client.predict(clip, "{v}", api_name="/caption")
+
+# When: {{variant, model, query, span: [start, end] or None,
+#   format_ok, raw, metrics}}
+found = client.predict(clip, "a person opens the door", "{v}",
+                       api_name="/find")
+
+# GPTQ vs bnb4: {{task, query, results: {{variant: ...}},
+#   agreement: {{"gptq|bnb4": ...}}, scores (bundled examples)}}
+both = client.predict(clip, "find", "a person opens the door",
+                      api_name="/compare")
+```
+Variants: {", ".join(f"`{x}`" for x in ctx.variants)}. `metrics` holds latency_s, ttft_s, output_tokens,
+tokens_per_s, video_tokens, peak_memory_mb, memory_kind, load_s and device. Requests run one at a time;
+when {ctx.settings.queue_size} are already waiting the server answers "Queue is full": try again later.
+"""
+
+
+def render(ctx: UIContext) -> gr.Markdown:
+    """The whole tab as Markdown."""
+    with gr.Row():
+        with gr.Column(scale=1):
+            gr.Markdown(MODEL_FACTS + SEED_FIGURES, elem_id="about-facts")
+        with gr.Column(scale=1):
+            md = gr.Markdown(RUN_LOCALLY + api_snippets(ctx), elem_id="about-run")
+    return md
+
+
+def listen(ctx: UIContext, md: gr.Markdown) -> None:
+    """Nothing to wire: the tab is static text."""
+    del ctx, md

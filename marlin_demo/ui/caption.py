@@ -1,0 +1,352 @@
+"""Caption tab: "what happens" — scene paragraph, a clickable timeline, a table, captions on the player.
+
+The UI event streams the text as the model writes it (private); the public
+``/caption`` endpoint returns ``CaptionResult.to_dict()`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from marlin_demo import space, subtitles
+from marlin_demo.contract import Event
+from marlin_demo.results import CaptionResult
+from marlin_demo.ui import timeline
+from marlin_demo.ui.common import (
+    GPU_EVENT,
+    UIContext,
+    error_html,
+    metrics_html,
+    notice_html,
+    pick_variant,
+    require_upload,
+    tiny_in_use,
+    upload_video,
+    user_errors,
+    write_json,
+)
+
+PLAYER_ID = "caption-player"
+TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
+STREAM_EVERY_S = 0.15
+
+
+@dataclass
+class CaptionTab:
+    video: gr.Video
+    variant: gr.Radio
+    run: gr.Button
+    player: gr.Video
+    timeline: gr.HTML
+    scene: gr.HTML
+    notice: gr.HTML
+    table: gr.Dataframe
+    metrics: gr.HTML
+    files: gr.File
+    raw: gr.Textbox
+    api_button: gr.Button
+    api_out: gr.JSON
+    examples: gr.Examples | None = None
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [
+            self.scene,
+            self.timeline,
+            self.table,
+            self.player,
+            self.metrics,
+            self.files,
+            self.raw,
+            self.notice,
+        ]
+
+
+def scene_html(scene: str) -> str:
+    text = html.escape(scene) if scene.strip() else "<i>The answer had no scene paragraph.</i>"
+    return f'<div class="mc-scene"><div class="mc-label">Scene</div><p>{text}</p></div>'
+
+
+def live_html(text: str, stage: str) -> str:
+    body = f"<pre>{html.escape(text)}</pre>" if text else ""
+    return f'<div class="mc-scene mc-live"><div class="mc-label">{html.escape(stage)}</div>{body}</div>'
+
+
+def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> tuple[Any, ...]:
+    """Every output of a finished caption: also what the cached examples store."""
+    folder = ctx.new_run_dir("caption")
+    data = result.to_dict()
+    files = [str(write_json(folder / "events.json", data))]
+    vtt_path = folder / "events.vtt"
+    vtt_path.write_text(subtitles.to_webvtt(result.events), encoding="utf-8")
+    files.append(str(vtt_path))
+    srt = subtitles.to_srt(result.events)
+    if srt:
+        (folder / "events.srt").write_text(srt, encoding="utf-8")
+        files.append(str(folder / "events.srt"))
+    duration = result.info.duration_s
+    # Plain values only (the captions are attached by the `with_subtitles` follow-up): Gradio 6.31's
+    # lazy example caching cannot apply prop updates ("'Video' object has no attribute 'info'").
+    if result.events:
+        tl = timeline.timeline_html(duration, result.events, player=f"#{PLAYER_ID}")
+    else:
+        tl = timeline.placeholder(
+            "No timed events could be read from the answer, so there is nothing to draw."
+        )
+    rows = [[i + 1, round(e.start, 2), round(e.end, 2), e.description] for i, e in enumerate(result.events)]
+    notice = notice_html(
+        tiny=tiny_in_use(ctx),
+        format_ok=result.format_ok,
+        repaired=result.repaired,
+        repairs=result.info.repairs,
+        what="caption",
+    )
+    return (
+        scene_html(result.scene),
+        tl,
+        rows,
+        video,
+        metrics_html(data["metrics"], cold, result.variant),
+        files,
+        result.raw,
+        notice,
+    )
+
+
+def _events_from_table(table: Any) -> list[Event]:
+    """The events back from the table's value (a DataFrame, or rows), skipping unreadable rows."""
+    rows = table.values.tolist() if hasattr(table, "values") else list(table or [])
+    events = []
+    for row in rows:
+        try:
+            events.append(Event(float(row[1]), float(row[2]), str(row[3])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return events
+
+
+def with_subtitles(ctx: UIContext, table: Any) -> Any:
+    """Follow-up step: the player shows the table's events as captions (WebVTT), or none."""
+    events = _events_from_table(table)
+    if not events:
+        return gr.update(subtitles=None)
+    path = ctx.new_run_dir("subtitles") / "events.vtt"
+    path.write_text(subtitles.to_webvtt(events), encoding="utf-8")
+    return gr.update(subtitles=str(path))
+
+
+def render(ctx: UIContext) -> CaptionTab:
+    """Lay out the tab (inside the caller's ``gr.Tab``); outputs are made first so examples can name them."""
+    player = gr.Video(
+        label="Playback, with the events as captions",
+        interactive=False,
+        elem_id=PLAYER_ID,
+        height=300,
+        render=False,
+    )
+    tl = gr.HTML(
+        timeline.placeholder(
+            "Run a caption: its events appear here on a time axis; click one to jump there."
+        ),
+        js_on_load=timeline.TIMELINE_JS,
+        elem_id="caption-timeline",
+        render=False,
+    )
+    scene = gr.HTML("", elem_id="caption-scene", render=False)
+    notice = gr.HTML("", elem_id="caption-notice", render=False)
+    table = gr.Dataframe(
+        headers=TABLE_HEADERS,
+        datatype=["number", "number", "number", "str"],
+        interactive=False,
+        wrap=True,
+        label="Events",
+        elem_id="caption-table",
+        column_widths=["8%", "14%", "14%", "64%"],
+        render=False,
+    )
+    metrics = gr.HTML("", elem_id="caption-metrics", render=False)
+    files = gr.File(
+        label="Downloads: events as JSON, WebVTT and SRT",
+        file_count="multiple",
+        interactive=False,
+        elem_id="caption-files",
+        height=210,
+        render=False,
+    )
+    raw = gr.Textbox(
+        label="Exactly what the model wrote",
+        lines=6,
+        interactive=False,
+        buttons=["copy"],
+        elem_id="caption-raw",
+        render=False,
+    )
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=320):
+            video = upload_video(label="Video", sources=["upload"], elem_id="caption-video", height=280)
+            variant = gr.Radio(
+                ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="caption-variant"
+            )
+            run = gr.Button("Caption this video", variant="primary", elem_id="caption-run")
+            api_button = gr.Button("api", visible=False)
+            api_out = gr.JSON(label="caption", visible=False)
+            tab = CaptionTab(
+                video,
+                variant,
+                run,
+                player,
+                tl,
+                scene,
+                notice,
+                table,
+                metrics,
+                files,
+                raw,
+                api_button,
+                api_out,
+            )
+            tab.examples = _examples(ctx, tab)
+        with gr.Column(scale=7, min_width=360):
+            player.render()
+            tl.render()
+            scene.render()
+            notice.render()
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=7, min_width=360):
+            table.render()
+        with gr.Column(scale=5, min_width=320):
+            metrics.render()
+            files.render()
+    with gr.Accordion("Raw model output", open=False, elem_id="caption-raw-acc"):
+        raw.render()
+    return tab
+
+
+def _examples(ctx: UIContext, tab: CaptionTab) -> gr.Examples | None:
+    if not ctx.examples:
+        return None
+
+    def example_fn(video: str, variant: str) -> tuple[Any, ...]:
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+        cold = v not in ctx.engine.loaded()
+        with user_errors():
+            return final_outputs(ctx, ctx.engine.caption(path, v), path, cold)
+
+    examples = gr.Examples(
+        examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],
+        inputs=[tab.video, tab.variant],
+        outputs=tab.outputs,
+        fn=example_fn,
+        cache_examples=ctx.cache_mode != "off",
+        cache_mode="lazy" if ctx.cache_mode == "lazy" else "eager",
+        example_labels=[f"▶ {e.get('title') or e['video']}" for e in ctx.examples],
+        label="Examples (cached: the result shows at once)" if ctx.cache_mode != "off" else "Examples",
+        elem_id="caption-examples",
+        examples_per_page=8,
+    )
+    return examples
+
+
+def listen(ctx: UIContext, tab: CaptionTab) -> None:
+    """Wire the UI streaming event and the public ``/caption`` endpoint."""
+
+    @space.gpu(space.duration_for("caption"))
+    def caption_ui(video: str | None, variant: str, progress: gr.Progress = gr.Progress()) -> Iterator[Any]:  # noqa: B008
+        skip = gr.skip()
+        try:
+            path = require_upload(video, ctx)
+            v = pick_variant(variant, ctx)
+            engine = ctx.engine
+            cold = v not in engine.loaded()
+            yield (live_html("", "Reading the video…"), skip, skip, skip, "", None, "", "")
+            with user_errors():
+                progress(0.05, desc="Checking and decoding the video")
+                prepared = engine.prepare(path)
+                tokens = prepared.plan.video_tokens
+                if cold:
+                    progress(0.2, desc=f"Loading {v} (first use of this variant)")
+                    engine.load(v)
+                progress(
+                    0.35, desc=f"Prefill: reading {prepared.plan.nframes} frames ({tokens} video tokens)"
+                )
+                result = None
+                last = 0.0
+                budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
+                for item in engine.stream("caption", path, v):
+                    if isinstance(item, str):
+                        now = time.monotonic()
+                        if now - last >= STREAM_EVERY_S:
+                            last = now
+                            progress(min(0.98, 0.5 + 0.48 * len(item) / budget), desc="Generating")
+                            yield (
+                                live_html(item, f"{v} is writing…"),
+                                skip,
+                                skip,
+                                skip,
+                                skip,
+                                skip,
+                                item,
+                                skip,
+                            )
+                    else:
+                        result = item
+                assert isinstance(result, CaptionResult)
+                yield final_outputs(ctx, result, path, cold)
+        except gr.Error as exc:
+            yield (
+                error_html(exc.message),
+                timeline.placeholder("No result."),
+                skip,
+                skip,
+                "",
+                None,
+                skip,
+                "",
+            )
+            raise
+
+    @space.gpu(space.duration_for("caption"))
+    def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
+        """Scene paragraph and timed events for an uploaded video: CaptionResult.to_dict()."""
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+        with user_errors():
+            return ctx.engine.caption(path, v).to_dict()
+
+    def subtitles_step(table: Any) -> Any:
+        return with_subtitles(ctx, table)
+
+    follow_up: dict[str, Any] = {
+        "fn": subtitles_step,
+        "inputs": tab.table,
+        "outputs": tab.player,
+        "api_visibility": "private",
+        "show_progress": "hidden",
+        "queue": False,
+    }
+    tab.run.click(
+        caption_ui,
+        [tab.video, tab.variant],
+        tab.outputs,
+        api_visibility="private",
+        show_progress_on=[tab.timeline],
+        **GPU_EVENT,
+    ).then(**follow_up)
+    if tab.examples is not None and tab.examples.cache_event is not None:
+        tab.examples.cache_event.then(**follow_up)  # cached outputs are plain values: add the captions
+    tab.api_button.click(
+        caption,
+        [tab.video, tab.variant],
+        tab.api_out,
+        api_name="caption",
+        api_description="Scene paragraph and timed events: "
+        "{variant, model, scene, events, raw, repaired, metrics}",
+        **GPU_EVENT,
+    )

@@ -1,0 +1,445 @@
+"""What every tab shares: the app context, upload checks, error mapping, output folders, formatting.
+
+Kept free of layout: the tab modules own their components and events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import gradio as gr
+from gradio.data_classes import FileData
+from pydantic import model_validator
+
+from marlin_demo import compare as cmp
+from marlin_demo.engine import TINY_LABEL, USER_ERRORS, Engine
+from marlin_demo.models import ModelLoadError
+from marlin_demo.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES_DIR = ROOT / "examples"
+EXAMPLES_JSON = EXAMPLES_DIR / "examples.json"
+
+GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": 1}
+"""Every event that runs the model shares one slot: one request on the GPU at a time."""
+
+CacheMode = Literal["eager", "lazy", "off"]
+CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
+UI_CACHE_VERSION = "ui-3"  # bump when example outputs change shape: old caches are then ignored
+
+VARIANT_LABELS = {
+    "gptq": "GPTQ 4-bit",
+    "bnb4": "bnb4 (nf4 4-bit)",
+    "bf16": "bf16 (16-bit)",
+}
+
+FALLBACK_FIX = (
+    "To use the real model: connect to the Hugging Face Hub (accept the model's conditions and set HF_TOKEN "
+    "for the gated repo), or download the weights and point MARLIN_MODEL / --model at the folder. "
+    "To start the stand-in on purpose (and skip this check): python app.py --model tiny."
+)
+
+
+# ---------------------------------------------------------------------------
+# Model status and the fallback to the tiny stand-in
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ModelStatus:
+    """What the visitor must be told about the model: which one was asked for and why another runs."""
+
+    requested: str
+    fallback_reason: str | None = None
+
+    @property
+    def fell_back(self) -> bool:
+        return self.fallback_reason is not None
+
+
+def _hub_unavailable(settings: Settings, variant: str) -> str | None:
+    """A quick reason the first variant cannot come from the Hub, or None when it might.
+
+    Without this a machine with no network spends over a minute in the Hub
+    client's retries before the real load fails.
+    """
+    if settings.model != "marlin":
+        return None
+    repo = settings.gptq_id if variant == "gptq" else settings.bf16_id
+    revision = settings.gptq_revision if variant == "gptq" else settings.revision
+    if Path(repo).expanduser().is_dir():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except Exception:
+        cached = None
+    if isinstance(cached, str):
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}:
+        return f"HF_HUB_OFFLINE is set and {repo} is not in the local Hugging Face cache."
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or 443
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return None
+    except OSError as exc:
+        why = exc.__class__.__name__
+        return f"The Hugging Face Hub ({host}) is unreachable ({why}) and {repo} is not in the local cache."
+
+
+def start_engine(settings: Settings) -> tuple[Engine, ModelStatus]:
+    """An engine that can answer: the requested model, or the tiny stand-in with the reason why.
+
+    For a real model the first variant is loaded now; a ``ModelLoadError``
+    switches to ``settings.with_(model="tiny")`` and keeps the message for the banner.
+    """
+    status = ModelStatus(requested=settings.model)
+    engine = Engine(settings)
+    if settings.is_tiny or not engine.variants:
+        return engine, status
+    first = engine.variants[0]
+    reason = _hub_unavailable(settings, first)
+    if reason is None:
+        try:
+            engine.load(first)
+            return engine, status
+        except ModelLoadError as exc:
+            reason = str(exc)
+    log.warning("falling back to the tiny stand-in: %s", reason)
+    status.fallback_reason = reason
+    return Engine(settings.with_(model="tiny")), status
+
+
+# ---------------------------------------------------------------------------
+# Context shared by the tabs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class UIContext:
+    """Everything a tab needs: the engine, the settings, where outputs go, the examples."""
+
+    engine: Engine
+    settings: Settings
+    status: ModelStatus
+    output_dir: Path
+    cache_mode: CacheMode = "eager"
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    examples_dir: Path = EXAMPLES_DIR
+
+    @property
+    def variants(self) -> list[str]:
+        return self.engine.variants
+
+    @property
+    def default_variant(self) -> str:
+        return self.variants[0]
+
+    def variant_choices(self) -> list[tuple[str, str]]:
+        return [(VARIANT_LABELS.get(v, v), v) for v in self.variants]
+
+    def clip(self, example: Mapping[str, Any]) -> Path:
+        return self.examples_dir / str(example["video"])
+
+    def new_run_dir(self, kind: str) -> Path:
+        """A fresh folder for one request's downloads; old ones are pruned."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        folder = self.output_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:8]}"
+        folder.mkdir()
+        _prune(self.output_dir, keep=200)
+        return folder
+
+    def compare_variants(self, include_bf16: bool = False) -> list[str]:
+        """bnb4 and GPTQ (and any extra variants); bf16 only when asked."""
+        chosen = [v for v in self.variants if v != "bf16"]
+        if include_bf16 and "bf16" in self.variants:
+            chosen.append("bf16")
+        return chosen
+
+
+def _prune(folder: Path, keep: int) -> None:
+    runs = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: p.name)
+    for old in runs[:-keep] if len(runs) > keep else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def default_output_dir(settings: Settings) -> Path:
+    """MARLIN_OUTPUT_DIR, else a folder in the system temp dir (served to the browser, so not the repo)."""
+    if settings.output_dir:
+        return Path(settings.output_dir).expanduser().resolve()
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "marlin-demo-outputs"
+
+
+def cache_mode_from_env(on_space: bool) -> CacheMode:
+    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy on a Space, eager elsewhere."""
+    raw = os.environ.get(CACHE_ENV, "").strip().lower()
+    if raw in ("eager", "lazy", "off"):
+        return raw  # type: ignore[return-value]
+    if raw:
+        raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
+    return "lazy" if on_space else "eager"
+
+
+def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
+    """Ground-truth entries whose clip is present (the examples are optional and rendered separately)."""
+    folder = examples_json.parent
+    return [e for e in cmp.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
+
+
+# ---------------------------------------------------------------------------
+# Example cache: one folder per model and example set, stale entries dropped
+# ---------------------------------------------------------------------------
+
+
+def example_cache_root(ctx: UIContext) -> Path:
+    """Where this app's cached example outputs live (``GRADIO_EXAMPLES_CACHE`` moves the base).
+
+    Gradio never invalidates its cache and keys it by component id, so the
+    folder is keyed by the model, its sources, the examples and this UI's
+    version: outputs of the tiny stand-in are never shown for the real model.
+    """
+    import hashlib
+
+    base = Path(os.environ.get("GRADIO_EXAMPLES_CACHE", ".gradio/cached_examples"))
+    s = ctx.engine.settings
+    key_parts = [
+        UI_CACHE_VERSION,
+        ctx.engine.model_label,
+        s.model,
+        s.bf16_id,
+        s.gptq_id,
+        s.revision,
+        s.gptq_revision,
+        ",".join(ctx.variants),
+        json.dumps(ctx.examples, sort_keys=True),
+        *(f"{e['video']}:{ctx.clip(e).stat().st_size}" for e in ctx.examples),
+    ]
+    digest = hashlib.sha256("\n".join(key_parts).encode()).hexdigest()[:12]
+    name = "tiny" if s.is_tiny else re.sub(r"[^A-Za-z0-9_.-]+", "_", s.model)[-40:]
+    return base / f"marlin-{name}-{digest}"
+
+
+_PATH_RE = re.compile(r"""['"]path['"]\s*:\s*['"]([^'"]+)['"]""")
+
+
+def prune_stale_example_cache(root: Path) -> list[Path]:
+    """Drop cached examples that point at files gone since (Gradio's temp folder is not permanent)."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for log_csv in root.glob("*/log.csv"):
+        try:
+            text = log_csv.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        paths = [p for p in _PATH_RE.findall(text) if not p.startswith(("http://", "https://"))]
+        if any(not Path(p).exists() for p in paths):
+            shutil.rmtree(log_csv.parent, ignore_errors=True)
+            removed.append(log_csv.parent)
+    return removed
+
+
+# ---------------------------------------------------------------------------
+# Uploads only
+# ---------------------------------------------------------------------------
+
+NOT_UPLOADED_PREFIX = "not-uploaded:"
+NOT_UPLOADED = (
+    "Send the video as an uploaded file: in gradio_client use handle_file('clip.mp4'). "
+    "A path on the server ({name}) is not accepted."
+)
+
+
+class UploadedVideoFile(FileData):
+    """A video file uploaded by the client (gradio_client: handle_file("clip.mp4"))."""
+
+    # A bare string is turned into a file reference that ``require_upload`` then refuses by its
+    # path with a clear message; left alone, pydantic's validation error would reach API clients
+    # only as a generic "error" without the reason.
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wrap_plain_string(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {
+                "path": NOT_UPLOADED_PREFIX + data,
+                "orig_name": Path(data).name or data,
+                "meta": {"_type": "gradio.FileData"},
+            }
+        return data
+
+
+def upload_video(**kwargs: Any) -> gr.Video:
+    """A ``gr.Video`` whose API accepts uploaded files only (see ``require_upload``).
+
+    The instance is adjusted instead of subclassing ``gr.Video``: Gradio writes a
+    ``.pyi`` stub beside the source of every component subclass at import time.
+    """
+    video = gr.Video(**kwargs)
+    video.data_model = UploadedVideoFile  # type: ignore[misc]
+    plain_move = video.async_move_resource_to_block_cache
+
+    async def move_refusing_urls(url_or_file_path: str | Path | None) -> str | None:
+        # The server never fetches a video from a URL a caller names.
+        if url_or_file_path is not None and str(url_or_file_path).startswith(("http://", "https://")):
+            raise gr.Error("Upload the video file itself: the server does not download URLs.")
+        return await plain_move(url_or_file_path)
+
+    video.async_move_resource_to_block_cache = move_refusing_urls  # type: ignore[method-assign]
+    return video
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def require_upload(video: str | None, ctx: UIContext) -> str:
+    """The path of an uploaded video (or a bundled example); anything else is a clear ``gr.Error``."""
+    if video is None or (isinstance(video, str) and not video.strip()):
+        raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
+    if str(video).startswith(NOT_UPLOADED_PREFIX):
+        name = Path(str(video)[len(NOT_UPLOADED_PREFIX) :]).name or str(video)
+        raise gr.Error(NOT_UPLOADED.format(name=html.escape(name)), print_exception=False)
+    path = Path(str(video))
+    allowed = [Path(gr.utils.get_upload_folder()), ctx.examples_dir, ctx.output_dir]
+    if not any(_inside(path, folder) for folder in allowed):
+        raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)
+    if not path.is_file():
+        raise gr.Error(
+            "The uploaded video is no longer on the server: upload it again.", print_exception=False
+        )
+    return str(path)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Engine/video/value errors become ``gr.Error`` with their message; anything else a short apology.
+
+    Never a stack trace: unexpected errors are logged on the server only.
+    """
+    try:
+        yield
+    except gr.Error:
+        raise
+    except USER_ERRORS as exc:
+        raise gr.Error(str(exc), print_exception=False) from None
+    except Exception as exc:
+        log.exception("unexpected error in a request")
+        raise gr.Error(
+            f"Something went wrong on the server ({type(exc).__name__}); it has been logged. "
+            "Try again, or try another clip."
+        ) from None
+
+
+def pick_variant(variant: str | None, ctx: UIContext) -> str:
+    """The variant asked for, the default when none was given; unknown names are refused clearly."""
+    if variant is None or variant == "":
+        return ctx.default_variant
+    if variant not in ctx.variants:
+        raise gr.Error(f"Unknown variant {variant!r}: choose one of {', '.join(ctx.variants)}.")
+    return variant
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}{unit}"
+
+
+def memory_label(kind: str) -> str:
+    return {
+        "cuda_peak_allocated": "GPU peak allocated",
+        "cpu_peak_rss": "process peak RSS (CPU)",
+    }.get(kind, kind)
+
+
+def metrics_html(m: Mapping[str, Any], cold: bool, variant: str) -> str:
+    """Cost of one request as cards; a first (cold) run says that it included loading the model."""
+    cards = [
+        ("Latency", fmt(m.get("latency_s"), " s"), "request end to end, model load excluded"),
+        ("First token", fmt(m.get("ttft_s"), " s"), "decode + prefill until the first new token"),
+        ("Tokens/s", fmt(m.get("tokens_per_s"), "", 1), "generation speed after the first token"),
+        ("Output tokens", str(m.get("output_tokens", "–")), "tokens the model wrote"),
+        ("Video tokens", str(m.get("video_tokens", "–")), "vision tokens of the sampled frames"),
+        ("Peak memory", fmt(m.get("peak_memory_mb"), " MB", 0), memory_label(str(m.get("memory_kind", "")))),
+        ("Load time", fmt(m.get("load_s"), " s"), "loading this variant (paid once)"),
+        ("Device", html.escape(str(m.get("device", "–"))), f"variant {variant}"),
+    ]
+    body = "".join(
+        f'<div class="md-card"><div class="md-k">{k}</div><div class="md-v">{v}</div>'
+        f'<div class="md-h">{html.escape(h)}</div></div>'
+        for k, v, h in cards
+    )
+    run = (
+        f'<span class="md-badge md-cold">cold run: {variant} was loaded for this request '
+        f"({fmt(m.get('load_s'), ' s')})</span>"
+        if cold
+        else f'<span class="md-badge md-warm">warm run: {variant} was already loaded</span>'
+    )
+    return f'<div class="md-metrics"><div class="md-run">{run}</div><div class="md-grid">{body}</div></div>'
+
+
+def notice_html(
+    *, tiny: bool, format_ok: bool, repaired: bool, repairs: Sequence[str], what: str = "caption"
+) -> str:
+    """Honest notes about an answer: stand-in weights, an off-format answer, repairs made."""
+    notes: list[str] = []
+    if not format_ok:
+        trained = "Scene / Events" if what == "caption" else "“From <start> to <end>.”"
+        notes.append(
+            f"<b>Not in Marlin's format.</b> The answer did not follow the trained {html.escape(trained)} "
+            "format; it is shown as far as it could be read."
+        )
+    if repaired:
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in repairs) or "<li>details not recorded</li>"
+        notes.append(f"<b>Repaired.</b> The answer was adjusted to fit the clip:<ul>{items}</ul>")
+    if tiny:
+        notes.append(
+            "<b>Tiny stand-in.</b> These words come from random weights that only learned the answer "
+            "format: they say nothing about the video."
+        )
+    if not notes:
+        return ""
+    return '<div class="md-notice">' + "".join(f"<p>{n}</p>" for n in notes) + "</div>"
+
+
+def error_html(message: str) -> str:
+    return f'<div class="md-notice md-error"><p>{html.escape(message)}</p></div>'
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_in_use(ctx: UIContext) -> bool:
+    return ctx.engine.settings.is_tiny or ctx.engine.model_label == TINY_LABEL

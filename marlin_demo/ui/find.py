@@ -1,0 +1,349 @@
+"""Find tab: "when does this happen" — the span on the timeline, the player jumping there, the span as a clip.
+
+An answer without a usable time range is said plainly; no span is ever drawn
+that the model did not give. The public ``/find`` endpoint returns
+``FindResult.to_dict()`` only; the jump of the player is a private follow-up.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from marlin_demo import compare as cmp
+from marlin_demo import contract, space
+from marlin_demo.metrics import temporal_iou
+from marlin_demo.results import FindResult
+from marlin_demo.ui import timeline
+from marlin_demo.ui.common import (
+    GPU_EVENT,
+    UIContext,
+    error_html,
+    metrics_html,
+    notice_html,
+    pick_variant,
+    require_upload,
+    tiny_in_use,
+    upload_video,
+    user_errors,
+)
+from marlin_demo.video import VideoError, export_clip
+
+VIDEO_ID = "find-video"
+
+
+@dataclass
+class FindTab:
+    video: gr.Video
+    query: gr.Textbox
+    suggestions: gr.Dropdown
+    variant: gr.Radio
+    run: gr.Button
+    headline: gr.HTML
+    timeline: gr.HTML
+    clip: gr.File
+    notice: gr.HTML
+    metrics: gr.HTML
+    raw: gr.Textbox
+    jump_to: gr.Number
+    api_button: gr.Button
+    api_out: gr.JSON
+    examples: gr.Examples | None = None
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [self.headline, self.timeline, self.clip, self.metrics, self.raw, self.notice, self.jump_to]
+
+
+def _truth(ctx: UIContext, video: str, query: str) -> tuple[float, float] | None:
+    example = cmp.ground_truth_for(video, ctx.examples_dir / "examples.json")
+    return None if example is None else cmp.truth_span(example, query)
+
+
+def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
+    q = html.escape(result.query)
+    if result.span is None:
+        said = html.escape(result.raw[:300]) or "(nothing)"
+        return (
+            f'<div class="mf-head mf-none"><div class="mf-q">“{q}”</div>'
+            '<div class="mf-v">No span found</div><div class="mf-h">The answer did not contain a usable '
+            f"time range, so nothing is highlighted. The model said: “{said}”</div></div>"
+        )
+    s, e = result.span
+    extra = ""
+    if truth is not None:
+        extra = (
+            f'<div class="mf-h">Ground truth of this example: {truth[0]:.1f} s → {truth[1]:.1f} s · '
+            f"IoU {temporal_iou(result.span, truth):.2f}</div>"
+        )
+    return (
+        f'<div class="mf-head"><div class="mf-q">“{q}”</div>'
+        f'<div class="mf-v">{s:.1f} s → {e:.1f} s</div>'
+        f'<div class="mf-h">{e - s:.1f} s long · the player jumped to its start · '
+        "click the span to jump again"
+        f"</div>{extra}</div>"
+    )
+
+
+def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) -> tuple[Any, ...]:
+    """Every output of a finished find (also what the cached examples store); the last is the jump target."""
+    truth = _truth(ctx, video, result.query)
+    duration = result.info.duration_s
+    clip = None
+    clip_problem = ""
+    if result.span is not None:
+        s, e = result.span
+        out = ctx.new_run_dir("find") / f"span_{s:.1f}-{e:.1f}s.mp4"
+        try:
+            clip = str(export_clip(video, s, e, out))
+        except (VideoError, RuntimeError) as exc:
+            clip_problem = f"The span could not be cut as a clip: {exc}"
+    tl = timeline.timeline_html(
+        duration,
+        span=result.span,
+        reference=truth,
+        player=f"#{VIDEO_ID}",
+        no_span_text="No span: the answer gave no usable time range." if result.span is None else None,
+    )
+    notice = notice_html(
+        tiny=tiny_in_use(ctx),
+        format_ok=result.format_ok,
+        repaired=result.repaired,
+        repairs=result.info.repairs,
+        what="find",
+    )
+    if clip_problem:
+        notice += error_html(clip_problem)
+    jump = None if result.span is None else float(result.span[0])
+    return (
+        headline_html(result, truth),
+        tl,
+        clip,
+        metrics_html(result.to_dict()["metrics"], cold, result.variant),
+        result.raw,
+        notice,
+        jump,
+    )
+
+
+def render(ctx: UIContext) -> FindTab:
+    """Lay out the tab; outputs are made first so the examples can name them."""
+    headline = gr.HTML("", elem_id="find-headline", render=False)
+    tl = gr.HTML(
+        timeline.placeholder(
+            "Describe an event and run Find: its span appears here; click it to jump there."
+        ),
+        js_on_load=timeline.TIMELINE_JS,
+        elem_id="find-timeline",
+        render=False,
+    )
+    clip = gr.File(
+        label="The span as a clip (MP4, cut frame-accurately)",
+        interactive=False,
+        elem_id="find-clip",
+        height=90,
+        render=False,
+    )
+    notice = gr.HTML("", elem_id="find-notice", render=False)
+    metrics = gr.HTML("", elem_id="find-metrics", render=False)
+    raw = gr.Textbox(
+        label="Exactly what the model wrote",
+        lines=2,
+        interactive=False,
+        buttons=["copy"],
+        elem_id="find-raw",
+        render=False,
+    )
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=320):
+            video = upload_video(
+                label="Video (also the player)", sources=["upload"], elem_id=VIDEO_ID, height=300
+            )
+            query = gr.Textbox(
+                label="What happens? Describe one event",
+                placeholder="e.g. the red ball rolls across the field",
+                max_length=ctx.settings.max_query_chars,
+                lines=1,
+                elem_id="find-query",
+            )
+            suggestions = gr.Dropdown(
+                choices=[],
+                value=None,
+                label="Queries with ground truth for this example clip",
+                visible=False,
+                interactive=True,
+                elem_id="find-suggestions",
+            )
+            variant = gr.Radio(
+                ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="find-variant"
+            )
+            run = gr.Button("Find when it happens", variant="primary", elem_id="find-run")
+            api_button = gr.Button("api", visible=False)
+            api_out = gr.JSON(label="find", visible=False)
+            jump_to = gr.Number(None, visible=False)  # not a State: cached examples store it too
+            tab = FindTab(
+                video,
+                query,
+                suggestions,
+                variant,
+                run,
+                headline,
+                tl,
+                clip,
+                notice,
+                metrics,
+                raw,
+                jump_to,
+                api_button,
+                api_out,
+            )
+            tab.examples = _examples(ctx, tab)
+        with gr.Column(scale=7, min_width=360):
+            headline.render()
+            tl.render()
+            notice.render()
+            clip.render()
+            metrics.render()
+            with gr.Accordion("Raw model output", open=False, elem_id="find-raw-acc"):
+                raw.render()
+    return tab
+
+
+def _short(example: dict[str, Any]) -> str:
+    return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
+
+
+def _examples(ctx: UIContext, tab: FindTab) -> gr.Examples | None:
+    rows = [(e, q) for e in ctx.examples for q in (e.get("queries") or [])[:1]]
+    if not rows:
+        return None
+
+    def example_fn(video: str, query: str, variant: str) -> tuple[Any, ...]:
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+        cold = v not in ctx.engine.loaded()
+        with user_errors():
+            return final_outputs(ctx, ctx.engine.find(path, query, v), path, cold)
+
+    return gr.Examples(
+        examples=[[str(ctx.clip(e)), q["query"], ctx.default_variant] for e, q in rows],
+        inputs=[tab.video, tab.query, tab.variant],
+        outputs=tab.outputs,
+        fn=example_fn,
+        cache_examples=ctx.cache_mode != "off",
+        cache_mode="lazy" if ctx.cache_mode == "lazy" else "eager",
+        example_labels=[f"▶ {_short(e)} · “{q['query']}”" for e, q in rows],
+        label="Examples (cached: the result shows at once)" if ctx.cache_mode != "off" else "Examples",
+        elem_id="find-examples",
+        examples_per_page=8,
+    )
+
+
+def listen(ctx: UIContext, tab: FindTab) -> None:
+    """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint."""
+
+    @space.gpu(space.duration_for("find"))
+    def find_ui(
+        video: str | None,
+        query: str,
+        variant: str,
+        progress: gr.Progress = gr.Progress(),  # noqa: B008
+    ) -> Iterator[Any]:
+        skip = gr.skip()
+        try:
+            path = require_upload(video, ctx)
+            v = pick_variant(variant, ctx)
+            with user_errors():
+                clean = contract.sanitize_query(query, ctx.settings.max_query_chars)
+                engine = ctx.engine
+                cold = v not in engine.loaded()
+                yield (
+                    '<div class="mf-head mf-wait">Looking for the event…</div>',
+                    skip,
+                    None,
+                    "",
+                    "",
+                    "",
+                    None,
+                )
+                progress(0.05, desc="Checking and decoding the video")
+                prepared = engine.prepare(path)
+                if cold:
+                    progress(0.25, desc=f"Loading {v} (first use of this variant)")
+                    engine.load(v)
+                progress(0.4, desc=f"Prefill: reading {prepared.plan.video_tokens} video tokens")
+                result = None
+                for item in engine.stream("find", path, v, clean):
+                    if isinstance(item, str):
+                        progress(0.8, desc="Generating")
+                        yield (skip, skip, skip, skip, item, skip, skip)
+                    else:
+                        result = item
+                assert isinstance(result, FindResult)
+                progress(0.95, desc="Cutting the span as a clip")
+                yield final_outputs(ctx, result, path, cold)
+        except gr.Error as exc:
+            yield (error_html(exc.message), timeline.placeholder("No result."), None, "", skip, "", None)
+            raise
+
+    def jump(start: float | None) -> Any:
+        """Follow-up update: the player seeks to the span's start (it cannot ride on a value update)."""
+        return gr.skip() if start is None else gr.update(playback_position=float(start))
+
+    def suggest(video: str | None) -> Any:
+        """Offer the example's queries when the clip is one of the examples."""
+        example = cmp.ground_truth_for(video, ctx.examples_dir / "examples.json") if video else None
+        queries = [q["query"] for q in (example or {}).get("queries", []) or []]
+        return gr.update(choices=queries, value=None, visible=bool(queries))
+
+    @space.gpu(space.duration_for("find"))
+    def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
+        """Start-end span of the described event in an upload: FindResult.to_dict() (span may be None)."""
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+        with user_errors():
+            return ctx.engine.find(path, query, v).to_dict()
+
+    jump_step: dict[str, Any] = {
+        "fn": jump,
+        "inputs": tab.jump_to,
+        "outputs": tab.video,
+        "api_visibility": "private",
+        "show_progress": "hidden",
+        "queue": False,
+    }
+    gr.on(
+        [tab.run.click, tab.query.submit],
+        find_ui,
+        [tab.video, tab.query, tab.variant],
+        tab.outputs,
+        api_visibility="private",
+        show_progress_on=[tab.timeline],
+        **GPU_EVENT,
+    ).then(**jump_step)
+    if tab.examples is not None and tab.examples.cache_event is not None:
+        tab.examples.cache_event.then(**jump_step)
+    tab.video.change(
+        suggest, tab.video, tab.suggestions, api_visibility="private", show_progress="hidden", queue=False
+    )
+    tab.suggestions.select(
+        lambda q: q or gr.skip(),
+        tab.suggestions,
+        tab.query,
+        api_visibility="private",
+        show_progress="hidden",
+        queue=False,
+    )
+    tab.api_button.click(
+        find,
+        [tab.video, tab.query, tab.variant],
+        tab.api_out,
+        api_name="find",
+        api_description="Start-end span of a described event: {variant, model, query, span, format_ok, raw, "
+        "metrics}; span is null when the answer gives none",
+        **GPU_EVENT,
+    )

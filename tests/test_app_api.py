@@ -1,0 +1,213 @@
+"""The public API of a real server (``python app.py --model tiny``), called with gradio_client.
+
+Checks the exact JSON shapes, values that must hold whatever the tiny model
+says (spans inside the clip or null, sane metrics), clear errors for bad
+input, the bounded queue, and the example cache.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from concurrent.futures import wait
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, app_server, start_app, stop_app  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+CLIP = EXAMPLES / "ball_rolls.mp4"
+CLIP_S = 12.0
+CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics"}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
+               "memory_kind", "load_s", "device"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixture
+    return Client(app_server.url, verbose=False)
+
+
+def _check_metrics(m: dict[str, Any]) -> None:
+    assert set(m) == METRIC_KEYS
+    assert 0 < m["latency_s"] < 600
+    assert m["ttft_s"] is None or 0 < m["ttft_s"] <= m["latency_s"]
+    assert m["output_tokens"] >= 1 and m["video_tokens"] > 0
+    assert m["tokens_per_s"] is None or m["tokens_per_s"] > 0
+    assert m["peak_memory_mb"] > 0 and m["load_s"] > 0
+    assert m["memory_kind"] == "cpu_peak_rss" and m["device"] == "cpu"
+
+
+def _check_caption(d: dict[str, Any], variant: str, duration: float) -> None:
+    assert set(d) == CAPTION_KEYS
+    assert d["variant"] == variant and "tiny" in d["model"]
+    assert isinstance(d["scene"], str) and isinstance(d["raw"], str) and d["raw"]
+    assert isinstance(d["repaired"], bool)
+    for e in d["events"]:
+        assert set(e) == {"start", "end", "description"}
+        assert 0 <= e["start"] <= e["end"] <= duration + 1e-6
+    _check_metrics(d["metrics"])
+
+
+def _check_find(d: dict[str, Any], variant: str, query: str, duration: float) -> None:
+    assert set(d) == FIND_KEYS
+    assert d["variant"] == variant and d["query"] == query
+    assert isinstance(d["format_ok"], bool) and isinstance(d["raw"], str)
+    if d["span"] is not None:
+        s, e = d["span"]
+        assert 0 <= s <= e <= duration + 1e-6
+    _check_metrics(d["metrics"])
+
+
+# --------------------------------------------------------------------------- shape of the API
+
+
+def test_only_the_three_endpoints_are_public(client: Client) -> None:
+    api = client.view_api(return_format="dict", print_info=False)
+    named = api["named_endpoints"]
+    assert set(named) == {"/caption", "/find", "/compare"}
+    params = {name: [p["parameter_name"] for p in ep["parameters"]] for name, ep in named.items()}
+    assert params == {
+        "/caption": ["video", "variant"],
+        "/find": ["video", "query", "variant"],
+        "/compare": ["video", "task", "query"],
+    }
+    assert not api["unnamed_endpoints"]
+
+
+# --------------------------------------------------------------------------- results
+
+
+def test_caption_returns_the_result_shape(client: Client) -> None:
+    d = client.predict(handle_file(CLIP), "gptq", api_name="/caption")
+    _check_caption(d, "gptq", CLIP_S)
+    assert json.loads(json.dumps(d)) == d  # plain JSON, no component update
+
+
+def test_find_returns_the_result_shape_on_bnb4(client: Client) -> None:
+    query = "the red ball rolls across the field"
+    d = client.predict(handle_file(CLIP), query, "bnb4", api_name="/find")
+    _check_find(d, "bnb4", query, CLIP_S)
+
+
+def test_compare_find_has_both_variants_agreement_and_scores(client: Client) -> None:
+    query = "the red ball rolls across the field"
+    d = client.predict(handle_file(CLIP), "find", query, api_name="/compare")
+    assert set(d) == {"task", "query", "results", "agreement", "scores"}
+    assert d["task"] == "find" and d["query"] == query
+    assert set(d["results"]) == {"gptq", "bnb4"}
+    for variant, r in d["results"].items():
+        _check_find(r, variant, query, CLIP_S)
+    assert set(d["agreement"]) == {"gptq|bnb4"}
+    assert 0.0 <= d["agreement"]["gptq|bnb4"]["span_iou"] <= 1.0
+    # ball_rolls.mp4 is a bundled example and this query has a ground-truth span
+    assert set(d["scores"]) == {"gptq", "bnb4"}
+    assert d["scores"]["gptq"]["ref_span"] == [2.0, 8.0]
+    assert 0.0 <= d["scores"]["gptq"]["miou"] <= 1.0
+
+
+def test_compare_caption(client: Client) -> None:
+    d = client.predict(handle_file(CLIP), "caption", "", api_name="/compare")
+    assert d["task"] == "caption" and d["query"] is None
+    assert set(d["results"]) == {"gptq", "bnb4"}
+    for variant, r in d["results"].items():
+        _check_caption(r, variant, CLIP_S)
+    pair = d["agreement"]["gptq|bnb4"]
+    assert set(pair) == {"event_iou", "rouge_l"}
+    assert all(0.0 <= v <= 1.0 for v in pair.values())
+    assert {"rouge_l", "keyword_coverage", "f1"} <= set(d["scores"]["gptq"])
+
+
+@pytest.mark.parametrize(("name", "duration"), [("nasa_13013.mp4", 13.06), ("av1_video.mkv", 5.0)])
+def test_real_media(client: Client, name: str, duration: float) -> None:
+    path = MEDIA / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    d = client.predict(handle_file(path), "something moves", "gptq", api_name="/find")
+    _check_find(d, "gptq", "something moves", duration + 0.1)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _error(client: Client, *args: Any, api_name: str) -> str:
+    with pytest.raises(AppError) as info:
+        client.predict(*args, api_name=api_name)
+    message = str(info.value)
+    assert "Traceback" not in message and 'File "' not in message
+    return message
+
+
+def test_bad_inputs_get_clear_errors_and_the_server_keeps_serving(client: Client, tmp_path: Path) -> None:
+    fake = tmp_path / "notes.mp4"
+    fake.write_text("just some text, not a video\n" * 20)
+    assert "not a video" in _error(client, handle_file(fake), "gptq", api_name="/caption")
+    assert "query is empty" in _error(client, handle_file(CLIP), "   ", "gptq", api_name="/find")
+    assert "handle_file" in _error(client, "/etc/passwd", "gptq", api_name="/caption")
+    assert "handle_file" in _error(client, "/etc/passwd", "a dog", "gptq", api_name="/find")
+    assert "handle_file" in _error(client, str(CLIP), "caption", "", api_name="/compare")
+    assert "query is empty" in _error(client, handle_file(CLIP), "find", "", api_name="/compare")
+    with pytest.raises(AppError):  # not one of the Radio's choices
+        client.predict(handle_file(CLIP), "int3", api_name="/caption")
+    # still serving
+    d = client.predict(handle_file(CLIP), "the ball", "gptq", api_name="/find")
+    assert set(d) == FIND_KEYS
+
+
+def test_a_full_queue_answers_busy_and_the_server_recovers(client: Client) -> None:
+    jobs = [client.submit(handle_file(CLIP), f"the ball {i}", "bf16", api_name="/find")
+            for i in range(QUEUE_SIZE + 4)]  # fmt: skip
+    done, _ = wait(jobs, timeout=300)
+    assert len(done) == len(jobs)
+    errors = [j.exception() for j in jobs if j.exception() is not None]
+    assert errors, "no request was turned away although the queue was over its limit"
+    assert all("queue is full" in str(e).lower() for e in errors), errors
+    assert "try again" in str(errors[0]).lower()
+    d = client.predict(handle_file(CLIP), "the ball", "bf16", api_name="/find")
+    assert set(d) == FIND_KEYS
+
+
+# --------------------------------------------------------------------------- example cache
+
+
+def test_example_cache_is_produced_and_served(client: Client, app_server: AppServer) -> None:  # noqa: F811
+    before = {p for p in app_server.examples_cache.rglob("*") if p.is_file()}
+    t0 = time.perf_counter()
+    first = client.predict(1, api_name="/load_example")  # caption example #2 (lazy: runs once, then cached)
+    t_first = time.perf_counter() - t0
+    logs = list(app_server.examples_cache.rglob("log.csv"))
+    assert logs, "no example cache was written"
+    new_files = {p for p in app_server.examples_cache.rglob("*") if p.is_file()} - before
+    assert any(p.name == "events.json" for p in new_files)
+    with next(iter(logs)).open(encoding="utf-8") as fh:
+        assert len(list(csv.reader(fh))) >= 2  # header + the cached example
+    t0 = time.perf_counter()
+    again = client.predict(1, api_name="/load_example")
+    assert again == first
+    assert time.perf_counter() - t0 < max(5.0, t_first)
+    scene, timeline_html = first[0], first[1]
+    assert "mc-scene" in scene and "mt-timeline" in timeline_html
+
+
+# --------------------------------------------------------------------------- fallback
+
+
+def test_default_model_without_hub_falls_back_to_tiny_and_says_why(tmp_path: Path) -> None:
+    """`python app.py` without Hub access or weights still comes up; a banner gives the reason and fix."""
+    server = start_app(tmp_path / "fallback", "--model", "marlin", extra_env={"MARLIN_CACHE_EXAMPLES": "off"})
+    try:
+        config = httpx.get(server.url + "config", timeout=30).text
+        assert "could not be loaded" in config and "HF_HUB_OFFLINE" in config
+        assert "python app.py --model tiny" in config  # the fix
+        client = Client(server.url, verbose=False)
+        d = client.predict(handle_file(CLIP), "the ball", "bf16", api_name="/find")  # bf16: quickest to load
+        assert "tiny" in d["model"]
+    finally:
+        stop_app(server)

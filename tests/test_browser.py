@@ -1,0 +1,169 @@
+"""Drive the real app in Debian's chromium (Playwright): every tab, as a visitor would use it.
+
+Screenshots of each tab go to ``test-artifacts/screenshots/`` for a person to
+review. Tabs render their contents only once selected (``render_children=False``),
+so each test selects its tab first. Waits are on page state, never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ui_support import ARTIFACTS, EXAMPLES, AppServer, app_server  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = ARTIFACTS / "screenshots"
+CLIP = EXAMPLES / "ball_rolls.mp4"
+RUN_TIMEOUT_MS = 240_000
+
+if not CHROMIUM.exists():
+    pytest.skip("Debian chromium (/usr/bin/chromium) is not installed", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--autoplay-policy=no-user-gesture-required",
+            ],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser, app_server: AppServer) -> Iterator[object]:  # noqa: F811 - the imported fixture
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.goto(app_server.url)
+    pg.wait_for_selector("#caption-run", timeout=60_000)
+    yield pg
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def _shot(pg, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def _select_tab(pg, name: str) -> None:
+    pg.get_by_role("tab", name=name).click()
+
+
+def _upload(pg, root: str, path: Path) -> None:
+    pg.set_input_files(f"{root} input[type=file]", str(path))
+    pg.wait_for_selector(f"{root} video", timeout=60_000)
+
+
+def test_caption_timeline_seeks_the_player(page) -> None:
+    pg = page
+    _upload(pg, "#caption-video", CLIP)
+    pg.click("#caption-run")
+    pg.wait_for_selector("#caption-timeline .mt-event", timeout=RUN_TIMEOUT_MS)
+    assert "SCENE" in pg.inner_text("#caption-scene").upper()
+    assert pg.locator("#caption-table tbody tr").count() >= 1
+    for name in ("events.json", "events.vtt", "events.srt"):
+        pg.wait_for_selector(f'#caption-files td.filename[aria-label="{name}"]', timeout=30_000)
+    # the player carries the events as captions (a WebVTT track)
+    pg.wait_for_selector("#caption-player video track", state="attached", timeout=60_000)
+    assert "random weights" in pg.inner_text("#marlin-header")
+
+    event = pg.locator("#caption-timeline .mt-event").first
+    start = float(event.get_attribute("data-start"))
+    # move the player away from the event first, so the click has to bring it back
+    away = start + 1.5
+    pg.evaluate(f"document.querySelector('#caption-player video').currentTime = {away}")
+    pg.wait_for_function(
+        f"Math.abs(document.querySelector('#caption-player video').currentTime - {away}) < 0.05"
+    )
+    event.click()
+    pg.wait_for_function(
+        f"Math.abs(document.querySelector('#caption-player video').currentTime - {start}) < 0.3",
+        timeout=10_000,
+    )
+    assert "mt-active" in (event.get_attribute("class") or "")
+    _shot(pg, "1_caption")
+
+
+def test_caption_cached_example_loads(page, app_server: AppServer) -> None:  # noqa: F811
+    pg = page
+    pg.locator("#caption-examples").get_by_text("A red ball rolls across a field").click()
+    pg.wait_for_selector("#caption-scene .mc-scene", timeout=RUN_TIMEOUT_MS)
+    pg.wait_for_selector("#caption-player video", timeout=60_000)
+    if pg.locator("#caption-table tbody tr").count():  # events -> the follow-up step adds the captions
+        pg.wait_for_selector("#caption-player video track", state="attached", timeout=30_000)
+    assert list(app_server.examples_cache.rglob("log.csv")), "the example was not cached"
+    _shot(pg, "1b_caption_example")
+
+
+def test_find_highlights_the_span_jumps_and_offers_the_clip(page) -> None:
+    pg = page
+    _select_tab(pg, "Find · when")
+    _upload(pg, "#find-video", CLIP)
+    # the clip is a bundled example: its ground-truth queries are offered
+    pg.wait_for_selector("#find-suggestions", state="visible", timeout=30_000)
+    pg.locator("#find-query textarea, #find-query input").first.fill("the red ball rolls across the field")
+    pg.click("#find-run")
+    pg.wait_for_selector("#find-headline .mf-head:not(.mf-wait)", timeout=RUN_TIMEOUT_MS)
+    if pg.locator("#find-headline .mf-none").count():
+        assert pg.locator("#find-timeline .mt-span").count() == 0  # never a made-up span
+    else:
+        span = pg.locator("#find-timeline .mt-span")
+        assert span.count() == 1
+        start = float(span.get_attribute("data-start"))
+        pg.wait_for_selector("#find-clip a[download$='.mp4']", timeout=60_000)
+        # the follow-up update moved the player to the span's start
+        pg.wait_for_function(
+            f"Math.abs(document.querySelector('#find-video video').currentTime - {start}) < 0.3",
+            timeout=30_000,
+        )
+        assert pg.locator("#find-timeline .mt-ref").count() == 1  # the example's ground truth is drawn too
+    _shot(pg, "2_find")
+
+
+def test_compare_shows_both_variants_and_charts(page) -> None:
+    pg = page
+    _select_tab(pg, "Compare · GPTQ vs bnb4")
+    _upload(pg, "#compare-video", CLIP)
+    pg.click("#compare-run")
+    pg.wait_for_function(
+        "document.querySelectorAll('#compare-cards .cc-card .cc-stats').length === 2", timeout=RUN_TIMEOUT_MS
+    )
+    variants = pg.locator("#compare-cards .cc-card").evaluate_all("cs => cs.map(c => c.dataset.variant)")
+    assert variants == ["gptq", "bnb4"]
+    assert pg.locator("#compare-summary .cs-chip").count() == 2  # matched-event IoU and ROUGE-L
+    pg.wait_for_selector("#compare-plot-latency_s canvas, #compare-plot-latency_s svg", timeout=60_000)
+    pg.wait_for_selector("#compare-csv a", timeout=60_000)
+    pg.wait_for_selector("#compare-scores", state="visible", timeout=30_000)
+    _shot(pg, "3_compare")
+    session = pg.inner_text("#compare-session")
+    assert "gptq" in session and "bnb4" in session, session
+
+
+def test_about_tab(page) -> None:
+    pg = page
+    _select_tab(pg, "About")
+    pg.wait_for_selector("#about-facts", timeout=30_000)
+    text = pg.inner_text("#tab-about")
+    assert "seeds/marlin-2b-gptq-model-card.txt" in text
+    assert "11.78" in text and "12.44" in text
+    for endpoint in ("/caption", "/find", "/compare"):
+        assert endpoint in text
+    _shot(pg, "4_about")

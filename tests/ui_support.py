@@ -1,0 +1,149 @@
+"""One real app server for the API and browser tests: ``python app.py --model tiny`` in a subprocess.
+
+Both test modules import the ``app_server`` fixture from here; the server is
+started once per pytest session (a module-level singleton) and stopped when
+the session ends. Its example cache, outputs and Gradio uploads live in a
+temporary folder, so a test run never touches ``.gradio/`` in the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+MEDIA = ROOT.parent / "shared" / "media"
+ARTIFACTS = ROOT / "test-artifacts"
+STARTUP_TIMEOUT_S = 300.0
+QUEUE_SIZE = 3  # small, so the "queue is full" answer can be provoked cheaply
+
+
+@dataclass
+class AppServer:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    root: Path
+    log_path: Path
+
+    @property
+    def examples_cache(self) -> Path:
+        return self.root / "examples-cache"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.root / "outputs"
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the test process dies, so a killed run leaves no server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _wait_ready(server: AppServer, timeout_s: float) -> None:
+    """Poll the HTTP port until the app answers (readiness polling, no fixed sleeps)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"app.py exited with {server.proc.returncode}:\n{server.log_tail()}")
+        try:
+            if httpx.get(server.url + "config", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"app.py did not answer within {timeout_s:.0f} s:\n{server.log_tail()}")
+
+
+def start_app(root: Path, *extra_args: str, extra_env: dict[str, str] | None = None) -> AppServer:
+    """Start ``python app.py --model tiny`` (later flags win) on a free port with its state under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ,
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "GRADIO_EXAMPLES_CACHE": str(root / "examples-cache"),
+        "GRADIO_TEMP_DIR": str(root / "gradio-uploads"),
+        "MARLIN_OUTPUT_DIR": str(root / "outputs"),
+        "MARLIN_CACHE_EXAMPLES": "lazy",  # what a Space does; eager caching would run every example first
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
+    env.pop("SPACE_ID", None)
+    log_path = root / "server.log"
+    argv = [sys.executable, "app.py", "--model", "tiny", "--host", "127.0.0.1", "--port", str(port),
+            "--queue-size", str(QUEUE_SIZE), *extra_args]  # fmt: skip
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+    server = AppServer(f"http://127.0.0.1:{port}/", port, proc, root, log_path)
+    try:
+        _wait_ready(server, STARTUP_TIMEOUT_S)
+    except BaseException:
+        stop_app(server)
+        raise
+    return server
+
+
+def stop_app(server: AppServer) -> None:
+    """Stop the server process group this helper started (and only it)."""
+    if not server.alive():
+        return
+    try:
+        os.killpg(server.proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        server.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=10)
+
+
+_SERVER: AppServer | None = None
+
+
+@pytest.fixture(scope="session")
+def app_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppServer]:
+    """The shared app server (started on first use, stopped at the end of the session)."""
+    global _SERVER
+    if _SERVER is None or not _SERVER.alive():
+        _SERVER = start_app(tmp_path_factory.mktemp("marlin-app"))
+        server = _SERVER
+        request.config.add_cleanup(lambda: stop_app(server))
+    yield _SERVER
+    if not _SERVER.alive():
+        pytest.fail(f"the app server died during the tests:\n{_SERVER.log_tail()}")
