@@ -1,0 +1,449 @@
+"""Benchmark data: a folder with ``examples.json`` and its videos, plus a Charades-STA converter.
+
+The format (documented in ``docs/BENCHMARK.md``) is the one of ``examples/examples.json``::
+
+    [
+      {
+        "video": "ball_rolls.mp4",            # path relative to the folder (or absolute)
+        "title": "A ball rolls",              # optional
+        "duration": 12.0,                     # seconds; optional (probed from the file when absent)
+        "scene": "A green field ...",         # reference scene paragraph ("" = none)
+        "events": [{"start": 0.0, "end": 2.0, "description": "..."}],
+        "queries": [{"query": "the ball rolls", "span": [2.0, 8.0]}]
+      }
+    ]
+
+An example without scene and events (e.g. converted from Charades-STA) has no
+caption ground truth: the benchmark runs only its ``find`` queries.
+
+Loading validates everything up front and raises :class:`DatasetError` with
+one sentence naming the entry and the fix, so a long benchmark never dies
+half-way on a typo. Nothing here imports torch; probing a video duration
+imports PyAV through :mod:`marlin_demo.video` only when needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.contract import Event
+
+EXAMPLES_FILE = "examples.json"
+VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".mov", ".m4v", ".avi")
+SPAN_TOLERANCE_S = 0.5
+"""How far past the video's duration a reference span may end (annotation rounding)."""
+
+
+class DatasetError(ValueError):
+    """The data folder or an annotation file is unusable; the message names the entry and the fix."""
+
+
+@dataclass(frozen=True)
+class Query:
+    query: str
+    span: tuple[float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "span": [self.span[0], self.span[1]]}
+
+
+@dataclass
+class Example:
+    """One clip with its ground truth. ``name`` is the ``video`` string of examples.json (the record key)."""
+
+    name: str
+    video: Path
+    title: str
+    duration: float
+    scene: str = ""
+    events: list[Event] = field(default_factory=list)
+    queries: list[Query] = field(default_factory=list)
+
+    @property
+    def has_caption_truth(self) -> bool:
+        """Caption metrics need a reference scene or reference events."""
+        return bool(self.scene.strip() or self.events)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "video": self.name,
+            "title": self.title,
+            "duration": self.duration,
+            "scene": self.scene,
+            "events": [e.to_dict() for e in self.events],
+            "queries": [q.to_dict() for q in self.queries],
+        }
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DatasetError(f"{what} is {value!r}, not a number of seconds.")
+    out = float(value)
+    if not math.isfinite(out):
+        raise DatasetError(f"{what} is {value!r}: give a finite number of seconds.")
+    return out
+
+
+def _span(start: Any, end: Any, duration: float | None, what: str) -> tuple[float, float]:
+    s = _number(start, f"{what} start")
+    e = _number(end, f"{what} end")
+    if s < 0:
+        raise DatasetError(f"{what} starts at {s:g} s, before the video begins: times start at 0.")
+    if e <= s:
+        raise DatasetError(f"{what} is [{s:g}, {e:g}]: the end must come after the start (seconds).")
+    if duration is not None and e > duration + SPAN_TOLERANCE_S:
+        raise DatasetError(
+            f"{what} ends at {e:g} s but the video lasts {duration:g} s: fix the span or the duration."
+        )
+    return (s, e)
+
+
+def probe_duration(path: Path) -> float:
+    """The duration the sampler will see (``marlin_demo.video.probe``)."""
+    from marlin_demo.video import probe
+
+    return float(probe(path).duration_s)
+
+
+def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
+    where = f"examples.json entry {index + 1}"
+    if not isinstance(raw, dict):
+        raise DatasetError(f"{where} is a {type(raw).__name__}, not an object with a 'video' key.")
+    name = raw.get("video")
+    if not isinstance(name, str) or not name.strip():
+        raise DatasetError(f"{where} has no 'video': give the clip's file name, relative to {root}.")
+    where = f"examples.json entry {index + 1} ({name})"
+    if name in seen:
+        raise DatasetError(f"{where} repeats a video listed before: merge its queries into one entry.")
+    seen.add(name)
+    video = Path(name).expanduser()
+    if not video.is_absolute():
+        video = root / video
+    if not video.is_file():
+        raise DatasetError(f"{where}: the video {video} does not exist: put the file there or fix the path.")
+
+    duration_raw = raw.get("duration")
+    if duration_raw is None:
+        try:
+            duration = probe_duration(video)
+        except ValueError as exc:  # VideoError
+            raise DatasetError(f"{where}: the video cannot be read ({exc})") from None
+    else:
+        duration = _number(duration_raw, f"{where} duration")
+        if duration <= 0:
+            raise DatasetError(f"{where} has duration {duration:g} s: give the clip's length in seconds.")
+
+    scene = raw.get("scene") or ""
+    if not isinstance(scene, str):
+        raise DatasetError(f"{where}: 'scene' must be a string (the reference scene paragraph).")
+
+    events_raw = raw.get("events") or []
+    if not isinstance(events_raw, list):
+        raise DatasetError(f"{where}: 'events' must be a list of {{start, end, description}} objects.")
+    events: list[Event] = []
+    for j, ev in enumerate(events_raw):
+        what = f"{where} event {j + 1}"
+        if not isinstance(ev, dict) or not {"start", "end", "description"} <= ev.keys():
+            raise DatasetError(f"{what} must be an object with start, end and description.")
+        desc = ev["description"]
+        if not isinstance(desc, str) or not desc.strip():
+            raise DatasetError(f"{what} has an empty description: say what happens in that span.")
+        s, e = _span(ev["start"], ev["end"], duration, what)
+        events.append(Event(s, e, desc.strip()))
+
+    queries_raw = raw.get("queries") or []
+    if not isinstance(queries_raw, list):
+        raise DatasetError(f"{where}: 'queries' must be a list of {{query, span: [start, end]}} objects.")
+    queries: list[Query] = []
+    for j, q in enumerate(queries_raw):
+        what = f"{where} query {j + 1}"
+        if not isinstance(q, dict) or "query" not in q or "span" not in q:
+            raise DatasetError(f"{what} must be an object with 'query' and 'span': [start, end].")
+        text = q["query"]
+        if not isinstance(text, str) or not text.strip():
+            raise DatasetError(f"{what} has an empty query: describe the event to find.")
+        span = q["span"]
+        if not isinstance(span, list | tuple) or len(span) != 2:
+            raise DatasetError(f"{what} span is {span!r}: give [start, end] in seconds.")
+        queries.append(Query(text.strip(), _span(span[0], span[1], duration, what)))
+
+    title = raw.get("title")
+    return Example(
+        name=name,
+        video=video,
+        title=title if isinstance(title, str) and title.strip() else Path(name).stem,
+        duration=duration,
+        scene=scene.strip(),
+        events=events,
+        queries=queries,
+    )
+
+
+def load_dataset(directory: str | os.PathLike[str]) -> list[Example]:
+    """Read and validate ``DIR/examples.json``; every video must exist. Raises :class:`DatasetError`."""
+    root = Path(directory).expanduser()
+    if not root.is_dir():
+        raise DatasetError(f"The data folder {root} does not exist: pass a folder holding {EXAMPLES_FILE}.")
+    path = root / EXAMPLES_FILE
+    if not path.is_file():
+        raise DatasetError(
+            f"{root} has no {EXAMPLES_FILE}: add one (format in docs/BENCHMARK.md) "
+            "or convert annotations with `python -m marlin_demo bench convert-charades`."
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path} is not valid JSON ({exc}): fix the file.") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path} must hold a JSON list of examples, not a {type(data).__name__}.")
+    if not data:
+        raise DatasetError(f"{path} lists no examples: add at least one.")
+    seen: set[str] = set()
+    examples = [_parse_entry(raw, i, root, seen) for i, raw in enumerate(data)]
+    if not any(ex.queries or ex.has_caption_truth for ex in examples):
+        raise DatasetError(f"{path} has no queries and no reference captions: there is nothing to score.")
+    return examples
+
+
+def dataset_digest(directory: str | os.PathLike[str]) -> str:
+    """Short hash of examples.json (the benchmark refuses to mix results of different ground truth)."""
+    data = (Path(directory).expanduser() / EXAMPLES_FILE).read_bytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------
+# Charades-STA converter
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Annotation:
+    video_id: str
+    start: float
+    end: float
+    query: str
+    line: int
+
+
+def parse_charades_line(line: str, lineno: int = 0, source: str = "annotations") -> Annotation | None:
+    """``VIDEO START END##QUERY`` (Charades-STA) or ``VIDEO START END QUERY``; blank/# lines give None."""
+    text = line.strip().lstrip("\ufeff")
+    if not text or text.startswith("#"):
+        return None
+    where = f"{source}:{lineno}"
+    expected = "expected 'VIDEO_ID START END##QUERY' (or 'VIDEO_ID START END QUERY')"
+    if "##" in text:
+        head, _, query = text.partition("##")
+        parts = head.split()
+        if len(parts) != 3:
+            raise DatasetError(f"{where}: {expected}, got {text[:80]!r}.")
+    else:
+        parts = text.split(maxsplit=3)
+        if len(parts) != 4:
+            raise DatasetError(f"{where}: {expected}, got {text[:80]!r}.")
+        query = parts.pop()
+    video_id, start_txt, end_txt = parts
+    try:
+        start, end = float(start_txt), float(end_txt)
+    except ValueError:
+        raise DatasetError(
+            f"{where}: start/end {start_txt!r} {end_txt!r} are not numbers of seconds."
+        ) from None
+    if not (math.isfinite(start) and math.isfinite(end)) or start < 0 or end <= start:
+        raise DatasetError(
+            f"{where}: the span [{start_txt}, {end_txt}] is not a forward time range in seconds."
+        )
+    query = " ".join(query.split())
+    if not query:
+        raise DatasetError(f"{where}: the query is empty.")
+    return Annotation(video_id, start, end, query, lineno)
+
+
+def find_video(videos: Path, video_id: str) -> Path | None:
+    """``DIR/ID`` when it names a file, else ``DIR/ID.<ext>`` for the usual video extensions."""
+    direct = videos / video_id
+    if direct.suffix and direct.is_file():
+        return direct
+    for ext in VIDEO_EXTENSIONS:
+        for cand in (videos / f"{video_id}{ext}", videos / f"{video_id}{ext.upper()}"):
+            if cand.is_file():
+                return cand
+    return None
+
+
+@dataclass
+class ConvertReport:
+    videos: int = 0
+    queries: int = 0
+    missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    clamped: int = 0
+    dropped: int = 0
+    duplicates: int = 0
+
+    def lines(self) -> list[str]:
+        notes = []
+        if self.missing:
+            notes.append(f"{len(self.missing)} video(s) not found, skipped (first: {self.missing[0]})")
+        if self.unreadable:
+            notes.append(f"{len(self.unreadable)} unreadable video(s) skipped (first: {self.unreadable[0]})")
+        if self.clamped:
+            notes.append(f"{self.clamped} span(s) ending past the video clamped to its duration")
+        if self.dropped:
+            notes.append(f"{self.dropped} span(s) starting after the video's end dropped")
+        if self.duplicates:
+            notes.append(f"{self.duplicates} duplicate line(s) dropped")
+        return notes
+
+
+def convert_charades(
+    annotations: Iterable[str] | str | os.PathLike[str],
+    videos: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    limit: int | None = None,
+    force: bool = False,
+) -> ConvertReport:
+    """Charades-STA lines -> ``OUT/examples.json`` (queries grouped per video, first-seen order).
+
+    Durations are probed from the video files; spans ending past the end are
+    clamped, spans starting past it dropped. Videos that are missing or
+    unreadable are skipped and counted in the report. Video paths are written
+    relative to ``out`` so the videos stay where they are.
+    """
+    if isinstance(annotations, str | os.PathLike):
+        ann_path = Path(annotations).expanduser()
+        if not ann_path.is_file():
+            raise DatasetError(f"The annotation file {ann_path} does not exist.")
+        source = ann_path.name
+        lines: Iterable[str] = ann_path.read_text(encoding="utf-8").splitlines()
+    else:
+        source, lines = "annotations", annotations
+    videos_dir = Path(videos).expanduser()
+    if not videos_dir.is_dir():
+        raise DatasetError(f"The videos folder {videos_dir} does not exist: pass --videos DIR.")
+    out_dir = Path(out).expanduser()
+    target = out_dir / EXAMPLES_FILE
+    if target.exists() and not force:
+        raise DatasetError(f"{target} already exists: choose another --out or pass --force to overwrite it.")
+    if limit is not None and limit < 1:
+        raise DatasetError("--limit must be at least 1.")
+
+    grouped: dict[str, list[Annotation]] = {}
+    for lineno, line in enumerate(lines, start=1):
+        ann = parse_charades_line(line, lineno, source)
+        if ann is not None:
+            grouped.setdefault(ann.video_id, []).append(ann)
+    if not grouped:
+        raise DatasetError(f"{source} holds no annotation lines.")
+
+    report = ConvertReport()
+    entries: list[dict[str, Any]] = []
+    for video_id, anns in grouped.items():
+        if limit is not None and len(entries) >= limit:
+            break
+        path = find_video(videos_dir, video_id)
+        if path is None:
+            report.missing.append(video_id)
+            continue
+        try:
+            duration = probe_duration(path)
+        except ValueError:
+            report.unreadable.append(video_id)
+            continue
+        queries: list[dict[str, Any]] = []
+        seen: set[tuple[str, float, float]] = set()
+        for ann in anns:
+            key = (ann.query, ann.start, ann.end)
+            if key in seen:
+                report.duplicates += 1
+                continue
+            seen.add(key)
+            if ann.start >= duration:
+                report.dropped += 1
+                continue
+            end = ann.end
+            if end > duration:
+                end = round(duration, 3)
+                report.clamped += 1
+            queries.append({"query": ann.query, "span": [ann.start, end]})
+        if not queries:
+            continue
+        rel = os.path.relpath(path.resolve(), out_dir.resolve())
+        entries.append(
+            {
+                "video": Path(rel).as_posix(),
+                "title": video_id,
+                "duration": round(duration, 3),
+                "scene": "",
+                "events": [],
+                "queries": queries,
+            }
+        )
+        report.videos += 1
+        report.queries += len(queries)
+    if not entries:
+        raise DatasetError(
+            f"No annotated video was found in {videos_dir} (looked for VIDEO_ID.mp4, .webm, .mkv, ...): "
+            "check --videos."
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return report
+
+
+def add_convert_parser(sub: Any) -> None:
+    """``convert-charades ANNOTATIONS --videos DIR --out DIR [--limit N] [--force]``."""
+    p = sub.add_parser(
+        "convert-charades",
+        help="convert Charades-STA annotations to a bench data folder",
+        description=(
+            "Convert Charades-STA style lines ('AO8RW 0.0 6.9##a person is putting a book on a shelf.' or "
+            "'VIDEO START END QUERY') into OUT/examples.json for `bench --data OUT`."
+        ),
+    )
+    p.add_argument("annotations", help="annotation text file (e.g. charades_sta_test.txt)")
+    p.add_argument("--videos", required=True, help="folder holding VIDEO_ID.mp4 files")
+    p.add_argument("--out", required=True, help="folder to write examples.json into")
+    p.add_argument("--limit", type=int, default=None, help="convert only the first N videos found")
+    p.add_argument("--force", action="store_true", help="overwrite an existing OUT/examples.json")
+    p.set_defaults(func=cmd_convert_charades)
+
+
+def cmd_convert_charades(args: argparse.Namespace) -> int:
+    try:
+        report = convert_charades(args.annotations, args.videos, args.out, limit=args.limit, force=args.force)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    target = Path(args.out) / EXAMPLES_FILE
+    queries = "query" if report.queries == 1 else "queries"
+    print(f"Wrote {target}: {report.videos} video(s), {report.queries} {queries}.")
+    for note in report.lines():
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def summarize(examples: Sequence[Example]) -> dict[str, int]:
+    return {
+        "examples": len(examples),
+        "queries": sum(len(ex.queries) for ex in examples),
+        "caption_examples": sum(1 for ex in examples if ex.has_caption_truth),
+        "events": sum(len(ex.events) for ex in examples),
+    }
