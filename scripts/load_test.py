@@ -34,7 +34,10 @@ EXAMPLES = ROOT / "examples"
 def require_loopback(url: str) -> None:
     """Load is only ever sent to this machine."""
     host = urlparse(url).hostname or ""
-    addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror:
+        addresses = set()
     if not addresses or not all(ipaddress.ip_address(a).is_loopback for a in addresses):
         raise SystemExit(f"error: {url} is not a loopback address; the load test only targets 127.0.0.1")
 
@@ -75,6 +78,7 @@ def start_server(port: int, temp_dir: Path, queue_size: int) -> subprocess.Popen
 def wait_ready(url: str, timeout_s: float = 300.0) -> None:
     import httpx
 
+    require_loopback(url)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -231,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         temp_dirs += [scratch / "gradio", scratch / "outputs"]
     if not url:
         parser.error("give --url or --start")
+    require_loopback(url)  # before any traffic: only this machine is ever a target
     try:
         wait_ready(url)
         report = run_load(url, args.requests, args.concurrency, args.warmup, args.max_seconds,

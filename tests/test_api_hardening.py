@@ -1,0 +1,98 @@
+"""Faults and security on the real server: disconnects, files it must not serve, bounded load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+from ui_support import EXAMPLES, ROOT, AppServer, app_server  # noqa: F401
+
+from marlin_demo.engine import Engine
+from marlin_demo.models import ModelLoadError
+from marlin_demo.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+CLIP = EXAMPLES / "ball_rolls.mp4"
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+
+
+@pytest.fixture(scope="module")
+def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixture
+    return Client(app_server.url, verbose=False)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/etc/passwd", str(ROOT / "app.py"), "../app.py", str(ROOT / "pyproject.toml"), "/proc/self/environ"],
+)
+def test_files_outside_the_allowed_folders_are_not_served(app_server: AppServer, path: str) -> None:  # noqa: F811
+    r = httpx.get(f"{app_server.url}/gradio_api/file={path}", timeout=30)
+    assert r.status_code in (403, 404), (path, r.status_code)
+    assert "root:" not in r.text and "import" not in r.text
+
+
+def test_a_client_that_disconnects_mid_request_does_not_wedge_the_queue(
+    client: Client,
+    app_server: AppServer,  # noqa: F811
+) -> None:
+    child = textwrap.dedent(
+        f"""
+        from gradio_client import Client, handle_file
+        from gradio_client.utils import Status
+        c = Client({app_server.url!r}, verbose=False)
+        job = c.submit(handle_file({str(CLIP)!r}), "bf16", api_name="/caption")
+        import time
+        while job.status().code not in (Status.PROCESSING, Status.FINISHED):
+            time.sleep(0.05)
+        print("processing", flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "processing"
+    finally:
+        proc.kill()  # the client vanishes mid-request
+        proc.wait(timeout=30)
+    # the next caller is served (a wedged queue would leave this waiting until the timeout)
+    d = client.predict(handle_file(CLIP), "the ball", "gptq", api_name="/find")
+    assert set(d) == FIND_KEYS
+
+
+def test_bounded_load_ends_in_results_or_busy(app_server: AppServer) -> None:  # noqa: F811
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from load_test import run_load
+
+    report = run_load(app_server.url, requests=18, concurrency=6, warmup=2, max_seconds=600)
+    assert report["requests"] == 18
+    assert report["errors"] == 0, report["error_samples"]
+    assert report["ok"] + report["queue_full"] == 18
+    assert report["ok"] >= 3
+    assert report["checks"]["prompt_probe"], report["probe_s"]
+
+
+def test_load_script_refuses_other_hosts() -> None:
+    proc = subprocess.run(
+        [sys.executable, "scripts/load_test.py", "--url", "http://192.0.2.1:7860", "--requests", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "loopback" in proc.stderr  # refused before sending anything
+
+
+def test_a_broken_variant_names_the_fix_and_the_others_keep_working(tmp_path: Path) -> None:
+    engine = Engine(Settings(model="tiny", extra_variants=f"broken={tmp_path / 'missing'}"))
+    assert "broken" in engine.variants
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        engine.load("broken")
+    assert "broken" in engine.load_errors()
+    assert engine.find(CLIP, "the ball", "gptq").raw
