@@ -185,26 +185,8 @@ class Engine:
     # ------------------------------------------------------------------ inputs
     def build_inputs(self, loaded: LoadedModel, prepared: PreparedVideo, prompt: str) -> tuple[str, Any]:
         """The chat-templated prompt and the processor's tensors, identical for every variant."""
-        messages = [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "video", "video": str(prepared.info.path)},
-                    {"type": "text", "text": prompt},
-                ],
-            }
-        ]
-        processor = loaded.processor
-        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        inputs = processor(
-            text=[text],
-            videos=[prepared.frames],
-            video_metadata=[dict(prepared.metadata)],  # the processor mutates what it is given
-            do_sample_frames=False,
-            do_resize=False,
-            return_tensors="pt",
-        )
-        return text, inputs.to(loaded.model.device)
+        text = render_prompt(loaded.processor, prompt, str(prepared.info.path))
+        return text, encode(loaded.processor, text, prepared).to(loaded.model.device)
 
     # ------------------------------------------------------------------ generation
     def _generate(
@@ -409,6 +391,33 @@ class Engine:
                 return
             else:
                 raise value
+
+
+def render_prompt(processor: Any, prompt: str, video: str | None) -> str:
+    """Marlin's single user turn (the video, then the prompt) through the checkpoint's chat template."""
+    content: list[dict[str, Any]] = [{"type": "video", "video": video}] if video is not None else []
+    content.append({"type": "text", "text": prompt})
+    messages = [{"role": "user", "content": content}]
+    return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode(processor: Any, text: str, prepared: PreparedVideo | None) -> Any:
+    """Processor tensors for ``text``: the frames go in as sampled, with their real timestamps.
+
+    ``do_resize=False`` keeps the reference pipeline's size (the processor would resize again);
+    ``video_metadata`` carries the fps and frame indices that make the ``<t seconds>`` markers right.
+    The inference path, the quantizer's calibration and the tiny model's training all use this.
+    """
+    if prepared is None:
+        return processor(text=[text], return_tensors="pt")
+    return processor(
+        text=[text],
+        videos=[prepared.frames],
+        video_metadata=[dict(prepared.metadata)],  # the processor mutates what it is given
+        do_sample_frames=False,
+        do_resize=False,
+        return_tensors="pt",
+    )
 
 
 def _free_memory() -> None:

@@ -249,24 +249,10 @@ def encode_pair(processor: Any, pair: CalibrationPair, prepared: Any | None) -> 
 
     ``prepared`` None gives the text-only fallback (same text, no video).
     """
-    content: list[dict[str, Any]] = []
-    if prepared is not None:
-        content.append({"type": "video", "video": str(pair.video)})
-    content.append({"type": "text", "text": pair.prompt})
-    messages = [{"role": "user", "content": content}]
-    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    text = text + pair.answer + _turn_end(processor.tokenizer)
-    if prepared is None:
-        enc = processor(text=[text], return_tensors="pt")
-    else:
-        enc = processor(
-            text=[text],
-            videos=[prepared.frames],
-            video_metadata=[dict(prepared.metadata)],  # the processor mutates what it is given
-            do_sample_frames=False,
-            do_resize=False,
-            return_tensors="pt",
-        )
+    from marlin_demo.engine import encode, render_prompt
+
+    text = render_prompt(processor, pair.prompt, str(pair.video) if prepared is not None else None)
+    enc = encode(processor, text + pair.answer + _turn_end(processor.tokenizer), prepared)
     return {k: v for k, v in dict(enc).items() if v is not None}
 
 
