@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
+from marlin_demo.compare import agreement as pair_agreement
 from marlin_demo.contract import Event
 from marlin_demo.datasets import (
     DatasetError,
@@ -44,7 +45,7 @@ from marlin_demo.datasets import (
     load_dataset,
     summarize,
 )
-from marlin_demo.metrics import caption_scores, event_scores, grounding_scores, rouge_l, temporal_iou
+from marlin_demo.metrics import caption_scores, grounding_scores, temporal_iou
 from marlin_demo.settings import VARIANTS, Settings
 
 EXIT_OK = 0
@@ -359,11 +360,6 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     }
 
 
-def _caption_text(scene: str, events: Iterable[Any]) -> str:
-    descs = [e.description if isinstance(e, Event) else str(e.get("description", "")) for e in events]
-    return "\n".join([scene or "", *descs]).strip()
-
-
 def _index(records: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """Latest record per key, a successful one winning over any failure."""
     idx: dict[tuple, dict[str, Any]] = {}
@@ -533,7 +529,7 @@ def agreement(
                 b = _scored(idx, reference, "find", ex.name, q.query, repeats)
                 if not (a and a.get("ok") and b and b.get("ok")):
                     continue
-                ious.append(temporal_iou(a.get("span"), b.get("span")))
+                ious.append(pair_agreement("find", {"a": a, "b": b})["a|b"]["span_iou"])
                 same.append(a.get("raw") == b.get("raw"))
         if ious:
             out["find"] = {
@@ -550,15 +546,10 @@ def agreement(
             b = _scored(idx, reference, "caption", ex.name, None, repeats)
             if not (a and a.get("ok") and b and b.get("ok")):
                 continue
-            es = event_scores(a.get("events", []), b.get("events", []))
-            ev_iou.append(es["mean_matched_iou"])
-            ev_f1.append(es["f1"])
-            rl.append(
-                rouge_l(
-                    _caption_text(a.get("scene", ""), a.get("events", [])),
-                    _caption_text(b.get("scene", ""), b.get("events", [])),
-                )
-            )
+            pair = pair_agreement("caption", {"a": a, "b": b})["a|b"]
+            ev_iou.append(pair["event_iou"])
+            ev_f1.append(pair["event_f1"])
+            rl.append(pair["rouge_l"])
             same.append(a.get("raw") == b.get("raw"))
         if rl:
             out["caption"] = {

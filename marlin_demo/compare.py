@@ -99,10 +99,14 @@ def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> di
             out[key] = {"span_iou": metrics.temporal_iou(_span(a), _span(b))}
         else:
             ev_a, ev_b = _events(a), _events(b)
-            matched = metrics.event_scores(ev_a, ev_b, min_iou=min_iou)["mean_matched_iou"]
+            scores = metrics.event_scores(ev_a, ev_b, min_iou=min_iou)
             text_a = _caption_text(str(_get(a, "scene", "") or ""), ev_a)
             text_b = _caption_text(str(_get(b, "scene", "") or ""), ev_b)
-            out[key] = {"event_iou": float(matched), "rouge_l": metrics.rouge_l(text_a, text_b)}
+            out[key] = {
+                "event_iou": float(scores["mean_matched_iou"]),
+                "event_f1": float(scores["f1"]),
+                "rouge_l": metrics.rouge_l(text_a, text_b),
+            }
     return out
 
 
