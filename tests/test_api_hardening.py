@@ -96,3 +96,34 @@ def test_a_broken_variant_names_the_fix_and_the_others_keep_working(tmp_path: Pa
         engine.load("broken")
     assert "broken" in engine.load_errors()
     assert engine.find(CLIP, "the ball", "gptq").raw
+
+
+@pytest.fixture(scope="module")
+def bad_media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from media_factory import make
+
+    folder = tmp_path_factory.mktemp("bad-media")
+    return {kind: make(kind, folder) for kind in BAD_MEDIA}
+
+
+BAD_MEDIA = {
+    "png": "PNG image",
+    "audio_only": "no video stream",
+    "truncated": "truncated",
+    "zero_bytes": "empty",
+    "random_bytes": "not a video",
+    "single_frame": "only 1 frame",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_MEDIA))
+def test_unusable_uploads_get_a_specific_gr_error(
+    client: Client, bad_media: dict[str, Path], kind: str
+) -> None:
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError) as info:
+        client.predict(handle_file(bad_media[kind]), "gptq", api_name="/caption")
+    message = str(info.value)
+    assert BAD_MEDIA[kind] in message, message
+    assert "Traceback" not in message
