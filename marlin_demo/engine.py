@@ -3,12 +3,23 @@
 This is what Marlin's remote ``.caption()`` / ``.find()`` do, rebuilt on the
 plain transformers model so that every variant (GPTQ, bnb4, bf16, a local
 quantization) receives byte-identical prompts and is measured the same way.
+
+Reuse (docs/SPEED.md): a video is decoded once per content (a bounded cache keyed by
+the file's hash, the sampling parameters and the decode backend), and the model state
+after the shared start of every prompt, the chat header and the whole timestamped
+video, is kept per (variant, video) in a small bounded cache: later requests on the
+same video (a second find, a caption) prefill only their own text. Every request, cold
+or warm, runs the same two steps (prefix forward, then generate over the rest), so a
+warm answer is token for token the cold one.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import inspect
 import logging
+import os
 import queue
 import re
 import resource
@@ -24,11 +35,24 @@ from marlin_demo import contract
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
 from marlin_demo.results import CaptionResult, FindResult, Metrics, Result, RunInfo
 from marlin_demo.settings import Settings
-from marlin_demo.video import Limits, PreparedVideo, VideoError, plan_sampling, sample, validate
+from marlin_demo.video import (
+    Limits,
+    PreparedVideo,
+    VideoError,
+    pick_backend,
+    plan_sampling,
+    sample,
+    validate,
+)
 
 log = logging.getLogger(__name__)
 
 TINY_LABEL = "marlin-tiny (offline stand-in, random weights)"
+
+#: MARLIN_VIDEO_BACKEND values: the reference decode (qwen-vl-utils' pixels), the fast one, or the
+#: choice by clip (video.pick_backend: fast for 8-bit sources >= 2x the plan's pixels per frame)
+VIDEO_BACKENDS = ("auto", "reference", "fast")
+DEFAULT_PREFIX_CACHE = 2
 
 
 class EngineError(RuntimeError):
@@ -47,6 +71,8 @@ class Generation:
     gen_s: float
     first_token_at: float | None
     stopped_by_time: bool
+    first_text_at: float | None = None  # first non-empty decoded text (time to first visible token)
+    token_ids: list[int] | None = None  # the new token ids (tests compare warm and cold runs with them)
 
 
 class _Streamer:
@@ -58,6 +84,7 @@ class _Streamer:
         self.prompt_seen = False
         self.ids: list[int] = []
         self.first_token_at: float | None = None
+        self.first_text_at: float | None = None
 
     def put(self, value: Any) -> None:
         if not self.prompt_seen:  # generate() first hands over the prompt
@@ -66,8 +93,13 @@ class _Streamer:
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.ids.extend(int(t) for t in value.reshape(-1).tolist())
+        if self.on_text is None and self.first_text_at is not None:
+            return  # nothing left to learn from decoding
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if self.first_text_at is None and text.strip():
+            self.first_text_at = time.perf_counter()
         if self.on_text is not None:
-            self.on_text(self.tokenizer.decode(self.ids, skip_special_tokens=True))
+            self.on_text(text)
 
     def end(self) -> None:
         pass
@@ -91,16 +123,24 @@ def _compact_pads(text: str) -> str:
 class Engine:
     """Loads variants once, prepares videos once per content, runs caption/find."""
 
-    def __init__(self, settings: Settings, video_cache_size: int = 4) -> None:
+    def __init__(
+        self, settings: Settings, video_cache_size: int = 4, prefix_cache_size: int | None = None
+    ) -> None:
         self.settings = settings
         self.params = contract.VideoParams()
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
         self.gpu_lock = threading.Lock()
-        self._videos: OrderedDict[tuple[str, str], PreparedVideo] = OrderedDict()
+        self._videos: OrderedDict[tuple[str, str, str], PreparedVideo] = OrderedDict()
         self._video_lock = threading.Lock()
+        self._digests: OrderedDict[tuple[Any, ...], str] = OrderedDict()
         self.video_cache_size = video_cache_size
+        self.video_backend = _video_backend(settings)
+        if prefix_cache_size is None:
+            # an engine told to cache no video (the bench) caches no prefix either: every request is cold
+            prefix_cache_size = _prefix_cache_size(settings) if video_cache_size > 0 else 0
+        self.prefixes = PrefixCache(prefix_cache_size)
         self.faults: set[str] = set()  # e.g. {"oom"}: the next request raises a simulated OOM
 
     # ------------------------------------------------------------------ models
@@ -154,33 +194,64 @@ class Engine:
         if loaded is None:
             return False
         del loaded
+        with self.gpu_lock:
+            self.prefixes.drop(variant)
         _free_memory()
         return True
 
     # ------------------------------------------------------------------ video
     def prepare(self, video: str | Path | PreparedVideo) -> PreparedVideo:
-        """Validate, plan and decode once per (content, parameters); later requests reuse the frames."""
+        """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
+        return self._prepare(video)[0]
+
+    def _prepare(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
+        """``prepare`` plus whether the frames came from the cache (nothing decoded in this call)."""
         if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's synthetic clip)
-            return video
+            if not video.digest:
+                video.digest = _frames_digest(video)
+            return video, True
         path = Path(video)
         if not path.exists():
             raise VideoError(f"No file at {path.name}: upload a video file.")
-        info = validate(path, self.limits())
-        key = (_file_digest(path), repr(self.params))
+        if path.is_file() and path.stat().st_size / 1e6 > self.settings.max_upload_mb:
+            validate(path, self.limits())  # raises the size message before hashing a huge file
+        key = (self._digest(path), repr(self.params), self.video_backend)
         with self._video_lock:
             hit = self._videos.get(key)
-            if hit is not None:
+            if hit is not None:  # validated when it was first prepared, under the same limits
                 self._videos.move_to_end(key)
-                return hit
-        prepared = sample(path, plan_sampling(info, self.params), info=info)
+                return hit, True
+        info = validate(path, self.limits())
+        plan = plan_sampling(info, self.params)
+        backend = {"reference": "auto", "fast": "fast"}.get(self.video_backend) or pick_backend(info, plan)
+        prepared = sample(path, plan, backend=backend, info=info)
+        prepared.digest = "|".join(key)
         with self._video_lock:
             self._videos[key] = prepared
             while len(self._videos) > self.video_cache_size:
                 self._videos.popitem(last=False)
-        return prepared
+        return prepared, False
+
+    def _digest(self, path: Path) -> str:
+        """The file's sha256, remembered per (path, size, mtime, inode): a repeat does not re-read it."""
+        st = path.stat()
+        stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+        with self._video_lock:
+            known = self._digests.get(stamp)
+        if known is not None:
+            return known
+        digest = _file_digest(path)
+        with self._video_lock:
+            self._digests[stamp] = digest
+            while len(self._digests) > 256:
+                self._digests.popitem(last=False)
+        return digest
 
     def video_cache_len(self) -> int:
         return len(self._videos)
+
+    def prefix_cache_len(self) -> int:
+        return len(self.prefixes)
 
     # ------------------------------------------------------------------ inputs
     def build_inputs(self, loaded: LoadedModel, prepared: PreparedVideo, prompt: str) -> tuple[str, Any]:
@@ -196,7 +267,9 @@ class Engine:
         max_new_tokens: int,
         on_text: Callable[[str], None] | None,
         deadline: float,
+        prefix: Prefix | None = None,
     ) -> Generation:
+        """Greedy generation; with ``prefix``, only the tokens after it are prefilled (on a copy of it)."""
         import torch
 
         if "oom" in self.faults:
@@ -204,10 +277,11 @@ class Engine:
             raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
         streamer = _Streamer(loaded.processor.tokenizer, on_text)
         gen_cfg = loaded.model.generation_config
+        gen_inputs = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = loaded.model.generate(
-                **inputs,
+                **gen_inputs,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 temperature=None,
@@ -232,6 +306,8 @@ class Engine:
             gen_s=gen_s,
             first_token_at=streamer.first_token_at,
             stopped_by_time=stopped_by_time,
+            first_text_at=streamer.first_text_at,
+            token_ids=[int(t) for t in new_ids.tolist()],
         )
 
     def _run(
@@ -245,7 +321,7 @@ class Engine:
         import torch
 
         t_start = time.perf_counter()
-        prepared = self.prepare(video)  # bad input fails here, before any model is loaded
+        prepared, cached_video = self._prepare(video)  # bad input fails here, before any model is loaded
         t_load = time.perf_counter()
         loaded = self.load(variant)
         # a first-use load is reported as load_s, not inside the request's latency
@@ -260,19 +336,24 @@ class Engine:
                 torch.cuda.reset_peak_memory_stats()
             try:
                 _, inputs = self.build_inputs(loaded, prepared, prompt)
-                gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline)
+                prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, inputs)
+                gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix)
                 if cuda:
                     torch.cuda.synchronize()
                     peak = torch.cuda.max_memory_allocated() / 2**20
                 else:
                     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             except (torch.OutOfMemoryError, FaultInjected) as exc:
+                self.prefixes.clear()
                 _free_memory()
                 raise EngineError(
                     f"Out of GPU memory on this request ({type(exc).__name__}): the memory was released; "
                     "try a shorter clip, or the gptq/bnb4 variant, and run it again."
                 ) from None
             input_ids = inputs["input_ids"][0].tolist()
+            del inputs
+            if not cuda:
+                _trim_heap()
         latency = time.perf_counter() - t_start
         if gen.stopped_by_time:
             raise EngineError(self._timeout_message())
@@ -296,7 +377,12 @@ class Engine:
             decode_s=prepared.decode_s,
             kernel=loaded.kernel,
             attention=loaded.attention,
+            prefill_s=prefill_s,
+            cached_video=cached_video,
+            reused_prefix=reused_prefix,
         )
+        # time to the first visible (non-empty) text; a RunInfo field once results.py has one
+        info.first_text_s = None if gen.first_text_at is None else gen.first_text_at - t_start  # type: ignore[attr-defined]
         return gen, metrics, info, prepared
 
     def _timeout_message(self) -> str:
@@ -393,6 +479,187 @@ class Engine:
                 raise value
 
 
+def _video_backend(settings: Settings) -> str:
+    """MARLIN_VIDEO_BACKEND (a Settings field once settings.py has one): auto, reference or fast."""
+    value = str(
+        getattr(settings, "video_backend", "") or os.environ.get("MARLIN_VIDEO_BACKEND", "") or "auto"
+    )
+    value = value.strip().lower()
+    if value not in VIDEO_BACKENDS:
+        raise ValueError(f"MARLIN_VIDEO_BACKEND={value!r} is not one of {', '.join(VIDEO_BACKENDS)}.")
+    return value
+
+
+def _prefix_cache_size(settings: Settings) -> int:
+    """MARLIN_PREFIX_CACHE: how many (variant, video) prefix states to keep; 0 turns reuse off."""
+    value = getattr(settings, "prefix_cache_size", None)
+    if value is None:
+        raw = os.environ.get("MARLIN_PREFIX_CACHE", "").strip()
+        try:
+            value = int(raw) if raw else DEFAULT_PREFIX_CACHE
+        except ValueError as exc:
+            raise ValueError(f"MARLIN_PREFIX_CACHE={raw!r} is not a whole number of entries.") from exc
+    return max(0, int(value))
+
+
+def _frames_digest(prepared: PreparedVideo) -> str:
+    """A content key for frames made outside the engine (hashes the pixels once)."""
+    h = hashlib.sha256()
+    frames = prepared.frames.detach().to("cpu").contiguous()
+    h.update(repr((tuple(frames.shape), str(frames.dtype), sorted(prepared.metadata.items()))).encode())
+    h.update(frames.numpy().tobytes())
+    return "frames:" + h.hexdigest()
+
+
+def _cache_kwarg(model: Any) -> str:
+    """The name generate()/forward() take the cache under (``cache`` in transformers >= 5.2x)."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes held by the tensors reachable from a cache object (for the memory figures)."""
+    import torch
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_tensor_bytes(v, seen) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return sum(_tensor_bytes(v, seen) for v in vars(obj).values())
+    return 0
+
+
+@dataclass
+class Prefix:
+    """The model state after a prompt's shared start: the chat header and the whole timestamped video.
+
+    ``cache`` holds the full-attention keys/values and the Gated DeltaNet conv and recurrent
+    states after ``length`` tokens; ``rope_deltas`` the M-RoPE offset of the text that follows
+    the video (Qwen3.5 keeps it on the model between calls). It is never used directly:
+    every request generates on a deep copy, so the stored state stays as the prefix left it.
+    """
+
+    variant: str
+    length: int
+    cache: Any
+    rope_deltas: Any
+    nbytes: int
+    prefill_s: float
+
+    def generate_kwargs(self, model: Any, inputs: Any) -> dict[str, Any]:
+        """generate() arguments for the whole prompt on a copy of this state.
+
+        The pixels are left out: the cache covers every video token, so the vision tower
+        must not run again (generate would pass them to the first forward, which would
+        look for video tokens among the new ones). ``mm_token_type_ids`` stays so generate
+        sees that no vision tokens follow the cached part and uses the stored rope deltas.
+        """
+        kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids") if k in inputs}
+        kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache)
+        model.model.rope_deltas = self.rope_deltas.clone()
+        return kwargs
+
+
+class PrefixCache:
+    """A bounded LRU of ``Prefix`` states keyed by (variant, model, video content, prefix token ids).
+
+    Each entry holds one video's keys/values on the model's device (for Marlin-2B about 12 KB a
+    token: ~0.28 GB for a 2-minute clip's ~23,500 tokens, plus ~20 MB of linear-attention
+    state), so the default keeps two. Only used under the engine's gpu_lock.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[Any, ...], Prefix] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def drop(self, variant: str) -> None:
+        for key in [k for k, e in self._entries.items() if e.variant == variant]:
+            del self._entries[key]
+
+    @staticmethod
+    def boundary(model: Any, input_ids: Any) -> int:
+        """Tokens in the shared prefix: everything through the last ``<|vision_end|>`` (0: no video)."""
+        end_id = getattr(model.config, "vision_end_token_id", None)
+        if end_id is None:
+            return 0
+        hits = (input_ids[0] == end_id).nonzero()
+        return int(hits.max()) + 1 if hits.numel() else 0
+
+    def lookup(
+        self, loaded: LoadedModel, prepared: PreparedVideo, inputs: Any
+    ) -> tuple[Prefix | None, bool, float | None]:
+        """(prefix state, reused?, seconds spent computing it). (None, False, None) when reuse is off."""
+        model = loaded.model
+        if self.size <= 0 or not hasattr(getattr(model, "model", None), "rope_deltas"):
+            return None, False, None
+        ids = inputs["input_ids"]
+        length = self.boundary(model, ids)
+        if length == 0 or length >= ids.shape[1] or ids.shape[0] != 1:
+            return None, False, None
+        head = ids[0, :length].detach().to("cpu").contiguous()
+        key = (
+            loaded.variant,
+            id(model),
+            prepared.digest or _frames_digest(prepared),
+            length,
+            hashlib.sha256(head.numpy().tobytes()).hexdigest(),
+        )
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+            return hit, True, 0.0
+        entry = self._compute(loaded, inputs, length)
+        self._entries[key] = entry
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return entry, False, entry.prefill_s
+
+    @staticmethod
+    def _compute(loaded: LoadedModel, inputs: Any, length: int) -> Prefix:
+        """One forward over the prefix (vision tower included), keeping its cache and rope deltas."""
+        import torch
+        from transformers import DynamicCache
+
+        model = loaded.model
+        t0 = time.perf_counter()
+        kwargs = dict(inputs)
+        for name in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"):
+            if name in kwargs and kwargs[name] is not None:
+                kwargs[name] = kwargs[name][:, :length]
+        cache = DynamicCache(config=model.config)
+        model.model.rope_deltas = None  # recomputed from this prompt's video grid
+        with torch.inference_mode():
+            # logits_to_keep=1: the prefix's logits are never used (all of them would be 23k x vocab)
+            model(**kwargs, **{_cache_kwarg(model): cache}, use_cache=True, logits_to_keep=1)
+        deltas = model.model.rope_deltas
+        if deltas is None:
+            raise RuntimeError("the model did not compute M-RoPE deltas for the prefix")
+        return Prefix(
+            variant=loaded.variant,
+            length=length,
+            cache=cache,
+            rope_deltas=deltas.clone(),
+            nbytes=_tensor_bytes(cache),
+            prefill_s=time.perf_counter() - t0,
+        )
+
+
 def render_prompt(processor: Any, prompt: str, video: str | None) -> str:
     """Marlin's single user turn (the video, then the prompt) through the checkpoint's chat template."""
     content: list[dict[str, Any]] = [{"type": "video", "video": video}] if video is not None else []
@@ -418,6 +685,16 @@ def encode(processor: Any, text: str, prepared: PreparedVideo | None) -> Any:
         do_resize=False,
         return_tensors="pt",
     )
+
+
+def _trim_heap() -> None:
+    """Hand freed CPU tensor memory back to the OS, so a long-running server's RSS tracks its real use."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _free_memory() -> None:

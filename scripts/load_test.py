@@ -182,6 +182,7 @@ def run_load(
         "probe_s": {"n": len(probes), "max": round(max(probes), 3) if probes else None},
         "rss_mb": {"after_warmup": base_rss, "halfway": half.get("rss_mb"), "end": end.get("rss_mb")},
         "temp_files": {"after_warmup": base_tmp, "halfway": half.get("temp"), "end": end.get("temp")},
+        "rss_trend_mb": [round(x["rss_mb"]) for x in samples if x.get("rss_mb") is not None],
         "wall_s": round(time.monotonic() - started, 1),
     }
     report["checks"] = checks(report)
