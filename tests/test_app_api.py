@@ -119,7 +119,7 @@ def test_compare_caption(client: Client) -> None:
     for variant, r in d["results"].items():
         _check_caption(r, variant, CLIP_S)
     pair = d["agreement"]["gptq|bnb4"]
-    assert set(pair) == {"event_iou", "rouge_l"}
+    assert set(pair) == {"event_iou", "event_f1", "rouge_l"}
     assert all(0.0 <= v <= 1.0 for v in pair.values())
     assert {"rouge_l", "keyword_coverage", "f1"} <= set(d["scores"]["gptq"])
 

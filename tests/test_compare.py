@@ -68,6 +68,7 @@ def test_caption_agreement_hand_computed() -> None:
     got = compare.agreement("caption", {"gptq": a, "bnb4": b})
     assert got["gptq|bnb4"]["event_iou"] == pytest.approx(0.75)
     assert got["gptq|bnb4"]["rouge_l"] == pytest.approx(1.0)  # identical texts
+    assert got["gptq|bnb4"]["event_f1"] == pytest.approx(1.0)  # both events matched at IoU >= 0.3
 
 
 def test_caption_agreement_rouge_and_no_match() -> None:
@@ -75,6 +76,7 @@ def test_caption_agreement_rouge_and_no_match() -> None:
     b = _caption("bnb4", "blue ball", [(5.0, 6.0, "x")])
     got = compare.agreement("caption", {"gptq": a, "bnb4": b})["gptq|bnb4"]
     assert got["event_iou"] == 0.0  # no overlapping events
+    assert got["event_f1"] == 0.0
     # tokens "red ball x" vs "blue ball x": LCS 2 -> P = R = F = 2/3
     assert got["rouge_l"] == pytest.approx(2 / 3)
 

@@ -227,6 +227,7 @@ def summary_html(task: str, payload: Mapping[str, Any] | None, running: str | No
             name = {
                 "span_iou": "span IoU",
                 "event_iou": "matched-event IoU",
+                "event_f1": "event F1",
                 "rouge_l": "caption ROUGE-L",
             }.get(key, key)
             chips.append(
