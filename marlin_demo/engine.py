@@ -213,9 +213,14 @@ class Engine:
         path = Path(video)
         if not path.exists():
             raise VideoError(f"No file at {path.name}: upload a video file.")
-        if path.is_file() and path.stat().st_size / 1e6 > self.settings.max_upload_mb:
-            validate(path, self.limits())  # raises the size message before hashing a huge file
-        key = (self._digest(path), repr(self.params), self.video_backend)
+        if not path.is_file() or path.stat().st_size / 1e6 > self.settings.max_upload_mb:
+            validate(path, self.limits())  # the user-facing message (not a file, too large), before hashing
+        try:
+            digest = self._digest(path)
+        except OSError:
+            validate(path, self.limits())  # e.g. permission denied: say so as a VideoError
+            raise
+        key = (digest, repr(self.params), self.video_backend)
         with self._video_lock:
             hit = self._videos.get(key)
             if hit is not None:  # validated when it was first prepared, under the same limits
@@ -335,8 +340,15 @@ class Engine:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
             try:
-                _, inputs = self.build_inputs(loaded, prepared, prompt)
-                prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, inputs)
+                # a cached prefix for this video: only the prompt's own text is tokenized (no pixels)
+                text = render_prompt(loaded.processor, prompt, str(prepared.info.path))
+                warm = self.prefixes.warm_inputs(loaded, prepared, text)
+                if warm is not None:
+                    inputs, prefix = warm
+                    reused_prefix, prefill_s = True, 0.0
+                else:
+                    text, inputs = self.build_inputs(loaded, prepared, prompt)
+                    prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, text, inputs)
                 gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix)
                 if cuda:
                     torch.cuda.synchronize()
@@ -544,6 +556,9 @@ class Prefix:
     states after ``length`` tokens; ``rope_deltas`` the M-RoPE offset of the text that follows
     the video (Qwen3.5 keeps it on the model between calls). It is never used directly:
     every request generates on a deep copy, so the stored state stays as the prefix left it.
+    ``ids``/``mm_types`` are the prefix's token ids and modality types; ``tail_ok`` says that
+    the processor's ids for the first prompt were exactly these followed by the tokenizer's ids
+    of the text after the video, so later prompts can skip the processor (and its pixels).
     """
 
     variant: str
@@ -552,6 +567,9 @@ class Prefix:
     rope_deltas: Any
     nbytes: int
     prefill_s: float
+    ids: Any = None
+    mm_types: Any = None
+    tail_ok: bool = False
 
     def generate_kwargs(self, model: Any, inputs: Any) -> dict[str, Any]:
         """generate() arguments for the whole prompt on a copy of this state.
@@ -568,7 +586,7 @@ class Prefix:
 
 
 class PrefixCache:
-    """A bounded LRU of ``Prefix`` states keyed by (variant, model, video content, prefix token ids).
+    """A bounded LRU of ``Prefix`` states keyed by (variant, model, video content, templated header).
 
     Each entry holds one video's keys/values on the model's device (for Marlin-2B about 12 KB a
     token: ~0.28 GB for a 2-minute clip's ~23,500 tokens, plus ~20 MB of linear-attention
@@ -593,38 +611,77 @@ class PrefixCache:
             del self._entries[key]
 
     @staticmethod
-    def boundary(model: Any, input_ids: Any) -> int:
-        """Tokens in the shared prefix: everything through the last ``<|vision_end|>`` (0: no video)."""
-        end_id = getattr(model.config, "vision_end_token_id", None)
+    def _split(loaded: LoadedModel, text: str) -> tuple[str, str] | None:
+        """The templated prompt cut after the video's ``<|vision_end|>``: (header + video, the rest)."""
+        end_id = getattr(loaded.model.config, "vision_end_token_id", None)
         if end_id is None:
-            return 0
-        hits = (input_ids[0] == end_id).nonzero()
-        return int(hits.max()) + 1 if hits.numel() else 0
+            return None
+        marker = loaded.processor.tokenizer.convert_ids_to_tokens(int(end_id))
+        cut = text.rfind(marker) if isinstance(marker, str) and marker else -1
+        if cut < 0:
+            return None
+        cut += len(marker)
+        return text[:cut], text[cut:]
+
+    def _key(self, loaded: LoadedModel, prepared: PreparedVideo, head: str) -> tuple[Any, ...]:
+        return (loaded.variant, id(loaded.model), prepared.digest or _frames_digest(prepared), head)
+
+    def _usable(self, loaded: LoadedModel) -> bool:
+        return self.size > 0 and hasattr(getattr(loaded.model, "model", None), "rope_deltas")
+
+    def warm_inputs(
+        self, loaded: LoadedModel, prepared: PreparedVideo, text: str
+    ) -> tuple[dict[str, Any], Prefix] | None:
+        """Inputs for ``text`` built from a cached prefix without the processor, or None (no usable entry).
+
+        The prefix's ids plus the tokenizer's ids for the text after the video: the same ids
+        the processor gives (checked on the entry's first, cold, request: ``tail_ok``).
+        """
+        import torch
+
+        if not self._usable(loaded):
+            return None
+        parts = self._split(loaded, text)
+        if parts is None:
+            return None
+        key = self._key(loaded, prepared, parts[0])
+        entry = self._entries.get(key)
+        if entry is None or not entry.tail_ok:
+            return None
+        self._entries.move_to_end(key)
+        tail = _tail_ids(loaded, parts[1]).to(entry.ids.device)
+        inputs: dict[str, Any] = {
+            "input_ids": torch.cat([entry.ids, tail], dim=1),
+        }
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        if entry.mm_types is not None:
+            inputs["mm_token_type_ids"] = torch.cat([entry.mm_types, torch.zeros_like(tail)], dim=1)
+        return inputs, entry
 
     def lookup(
-        self, loaded: LoadedModel, prepared: PreparedVideo, inputs: Any
+        self, loaded: LoadedModel, prepared: PreparedVideo, text: str, inputs: Any
     ) -> tuple[Prefix | None, bool, float | None]:
-        """(prefix state, reused?, seconds spent computing it). (None, False, None) when reuse is off."""
-        model = loaded.model
-        if self.size <= 0 or not hasattr(getattr(model, "model", None), "rope_deltas"):
+        """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``.
+
+        (None, False, None) when reuse is off or does not apply (no video in the prompt).
+        """
+        if not self._usable(loaded):
             return None, False, None
+        parts = self._split(loaded, text)
         ids = inputs["input_ids"]
-        length = self.boundary(model, ids)
-        if length == 0 or length >= ids.shape[1] or ids.shape[0] != 1:
+        length = _boundary(loaded.model, ids)
+        if parts is None or length == 0 or length >= ids.shape[1] or ids.shape[0] != 1:
             return None, False, None
-        head = ids[0, :length].detach().to("cpu").contiguous()
-        key = (
-            loaded.variant,
-            id(model),
-            prepared.digest or _frames_digest(prepared),
-            length,
-            hashlib.sha256(head.numpy().tobytes()).hexdigest(),
-        )
+        key = self._key(loaded, prepared, parts[0])
         hit = self._entries.get(key)
-        if hit is not None:
+        if hit is not None and hit.length == length and bool((hit.ids == ids[:, :length]).all()):
             self._entries.move_to_end(key)
             return hit, True, 0.0
         entry = self._compute(loaded, inputs, length)
+        tail = _tail_ids(loaded, parts[1]).to(ids.device)
+        entry.tail_ok = tail.shape[1] == ids.shape[1] - length and bool((tail == ids[:, length:]).all())
+        mm = inputs.get("mm_token_type_ids")
+        entry.tail_ok = entry.tail_ok and (mm is None or not bool(mm[:, length:].any()))
         self._entries[key] = entry
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -650,6 +707,7 @@ class PrefixCache:
         deltas = model.model.rope_deltas
         if deltas is None:
             raise RuntimeError("the model did not compute M-RoPE deltas for the prefix")
+        mm = kwargs.get("mm_token_type_ids")
         return Prefix(
             variant=loaded.variant,
             length=length,
@@ -657,7 +715,23 @@ class PrefixCache:
             rope_deltas=deltas.clone(),
             nbytes=_tensor_bytes(cache),
             prefill_s=time.perf_counter() - t0,
+            ids=kwargs["input_ids"].clone(),
+            mm_types=None if mm is None else mm.clone(),
         )
+
+
+def _boundary(model: Any, input_ids: Any) -> int:
+    """Tokens in the shared prefix: everything through the last ``<|vision_end|>`` (0: no video)."""
+    end_id = getattr(model.config, "vision_end_token_id", None)
+    if end_id is None:
+        return 0
+    hits = (input_ids[0] == end_id).nonzero()
+    return int(hits.max()) + 1 if hits.numel() else 0
+
+
+def _tail_ids(loaded: LoadedModel, tail: str) -> Any:
+    """The tokenizer's ids for the prompt text after the video (special tokens split it from the video)."""
+    return loaded.processor.tokenizer(tail, add_special_tokens=False, return_tensors="pt")["input_ids"]
 
 
 def render_prompt(processor: Any, prompt: str, video: str | None) -> str:

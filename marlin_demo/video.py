@@ -20,12 +20,25 @@ torchcodec 0.17):
   calls ``.float()``: its float32 output holds whole numbers 0..255, so the
   uint8 frames returned here are exactly ``qwen_frames.to(torch.uint8)`` and
   the HF video processor gives identical ``pixel_values_videos`` for either.
+
+The fast path (``backend="fast"``, docs/SPEED.md) keeps the plan (frame indices,
+size, token count, metadata) exactly and changes only how pixels are made: the clip
+is split at keyframes into runs decoded in parallel by single-threaded decoders (one
+per core), only the planned frames are converted (to planar RGB at full size, by the
+same converter the reference uses) and shrunk by swscale's bicubic scaler instead of
+torchvision's bicubic-antialias resize, the reference's most expensive step on large
+sources. Every frame up to the last planned one in its GOP is still decoded (each is a
+reference for the next); that decode is now most of the cost. Pixels differ from the
+reference by 0.01-0.2 levels on average (tests/test_speed.py,
+benchmarks/bench_video_prep.py); sources above 8 bits keep the reference path.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
+import logging
 import math
 import os
 import shutil
@@ -40,7 +53,10 @@ from marlin_demo.contract import VideoParams
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
-Backend = Literal["auto", "torchcodec", "pyav"]
+Backend = Literal["auto", "torchcodec", "pyav", "fast"]
+BACKENDS: tuple[str, ...] = ("auto", "torchcodec", "pyav", "fast")
+
+log = logging.getLogger(__name__)
 
 ALLOWED = "upload an MP4, WebM, MOV or MKV clip"
 TEMPORAL_PATCH_SIZE = 2  # Qwen3.5 vision tower merges two frames per temporal patch.
@@ -543,6 +559,10 @@ class PreparedVideo:
     info: VideoInfo
     decode_s: float = 0.0
     backend: str = field(default="")
+    #: presentation time (s) of each returned frame, when the decoder reported it (the fast path does)
+    frame_pts: list[float] | None = None
+    #: content key the engine's caches use ("" until the engine sets or computes it)
+    digest: str = ""
 
     def __post_init__(self) -> None:
         if not self.backend:
@@ -596,6 +616,263 @@ def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> tor
     return torch.stack(out)
 
 
+# The fast path's two swscale steps per planned frame: (1) YUV -> planar RGB at the stored size
+# with the same unscaled converter the reference's RGB conversion uses (bit-identical for 8-bit
+# sources), (2) planar RGB at the plan's size, bicubic (swscale widens the kernel when shrinking,
+# i.e. it antialiases), packed by numpy. Step 2 replaces torchvision's bicubic+antialias resize,
+# the reference's most expensive step on large sources: mean |diff| 0.02-0.2 levels on the
+# example clips, the shared media and a 1080p clip (docs/SPEED.md). Scaling straight from YUV in
+# one step is cheaper by ~2 ms a frame but ~1.1-1.4 levels off (swscale scales the YUV planes).
+FAST_PLANAR = "gbrp"
+FAST_SCALER = "BICUBIC"
+#: the fast path is used for sources of at most this many bits per component; above it PyAV's
+#: bundled FFmpeg converts to RGB differently from torchcodec's (~2.7 levels on a 10-bit clip)
+FAST_MAX_BIT_DEPTH = 8
+#: ``pick_backend`` uses the fast path when a source frame has at least this many times the
+#: plan's pixels: below it the reference resize is cheap and the fast path saves ~nothing
+FAST_MIN_AREA_RATIO = 2.0
+
+
+@dataclass
+class _PacketIndex:
+    """The packets of one stream, as torchcodec's exact mode numbers frames (sorted by pts)."""
+
+    pts: list[int]  # presentation order: frame index i has pts[i] (stream time base)
+    keyframes: list[int]  # frame indices whose packet is flagged as a keyframe, ascending
+    time_base: float
+
+
+def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
+    """Scan packets (demux only). None when pts are missing or repeated: then frames are counted."""
+    import av
+
+    pts: list[int] = []
+    key_pts: list[int] = []
+    with av.open(path) as container:
+        stream = next((s for s in container.streams.video if s.index == stream_index), None)
+        if stream is None:
+            stream = container.streams.best("video") or container.streams.video[0]
+        tb = float(stream.time_base)
+        for packet in container.demux(stream):
+            if packet.size == 0:
+                continue
+            if packet.pts is None:
+                return None
+            pts.append(int(packet.pts))
+            if packet.is_keyframe:
+                key_pts.append(int(packet.pts))
+    pts.sort()
+    if not pts or len(set(pts)) != len(pts):
+        return None
+    where = {p: i for i, p in enumerate(pts)}
+    return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts), time_base=tb)
+
+
+def _fast_workers() -> int:
+    """Decoder threads for the fast path: one single-threaded decoder per available core (at most 16)."""
+    env = os.environ.get("MARLIN_DECODE_THREADS", "").strip()
+    if env:
+        return max(1, int(env))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(16, cores))
+
+
+def _segments(index: _PacketIndex, wanted: list[int], workers: int) -> list[tuple[int, list[int]]]:
+    """Split the wanted frame indices into runs that each start at a keyframe.
+
+    A run is decoded from its keyframe up to its last wanted frame; GOPs holding no wanted frame
+    are skipped. Runs are balanced by the number of frames they decode, at most ``workers`` of
+    them unless gaps force more.
+    """
+    keys = index.keyframes
+    if not keys or keys[0] > min(wanted):
+        return [(0, sorted(set(wanted)))]
+    import bisect
+
+    gops: dict[int, list[int]] = {}  # keyframe index -> wanted indices in its GOP
+    for w in sorted(set(wanted)):
+        gops.setdefault(keys[bisect.bisect_right(keys, w) - 1], []).append(w)
+    starts = sorted(gops)
+    rank = {k: r for r, k in enumerate(keys)}
+    budget = sum(gops[k][-1] - k + 1 for k in starts) / max(1, workers)  # frames to decode per worker
+    runs: list[tuple[int, list[int]]] = []
+    run_start, run_wanted = starts[0], list(gops[starts[0]])
+    for prev, k in itertools.pairwise(starts):
+        contiguous = rank[k] == rank[prev] + 1  # no wanted-free GOP between them
+        if contiguous and gops[k][-1] - run_start + 1 <= budget * 1.05:
+            run_wanted += gops[k]
+        else:
+            runs.append((run_start, run_wanted))
+            run_start, run_wanted = k, list(gops[k])
+    runs.append((run_start, run_wanted))
+    return runs
+
+
+def _decode_fast(
+    path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
+) -> tuple[torch.Tensor, list[float]]:
+    """Decode the planned frames with one single-threaded decoder per core, converting only those frames.
+
+    The clip is split at keyframes into runs (``_segments``) decoded in parallel threads (PyAV
+    releases the GIL while decoding and scaling). A single-threaded decoder spends ~20-30% less
+    CPU than FFmpeg's frame threading, and the runs use every core. Frames are identified by
+    their pts against the packet index, which is how torchcodec's exact mode numbers them;
+    files whose packets lack unique pts fall back to one sequential decode that counts frames
+    like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
+    scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
+    Returns the frames and their pts in seconds.
+    """
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import av
+    import torch
+
+    index = _packet_index(path, stream_index)
+    if index is not None and num_frames is not None and len(index.pts) != num_frames:
+        index = None  # the packets do not match torchcodec's count: count decoded frames instead
+    positions: dict[int, list[int]] = {}
+    for pos, idx in enumerate(plan.indices):
+        positions.setdefault(idx, []).append(pos)
+    out: list[Any] = [None] * len(plan.indices)
+    times: list[float] = [float("nan")] * len(plan.indices)
+    lock = threading.Lock()
+
+    def keep(idx: int, frame: Any, small: torch.Tensor) -> None:
+        t = float(frame.time) if frame.time is not None else float("nan")
+        with lock:
+            for pos in positions[idx]:
+                out[pos] = small
+                times[pos] = t
+
+    def run(start: int, want: list[int], threads: int) -> None:
+        todo = set(want)
+        by_pts = None if index is None else {index.pts[i]: i for i in todo}
+        converter = _FastConverter(plan)
+        with av.open(path) as container:
+            stream = next((s for s in container.streams.video if s.index == stream_index), None)
+            if stream is None:
+                stream = container.streams.best("video") or container.streams.video[0]
+            if threads > 1:
+                stream.thread_type = "AUTO"
+            else:
+                stream.codec_context.thread_count = 1
+            if index is not None and start > 0:
+                container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
+            n = -1
+            try:
+                for frame in container.decode(stream):
+                    n += 1
+                    if by_pts is None:
+                        idx = n
+                    else:
+                        found = by_pts.get(frame.pts) if frame.pts is not None else None
+                        if found is None:
+                            continue
+                        idx = found
+                    if idx in todo:
+                        keep(idx, frame, converter(frame, idx))
+                        todo.discard(idx)
+                        if not todo:
+                            break
+            except av.error.FFmpegError as exc:
+                raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+
+    wanted = sorted(positions)
+    workers = _fast_workers()
+    if index is None:
+        run(0, wanted, threads=workers)  # one decoder, frame-threaded, counting frames
+    else:
+        runs = _segments(index, wanted, workers)
+        if len(runs) == 1 or workers == 1:
+            for start, want in runs:
+                run(start, want, threads=1)
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers, len(runs)), thread_name_prefix="decode") as pool:
+                for fut in [pool.submit(run, start, want, 1) for start, want in runs]:
+                    fut.result()
+    missing = [plan.indices[i] for i, t in enumerate(out) if t is None]
+    if missing:
+        raise _undecodable(f"frames {missing[:3]} could not be read, the file may be truncated")
+    return torch.stack(out), times
+
+
+class _FastConverter:
+    """One planned frame -> uint8 CHW RGB at the plan's size (two cached swscale contexts per thread)."""
+
+    def __init__(self, plan: SamplingPlan) -> None:
+        from av.video.reformatter import Interpolation, VideoReformatter
+
+        self.plan = plan
+        self.interpolation = Interpolation[FAST_SCALER]
+        self.to_planar, self.to_small = VideoReformatter(), VideoReformatter()
+
+    def __call__(self, frame: Any, idx: int) -> torch.Tensor:
+        import numpy as np
+        import torch
+
+        plan = self.plan
+        k = (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
+        src = (frame.height, frame.width) if k % 2 else (frame.width, frame.height)
+        if plan.source_height and src != (plan.source_width, plan.source_height):
+            want = f"{plan.source_width}x{plan.source_height}"
+            raise RuntimeError(f"frame {idx} is {src[0]}x{src[1]}, the plan expected {want}")
+        # scale in the stored orientation, then rotate the small frame upright
+        w, h = (plan.height, plan.width) if k % 2 else (plan.width, plan.height)
+        planar = self.to_planar.reformat(frame, format=FAST_PLANAR, threads=1)
+        small = self.to_small.reformat(
+            planar, width=w, height=h, format=FAST_PLANAR, interpolation=self.interpolation, threads=1
+        )
+        rgb = small.to_ndarray()  # PyAV returns planar gbrp as (h, w, 3) in R, G, B order
+        if k:
+            rgb = np.rot90(rgb, k=k, axes=(0, 1))
+        return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+
+
+def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
+    """Every frame's presentation time (s) in presentation order, from the packets alone (no decoding).
+
+    This is how torchcodec's exact mode numbers frames (scan the packets, sort by pts), so
+    ``frame_pts(path)[i]`` is the time of the frame torchcodec returns for index ``i``: the
+    benchmark and the tests use it to check that the fast path returned the same frames.
+    """
+    import av
+
+    times: list[float] = []
+    with av.open(str(path)) as container:
+        stream = next((s for s in container.streams.video if s.index == stream_index), None)
+        if stream is None:
+            stream = container.streams.best("video") or container.streams.video[0]
+        tb = float(stream.time_base)
+        for packet in container.demux(stream):
+            ts = packet.pts if packet.pts is not None else packet.dts
+            if ts is None or packet.size == 0:
+                continue
+            times.append(ts * tb)
+    return sorted(times)
+
+
+def fast_supported(info: VideoInfo) -> bool:
+    """True when the fast path reproduces the reference's RGB conversion (8-bit sources)."""
+    return not (info.bit_depth and info.bit_depth > FAST_MAX_BIT_DEPTH)
+
+
+def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
+    """The engine's default choice: ``"fast"`` where it pays and is near-exact, else the reference.
+
+    Fast when the source is 8-bit and a source frame has at least ``FAST_MIN_AREA_RATIO``
+    times the plan's pixels (there the reference's full-size RGB conversion and bicubic
+    resize dominate); otherwise ``"auto"`` (the reference, bit-exact, and about as fast).
+    """
+    src = max(plan.source_height, 1) * max(plan.source_width, 1)
+    if fast_supported(info) and src >= FAST_MIN_AREA_RATIO * plan.height * plan.width:
+        return "fast"
+    return "auto"
+
+
 def _resize(frames: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """qwen-vl-utils' resize: on the uint8 tensor, bicubic with antialias (output stays uint8)."""
     from torchvision.transforms import InterpolationMode
@@ -615,13 +892,41 @@ def sample(
     ``backend="auto"`` uses torchcodec (the reference) and falls back to PyAV
     when torchcodec cannot load FFmpeg's libraries or fails on this file; the
     backend actually used is ``metadata["video_backend"]``.
+
+    ``backend="fast"`` keeps the plan and changes only the pixels slightly (see the
+    module docstring): one decode that scales just the planned frames with swscale.
+    If it fails on a file, the reference path above runs instead and says so in
+    ``metadata["video_backend"]``.
     """
-    if backend not in ("auto", "torchcodec", "pyav"):
-        raise ValueError(f"backend must be 'auto', 'torchcodec' or 'pyav', not {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be 'auto', 'torchcodec', 'pyav' or 'fast', not {backend!r}")
     p = str(Path(path))
     if info is None:
         info = probe(p)
     t0 = time.perf_counter()
+    if backend == "fast" and not fast_supported(info):
+        backend = "auto"  # >8-bit: PyAV's RGB conversion differs from the reference's; decode as it does
+    if backend == "fast":
+        try:
+            frames, pts = _decode_fast(p, plan, info.stream_index, info.num_frames)
+        except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
+            log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
+        else:
+            metadata = {
+                "fps": plan.source_fps,
+                "frames_indices": list(plan.indices),
+                "total_num_frames": plan.total_frames,
+                "video_backend": "fast",
+            }
+            return PreparedVideo(
+                frames=frames,
+                metadata=metadata,
+                plan=plan,
+                info=info,
+                decode_s=time.perf_counter() - t0,
+                frame_pts=pts,
+            )
+        backend = "auto"
     frames = None
     used = backend
     if backend == "auto" and info.metadata_source != "torchcodec":
@@ -659,7 +964,7 @@ def prepare(
     limits: Limits = Limits(),
     backend: Backend = "auto",
 ) -> PreparedVideo:
-    """validate + plan_sampling + sample: the one call the engine needs."""
+    """validate + plan_sampling + sample: the one call the engine needs (``backend="fast"``: see sample)."""
     info = validate(path, limits)
     plan = plan_sampling(info, params)
     return sample(path, plan, backend=backend, info=info)

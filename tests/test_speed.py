@@ -1,0 +1,382 @@
+"""Speed work that must not change answers: the fast video path, the video cache, the prefix cache.
+
+No timing is asserted here (benchmarks/ measures speed). What is asserted:
+- the fast decode gives the reference's plan exactly (indices, size, tokens, metadata), the
+  same source frames (presentation times), and pixels within a stated tolerance;
+- a second request on a video decodes and hashes nothing again, and the caches stay bounded;
+- warm requests (cached frames, reused prefix state) give token for token the answers of cold
+  ones, for several queries and both the gptq and bf16 variants of the tiny checkpoint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from marlin_demo import contract
+from marlin_demo import engine as engine_mod
+from marlin_demo import video as V
+from marlin_demo.contract import VideoParams
+from marlin_demo.engine import Engine, PrefixCache
+from marlin_demo.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ["ball_rolls.mp4", "blue_square.mp4", "people_meet.mp4", "day_to_night.mp4", "lamp_on_off.mp4"]
+MEDIA_8BIT = ["nasa_13013.mp4", "av1_video.mkv", "bt709_full_range.mp4", "h265_video.mp4"]
+PARAMS = VideoParams()
+
+# Fast path vs reference, in levels of 0-255. Measured (docs/SPEED.md): mean 0.01-0.19 on the
+# examples, the shared media and generated H.264/HEVC/VP9 clips; p99 <= 4; the largest single
+# differences (<= ~36) sit on the sharp edges of synthetic patterns.
+MAX_MEAN = 0.35
+MAX_FRAME_MEAN = 0.5
+MAX_P99 = 6
+
+needs_ffmpeg = pytest.mark.skipif(not V.ffmpeg_available(), reason="the ffmpeg binary is not on PATH")
+
+
+def example(name: str) -> Path:
+    path = ROOT / "examples" / name
+    if not path.is_file():
+        pytest.skip(f"{path} has not been rendered")
+    return path
+
+
+def media(media_dir: Path, name: str) -> Path:
+    path = media_dir / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    return path
+
+
+def ffmpeg(*args: str) -> None:
+    res = subprocess.run(
+        ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.fixture(scope="module")
+def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("speed-media")
+
+
+@pytest.fixture(scope="module")
+def gop_clips(gen_dir: Path) -> dict[str, Path]:
+    """Short clips with many keyframes (so the fast path splits and seeks), B-frames, open GOPs, HEVC."""
+    if not V.ffmpeg_available():
+        pytest.skip("the ffmpeg binary is not on PATH")
+    src = "testsrc2=size=480x272:rate=30:duration=8"
+    out = {
+        "bframes": gen_dir / "bframes.mp4",
+        "opengop": gen_dir / "opengop.mp4",
+        "hevc": gen_dir / "hevc.mp4",
+        "big": gen_dir / "big.mp4",
+    }
+    ffmpeg("-f", "lavfi", "-i", src, "-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-bf", "3",
+           "-pix_fmt", "yuv420p", str(out["bframes"]))  # fmt: skip
+    ffmpeg("-f", "lavfi", "-i", src, "-c:v", "libx264", "-preset", "veryfast", "-g", "45", "-bf", "3",
+           "-x264-params", "open-gop=1", "-pix_fmt", "yuv420p", str(out["opengop"]))  # fmt: skip
+    x265 = "keyint=40:bframes=4:log-level=error"
+    ffmpeg("-f", "lavfi", "-i", src, "-c:v", "libx265", "-preset", "ultrafast", "-x265-params", x265,
+           "-pix_fmt", "yuv420p", str(out["hevc"]))  # fmt: skip
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=25:duration=4", "-c:v", "libx264",
+           "-preset", "ultrafast", "-g", "25", "-pix_fmt", "yuv420p", str(out["big"]))  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def rotated(gen_dir: Path) -> dict[int, Path]:
+    if not V.ffmpeg_available():
+        pytest.skip("the ffmpeg binary is not on PATH")
+    plain = gen_dir / "plain.mp4"
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x240:rate=10:duration=3", "-c:v", "libx264",
+           "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(plain))  # fmt: skip
+    out = {}
+    for deg in (90, 180, 270):
+        path = gen_dir / f"rot{deg}.mp4"
+        res = subprocess.run(
+            ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-display_rotation", str(deg),
+             "-i", str(plain), "-c", "copy", str(path)], capture_output=True, check=False,
+        )  # fmt: skip
+        if res.returncode != 0:
+            ffmpeg("-i", str(plain), "-c", "copy", "-metadata:s:v", f"rotate={deg}", str(path))
+        if V.probe(path).rotation == 0:
+            pytest.skip("this ffmpeg could not write a display rotation")
+        out[deg] = path
+    return out
+
+
+def check_fast(path: Path) -> tuple[V.PreparedVideo, V.PreparedVideo]:
+    """The fast path against the reference on one file: same plan and frames, pixels within tolerance."""
+    info = V.probe(path)
+    plan = V.plan_sampling(info, PARAMS)
+    ref = V.sample(path, plan, backend="auto", info=info)
+    fast = V.sample(path, plan, backend="fast", info=info)
+    assert fast.plan is plan  # the plan (indices, size, tokens) is the reference's, untouched
+    assert fast.frames.shape == ref.frames.shape == (plan.nframes, 3, plan.height, plan.width)
+    assert fast.frames.dtype == torch.uint8
+    strip = {k: v for k, v in fast.metadata.items() if k != "video_backend"}
+    assert strip == {k: v for k, v in ref.metadata.items() if k != "video_backend"}
+    if not V.fast_supported(info):  # >8-bit: the reference decode, exactly
+        assert fast.backend == ref.backend and torch.equal(fast.frames, ref.frames)
+        return ref, fast
+    assert fast.backend == "fast"
+    # the same source frames: each returned frame's pts is the pts torchcodec's index points at
+    all_pts = V.frame_pts(path, info.stream_index)
+    assert fast.frame_pts == pytest.approx([all_pts[i] for i in plan.indices], abs=1e-6)
+    diff = (fast.frames.int() - ref.frames.int()).abs().float()
+    assert diff.mean() <= MAX_MEAN, f"{path.name}: mean |diff| {diff.mean():.3f}"
+    assert diff.mean(dim=(1, 2, 3)).max() <= MAX_FRAME_MEAN
+    assert torch.quantile(diff.flatten()[::7], 0.99) <= MAX_P99
+    return ref, fast
+
+
+# ---------------------------------------------------------------------------
+# fast video path (no model)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_fast_path_examples(name: str) -> None:
+    check_fast(example(name))
+
+
+@pytest.mark.parametrize("name", MEDIA_8BIT)
+def test_fast_path_shared_media(media_dir: Path, name: str) -> None:
+    check_fast(media(media_dir, name))
+
+
+def test_fast_path_leaves_10bit_to_the_reference(media_dir: Path) -> None:
+    path = media(media_dir, "h264_10bits.mp4")
+    info = V.probe(path)
+    assert not V.fast_supported(info)
+    _, fast = check_fast(path)
+    assert fast.backend == "torchcodec" and fast.frame_pts is None
+    assert V.pick_backend(info, fast.plan) == "auto"
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_fast_path_gops_and_seeks(
+    gop_clips: dict[str, Path], threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many keyframes, B-frames, open GOPs, HEVC: split into runs and decoded in parallel, or in one run."""
+    monkeypatch.setenv("MARLIN_DECODE_THREADS", threads)
+    for path in gop_clips.values():
+        check_fast(path)
+
+
+@needs_ffmpeg
+def test_fast_path_rotation(rotated: dict[int, Path]) -> None:
+    for deg, path in rotated.items():
+        _, fast = check_fast(path)
+        upright = fast.plan.height > fast.plan.width
+        assert upright == (deg in (90, 270))
+
+
+def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = example("ball_rolls.mp4")
+    info = V.probe(path)
+    plan = V.plan_sampling(info, PARAMS)
+
+    def broken(*_args: object, **_kw: object) -> None:
+        raise RuntimeError("simulated decoder failure")
+
+    monkeypatch.setattr(V, "_decode_fast", broken)
+    prepared = V.sample(path, plan, backend="fast", info=info)
+    assert prepared.backend == "torchcodec"
+    assert torch.equal(prepared.frames, V.sample(path, plan, info=info).frames)
+
+
+def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packets without unique pts: one sequential decode that counts frames, like the PyAV fallback."""
+    monkeypatch.setattr(V, "_packet_index", lambda *_a: None)
+    check_fast(example("people_meet.mp4"))
+
+
+def test_segments_cover_every_frame_from_a_keyframe() -> None:
+    index = V._PacketIndex(pts=list(range(3600)), keyframes=list(range(0, 3600, 250)), time_base=1 / 30)
+    wanted = torch.linspace(0, 3599, 240).round().long().tolist()
+    for workers in (1, 2, 4, 16):
+        runs = V._segments(index, wanted, workers)
+        assert sorted(w for _, ws in runs for w in ws) == sorted(set(wanted))
+        for start, ws in runs:
+            assert start in index.keyframes and min(ws) >= start
+        if workers <= 2:
+            assert len(runs) <= workers + 1
+    # all-intra: every frame is a keyframe, so only the wanted frames are decoded
+    intra = V._PacketIndex(pts=list(range(100)), keyframes=list(range(100)), time_base=1.0)
+    assert V._segments(intra, [0, 10, 20, 30], 2) == [(0, [0]), (10, [10]), (20, [20]), (30, [30])]
+
+
+def test_pick_backend(gop_clips: dict[str, Path]) -> None:
+    small = V.probe(example("ball_rolls.mp4"))  # 480x270 upscaled to 512x288: the reference is as fast
+    assert V.pick_backend(small, V.plan_sampling(small, PARAMS)) == "auto"
+    big = V.probe(gop_clips["big"])  # 1280x720 shrunk to 576x320: the fast path pays
+    assert V.pick_backend(big, V.plan_sampling(big, PARAMS)) == "fast"
+
+
+# ---------------------------------------------------------------------------
+# video cache (no model)
+# ---------------------------------------------------------------------------
+
+
+def test_video_cache_bounds_and_no_second_decode(
+    gop_clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = {"sample": 0, "digest": 0}
+    real_sample, real_digest = engine_mod.sample, engine_mod._file_digest
+
+    def counting_sample(*a: object, **kw: object) -> V.PreparedVideo:
+        calls["sample"] += 1
+        return real_sample(*a, **kw)  # type: ignore[arg-type]
+
+    def counting_digest(path: Path) -> str:
+        calls["digest"] += 1
+        return real_digest(path)
+
+    monkeypatch.setattr(engine_mod, "sample", counting_sample)
+    monkeypatch.setattr(engine_mod, "_file_digest", counting_digest)
+    eng = Engine(Settings(model="tiny"), video_cache_size=2)
+    first = eng.prepare(gop_clips["bframes"])
+    assert eng.prepare(gop_clips["bframes"]) is first
+    assert calls == {"sample": 1, "digest": 1}  # the repeat neither decodes nor re-reads the file
+    copy = tmp_path / "copy.mp4"
+    copy.write_bytes(gop_clips["bframes"].read_bytes())
+    assert eng.prepare(copy) is first  # keyed by content
+    assert calls["sample"] == 1
+    for name in ("opengop", "hevc", "big"):
+        eng.prepare(gop_clips[name])
+        assert eng.video_cache_len() <= 2
+    assert calls["sample"] == 4
+    assert eng.prepare(gop_clips["big"]).backend == "fast"  # auto: a large source takes the fast path
+
+
+def test_engine_backend_setting(monkeypatch: pytest.MonkeyPatch, gop_clips: dict[str, Path]) -> None:
+    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", "reference")
+    assert Engine(Settings(model="tiny")).prepare(gop_clips["big"]).backend == "torchcodec"
+    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", "fast")
+    assert Engine(Settings(model="tiny")).prepare(example("ball_rolls.mp4")).backend == "fast"
+    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", "turbo")
+    with pytest.raises(ValueError, match="MARLIN_VIDEO_BACKEND"):
+        Engine(Settings(model="tiny"))
+
+
+def test_prefix_cache_size_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Engine(Settings(model="tiny")).prefixes.size == 2
+    assert Engine(Settings(model="tiny"), video_cache_size=0).prefixes.size == 0  # the bench: all cold
+    monkeypatch.setenv("MARLIN_PREFIX_CACHE", "0")
+    assert Engine(Settings(model="tiny")).prefixes.size == 0
+    assert Engine(Settings(model="tiny"), prefix_cache_size=3).prefixes.size == 3
+
+
+# ---------------------------------------------------------------------------
+# prefix reuse on the tiny checkpoint
+# ---------------------------------------------------------------------------
+
+QUERIES = ["the ball stops", "a red square appears", "(1) lamp turns on", 'someone says "hi"']
+
+
+def _tokens(
+    eng: Engine, clip: Path, variant: str, prompt: str, max_new: int = 24
+) -> tuple[list[int], object]:
+    gen, _, info, _ = eng._run(clip, variant, prompt, max_new, None)
+    return gen.token_ids, info
+
+
+def _state(entry: object) -> list[torch.Tensor]:
+    out = []
+    for layer in entry.cache.layers:  # type: ignore[attr-defined]
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t.clone())
+        for name in ("conv_states", "recurrent_states"):
+            for t in (getattr(layer, name, None) or {}).values():
+                if isinstance(t, torch.Tensor):
+                    out.append(t.clone())
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["gptq", "bf16"])
+def test_warm_answers_equal_cold_ones(variant: str) -> None:
+    clip = example("ball_rolls.mp4")
+    prompts = [contract.find_prompt(q) for q in QUERIES] + [contract.CAPTION_PROMPT]
+    warm = Engine(Settings(model="tiny"))
+    fresh = Engine(Settings(model="tiny"))
+    one_pass = Engine(Settings(model="tiny"), prefix_cache_size=0)
+    first = True
+    for prompt in prompts:
+        got, info = _tokens(warm, clip, variant, prompt)
+        assert info.reused_prefix is (not first) and info.cached_video is (not first)
+        first = False
+        fresh.prefixes.clear()  # cold: the prefix is computed again for this prompt
+        cold, cold_info = _tokens(fresh, clip, variant, prompt)
+        assert not cold_info.reused_prefix
+        plain, plain_info = _tokens(one_pass, clip, variant, prompt)
+        assert plain_info.reused_prefix is False and plain_info.prefill_s is None
+        assert got == cold, f"{variant}: warm and cold answers differ for {prompt[:40]!r}"
+        assert got == plain, f"{variant}: the split prefill changed the answer for {prompt[:40]!r}"
+        assert info.first_text_s is None or 0 <= info.first_text_s  # type: ignore[attr-defined]
+    assert warm.prefix_cache_len() == 1  # caption and every find share the one (variant, video) entry
+
+
+@pytest.mark.slow
+def test_prefix_state_is_not_mutated_and_skips_the_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+    clip = example("lamp_on_off.mp4")
+    eng = Engine(Settings(model="tiny"))
+    _tokens(eng, clip, "bf16", contract.find_prompt(QUERIES[0]))
+    (entry,) = list(eng.prefixes._entries.values())
+    assert entry.tail_ok  # the processor's ids were the prefix ids + the tokenizer's ids of the tail
+    before = _state(entry)
+    loaded = eng.load("bf16")
+    prepared = eng.prepare(clip)
+    text, inputs = eng.build_inputs(loaded, prepared, contract.find_prompt(QUERIES[1]))
+    warm_inputs, _ = eng.prefixes.warm_inputs(loaded, prepared, text)
+    for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
+        assert torch.equal(warm_inputs[key], inputs[key]), key
+
+    def no_processor(*_a: object, **_kw: object) -> None:
+        raise AssertionError("the processor ran although the prefix was cached")
+
+    monkeypatch.setattr(eng, "build_inputs", no_processor)
+    for q in QUERIES[1:]:
+        _, info = _tokens(eng, clip, "bf16", contract.find_prompt(q))
+        assert info.reused_prefix
+    after = _state(entry)
+    assert len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.slow
+def test_prefix_cache_bounds(gop_clips: dict[str, Path]) -> None:
+    eng = Engine(Settings(model="tiny"), prefix_cache_size=2)
+    clips = [example("ball_rolls.mp4"), example("blue_square.mp4"), example("lamp_on_off.mp4")]
+    for clip in clips:
+        eng.find(clip, "something moves", "bf16")
+        assert eng.prefix_cache_len() <= 2
+    assert eng.prefixes.nbytes() > 0
+    # the oldest video was evicted: asking again is cold, the newest is warm
+    assert not eng.find(clips[0], "again", "bf16").info.reused_prefix
+    assert eng.find(clips[2], "again", "bf16").info.reused_prefix
+    eng.faults.add("oom")  # an out-of-memory error drops every cached state
+    with pytest.raises(engine_mod.EngineError):
+        eng.find(clips[2], "again", "bf16")
+    assert eng.prefix_cache_len() == 0
+    eng.find(clips[1], "again", "bf16")
+    assert eng.unload("bf16") and eng.prefix_cache_len() == 0  # unloading a variant drops its states
+
+
+def test_prefix_cache_is_off_without_video() -> None:
+    cache = PrefixCache(2)
+    assert len(cache) == 0 and cache.nbytes() == 0
+    cache.clear()
+    cache.drop("bf16")
