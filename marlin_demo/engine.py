@@ -393,8 +393,8 @@ class Engine:
             cached_video=cached_video,
             reused_prefix=reused_prefix,
         )
-        # time to the first visible (non-empty) text; a RunInfo field once results.py has one
-        info.first_text_s = None if gen.first_text_at is None else gen.first_text_at - t_start  # type: ignore[attr-defined]
+        # time to the first visible (non-empty) text, for the streaming UI
+        info.first_text_s = None if gen.first_text_at is None else gen.first_text_at - t_start
         return gen, metrics, info, prepared
 
     def _timeout_message(self) -> str:

@@ -49,6 +49,7 @@ class RunInfo:
     duration_s: float = 0.0
     decode_s: float = 0.0
     prefill_s: float | None = None
+    first_text_s: float | None = None  # time to the first non-empty decoded text (streaming)
     kernel: str = ""
     attention: str = ""
     repairs: list[str] = field(default_factory=list)

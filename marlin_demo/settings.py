@@ -59,6 +59,13 @@ class Settings:
             "help": "GPTQModel kernel: auto, gptq_marlin, gptq_exllama_v2, gptq_triton, gptq_torch...",
         },
     )
+    video_backend: str = field(
+        default="auto",
+        metadata={
+            "env": "MARLIN_VIDEO_BACKEND",
+            "help": "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast for large 8-bit clips)",
+        },
+    )
     device: str = field(default="auto", metadata={"env": "MARLIN_DEVICE", "help": "auto, cuda or cpu"})
     caption_max_new_tokens: int = field(
         default=768, metadata={"env": "MARLIN_CAPTION_MAX_NEW_TOKENS", "help": "token limit for captions"}
