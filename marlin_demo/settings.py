@@ -63,7 +63,7 @@ class Settings:
         default="auto",
         metadata={
             "env": "MARLIN_VIDEO_BACKEND",
-            "help": "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast for large 8-bit clips)",
+            "help": "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast on big 8-bit clips)",
         },
     )
     device: str = field(default="auto", metadata={"env": "MARLIN_DEVICE", "help": "auto, cuda or cpu"})
