@@ -492,10 +492,11 @@ class Engine:
 
 
 def _video_backend(settings: Settings) -> str:
-    """MARLIN_VIDEO_BACKEND (a Settings field once settings.py has one): auto, reference or fast."""
-    value = str(
-        getattr(settings, "video_backend", "") or os.environ.get("MARLIN_VIDEO_BACKEND", "") or "auto"
-    )
+    """Settings.video_backend (MARLIN_VIDEO_BACKEND): auto, reference or fast."""
+    if hasattr(settings, "video_backend"):
+        value = str(settings.video_backend or "auto")
+    else:  # a Settings without the field: read the variable directly
+        value = os.environ.get("MARLIN_VIDEO_BACKEND", "") or "auto"
     value = value.strip().lower()
     if value not in VIDEO_BACKENDS:
         raise ValueError(f"MARLIN_VIDEO_BACKEND={value!r} is not one of {', '.join(VIDEO_BACKENDS)}.")
@@ -503,7 +504,7 @@ def _video_backend(settings: Settings) -> str:
 
 
 def _prefix_cache_size(settings: Settings) -> int:
-    """MARLIN_PREFIX_CACHE: how many (variant, video) prefix states to keep; 0 turns reuse off."""
+    """MARLIN_PREFIX_CACHE (read here until Settings has the field): states kept; 0 turns reuse off."""
     value = getattr(settings, "prefix_cache_size", None)
     if value is None:
         raw = os.environ.get("MARLIN_PREFIX_CACHE", "").strip()

@@ -148,7 +148,7 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     )
     variants = pg.locator("#compare-cards .cc-card").evaluate_all("cs => cs.map(c => c.dataset.variant)")
     assert variants == ["gptq", "bnb4"]
-    assert pg.locator("#compare-summary .cs-chip").count() == 2  # matched-event IoU and ROUGE-L
+    assert pg.locator("#compare-summary .cs-chip").count() == 3  # matched-event IoU, event F1, ROUGE-L
     pg.wait_for_selector("#compare-plot-latency_s canvas, #compare-plot-latency_s svg", timeout=60_000)
     pg.wait_for_selector("#compare-csv a", timeout=60_000)
     pg.wait_for_selector("#compare-scores", state="visible", timeout=30_000)

@@ -10,8 +10,10 @@ No timing is asserted here (benchmarks/ measures speed). What is asserted:
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -260,14 +262,18 @@ def test_video_cache_bounds_and_no_second_decode(
     assert eng.prepare(gop_clips["big"]).backend == "fast"  # auto: a large source takes the fast path
 
 
+def _with_backend(value: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    if "video_backend" in {f.name for f in dataclasses.fields(Settings)}:
+        return Settings(model="tiny", video_backend=value)  # type: ignore[call-arg]
+    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", value)
+    return Settings(model="tiny")
+
+
 def test_engine_backend_setting(monkeypatch: pytest.MonkeyPatch, gop_clips: dict[str, Path]) -> None:
-    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", "reference")
-    assert Engine(Settings(model="tiny")).prepare(gop_clips["big"]).backend == "torchcodec"
-    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", "fast")
-    assert Engine(Settings(model="tiny")).prepare(example("ball_rolls.mp4")).backend == "fast"
-    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", "turbo")
+    assert Engine(_with_backend("reference", monkeypatch)).prepare(gop_clips["big"]).backend == "torchcodec"
+    assert Engine(_with_backend("fast", monkeypatch)).prepare(example("ball_rolls.mp4")).backend == "fast"
     with pytest.raises(ValueError, match="MARLIN_VIDEO_BACKEND"):
-        Engine(Settings(model="tiny"))
+        Engine(_with_backend("turbo", monkeypatch))
 
 
 def test_prefix_cache_size_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,12 +288,10 @@ def test_prefix_cache_size_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 # prefix reuse on the tiny checkpoint
 # ---------------------------------------------------------------------------
 
-QUERIES = ["the ball stops", "a red square appears", "(1) lamp turns on", 'someone says "hi"']
+QUERIES = ["the ball stops", "(1) lamp turns on", 'someone says "hi"']
 
 
-def _tokens(
-    eng: Engine, clip: Path, variant: str, prompt: str, max_new: int = 24
-) -> tuple[list[int], object]:
+def _tokens(eng: Engine, clip: Path, variant: str, prompt: str, max_new: int = 16) -> tuple[list[int], Any]:
     gen, _, info, _ = eng._run(clip, variant, prompt, max_new, None)
     return gen.token_ids, info
 
@@ -309,25 +313,27 @@ def _state(entry: object) -> list[torch.Tensor]:
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["gptq", "bf16"])
 def test_warm_answers_equal_cold_ones(variant: str) -> None:
+    """Each warm request reuses the state a *different* prompt's cold request left; it must answer
+    exactly as a cold request (prefix recomputed) and as the one-pass generate (reuse off)."""
     clip = example("ball_rolls.mp4")
     prompts = [contract.find_prompt(q) for q in QUERIES] + [contract.CAPTION_PROMPT]
-    warm = Engine(Settings(model="tiny"))
-    fresh = Engine(Settings(model="tiny"))
-    one_pass = Engine(Settings(model="tiny"), prefix_cache_size=0)
-    first = True
-    for prompt in prompts:
-        got, info = _tokens(warm, clip, variant, prompt)
-        assert info.reused_prefix is (not first) and info.cached_video is (not first)
-        first = False
-        fresh.prefixes.clear()  # cold: the prefix is computed again for this prompt
-        cold, cold_info = _tokens(fresh, clip, variant, prompt)
-        assert not cold_info.reused_prefix
-        plain, plain_info = _tokens(one_pass, clip, variant, prompt)
-        assert plain_info.reused_prefix is False and plain_info.prefill_s is None
-        assert got == cold, f"{variant}: warm and cold answers differ for {prompt[:40]!r}"
-        assert got == plain, f"{variant}: the split prefill changed the answer for {prompt[:40]!r}"
+    eng = Engine(Settings(model="tiny"))
+    _, info = _tokens(eng, clip, variant, prompts[0])
+    assert not info.reused_prefix and not info.cached_video and info.prefill_s > 0
+    for prompt in prompts[1:]:
+        warm, info = _tokens(eng, clip, variant, prompt)
+        assert info.reused_prefix and info.cached_video and info.prefill_s == 0.0
         assert info.first_text_s is None or 0 <= info.first_text_s  # type: ignore[attr-defined]
-    assert warm.prefix_cache_len() == 1  # caption and every find share the one (variant, video) entry
+        eng.prefixes.clear()  # cold: the prefix is computed again, by this prompt
+        cold, cold_info = _tokens(eng, clip, variant, prompt)
+        assert not cold_info.reused_prefix
+        eng.prefixes.size = 0  # reuse off: the one-pass generate over the whole prompt
+        plain, plain_info = _tokens(eng, clip, variant, prompt)
+        eng.prefixes.size = 2
+        assert plain_info.reused_prefix is False and plain_info.prefill_s is None
+        assert warm == cold, f"{variant}: warm and cold answers differ for {prompt[:40]!r}"
+        assert warm == plain, f"{variant}: the split prefill changed the answer for {prompt[:40]!r}"
+    assert eng.prefix_cache_len() == 1  # caption and every find share the one (variant, video) entry
 
 
 @pytest.mark.slow
