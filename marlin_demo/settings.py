@@ -66,6 +66,10 @@ class Settings:
             "help": "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast on big 8-bit clips)",
         },
     )
+    prefix_cache_size: int = field(
+        default=2,
+        metadata={"env": "MARLIN_PREFIX_CACHE", "help": "video prefix states kept for reuse (0: off)"},
+    )
     device: str = field(default="auto", metadata={"env": "MARLIN_DEVICE", "help": "auto, cuda or cpu"})
     caption_max_new_tokens: int = field(
         default=768, metadata={"env": "MARLIN_CAPTION_MAX_NEW_TOKENS", "help": "token limit for captions"}

@@ -198,7 +198,10 @@ def run_variants(
 
     plan = [("bf16", "auto"), ("bnb4", "auto")] + [("gptq", b) for b in backends]
     for variant, backend in plan:
-        engine = Engine(settings.with_(caption_max_new_tokens=caption_tokens, gptq_backend=backend))
+        # no prefix reuse: the measured request must be as cold as the warm-up, bar the model load
+        engine = Engine(
+            settings.with_(caption_max_new_tokens=caption_tokens, gptq_backend=backend), prefix_cache_size=0
+        )
         row: dict[str, Any] = {"model": label, "variant": variant, "gptq_backend": backend}
         try:
             loaded = engine.load(variant)
