@@ -19,40 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_video_prep import cache_dir, make_clip
 
 GOAL = 0.4
 QUERIES = ("the ball stops rolling", "a red square appears in the corner", "the lamp turns on")
-
-
-def cache_dir(arg: str | None) -> Path:
-    root = Path(arg or os.environ.get("MARLIN_BENCH_CACHE") or Path(tempfile.gettempdir()) / "marlin-bench")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def make_clip(root: Path, size: str, rate: int, seconds: int) -> Path:
-    out = root / f"testsrc2_{size}_{rate}fps_{seconds}s.mp4"
-    if out.is_file() and out.stat().st_size > 0:
-        return out
-    tmp = out.with_suffix(".part.mp4")
-    argv = [
-        "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
-        "-f", "lavfi", "-i", f"testsrc2=size={size}:rate={rate}", "-t", str(seconds),
-        "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(tmp),
-    ]  # fmt: skip
-    print(f"making {out.name} with ffmpeg (once) ...", flush=True)
-    subprocess.run(argv, check=True)
-    tmp.rename(out)
-    return out
 
 
 def timed_find(engine: Any, clip: Path, query: str, variant: str) -> tuple[Any, float]:
