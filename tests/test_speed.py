@@ -23,7 +23,7 @@ from marlin_demo import engine as engine_mod
 from marlin_demo import video as V
 from marlin_demo.contract import VideoParams
 from marlin_demo.engine import Engine, PrefixCache
-from marlin_demo.settings import Settings
+from marlin_demo.settings import Settings, from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ball_rolls.mp4", "blue_square.mp4", "people_meet.mp4", "day_to_night.mp4", "lamp_on_off.mp4"]
@@ -279,8 +279,9 @@ def test_engine_backend_setting(monkeypatch: pytest.MonkeyPatch, gop_clips: dict
 def test_prefix_cache_size_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Engine(Settings(model="tiny")).prefixes.size == 2
     assert Engine(Settings(model="tiny"), video_cache_size=0).prefixes.size == 0  # the bench: all cold
-    monkeypatch.setenv("MARLIN_PREFIX_CACHE", "0")
-    assert Engine(Settings(model="tiny")).prefixes.size == 0
+    monkeypatch.setenv("MARLIN_PREFIX_CACHE", "0")  # the environment reaches the engine through Settings
+    assert Engine(from_env().with_(model="tiny")).prefixes.size == 0
+    assert Engine(Settings(model="tiny", prefix_cache_size=0)).prefixes.size == 0
     assert Engine(Settings(model="tiny"), prefix_cache_size=3).prefixes.size == 3
 
 
