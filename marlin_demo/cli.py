@@ -89,6 +89,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
             "model",
             "variants",
             "device",
+            "gptq_backend",
+            "video_backend",
             "cache_dir",
             "caption_max_new_tokens",
             "find_max_new_tokens",
