@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import contract
+from marlin_demo.models import import_gptqmodel
 from marlin_demo.rtn import SIDECAR
 
 log = logging.getLogger(__name__)
@@ -130,21 +131,6 @@ def parse_memory(text: str | None) -> int | None:
     decimal = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
     scale = binary[unit[0]] if ("I" in unit or unit in ("K", "M", "G", "T")) else decimal[unit[0]]
     return int(value * scale)
-
-
-def _restore_hf_home(before: str | None) -> None:
-    """Importing gptqmodel sets HF_HOME when unset (moving the Hub cache): undo it."""
-    if before is None:
-        os.environ.pop("HF_HOME", None)
-
-
-def _import_gptqmodel() -> Any:
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
-    before = os.environ.get("HF_HOME")
-    with contextlib.redirect_stdout(sys.stderr):  # its banner must not reach --json stdout
-        import gptqmodel
-    _restore_hf_home(before)
-    return gptqmodel
 
 
 def versions() -> dict[str, str]:
@@ -778,7 +764,7 @@ def run(opts: Options) -> dict[str, Any]:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     gpu_cap = _apply_gpu_cap(device, cap)
-    gptqmodel = _import_gptqmodel()
+    gptqmodel = import_gptqmodel()
 
     stages.set_description("quantize: calibration data")
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,30 +187,108 @@ def _check_remote_code(settings: Settings, source: Source) -> bool:
 
 
 def _gptq_kernel(model: Any) -> str:
-    """Class name of the first GPTQModel quantized linear (TorchAtenLinear, TritonV2Linear, ...)."""
-    for module in model.modules():
-        if type(module).__module__.startswith("gptqmodel.nn_modules.qlinear"):
-            return type(module).__name__
-    return "unknown"
+    """The GPTQModel quantized-linear classes that will run (TorchAtenLinear, TritonV2Linear, ...).
+
+    GPTQModel may pick a kernel per layer (Marlin needs some shape multiples), so every
+    distinct class is named, sorted, joined by "+".
+    """
+    names = {
+        type(module).__name__
+        for module in model.modules()
+        if type(module).__module__.startswith("gptqmodel.nn_modules.qlinear")
+    }
+    return "+".join(sorted(names)) or "unknown"
+
+
+QWEN35_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
+
+#: The Gated DeltaNet ops transformers binds when its Qwen3.5 module is first imported, per
+#: family: the chunked/recurrent delta rule (from ``fla``) and the short convolution
+#: (from ``causal_conv1d``).
+_LINEAR_OPS = {
+    "gated-deltanet": ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
+    "conv1d": ("causal_conv1d_fn", "causal_conv1d_update"),
+}
+
+
+def _bound_kernel(module: Any, name: str) -> str | None:
+    """Which package transformers bound for one op: "torch" for its own fallback, else the package."""
+    import inspect
+
+    fn = getattr(module, name, None)
+    if fn is None:
+        return None
+    try:
+        impl = inspect.getclosurevars(fn).nonlocals.get("implementation")
+    except (TypeError, ValueError):
+        return "unknown"
+    root = (getattr(impl, "__module__", None) or "").split(".")[0]
+    if root == "transformers":
+        return "torch"
+    if root == "gptqmodel":  # gptqmodel puts its own PyTorch port in sys.modules["causal_conv1d"]
+        return "torch(gptqmodel port)"
+    return root or "unknown"
 
 
 def _attention_path(model: Any) -> str:
-    try:
-        import importlib.util
+    """The attention implementation and, per Gated DeltaNet op family, the kernel actually bound.
 
-        fla = importlib.util.find_spec("fla") is not None
-        conv = importlib.util.find_spec("causal_conv1d") is not None
-    except (ImportError, ValueError):
-        fla = conv = False
-    attn = getattr(model.config, "_attn_implementation", None) or "eager"
-    linear = "fla+causal_conv1d" if fla and conv else ("fla" if fla else "torch")
-    return f"{attn} / gated-deltanet:{linear}"
+    Asks the model's own modeling module what it bound rather than whether a package is
+    installed: an installed kernel that fails to import leaves transformers on its fallback.
+    """
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    attn = getattr(cfg, "_attn_implementation", None) or getattr(model.config, "_attn_implementation", None)
+    parts = []
+    module = sys.modules.get(type(model).__module__)
+    for family, ops in _LINEAR_OPS.items():
+        found = sorted({k for k in (_bound_kernel(module, op) for op in ops) if k is not None})
+        if found:
+            parts.append(f"{family}:{'+'.join(found)}")
+    return f"{attn or 'eager'} / {', '.join(parts)}" if parts else (attn or "eager")
+
+
+def import_gptqmodel() -> Any:
+    """Import gptqmodel the one safe way: real kernels first, HF_HOME kept, its banner on stderr.
+
+    Importing gptqmodel sets HF_HOME when unset (moving the Hub cache) and prints a banner
+    that must not reach ``--json`` stdout.
+    """
+    import contextlib
+
+    _import_real_kernels()
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    before = os.environ.get("HF_HOME")
+    with contextlib.redirect_stdout(sys.stderr):
+        import gptqmodel
+    if before is None:
+        os.environ.pop("HF_HOME", None)
+    return gptqmodel
+
+
+def _import_real_kernels() -> None:
+    """Import flash-linear-attention and causal-conv1d, when installed, before anything else can.
+
+    transformers binds these ops when its Qwen3.5 module is first imported, and importing
+    gptqmodel puts a pure-PyTorch ``causal_conv1d`` into ``sys.modules`` unless the real one
+    is already there. Importing the Qwen3.5 module here too fixes the binding before gptqmodel
+    can touch it: the real kernel when installed, else transformers' own fallback, whatever
+    variant loads first (so bf16 and gptq differ only by their weights).
+    """
+    import contextlib
+    import importlib
+
+    for name in ("fla", "causal_conv1d", QWEN35_MODELING):
+        if name in sys.modules:
+            continue
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
 
 def load_variant(settings: Settings, variant: str) -> LoadedModel:
     """Load one variant; any failure becomes a ``ModelLoadError`` naming the fix."""
     source = resolve_source(settings, variant)
     device = pick_device(settings.device)
+    _import_real_kernels()
     t0 = time.perf_counter()
     try:
         trust = _check_remote_code(settings, source)
@@ -285,11 +364,8 @@ def _load_transformers(source: Source, device: str, trust: bool) -> tuple[Any, l
 def _load_gptq(source: Source, device: str, trust: bool, backend: str = "auto") -> tuple[Any, list[Any], str]:
     import torch
 
-    hf_home = os.environ.get("HF_HOME")
-    from gptqmodel import BACKEND, GPTQModel
-
-    if hf_home is None:  # importing gptqmodel moves HF_HOME when unset: put it back
-        os.environ.pop("HF_HOME", None)
+    gptqmodel = import_gptqmodel()
+    BACKEND, GPTQModel = gptqmodel.BACKEND, gptqmodel.GPTQModel
     kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust}
     if backend != "auto":
         kwargs["backend"] = BACKEND(backend)

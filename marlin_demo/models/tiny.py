@@ -333,12 +333,10 @@ def _gptq_calibration(processor, n: int = 16) -> list[dict]:
 
 def build_tiny_gptq(src: Path, out: Path, device: str = "cpu", samples: int = 16) -> Path:
     """GPTQ 4-bit copy with the seed card's recipe (4 bit, group 128, desc_act, sym); CPU by default."""
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
-    hf_home = os.environ.get("HF_HOME")
-    from gptqmodel import GPTQModel, QuantizeConfig
+    from marlin_demo.models import import_gptqmodel
 
-    if hf_home is None:  # gptqmodel moves HF_HOME when unset: undo it
-        os.environ.pop("HF_HOME", None)
+    import_gptqmodel()
+    from gptqmodel import GPTQModel, QuantizeConfig
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(src)
