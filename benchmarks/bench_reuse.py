@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from marlin_demo.engine import Engine
     from marlin_demo.settings import Settings
 
-    clip = make_clip(cache_dir(args.cache_dir), args.size, args.rate, args.seconds)
+    clip = make_clip(cache_dir(args.cache_dir), args.size, args.rate, args.seconds, "ultrafast")
     settings = Settings(model="tiny")
     engine = Engine(settings)
     engine.load(args.variant)

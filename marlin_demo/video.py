@@ -563,6 +563,8 @@ class PreparedVideo:
     frame_pts: list[float] | None = None
     #: content key the engine's caches use ("" until the engine sets or computes it)
     digest: str = ""
+    #: pictures the fast path decoded (planned or not); None on the reference paths
+    frames_decoded: int | None = None
 
     def __post_init__(self) -> None:
         if not self.backend:
@@ -628,6 +630,14 @@ FAST_SCALER = "BICUBIC"
 #: the fast path is used for sources of at most this many bits per component; above it PyAV's
 #: bundled FFmpeg converts to RGB differently from torchcodec's (~2.7 levels on a 10-bit clip)
 FAST_MAX_BIT_DEPTH = 8
+#: codecs whose unplanned non-reference pictures the fast path does not decode. In H.264 a
+#: picture with ``nal_ref_idc == 0`` is never used to predict another (the standard's
+#: definition), so dropping it cannot change any other picture: FFmpeg's
+#: ``skip_frame=NONREF`` is set for exactly the packets that hold no planned frame. On a
+#: default x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
+#: Not HEVC: its "sub-layer non-reference" pictures may still be referenced from higher
+#: temporal layers.
+FAST_SKIP_NONREF = frozenset({"h264"})
 #: ``pick_backend`` uses the fast path when a source frame has at least this many times the
 #: plan's pixels: below it the reference resize is cheap and the fast path saves ~nothing
 FAST_MIN_AREA_RATIO = 2.0
@@ -713,7 +723,7 @@ def _segments(index: _PacketIndex, wanted: list[int], workers: int) -> list[tupl
 
 def _decode_fast(
     path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
-) -> tuple[torch.Tensor, list[float]]:
+) -> tuple[torch.Tensor, list[float], int]:
     """Decode the planned frames with one single-threaded decoder per core, converting only those frames.
 
     The clip is split at keyframes into runs (``_segments``) decoded in parallel threads (PyAV
@@ -723,7 +733,9 @@ def _decode_fast(
     files whose packets lack unique pts fall back to one sequential decode that counts frames
     like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
     scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
-    Returns the frames and their pts in seconds.
+    H.264 pictures that nothing references (``nal_ref_idc`` 0, e.g. most B-frames) are not
+    decoded unless planned: see ``FAST_SKIP_NONREF``.
+    Returns the frames, their pts in seconds and how many pictures were decoded.
     """
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -739,6 +751,7 @@ def _decode_fast(
         positions.setdefault(idx, []).append(pos)
     out: list[Any] = [None] * len(plan.indices)
     times: list[float] = [float("nan")] * len(plan.indices)
+    decoded = [0]  # pictures the decoders returned (wanted or not), summed over the runs
     lock = threading.Lock()
 
     def keep(idx: int, frame: Any, small: torch.Tensor) -> None:
@@ -756,30 +769,42 @@ def _decode_fast(
             stream = next((s for s in container.streams.video if s.index == stream_index), None)
             if stream is None:
                 stream = container.streams.best("video") or container.streams.video[0]
+            codec = stream.codec_context
             if threads > 1:
                 stream.thread_type = "AUTO"
             else:
-                stream.codec_context.thread_count = 1
+                codec.thread_count = 1
+            # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
+            # that decodes each packet as it is sent (one thread); H.264 only, see FAST_SKIP_NONREF.
+            skip = by_pts is not None and threads == 1 and codec.name in FAST_SKIP_NONREF
+            mode = codec.skip_frame
             if index is not None and start > 0:
                 container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
             n = -1
             try:
-                for frame in container.decode(stream):
-                    n += 1
-                    if by_pts is None:
-                        idx = n
-                    else:
-                        found = by_pts.get(frame.pts) if frame.pts is not None else None
-                        if found is None:
-                            continue
-                        idx = found
-                    if idx in todo:
-                        keep(idx, frame, converter(frame, idx))
-                        todo.discard(idx)
-                        if not todo:
-                            break
+                for packet in container.demux(stream):
+                    if skip:
+                        want_mode = "DEFAULT" if packet.pts is None or packet.pts in by_pts else "NONREF"
+                        if want_mode != mode:
+                            codec.skip_frame = mode = want_mode
+                    for frame in codec.decode(packet):
+                        n += 1
+                        if by_pts is None:
+                            idx = n
+                        else:
+                            found = by_pts.get(frame.pts) if frame.pts is not None else None
+                            if found is None:
+                                continue
+                            idx = found
+                        if idx in todo:
+                            keep(idx, frame, converter(frame, idx))
+                            todo.discard(idx)
+                    if not todo:
+                        break
             except av.error.FFmpegError as exc:
                 raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+            with lock:
+                decoded[0] += n + 1
 
     wanted = sorted(positions)
     workers = _fast_workers()
@@ -797,7 +822,7 @@ def _decode_fast(
     missing = [plan.indices[i] for i, t in enumerate(out) if t is None]
     if missing:
         raise _undecodable(f"frames {missing[:3]} could not be read, the file may be truncated")
-    return torch.stack(out), times
+    return torch.stack(out), times, decoded[0]
 
 
 class _FastConverter:
@@ -908,7 +933,7 @@ def sample(
         backend = "auto"  # >8-bit: PyAV's RGB conversion differs from the reference's; decode as it does
     if backend == "fast":
         try:
-            frames, pts = _decode_fast(p, plan, info.stream_index, info.num_frames)
+            frames, pts, n_decoded = _decode_fast(p, plan, info.stream_index, info.num_frames)
         except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
             log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
         else:
@@ -925,6 +950,7 @@ def sample(
                 info=info,
                 decode_s=time.perf_counter() - t0,
                 frame_pts=pts,
+                frames_decoded=n_decoded,
             )
         backend = "auto"
     frames = None

@@ -177,6 +177,30 @@ def test_fast_path_gops_and_seeks(
 
 
 @needs_ffmpeg
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_skipping_unplanned_nonreference_pictures_changes_no_pixel(
+    gop_clips: dict[str, Path], threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """H.264 pictures nothing references are not decoded unless planned, and no returned frame changes."""
+    monkeypatch.setenv("MARLIN_DECODE_THREADS", threads)
+    for name in ("bframes", "opengop", "big"):
+        info = V.probe(gop_clips[name])
+        plan = V.plan_sampling(info, PARAMS)
+        skipped = V.sample(gop_clips[name], plan, backend="fast", info=info)
+        with monkeypatch.context() as m:
+            m.setattr(V, "FAST_SKIP_NONREF", frozenset())
+            full = V.sample(gop_clips[name], plan, backend="fast", info=info)
+        assert skipped.backend == full.backend == "fast"
+        assert torch.equal(skipped.frames, full.frames), name
+        assert skipped.frame_pts == full.frame_pts
+        assert skipped.frames_decoded is not None and full.frames_decoded is not None
+        if name == "big":  # x264 ultrafast: P-frames only, every picture is a reference
+            assert skipped.frames_decoded == full.frames_decoded
+        else:  # B-frames: most are non-reference, and most are not planned
+            assert skipped.frames_decoded < 0.8 * full.frames_decoded, (name, skipped.frames_decoded)
+
+
+@needs_ffmpeg
 def test_fast_path_rotation(rotated: dict[int, Path]) -> None:
     for deg, path in rotated.items():
         _, fast = check_fast(path)
