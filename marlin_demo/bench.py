@@ -220,6 +220,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         ok=True,
         metrics=dataclasses.asdict(res.metrics),
         decode_s=res.info.decode_s,
+        first_text_s=res.info.first_text_s,
         kernel=res.info.kernel,
         format_ok=bool(res.format_ok),
         repaired=bool(res.repaired),
@@ -596,6 +597,7 @@ def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "requests": len(recs),
             "latency_s": stats(x["latency_s"] for x in m),
             "ttft_s": stats(x.get("ttft_s") for x in m),
+            "first_text_s": stats(r.get("first_text_s") for r in recs),
             "tokens_per_s": stats(x.get("tokens_per_s") for x in m),
             "output_tokens": stats(x.get("output_tokens") for x in m),
             "video_tokens": stats(x.get("video_tokens") for x in m),
@@ -774,6 +776,7 @@ def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
 UNITS = {
     "latency_s": "s",
     "ttft_s": "s",
+    "first_text_s": "s",
     "decode_s": "s",
     "load_s": "s",
     "warmup_s": "s",
@@ -924,6 +927,11 @@ def render_summary(results: dict[str, Any]) -> str:
                 (
                     f"{task.title()} time to first token, median (s)",
                     _getter("speed", task, "ttft_s", "median"),
+                    "s",
+                ),
+                (
+                    f"{task.title()} time to first visible text, median (s)",
+                    _getter("speed", task, "first_text_s", "median"),
                     "s",
                 ),
                 (

@@ -44,6 +44,18 @@ def format_metrics(m: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def format_run(info: Any) -> str:
+    """What the JSON leaves out: first visible text, the kernels that ran, what was reused."""
+    parts = []
+    if info.first_text_s is not None:
+        parts.append(f"first text {info.first_text_s:.2f} s")
+    parts.append(f"kernel {info.kernel or '-'}")
+    parts.append(f"attention {info.attention or '-'}")
+    reused = [what for what, yes in (("video", info.cached_video), ("prefix", info.reused_prefix)) if yes]
+    parts.append(f"reused {' + '.join(reused)}" if reused else "nothing reused")
+    return " · ".join(parts)
+
+
 def format_caption(result: Any) -> str:
     d = result.to_dict()
     lines = [
@@ -61,7 +73,7 @@ def format_caption(result: Any) -> str:
         lines += ["", "The answer was not in Marlin's Scene/Events format; shown as far as it could be read."]
     if d["repaired"]:
         lines += ["", "Repaired: " + "; ".join(result.info.repairs)]
-    lines += ["", format_metrics(d["metrics"])]
+    lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
     return "\n".join(lines)
 
 
@@ -77,7 +89,7 @@ def format_find(result: Any) -> str:
             lines.append("The answer was not in the trained 'From <start> to <end>.' format; read leniently.")
     if result.repaired:
         lines.append("Repaired: " + "; ".join(result.info.repairs))
-    lines += ["", format_metrics(d["metrics"])]
+    lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
     return "\n".join(lines)
 
 

@@ -19,7 +19,6 @@ import copy
 import hashlib
 import inspect
 import logging
-import os
 import queue
 import re
 import resource
@@ -52,7 +51,6 @@ TINY_LABEL = "marlin-tiny (offline stand-in, random weights)"
 #: MARLIN_VIDEO_BACKEND values: the reference decode (qwen-vl-utils' pixels), the fast one, or the
 #: choice by clip (video.pick_backend: fast for 8-bit sources >= 2x the plan's pixels per frame)
 VIDEO_BACKENDS = ("auto", "reference", "fast")
-DEFAULT_PREFIX_CACHE = 2
 
 
 class EngineError(RuntimeError):
@@ -61,6 +59,10 @@ class EngineError(RuntimeError):
 
 class FaultInjected(RuntimeError):
     """Raised only by the fault-injection switch (tests of the out-of-memory path)."""
+
+
+class Cancelled(Exception):
+    """The caller of ``Engine.stream`` stopped listening: generation stops at the next token."""
 
 
 @dataclass
@@ -139,9 +141,10 @@ class Engine:
         self.video_backend = _video_backend(settings)
         if prefix_cache_size is None:
             # an engine told to cache no video (the bench) caches no prefix either: every request is cold
-            prefix_cache_size = _prefix_cache_size(settings) if video_cache_size > 0 else 0
+            prefix_cache_size = max(0, settings.prefix_cache_size) if video_cache_size > 0 else 0
         self.prefixes = PrefixCache(prefix_cache_size)
         self.faults: set[str] = set()  # e.g. {"oom"}: the next request raises a simulated OOM
+        self.cancelled = 0  # streamed requests stopped because their caller went away
 
     # ------------------------------------------------------------------ models
     @property
@@ -390,11 +393,10 @@ class Engine:
             kernel=loaded.kernel,
             attention=loaded.attention,
             prefill_s=prefill_s,
+            first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
             cached_video=cached_video,
             reused_prefix=reused_prefix,
         )
-        # time to the first visible (non-empty) text, for the streaming UI
-        info.first_text_s = None if gen.first_text_at is None else gen.first_text_at - t_start
         return gen, metrics, info, prepared
 
     def _timeout_message(self) -> str:
@@ -469,50 +471,51 @@ class Engine:
     def stream(
         self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None
     ) -> Iterator[str | Result]:
-        """Yield the partial text as the model writes, then the result object (errors re-raised)."""
+        """Yield the partial text as the model writes, then the result object (errors re-raised).
+
+        Closing the generator early (a client that went away) stops the generation at its
+        next token, so an abandoned request does not keep the model busy for the next one.
+        """
         updates: queue.Queue[tuple[str, Any]] = queue.Queue()
+        stop = threading.Event()
+
+        def on_text(text: str) -> None:
+            if stop.is_set():
+                with self._load_lock:
+                    self.cancelled += 1
+                raise Cancelled()
+            updates.put(("text", text))
 
         def work() -> None:
             try:
-                res = self.run(task, video, variant, query, on_text=lambda t: updates.put(("text", t)))
+                res = self.run(task, video, variant, query, on_text=on_text)
                 updates.put(("done", res))
+            except Cancelled:
+                pass
             except BaseException as exc:
                 updates.put(("error", exc))
 
         threading.Thread(target=work, daemon=True, name=f"marlin-{task}").start()
-        while True:
-            kind, value = updates.get()
-            if kind == "text":
-                yield value
-            elif kind == "done":
-                yield value
-                return
-            else:
-                raise value
+        try:
+            while True:
+                kind, value = updates.get()
+                if kind == "text":
+                    yield value
+                elif kind == "done":
+                    yield value
+                    return
+                else:
+                    raise value
+        finally:
+            stop.set()
 
 
 def _video_backend(settings: Settings) -> str:
-    """Settings.video_backend (MARLIN_VIDEO_BACKEND): auto, reference or fast."""
-    if hasattr(settings, "video_backend"):
-        value = str(settings.video_backend or "auto")
-    else:  # a Settings without the field: read the variable directly
-        value = os.environ.get("MARLIN_VIDEO_BACKEND", "") or "auto"
-    value = value.strip().lower()
+    """Settings.video_backend (MARLIN_VIDEO_BACKEND), checked: auto, reference or fast."""
+    value = (settings.video_backend or "auto").strip().lower()
     if value not in VIDEO_BACKENDS:
         raise ValueError(f"MARLIN_VIDEO_BACKEND={value!r} is not one of {', '.join(VIDEO_BACKENDS)}.")
     return value
-
-
-def _prefix_cache_size(settings: Settings) -> int:
-    """MARLIN_PREFIX_CACHE (read here until Settings has the field): states kept; 0 turns reuse off."""
-    value = getattr(settings, "prefix_cache_size", None)
-    if value is None:
-        raw = os.environ.get("MARLIN_PREFIX_CACHE", "").strip()
-        try:
-            value = int(raw) if raw else DEFAULT_PREFIX_CACHE
-        except ValueError as exc:
-            raise ValueError(f"MARLIN_PREFIX_CACHE={raw!r} is not a whole number of entries.") from exc
-    return max(0, int(value))
 
 
 def _frames_digest(prepared: PreparedVideo) -> str:

@@ -95,6 +95,13 @@ class Settings:
     request_timeout_s: float = field(
         default=300.0, metadata={"env": "MARLIN_REQUEST_TIMEOUT_S", "help": "per-request time limit (s)"}
     )
+    stream_every_s: float = field(
+        default=0.15,
+        metadata={
+            "env": "MARLIN_STREAM_EVERY_S",
+            "help": "seconds between streamed text updates (0: every token)",
+        },
+    )
     queue_size: int = field(
         default=16, metadata={"env": "MARLIN_QUEUE_SIZE", "help": "waiting requests before 'busy'"}
     )

@@ -68,13 +68,14 @@ def _check_find(d: dict[str, Any], variant: str, query: str, duration: float) ->
 # --------------------------------------------------------------------------- shape of the API
 
 
-def test_only_the_three_endpoints_are_public(client: Client) -> None:
+def test_only_the_four_endpoints_are_public(client: Client) -> None:
     api = client.view_api(return_format="dict", print_info=False)
     named = api["named_endpoints"]
-    assert set(named) == {"/caption", "/find", "/compare"}
+    assert set(named) == {"/caption", "/caption_stream", "/find", "/compare"}
     params = {name: [p["parameter_name"] for p in ep["parameters"]] for name, ep in named.items()}
     assert params == {
         "/caption": ["video", "variant"],
+        "/caption_stream": ["video", "variant"],
         "/find": ["video", "query", "variant"],
         "/compare": ["video", "task", "query"],
     }
@@ -88,6 +89,24 @@ def test_caption_returns_the_result_shape(client: Client) -> None:
     d = client.predict(handle_file(CLIP), "gptq", api_name="/caption")
     _check_caption(d, "gptq", CLIP_S)
     assert json.loads(json.dumps(d)) == d  # plain JSON, no component update
+
+
+def test_caption_stream_sends_the_text_as_it_is_written_then_the_result(client: Client) -> None:
+    job = client.submit(handle_file(CLIP), "gptq", api_name="/caption_stream")
+    final = job.result(timeout=300)
+    messages = job.outputs()
+    assert messages[-1] == final and final["done"] is True
+    partial = messages[:-1]
+    assert len(partial) >= 2, f"the text did not arrive in pieces ({len(messages)} messages)"
+    assert all(set(m) == {"done", "text"} and m["done"] is False for m in partial)
+    lengths = [len(m["text"]) for m in partial]
+    assert lengths == sorted(lengths) and lengths[0] > 0
+    assert set(final) == {"done", "text", "first_text_s", "result"}
+    result = final["result"]
+    _check_caption(result, "gptq", CLIP_S)
+    assert final["text"] == result["raw"]
+    assert all(result["raw"].startswith(m["text"].strip()) for m in partial)
+    assert result["metrics"]["ttft_s"] <= final["first_text_s"] <= result["metrics"]["latency_s"]
 
 
 def test_find_returns_the_result_shape_on_bnb4(client: Client) -> None:

@@ -90,7 +90,7 @@ class FakeEngine:
             raise EngineError("simulated failure")
         lat = {"gptq": 1.0, "bnb4": 1.2, "bf16": 1.5}[variant] + 0.01 * len(FakeEngine.calls) % 0.05
         m = Metrics(lat, 0.2, 20, 40.0, 100, 900.0, "cpu_peak_rss", 0.5, "cpu")
-        info = RunInfo(decode_s=0.05, kernel="k")
+        info = RunInfo(decode_s=0.05, first_text_s=0.25, kernel="k")
         if task == "find":
             span = SPANS[variant][query]
             raw = "no idea" if span is None else f"From {span[0]} to {span[1]}."
@@ -145,6 +145,8 @@ def _check_outputs(out: Path, variants: list[str]) -> dict[str, Any]:
         sp = r["speed"]["all"]
         assert sp["latency_s"]["median"] > 0 and sp["latency_s"]["min"] <= sp["latency_s"]["max"]
         assert sp["output_tokens"]["mean"] > 0
+        # per request ttft <= first visible text <= latency, so their medians keep that order
+        assert sp["ttft_s"]["median"] <= sp["first_text_s"]["median"] <= sp["latency_s"]["median"]
         assert sp["peak_memory_mb"]["max"] > 0
         assert r["speed"]["memory_kind"] in ("cpu_peak_rss", "cuda_peak_allocated")
         f = r["quality"]["find"]

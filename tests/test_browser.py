@@ -84,6 +84,8 @@ def test_caption_timeline_seeks_the_player(page) -> None:
     # the player carries the events as captions (a WebVTT track)
     pg.wait_for_selector("#caption-player video track", state="attached", timeout=60_000)
     assert "random weights" in pg.inner_text("#marlin-header")
+    cards = pg.inner_text("#caption-metrics")
+    assert "FIRST TEXT" in cards.upper() and "KERNEL" in cards.upper() and "gated-deltanet:" in cards, cards
 
     event = pg.locator("#caption-timeline .mt-event").first
     start = float(event.get_attribute("data-start"))
@@ -164,6 +166,6 @@ def test_about_tab(page) -> None:
     text = pg.inner_text("#tab-about")
     assert "seeds/marlin-2b-gptq-model-card.txt" in text
     assert "11.78" in text and "12.44" in text
-    for endpoint in ("/caption", "/find", "/compare"):
+    for endpoint in ("/caption", "/caption_stream", "/find", "/compare"):
         assert endpoint in text
     _shot(pg, "4_about")

@@ -101,6 +101,25 @@ def test_streaming_yields_partial_text_then_result(engine: Engine) -> None:
     assert texts[-1].strip() == result.raw
 
 
+def test_stream_reports_first_visible_text(engine: Engine) -> None:
+    result = list(engine.stream("caption", CLIP, "gptq"))[-1]
+    ttft, first = result.metrics.ttft_s, result.info.first_text_s
+    assert ttft is not None and first is not None
+    assert 0 < ttft <= first <= result.metrics.latency_s
+
+
+def test_closing_a_stream_stops_the_generation(engine: Engine) -> None:
+    """A caller that goes away (a closed browser tab) does not keep the model busy."""
+    before = engine.cancelled
+    stream = engine.stream("caption", CLIP, "gptq")
+    assert isinstance(next(stream), str)  # the model is writing
+    stream.close()
+    with engine.gpu_lock:  # taken once the worker has left the model
+        pass
+    assert engine.cancelled == before + 1
+    assert engine.caption(CLIP, "gptq").raw  # and the next request is served
+
+
 def test_video_decoded_once_per_content(engine: Engine, tmp_path: Path) -> None:
     first = engine.prepare(CLIP)
     copy = tmp_path / "same.mp4"

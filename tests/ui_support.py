@@ -97,6 +97,7 @@ def start_app(root: Path, *extra_args: str, extra_env: dict[str, str] | None = N
         "MARLIN_OUTPUT_DIR": str(root / "outputs"),
         "MARLIN_CACHE_EXAMPLES": "lazy",  # what a Space does; eager caching would run every example first
         "HF_HUB_OFFLINE": "1",
+        "MARLIN_STREAM_EVERY_S": "0",  # stream every token: the tests count the messages
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }

@@ -91,6 +91,11 @@ found = client.predict(clip, "a person opens the door", "{v}",
 #   agreement: {{"gptq|bnb4": ...}}, scores (bundled examples)}}
 both = client.predict(clip, "find", "a person opens the door",
                       api_name="/compare")
+
+# The caption as it is written: {{done: False, text}} messages,
+# then {{done: True, text, first_text_s, result: <as /caption>}}
+for message in client.submit(clip, "{v}", api_name="/caption_stream"):
+    print(message["text"])
 ```
 Variants: {", ".join(f"`{x}`" for x in ctx.variants)}. `metrics` holds latency_s, ttft_s, output_tokens,
 tokens_per_s, video_tokens, peak_memory_mb, memory_kind, load_s and device. Requests run one at a time;

@@ -34,7 +34,6 @@ from marlin_demo.ui.common import (
 
 PLAYER_ID = "caption-player"
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
-STREAM_EVERY_S = 0.15
 
 
 @dataclass
@@ -52,6 +51,7 @@ class CaptionTab:
     raw: gr.Textbox
     api_button: gr.Button
     api_out: gr.JSON
+    api_stream_button: gr.Button | None = None
     examples: gr.Examples | None = None
 
     @property
@@ -76,6 +76,36 @@ def scene_html(scene: str) -> str:
 def live_html(text: str, stage: str) -> str:
     body = f"<pre>{html.escape(text)}</pre>" if text else ""
     return f'<div class="mc-scene mc-live"><div class="mc-label">{html.escape(stage)}</div>{body}</div>'
+
+
+def throttled(items: Iterator[str | CaptionResult], every: float) -> Iterator[Any]:
+    """Partial texts at most every ``every`` s (no redraw per token), then the result."""
+    last = 0.0
+    for item in items:
+        if isinstance(item, str):
+            now = time.monotonic()
+            if item and now - last >= every:
+                last = now
+                yield item
+        else:
+            yield item
+
+
+def stream_message(text: str, result: CaptionResult | None = None) -> dict[str, Any]:
+    """One message of ``/caption_stream``: the text so far; the last one adds the finished result.
+
+    The result is exactly ``/caption``'s JSON; ``first_text_s`` (seconds from the request's
+    start to the first visible text) sits beside it so that shape stays the same.
+    """
+    if result is None:
+        return {"done": False, "text": text}
+    first = result.info.first_text_s
+    return {
+        "done": True,
+        "text": text,
+        "first_text_s": None if first is None else round(first, 3),
+        "result": result.to_dict(),
+    }
 
 
 def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> tuple[Any, ...]:
@@ -112,7 +142,7 @@ def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool)
         tl,
         rows,
         video,
-        metrics_html(data["metrics"], cold, result.variant),
+        metrics_html(data["metrics"], cold, result.variant, result.info),
         files,
         result.raw,
         notice,
@@ -210,6 +240,7 @@ def render(ctx: UIContext) -> CaptionTab:
                 raw,
                 api_button,
                 api_out,
+                api_stream_button=gr.Button("api-stream", visible=False),
             )
             tab.examples = _examples(ctx, tab)
         with gr.Column(scale=7, min_width=360):
@@ -277,24 +308,11 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                     0.35, desc=f"Prefill: reading {prepared.plan.nframes} frames ({tokens} video tokens)"
                 )
                 result = None
-                last = 0.0
                 budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
-                for item in engine.stream("caption", path, v):
+                for item in throttled(engine.stream("caption", path, v), ctx.settings.stream_every_s):
                     if isinstance(item, str):
-                        now = time.monotonic()
-                        if now - last >= STREAM_EVERY_S:
-                            last = now
-                            progress(min(0.98, 0.5 + 0.48 * len(item) / budget), desc="Generating")
-                            yield (
-                                live_html(item, f"{v} is writing…"),
-                                skip,
-                                skip,
-                                skip,
-                                skip,
-                                skip,
-                                item,
-                                skip,
-                            )
+                        progress(min(0.98, 0.5 + 0.48 * len(item) / budget), desc="Generating")
+                        yield (live_html(item, f"{v} is writing…"), skip, skip, skip, skip, skip, item, skip)
                     else:
                         result = item
                 assert isinstance(result, CaptionResult)
@@ -350,3 +368,27 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         "{variant, model, scene, events, raw, repaired, metrics}",
         **GPU_EVENT,
     )
+
+    @space.gpu(space.duration_for("caption"))
+    def caption_stream(video: str | None, variant: str = "gptq") -> Iterator[dict[str, Any]]:
+        """The caption as the model writes it, then the finished result (see stream_message)."""
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+        with user_errors():
+            for item in throttled(ctx.engine.stream("caption", path, v), ctx.settings.stream_every_s):
+                if isinstance(item, str):
+                    yield stream_message(item)
+                else:
+                    assert isinstance(item, CaptionResult)
+                    yield stream_message(item.raw, item)
+
+    if tab.api_stream_button is not None:
+        tab.api_stream_button.click(
+            caption_stream,
+            [tab.video, tab.variant],
+            tab.api_out,
+            api_name="caption_stream",
+            api_description="The caption while it is written: {done: false, text} messages, then "
+            "{done: true, text, first_text_s, result} with result as /caption returns it",
+            **GPU_EVENT,
+        )

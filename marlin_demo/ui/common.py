@@ -28,6 +28,7 @@ from pydantic import model_validator
 from marlin_demo import compare as cmp
 from marlin_demo.engine import TINY_LABEL, USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError
+from marlin_demo.results import RunInfo
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": 1}
 
 CacheMode = Literal["eager", "lazy", "off"]
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
-UI_CACHE_VERSION = "ui-3"  # bump when example outputs change shape: old caches are then ignored
+UI_CACHE_VERSION = "ui-4"  # bump when example outputs change shape: old caches are then ignored
 
 VARIANT_LABELS = {
     "gptq": "GPTQ 4-bit",
@@ -382,8 +383,11 @@ def memory_label(kind: str) -> str:
     }.get(kind, kind)
 
 
-def metrics_html(m: Mapping[str, Any], cold: bool, variant: str) -> str:
-    """Cost of one request as cards; a first (cold) run says that it included loading the model."""
+def metrics_html(m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo | None = None) -> str:
+    """Cost of one request as cards; a first (cold) run says that it included loading the model.
+
+    ``info`` adds what the public JSON leaves out: the first visible text and the kernels that ran.
+    """
     cards = [
         ("Latency", fmt(m.get("latency_s"), " s"), "request end to end, model load excluded"),
         ("First token", fmt(m.get("ttft_s"), " s"), "decode + prefill until the first new token"),
@@ -394,6 +398,9 @@ def metrics_html(m: Mapping[str, Any], cold: bool, variant: str) -> str:
         ("Load time", fmt(m.get("load_s"), " s"), "loading this variant (paid once)"),
         ("Device", html.escape(str(m.get("device", "–"))), f"variant {variant}"),
     ]
+    if info is not None:
+        cards[2:2] = [("First text", fmt(info.first_text_s, " s"), "until the first visible words")]
+        cards.append(("Kernel", html.escape(info.kernel or "–"), f"attention: {info.attention or '–'}"))
     body = "".join(
         f'<div class="md-card"><div class="md-k">{k}</div><div class="md-v">{v}</div>'
         f'<div class="md-h">{html.escape(h)}</div></div>'

@@ -123,7 +123,7 @@ def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) ->
         headline_html(result, truth),
         tl,
         clip,
-        metrics_html(result.to_dict()["metrics"], cold, result.variant),
+        metrics_html(result.to_dict()["metrics"], cold, result.variant, result.info),
         result.raw,
         notice,
         jump,
