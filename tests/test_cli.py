@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,9 @@ def test_find_json_and_readable() -> None:
     assert "Query: the blue square appears" in proc.stdout
     assert ("Span:" in proc.stdout) or ("No span" in proc.stdout)
     assert "latency" in proc.stdout
+    # what the JSON leaves out: the kernels that ran (bf16: no GPTQ kernel) and the reuse
+    assert "kernel bf16 · attention sdpa / gated-deltanet:torch, conv1d:torch" in proc.stdout
+    assert "nothing reused" in proc.stdout  # a fresh process: nothing cached yet
 
 
 @pytest.mark.slow
@@ -57,6 +61,7 @@ def test_caption_readable_timeline() -> None:
     out = proc.stdout
     assert "random weights" in out and "Scene:" in out and "Events:" in out
     assert "peak" in out and "cpu_peak_rss" in out
+    assert re.search(r"first text \d+\.\d\d s · kernel TorchAtenLinear · attention sdpa", out), out
 
 
 @pytest.mark.parametrize(
