@@ -8,8 +8,21 @@ from pathlib import Path
 LAVFI_VIDEO = "testsrc2=size={w}x{h}:rate={fps}"
 
 
+def run_ffmpeg(*args: str) -> subprocess.CompletedProcess:
+    """The ffmpeg binary, quiet, overwriting; the caller reads the return code."""
+    return subprocess.run(
+        ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def ffmpeg(*args: str) -> None:
-    subprocess.run(["ffmpeg", "-y", "-loglevel", "error", *args], check=True, timeout=300)
+    """The ffmpeg binary, which must succeed (its error output is the failure message)."""
+    res = run_ffmpeg(*args)
+    assert res.returncode == 0, res.stderr
 
 
 def make(kind: str, out_dir: Path) -> Path:

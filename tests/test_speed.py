@@ -11,12 +11,12 @@ No timing is asserted here (benchmarks/ measures speed). What is asserted:
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from media_factory import ffmpeg, run_ffmpeg
 
 from marlin_demo import contract
 from marlin_demo import engine as engine_mod
@@ -52,17 +52,6 @@ def media(media_dir: Path, name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"{path} is absent")
     return path
-
-
-def ffmpeg(*args: str) -> None:
-    res = subprocess.run(
-        ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +93,7 @@ def rotated(gen_dir: Path) -> dict[int, Path]:
     out = {}
     for deg in (90, 180, 270):
         path = gen_dir / f"rot{deg}.mp4"
-        res = subprocess.run(
-            ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-display_rotation", str(deg),
-             "-i", str(plain), "-c", "copy", str(path)], capture_output=True, check=False,
-        )  # fmt: skip
+        res = run_ffmpeg("-display_rotation", str(deg), "-i", str(plain), "-c", "copy", str(path))
         if res.returncode != 0:
             ffmpeg("-i", str(plain), "-c", "copy", "-metadata:s:v", f"rotate={deg}", str(path))
         if V.probe(path).rotation == 0:

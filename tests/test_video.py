@@ -8,12 +8,12 @@ indices, size, token count, metadata and pixel values.
 from __future__ import annotations
 
 import random
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from media_factory import run_ffmpeg
 
 from marlin_demo import video as V
 from marlin_demo.contract import VideoParams
@@ -51,16 +51,6 @@ MEDIA = {
 PARAMS = VideoParams()
 
 needs_ffmpeg = pytest.mark.skipif(not V.ffmpeg_available(), reason="the ffmpeg binary is not on PATH")
-
-
-def run_ffmpeg(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def media_file(media_dir: Path, name: str) -> Path:
