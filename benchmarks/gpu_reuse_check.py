@@ -47,28 +47,21 @@ def synthetic(seconds: float, width: int, height: int, fps: float = 30.0) -> Any
     import torch
 
     from marlin_demo.contract import VideoParams
-    from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, _resize
+    from marlin_demo.video import PreparedVideo, VideoInfo, _resize, plan_sampling
 
-    params = VideoParams()
     total = int(seconds * fps)
-    from qwen_vl_utils.vision_process import smart_nframes, smart_resize
-
-    n = smart_nframes({"fps": 2.0, "max_frames": 240, "min_frames": 4}, total_frames=total, video_fps=fps)
-    idx = torch.linspace(0, total - 1, n).round().long().tolist()
-    h, w = smart_resize(height, width, factor=32, min_pixels=128 * 32 * 32, max_pixels=params.max_pixels)
-    frames = torch.zeros(n, 3, height, width, dtype=torch.uint8)
+    info = VideoInfo(
+        "synthetic.mp4", 0, "synthetic", seconds, fps, total, width, height, width, height, 0, "raw"
+    )
+    plan = plan_sampling(info, VideoParams())
+    idx = plan.indices
+    frames = torch.zeros(plan.nframes, 3, height, width, dtype=torch.uint8)
     for k, i in enumerate(idx):
         x = int((width - 64) * i / max(total - 1, 1))
         frames[k, 0] = 40
         frames[k, :, height // 2 - 32 : height // 2 + 32, x : x + 64] = 220
-    info = VideoInfo(
-        "synthetic.mp4", 0, "synthetic", seconds, fps, total, width, height, width, height, 0, "raw"
-    )
-    plan = SamplingPlan(
-        idx, [i / fps for i in idx], n, n / total * fps, h, w, n // 2 * (h // 32) * (w // 32), fps, total
-    )
     meta = {"fps": fps, "frames_indices": idx, "total_num_frames": total, "video_backend": "synthetic"}
-    return PreparedVideo(frames=_resize(frames, h, w), metadata=meta, plan=plan, info=info)
+    return PreparedVideo(frames=_resize(frames, plan.height, plan.width), metadata=meta, plan=plan, info=info)
 
 
 def main() -> int:

@@ -45,7 +45,7 @@ from marlin_demo.datasets import (
     load_dataset,
     summarize,
 )
-from marlin_demo.metrics import caption_scores, grounding_scores, temporal_iou
+from marlin_demo.metrics import caption_scores, grounding_scores, precision_recall_f1, temporal_iou
 from marlin_demo.settings import VARIANTS, Settings
 
 EXIT_OK = 0
@@ -72,33 +72,6 @@ RESULT_FILES = (
     "latency_distribution.png",
 )
 
-#: Settings that change what a request measures: a rerun into the same --out must match them.
-FINGERPRINT_FIELDS = (
-    "model",
-    "bf16_id",
-    "gptq_id",
-    "revision",
-    "gptq_revision",
-    "extra_variants",
-    "device",
-    "gptq_backend",
-    "video_backend",
-    "caption_max_new_tokens",
-    "find_max_new_tokens",
-    "max_query_chars",
-    "trust_remote_code",
-)
-ENV_PACKAGES = (
-    "torch",
-    "transformers",
-    "gptqmodel",
-    "bitsandbytes",
-    "accelerate",
-    "torchcodec",
-    "qwen-vl-utils",
-    "av",
-    "rouge-score",
-)
 SETTINGS_FLAGS = (
     "model",
     "bf16_id",
@@ -117,6 +90,26 @@ SETTINGS_FLAGS = (
     "max_query_chars",
     "request_timeout_s",
     "trust_remote_code",
+)
+
+#: Settings that change what a request measures: a rerun into the same --out must match them
+#: (the limits on uploads and requests, and where the cache lives, do not).
+FINGERPRINT_FIELDS = tuple(
+    name
+    for name in SETTINGS_FLAGS
+    if name not in ("cache_dir", "max_upload_mb", "max_duration_s", "request_timeout_s")
+)
+
+ENV_PACKAGES = (
+    "torch",
+    "transformers",
+    "gptqmodel",
+    "bitsandbytes",
+    "accelerate",
+    "torchcodec",
+    "qwen-vl-utils",
+    "av",
+    "rouge-score",
 )
 
 
@@ -494,8 +487,7 @@ def quality(
                     "format_ok": fmt[-1],
                 }
             )
-        precision = tp / n_pred if n_pred else (1.0 if n_ref == 0 else 0.0)
-        recall = tp / n_ref if n_ref else (1.0 if n_pred == 0 else 0.0)
+        precision, recall, f1 = precision_recall_f1(tp, n_pred, n_ref)
         n = len(caption_examples)
         out["caption"] = {
             "rouge_l": statistics.fmean(rl),
@@ -503,7 +495,7 @@ def quality(
             "event_mean_iou": statistics.fmean(matched) if matched else 0.0,
             "event_precision": precision,
             "event_recall": recall,
-            "event_f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+            "event_f1": f1,
             "parse_rate": sum(parsed) / n,
             "format_rate": sum(fmt) / n,
             "repaired_rate": sum(rep) / n,
@@ -811,9 +803,8 @@ def _unit(path: str) -> str:
     return ""
 
 
-def write_csv(path: Path, agg: dict[str, Any]) -> int:
+def write_csv(path: Path, agg: dict[str, Any]) -> None:
     """Long format: one row per (variant, metric); metric is the dotted path in results.json."""
-    rows = 0
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["variant", "metric", "value", "unit"])
@@ -822,7 +813,6 @@ def write_csv(path: Path, agg: dict[str, Any]) -> int:
                 if name.startswith("errors"):
                     continue
                 w.writerow([v, name, "" if value is None else value, _unit(name)])
-                rows += 1
         for cmp_name, data in agg["comparison"].items():
             for name, value in _flatten(data):
                 w.writerow(
@@ -833,8 +823,6 @@ def write_csv(path: Path, agg: dict[str, Any]) -> int:
                         "relative" if name != "overall_retention" else "ratio",
                     ]
                 )
-                rows += 1
-    return rows
 
 
 def _fmt(value: Any, kind: str) -> str:
@@ -1023,7 +1011,7 @@ def _getter(*path: str):
     return lambda v: _get(v, *path)
 
 
-def write_plots(out: Path, agg: dict[str, Any]) -> list[Path]:
+def write_plots(out: Path, agg: dict[str, Any]) -> None:
     """quality.png, latency.png, memory.png, latency_distribution.png (matplotlib, Agg backend)."""
     import matplotlib
 
@@ -1036,7 +1024,6 @@ def write_plots(out: Path, agg: dict[str, Any]) -> list[Path]:
     palette = plt.get_cmap("tab10")
     color = [colors.get(n, palette(3 + i)) for i, n in enumerate(names)]
     width = 0.8 / max(1, len(names))
-    paths = []
 
     def bars(
         ax: Any,
@@ -1070,7 +1057,7 @@ def write_plots(out: Path, agg: dict[str, Any]) -> list[Path]:
     ax.set_ylim(0, 1.05)
     ax.set_title("Quality against the ground truth (higher is better)")
     fig.tight_layout()
-    paths.append(_save(fig, out / "quality.png"))
+    _save(fig, out / "quality.png")
 
     # latency: median with the interquartile range
     tasks = [t for t in ("caption", "find", "all") if any(_get(per[n], "speed", t) for n in names)]
@@ -1090,7 +1077,7 @@ def write_plots(out: Path, agg: dict[str, Any]) -> list[Path]:
     ax.set_ylabel("seconds per request (median, bars: p25-p75)")
     ax.set_title("Latency per request (lower is better)")
     fig.tight_layout()
-    paths.append(_save(fig, out / "latency.png"))
+    _save(fig, out / "latency.png")
 
     # memory: weights and peak side by side, each on its own scale
     mem_label = _memory_label(per)
@@ -1108,7 +1095,7 @@ def write_plots(out: Path, agg: dict[str, Any]) -> list[Path]:
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Memory (lower is better)")
     fig.tight_layout()
-    paths.append(_save(fig, out / "memory.png"))
+    _save(fig, out / "memory.png")
 
     # latency distribution: one box per variant, one panel per task
     panels = [t for t in ("caption", "find") if any(_get(per[n], "speed", t) for n in names)] or ["all"]
@@ -1126,16 +1113,14 @@ def write_plots(out: Path, agg: dict[str, Any]) -> list[Path]:
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Per-request latency over all repeats")
     fig.tight_layout()
-    paths.append(_save(fig, out / "latency_distribution.png"))
-    return paths
+    _save(fig, out / "latency_distribution.png")
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.savefig(path)
     plt.close(fig)
-    return path
 
 
 def _json_default(obj: Any) -> Any:
@@ -1217,10 +1202,8 @@ def write_outputs(
 # ---------------------------------------------------------------------------
 
 
-def _bench_variant(
-    engine: Any, variant: str, pending: Sequence[Request], out: Path, bar: Any
-) -> tuple[bool, int]:
-    """Load, warm up, run the pending requests, unload. Returns (loaded, failed requests)."""
+def _bench_variant(engine: Any, variant: str, pending: Sequence[Request], out: Path, bar: Any) -> bool:
+    """Load, warm up, run the pending requests, unload. Returns whether the variant loaded."""
     from marlin_demo.models import ModelLoadError
 
     bar.set_postfix_str(f"{variant}: loading")
@@ -1232,7 +1215,7 @@ def _bench_variant(
         )
         bar.write(f"error: {variant}: {exc}", file=sys.stderr)
         bar.update(len(pending))
-        return False, 0
+        return False
     load_rec: dict[str, Any] = {
         "kind": "load",
         "variant": variant,
@@ -1270,7 +1253,7 @@ def _bench_variant(
                 )
         bar.update(1)
     engine.unload(variant)
-    return True, failed
+    return True
 
 
 def preimport_backends(variants: Sequence[str], settings: Settings) -> dict[str, float]:
@@ -1285,6 +1268,8 @@ def preimport_backends(variants: Sequence[str], settings: Settings) -> dict[str,
             kinds.add("gptqmodel")
         elif v == "bnb4":
             kinds.add("bitsandbytes")
+    from marlin_demo.models import import_gptqmodel
+
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     import torch  # noqa: F401
@@ -1296,19 +1281,19 @@ def preimport_backends(variants: Sequence[str], settings: Settings) -> dict[str,
     timings["torch+transformers"] = time.perf_counter() - t0
     for name in sorted(kinds):
         t0 = time.perf_counter()
-        hf_home = os.environ.get("HF_HOME")
         try:
-            __import__(name)
+            if name == "gptqmodel":  # the loader's own import: HF_HOME kept, banner on stderr
+                import_gptqmodel()
+            else:
+                __import__(name)
         except Exception:  # the load itself reports a missing or broken backend clearly
             continue
-        finally:
-            if hf_home is None:  # importing gptqmodel sets HF_HOME when unset: undo it, as the loader does
-                os.environ.pop("HF_HOME", None)
         timings[name] = time.perf_counter() - t0
     return timings
 
 
-def parse_list(text: str, what: str, allowed: Sequence[str] | None = None) -> list[str]:
+def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
+    """Comma-separated names, deduplicated in order; ``hint`` is appended to the unknown-name error."""
     names: list[str] = []
     for raw in text.split(","):
         name = raw.strip()
@@ -1319,7 +1304,7 @@ def parse_list(text: str, what: str, allowed: Sequence[str] | None = None) -> li
     if allowed is not None:
         bad = [n for n in names if n not in allowed]
         if bad:
-            raise BenchError(f"unknown {what[:-1]} {bad[0]!r}: choose from {', '.join(allowed)}.")
+            raise BenchError(f"unknown {what[:-1]} {bad[0]!r}: choose from {', '.join(allowed)}.{hint}")
     return names
 
 
@@ -1342,12 +1327,7 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BenchError(str(exc)) from None
     allowed = [*VARIANTS, *extra]
-    try:
-        variants = parse_list(args.variants, "variants", allowed)
-    except BenchError as exc:
-        if "unknown" in str(exc):
-            raise BenchError(f"{exc} (add others with --extra-variants name=DIR)") from None
-        raise
+    variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
     tasks = parse_list(args.tasks, "tasks", TASKS)
     settings = settings.with_(variants=",".join(variants))
     data_dir = Path(args.data).expanduser() if args.data else DEFAULT_DATA
@@ -1396,8 +1376,7 @@ def _bench(args: argparse.Namespace) -> int:
             for v in variants:
                 if not pending[v]:
                     continue
-                loaded, _ = _bench_variant(engine, v, pending[v], out, bar)
-                load_failed |= not loaded
+                load_failed |= not _bench_variant(engine, v, pending[v], out, bar)
         if import_s:
             append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})
         results = write_outputs(

@@ -174,21 +174,22 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
     return 0
 
 
-def cmd_caption(args: argparse.Namespace) -> int:
-    from marlin_demo.video import VideoError
+def _video_missing(path: str) -> bool:
+    """Say so on stderr (True) when ``path`` is not a file, before any model is loaded."""
+    if os.path.isfile(path):
+        return False
+    print(f"error: No file at {path}: give the path of a video file.", file=sys.stderr)
+    return True
 
-    if not os.path.isfile(args.video):
-        print(
-            f"error: {VideoError(f'No file at {args.video}: give the path of a video file.')}",
-            file=sys.stderr,
-        )
+
+def cmd_caption(args: argparse.Namespace) -> int:
+    if _video_missing(args.video):
         return EXIT_BAD_INPUT
     return _task(args, lambda e: e.caption(args.video, args.variant), format_caption)
 
 
 def cmd_find(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.video):
-        print(f"error: No file at {args.video}: give the path of a video file.", file=sys.stderr)
+    if _video_missing(args.video):
         return EXIT_BAD_INPUT
     return _task(args, lambda e: e.find(args.video, args.query, args.variant), format_find)
 

@@ -545,8 +545,6 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
     scene, removed = _trim_scene_loop(parse.scene)
     if removed:
         notes.append(f"trimmed {_count(removed, 'repeated sentence')} from the scene (repetition loop)")
-    else:
-        scene = parse.scene
 
     return CaptionParse(
         scene=scene,

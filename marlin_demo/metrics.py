@@ -33,11 +33,13 @@ from marlin_demo.contract import Event
 __all__ = [
     "STOPWORDS",
     "caption_scores",
+    "caption_text",
     "event_scores",
     "grounding_scores",
     "keyword_coverage",
     "keywords",
     "match_events",
+    "precision_recall_f1",
     "rouge_l",
     "temporal_iou",
 ]
@@ -141,16 +143,24 @@ def match_events(
     return matches
 
 
+def precision_recall_f1(tp: int, n_pred: int, n_ref: int) -> tuple[float, float, float]:
+    """(precision, recall, F1) of ``tp`` matches among ``n_pred`` predicted and ``n_ref`` reference events.
+
+    No events on either side: all three are 1.0; events on one side only: all three are 0.0.
+    """
+    if n_pred == 0 and n_ref == 0:
+        return 1.0, 1.0, 1.0
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_ref if n_ref else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
 def event_scores(pred: Sequence[EventLike], ref: Sequence[EventLike], min_iou: float = 0.3) -> dict[str, Any]:
     """Precision / recall / F1 of matched events and their mean IoU (conventions above)."""
     matches = match_events(pred, ref, min_iou)
     n_pred, n_ref, tp = len(pred), len(ref), len(matches)
-    if n_pred == 0 and n_ref == 0:
-        precision = recall = f1 = 1.0
-    else:
-        precision = tp / n_pred if n_pred else 0.0
-        recall = tp / n_ref if n_ref else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = precision_recall_f1(tp, n_pred, n_ref)
     mean_iou = sum(m[2] for m in matches) / tp if tp else 0.0
     return {
         "mean_matched_iou": mean_iou,
@@ -216,7 +226,8 @@ def keyword_coverage(pred_text: str, ref_text: str) -> float:
     return len(ref_kw & keywords(pred_text)) / len(ref_kw)
 
 
-def _caption_text(scene: str, events: Iterable[EventLike]) -> str:
+def caption_text(scene: str, events: Iterable[EventLike]) -> str:
+    """The text a caption is scored on: the scene, then each event's description, one per line."""
     return "\n".join([scene or "", *(_description(e) for e in events)]).strip()
 
 
@@ -228,8 +239,8 @@ def caption_scores(
     min_iou: float = 0.3,
 ) -> dict[str, Any]:
     """ROUGE-L and keyword coverage over scene + event descriptions, plus :func:`event_scores`."""
-    pred_text = _caption_text(pred_scene, pred_events)
-    ref_text = _caption_text(ref_scene, ref_events)
+    pred_text = caption_text(pred_scene, pred_events)
+    ref_text = caption_text(ref_scene, ref_events)
     return {
         "rouge_l": rouge_l(pred_text, ref_text),
         "keyword_coverage": keyword_coverage(pred_text, ref_text),

@@ -34,14 +34,13 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from marlin_demo import contract
-from marlin_demo.models import import_gptqmodel
+from marlin_demo.models import ModelLoadError, import_gptqmodel, pick_device
 from marlin_demo.rtn import SIDECAR
 
 log = logging.getLogger(__name__)
@@ -388,8 +387,11 @@ def inspect_artifact(folder: Path) -> dict[str, Any]:
     }
 
 
-def verify_artifact(folder: Path) -> list[str]:
-    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize."""
+def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[str]:
+    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize.
+
+    ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
+    """
     import yaml
 
     folder = Path(folder)
@@ -397,7 +399,8 @@ def verify_artifact(folder: Path) -> list[str]:
     if not recipe_path.exists():
         return [f"{recipe_path} is missing"]
     recipe = yaml.safe_load(recipe_path.read_text(encoding="utf-8"))
-    found = inspect_artifact(folder)
+    if found is None:
+        found = inspect_artifact(folder)
     methods = recipe.get("methods", {})
     listed_gptq = set(methods.get("gptq", {}).get("modules", []))
     listed_rtn = set(methods.get("rtn_int8", {}).get("modules", []))
@@ -471,11 +474,21 @@ def _gptq_fallback(folder: Path) -> Any:
     return meta.get("fallback")
 
 
-def write_recipe(folder: Path, recipe: Recipe, source: str, calibration: dict[str, Any]) -> dict[str, Any]:
-    """recipe.yaml from the saved tensors (so it cannot list what was not done)."""
+def write_recipe(
+    folder: Path,
+    recipe: Recipe,
+    source: str,
+    calibration: dict[str, Any],
+    found: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """recipe.yaml from the saved tensors (so it cannot list what was not done).
+
+    ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
+    """
     import yaml
 
-    found = inspect_artifact(folder)
+    if found is None:
+        found = inspect_artifact(folder)
     methods: dict[str, Any] = {
         "gptq": {
             "tool": "gptqmodel",
@@ -631,13 +644,11 @@ def resolve_model(model: str) -> str:
 
 
 def _device(setting: str) -> str:
-    import torch
-
-    if setting == "cpu":
-        return "cpu"
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda but no CUDA GPU is visible: use --device cpu or auto.")
-    return "cuda" if torch.cuda.is_available() and setting in ("auto", "cuda") else "cpu"
+    """--device auto|cpu|cuda -> "cuda" or "cpu" (models.pick_device; its error as bad input)."""
+    try:
+        return pick_device(setting)
+    except ModelLoadError:
+        raise ValueError("--device cuda but no CUDA GPU is visible: use --device cpu or auto.") from None
 
 
 def _apply_gpu_cap(device: str, cap: int | None) -> dict[str, Any]:
@@ -677,16 +688,6 @@ def _vision_rtn(model: Any, source: str, progress: bool) -> tuple[dict[str, Any]
     return quantize_modules(checkpoint_weights(folder, names), progress=progress)
 
 
-@contextlib.contextmanager
-def _in_dir(path: Path) -> Iterator[None]:
-    cwd = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(cwd)
-
-
 def _peak_memory(device: str) -> tuple[float, str]:
     import torch
 
@@ -724,7 +725,7 @@ def _gptq_pass(
     from gptqmodel import GPTQModel
 
     t0 = time.perf_counter()
-    with _in_dir(scratch), contextlib.redirect_stdout(sys.stderr):  # quantize() writes ./logs
+    with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):  # quantize() writes ./logs
         model = GPTQModel.load(
             source, quantize_config=_quantize_config(recipe, device), trust_remote_code=False
         )
@@ -738,7 +739,7 @@ def _gptq_pass(
 
     model.prepare_dataset = prepared_rows
     probe = _VisionProbe(model.model, probe_token)
-    with _in_dir(scratch), contextlib.redirect_stdout(sys.stderr), probe:
+    with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr), probe:
         model.quantize(rows, batch_size=1)
     return model, probe, load_s
 
@@ -807,7 +808,7 @@ def run(opts: Options) -> dict[str, Any]:
 
         stages.set_description("quantize: save")
         t0 = time.perf_counter()
-        with _in_dir(scratch), contextlib.redirect_stdout(sys.stderr):
+        with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):
             model.save(str(partial))
         processor.save_pretrained(str(partial))
         if rtn_tensors:
@@ -838,11 +839,14 @@ def run(opts: Options) -> dict[str, Any]:
         "total_video_tokens": sum(r["video_tokens"] for r in rows_info),
         "fallback_reason": fallback_reason,
     }
-    recipe_data = write_recipe(partial, recipe, opts.model if opts.model == "tiny" else source, calibration)
+    found = inspect_artifact(partial)
+    recipe_data = write_recipe(
+        partial, recipe, opts.model if opts.model == "tiny" else source, calibration, found
+    )
     (partial / "versions.txt").write_text(
         "".join(f"{k}: {v}\n" for k, v in versions().items()), encoding="utf-8"
     )
-    problems = verify_artifact(partial)
+    problems = verify_artifact(partial, found)
     peak, kind = _peak_memory(device)
     report = {
         "recipe": recipe.name,

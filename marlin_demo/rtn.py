@@ -55,14 +55,11 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
 class RTNInt8Linear(nn.Module):
     """A linear layer whose weight lives in memory as int8 plus one float32 scale per output row."""
 
-    def __init__(
-        self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, compute_dtype: torch.dtype
-    ) -> None:
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         if q.dtype != torch.int8 or q.ndim != 2 or scale.shape != (q.shape[0],):
             raise SidecarError(f"bad int8 weight {tuple(q.shape)}/{q.dtype} with scale {tuple(scale.shape)}")
         self.out_features, self.in_features = q.shape
-        self.compute_dtype = compute_dtype
         self.register_buffer("weight_int8", q)
         self.register_buffer("weight_scale", scale.to(torch.float32))
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
@@ -180,9 +177,7 @@ def apply_sidecar(model: nn.Module, folder: Path) -> list[str]:
         out_f, in_f = q.shape
         if getattr(old, "out_features", None) != out_f or getattr(old, "in_features", None) != in_f:
             raise SidecarError(f"{SIDECAR}: {name} is {out_f}x{in_f} but the model's module is {old}")
-        dtype = old.bias.dtype if getattr(old, "bias", None) is not None else torch.bfloat16
-        bias = old.bias if getattr(old, "bias", None) is not None else None
-        new = RTNInt8Linear(q, scale, bias, dtype).to(device)
+        new = RTNInt8Linear(q, scale, getattr(old, "bias", None)).to(device)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         done.append(name)

@@ -145,13 +145,13 @@ class Settings:
         return replace(self, **changes)
 
 
-def _convert(kind: type | str, raw: str) -> object:
-    kind_name = kind if isinstance(kind, str) else kind.__name__
-    if kind_name == "bool":
+def _convert(kind: str, raw: str) -> object:
+    """``kind`` is the field's annotation, a string under ``from __future__ import annotations``."""
+    if kind == "bool":
         return raw.strip().lower() in {"1", "true", "yes", "on"}
-    if kind_name == "int":
+    if kind == "int":
         return int(raw)
-    if kind_name == "float":
+    if kind == "float":
         return float(raw)
     return raw
 
@@ -176,7 +176,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
         if only is not None and f.name not in only:
             continue
         flag = "--" + f.name.replace("_", "-")
-        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        kind = f.type  # a string: annotations are postponed
         if kind == "bool":
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"]

@@ -93,28 +93,10 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
     """A moving-square clip planned exactly as a decoded file would be (no decoder needed)."""
     import numpy as np
     import torch
-    from qwen_vl_utils.vision_process import smart_nframes, smart_resize
 
-    from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, _resize
+    from marlin_demo.video import PreparedVideo, VideoInfo, _resize, plan_sampling
 
-    params = contract.VideoParams()
     total = int(seconds * fps)
-    nframes = smart_nframes(
-        {"fps": params.fps, "max_frames": params.max_frames, "min_frames": params.min_frames},
-        total_frames=total,
-        video_fps=fps,
-    )
-    indices = [round(float(x)) for x in np.linspace(0, total - 1, nframes)]
-    h, w = smart_resize(
-        height, width, factor=params.factor, min_pixels=128 * 32 * 32, max_pixels=params.max_pixels
-    )
-    frames = np.zeros((nframes, 3, height, width), dtype=np.uint8)
-    for k, idx in enumerate(indices):
-        x = int((width - 64) * idx / max(total - 1, 1))
-        frames[k, 0] = 40
-        frames[k, :, height // 2 - 32 : height // 2 + 32, x : x + 64] = 220
-    resized = _resize(torch.from_numpy(frames), h, w)
-    tokens = nframes // 2 * (h // params.factor) * (w // params.factor)
     info = VideoInfo(
         path="synthetic.mp4",
         size_bytes=0,
@@ -131,20 +113,19 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
         audio_streams=0,
         video_streams=1,
     )
-    plan = SamplingPlan(
-        indices=indices,
-        timestamps=[i / fps for i in indices],
-        nframes=nframes,
-        sample_fps=nframes / total * fps,
-        height=h,
-        width=w,
-        video_tokens=tokens,
-        source_fps=fps,
-        total_frames=total,
-        source_height=height,
-        source_width=width,
-    )
-    meta = {"fps": fps, "frames_indices": indices, "total_num_frames": total, "video_backend": "synthetic"}
+    plan = plan_sampling(info, contract.VideoParams())
+    frames = np.zeros((plan.nframes, 3, height, width), dtype=np.uint8)
+    for k, idx in enumerate(plan.indices):
+        x = int((width - 64) * idx / max(total - 1, 1))
+        frames[k, 0] = 40
+        frames[k, :, height // 2 - 32 : height // 2 + 32, x : x + 64] = 220
+    resized = _resize(torch.from_numpy(frames), plan.height, plan.width)
+    meta = {
+        "fps": fps,
+        "frames_indices": plan.indices,
+        "total_num_frames": total,
+        "video_backend": "synthetic",
+    }
     return PreparedVideo(frames=resized, metadata=meta, plan=plan, info=info)
 
 

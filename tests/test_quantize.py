@@ -48,7 +48,7 @@ def test_rtn_linear_matches_dequantized_linear() -> None:
     torch.manual_seed(1)
     lin = torch.nn.Linear(32, 8)
     q, scale = rtn.quantize_weight(lin.weight)
-    layer = rtn.RTNInt8Linear(q, scale, lin.bias, torch.float32)
+    layer = rtn.RTNInt8Linear(q, scale, lin.bias)
     x = torch.randn(3, 32)
     expected = torch.nn.functional.linear(x, rtn.dequantize(q, scale), lin.bias)
     assert torch.allclose(layer(x), expected, atol=1e-6)

@@ -258,10 +258,12 @@ def import_gptqmodel() -> Any:
     _import_real_kernels()
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
     before = os.environ.get("HF_HOME")
-    with contextlib.redirect_stdout(sys.stderr):
-        import gptqmodel
-    if before is None:
-        os.environ.pop("HF_HOME", None)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            import gptqmodel
+    finally:  # also when the import fails part-way
+        if before is None:
+            os.environ.pop("HF_HOME", None)
     return gptqmodel
 
 

@@ -12,6 +12,7 @@ the video: everything that shows them says so.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -342,15 +343,10 @@ def build_tiny_gptq(src: Path, out: Path, device: str = "cpu", samples: int = 16
     processor = AutoProcessor.from_pretrained(src)
     extra = {"device": "cpu", "pack_impl": "original"} if device == "cpu" else {}
     qcfg = QuantizeConfig(bits=4, group_size=128, desc_act=True, sym=True, **extra)
-    cwd = os.getcwd()
-    with tempfile.TemporaryDirectory() as scratch:
-        os.chdir(scratch)  # quantize() writes ./logs
-        try:
-            model = GPTQModel.load(str(src), quantize_config=qcfg, trust_remote_code=False)
-            model.quantize(_gptq_calibration(processor, samples), batch_size=1)
-            model.save(str(out))
-        finally:
-            os.chdir(cwd)
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):  # quantize() writes ./logs
+        model = GPTQModel.load(str(src), quantize_config=qcfg, trust_remote_code=False)
+        model.quantize(_gptq_calibration(processor, samples), batch_size=1)
+        model.save(str(out))
     processor.save_pretrained(out)
     return out
 
