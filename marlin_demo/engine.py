@@ -69,8 +69,6 @@ class Cancelled(Exception):
 class Generation:
     text: str
     output_tokens: int
-    ttft_s: float | None
-    gen_s: float
     first_token_at: float | None
     stopped_by_time: bool
     first_text_at: float | None = None  # first non-empty decoded text (time to first visible token)
@@ -262,9 +260,15 @@ class Engine:
         return len(self.prefixes)
 
     # ------------------------------------------------------------------ inputs
-    def build_inputs(self, loaded: LoadedModel, prepared: PreparedVideo, prompt: str) -> tuple[str, Any]:
-        """The chat-templated prompt and the processor's tensors, identical for every variant."""
-        text = render_prompt(loaded.processor, prompt, str(prepared.info.path))
+    def build_inputs(
+        self, loaded: LoadedModel, prepared: PreparedVideo, prompt: str, text: str | None = None
+    ) -> tuple[str, Any]:
+        """The chat-templated prompt and the processor's tensors, identical for every variant.
+
+        ``text``: the prompt already rendered by ``render_prompt`` (it is not rendered again).
+        """
+        if text is None:
+            text = render_prompt(loaded.processor, prompt, str(prepared.info.path))
         return text, encode(loaded.processor, text, prepared).to(loaded.model.device)
 
     # ------------------------------------------------------------------ generation
@@ -286,7 +290,6 @@ class Engine:
         streamer = _Streamer(loaded.processor.tokenizer, on_text)
         gen_cfg = loaded.model.generation_config
         gen_inputs = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
-        t0 = time.perf_counter()
         with torch.inference_mode():
             out = loaded.model.generate(
                 **gen_inputs,
@@ -300,7 +303,6 @@ class Engine:
                 eos_token_id=gen_cfg.eos_token_id,
                 pad_token_id=gen_cfg.pad_token_id,
             )
-        gen_s = time.perf_counter() - t0
         new_ids = out[0, inputs["input_ids"].shape[1] :]
         text = loaded.processor.tokenizer.decode(new_ids, skip_special_tokens=True)
         eos = gen_cfg.eos_token_id
@@ -310,8 +312,6 @@ class Engine:
         return Generation(
             text=text.strip(),
             output_tokens=len(new_ids),
-            ttft_s=None,
-            gen_s=gen_s,
             first_token_at=streamer.first_token_at,
             stopped_by_time=stopped_by_time,
             first_text_at=streamer.first_text_at,
@@ -350,7 +350,7 @@ class Engine:
                     inputs, prefix = warm
                     reused_prefix, prefill_s = True, 0.0
                 else:
-                    text, inputs = self.build_inputs(loaded, prepared, prompt)
+                    text, inputs = self.build_inputs(loaded, prepared, prompt, text=text)
                     prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, text, inputs)
                 gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix)
                 if cuda:
@@ -389,6 +389,7 @@ class Engine:
         info = RunInfo(
             prompt=_compact_pads(loaded.processor.tokenizer.decode(input_ids)),
             duration_s=prepared.info.duration_s,
+            video=prepared.info,
             decode_s=prepared.decode_s,
             kernel=loaded.kernel,
             attention=loaded.attention,
@@ -628,7 +629,9 @@ class PrefixCache:
         return text[:cut], text[cut:]
 
     def _key(self, loaded: LoadedModel, prepared: PreparedVideo, head: str) -> tuple[Any, ...]:
-        return (loaded.variant, id(loaded.model), prepared.digest or _frames_digest(prepared), head)
+        if not prepared.digest:  # Engine._prepare always sets it; without it videos would share a key
+            raise ValueError("PrefixCache needs a video prepared by Engine.prepare (it has no digest).")
+        return (loaded.variant, id(loaded.model), prepared.digest, head)
 
     def _usable(self, loaded: LoadedModel) -> bool:
         return self.size > 0 and hasattr(getattr(loaded.model, "model", None), "rope_deltas")

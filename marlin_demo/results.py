@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marlin_demo.contract import Event
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from marlin_demo.video import VideoInfo
 
 
 @dataclass
@@ -55,6 +58,8 @@ class RunInfo:
     repairs: list[str] = field(default_factory=list)
     cached_video: bool = False
     reused_prefix: bool = False
+    #: the probed facts of the video answered about (so cutting a span need not probe it again)
+    video: VideoInfo | None = None
 
 
 @dataclass

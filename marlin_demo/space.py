@@ -11,6 +11,7 @@ importing this module first).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -42,15 +43,26 @@ def zero_gpu() -> bool:
 
 
 def video_seconds(path: str | os.PathLike[str] | None) -> float:
-    """The clip's duration for sizing a GPU slot; 0.0 when it cannot be read (bad input fails later)."""
+    """The clip's duration for sizing a GPU slot; 0.0 when it cannot be read (bad input fails later).
+
+    Remembered per file (resolved path, size, mtime): a repeat request does not probe it again.
+    """
     if not path or not Path(path).is_file():
         return 0.0
     try:
-        from marlin_demo.video import probe
-
-        return float(probe(path).duration_s)
+        p = Path(path).resolve()
+        st = p.stat()
+        return _probe_seconds(str(p), st.st_size, st.st_mtime_ns)
     except Exception:
         return 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_seconds(path: str, size: int, mtime_ns: int) -> float:
+    """``probe(path).duration_s``; size and mtime only key the cache (an edited file is probed again)."""
+    from marlin_demo.video import probe
+
+    return float(probe(path).duration_s)
 
 
 def _first_path(args: Iterable[Any]) -> str | None:
@@ -82,7 +94,7 @@ def duration_for(task: str, runs: int | Callable[..., int] = 1) -> Callable[...,
     return estimate
 
 
-def gpu(duration_fn: Callable[..., int] | None = None) -> Callable[[F], F]:
+def gpu(duration_fn: Callable[..., int]) -> Callable[[F], F]:
     """Decorate a model-running handler with ``spaces.GPU`` on ZeroGPU; return it unchanged elsewhere."""
 
     def wrap(fn: F) -> F:
@@ -90,15 +102,13 @@ def gpu(duration_fn: Callable[..., int] | None = None) -> Callable[[F], F]:
             return fn
         import spaces
 
-        if duration_fn is None:
-            return spaces.GPU(fn)  # type: ignore[return-value]
         return spaces.GPU(duration=duration_fn)(fn)  # type: ignore[return-value]
 
     return wrap
 
 
-def preload(engine: Any, variants: Iterable[str] | None = None) -> dict[str, str]:
-    """Load variants now (on a Space, at import time, so the first visitor does not pay for it).
+def preload(engine: Any) -> dict[str, str]:
+    """Load every variant now (on a Space, at import time, so the first visitor does not pay for it).
 
     Returns {variant: error message} for those that failed; the engine also
     remembers them (``engine.load_errors()``) for the UI.
@@ -106,7 +116,7 @@ def preload(engine: Any, variants: Iterable[str] | None = None) -> dict[str, str
     from marlin_demo.engine import USER_ERRORS
 
     errors: dict[str, str] = {}
-    for variant in variants if variants is not None else engine.variants:
+    for variant in engine.variants:
         try:
             engine.load(variant)
         except USER_ERRORS as exc:

@@ -178,11 +178,6 @@ def _torchcodec_decoder_cls() -> Any:
     return VideoDecoder
 
 
-def torchcodec_available() -> bool:
-    """True when torchcodec imports and found FFmpeg's libraries (the reference decoder)."""
-    return _torchcodec_decoder_cls() is not None
-
-
 def _torchcodec_decoder(path: str) -> Any:
     cls = _torchcodec_decoder_cls()
     if cls is None:
@@ -193,8 +188,6 @@ def _torchcodec_decoder(path: str) -> Any:
 
 def _torchcodec_metadata(path: str) -> Any:
     """torchcodec's stream metadata (exact scan), or None when torchcodec cannot open the file."""
-    if _torchcodec_decoder_cls() is None:
-        return None
     try:
         return _torchcodec_decoder(path).metadata
     except Exception:  # any failure means "use PyAV"
@@ -572,6 +565,44 @@ class PreparedVideo:
             self.backend = str(self.metadata.get("video_backend", ""))
 
 
+def _video_stream(container: Any, stream_index: int | None) -> Any:
+    """The stream ``probe`` chose (by index), else the best video stream, else the first one."""
+    stream = next((s for s in container.streams.video if s.index == stream_index), None)
+    if stream is None:
+        stream = container.streams.best("video") or container.streams.video[0]
+    return stream
+
+
+def _rotation_k(frame: Any) -> int:
+    """Quarter turns (counter-clockwise) that make a decoded frame upright, from its display rotation."""
+    return (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
+
+
+def _upright_chw(rgb: Any, k: int) -> torch.Tensor:
+    """An (h, w, 3) uint8 array rotated by ``k`` quarter turns, as a (3, h, w) tensor."""
+    import numpy as np
+    import torch
+
+    if k:
+        rgb = np.rot90(rgb, k=k, axes=(0, 1))
+    return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+
+
+def _positions(indices: list[int]) -> dict[int, list[int]]:
+    """Frame index -> the positions in ``indices`` that hold it (a plan may repeat an index)."""
+    positions: dict[int, list[int]] = {}
+    for pos, idx in enumerate(indices):
+        positions.setdefault(idx, []).append(pos)
+    return positions
+
+
+def _check_complete(indices: list[int], out: list[Any]) -> None:
+    """Raise the "truncated" error when a planned frame was never decoded."""
+    missing = [indices[i] for i, t in enumerate(out) if t is None]
+    if missing:
+        raise _undecodable(f"frames {missing[:3]} could not be read, the file may be truncated")
+
+
 def _decode_torchcodec(path: str, indices: list[int]) -> torch.Tensor:
     decoder = _torchcodec_decoder(path)
     return decoder.get_frames_at(indices=indices).data
@@ -584,38 +615,27 @@ def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> tor
     it is the fallback, not the default.
     """
     import av
-    import numpy as np
     import torch
 
-    wanted: dict[int, list[int]] = {}
-    for pos, idx in enumerate(indices):
-        wanted.setdefault(idx, []).append(pos)
+    wanted = _positions(indices)
     out: list[Any] = [None] * len(indices)
     last = max(indices)
     with av.open(path) as container:
-        stream = next((s for s in container.streams.video if s.index == stream_index), None)
-        if stream is None:
-            stream = container.streams.best("video") or container.streams.video[0]
+        stream = _video_stream(container, stream_index)
         stream.thread_type = "AUTO"
         n = -1
         try:
             for frame in container.decode(stream):
                 n += 1
                 if n in wanted:
-                    rgb = frame.to_ndarray(format="rgb24")
-                    k = (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
-                    if k:
-                        rgb = np.rot90(rgb, k=k, axes=(0, 1))
-                    tensor = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+                    tensor = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame))
                     for pos in wanted[n]:
                         out[pos] = tensor
                 if n >= last:
                     break
         except av.error.FFmpegError as exc:
             raise _undecodable(f"PyAV failed after frame {n}: {_short(exc)}") from exc
-    missing = [indices[i] for i, t in enumerate(out) if t is None]
-    if missing:
-        raise _undecodable(f"frames {missing[:3]} could not be read, the file may be truncated")
+    _check_complete(indices, out)
     return torch.stack(out)
 
 
@@ -660,9 +680,7 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
     pts: list[int] = []
     key_pts: list[int] = []
     with av.open(path) as container:
-        stream = next((s for s in container.streams.video if s.index == stream_index), None)
-        if stream is None:
-            stream = container.streams.best("video") or container.streams.video[0]
+        stream = _video_stream(container, stream_index)
         tb = float(stream.time_base)
         for packet in container.demux(stream):
             if packet.size == 0:
@@ -747,9 +765,7 @@ def _decode_fast(
     index = _packet_index(path, stream_index)
     if index is not None and num_frames is not None and len(index.pts) != num_frames:
         index = None  # the packets do not match torchcodec's count: count decoded frames instead
-    positions: dict[int, list[int]] = {}
-    for pos, idx in enumerate(plan.indices):
-        positions.setdefault(idx, []).append(pos)
+    positions = _positions(plan.indices)
     out: list[Any] = [None] * len(plan.indices)
     times: list[float] = [float("nan")] * len(plan.indices)
     decoded = [0]  # pictures the decoders returned (wanted or not), summed over the runs
@@ -767,9 +783,7 @@ def _decode_fast(
         by_pts = None if index is None else {index.pts[i]: i for i in todo}
         converter = _FastConverter(plan)
         with av.open(path) as container:
-            stream = next((s for s in container.streams.video if s.index == stream_index), None)
-            if stream is None:
-                stream = container.streams.best("video") or container.streams.video[0]
+            stream = _video_stream(container, stream_index)
             codec = stream.codec_context
             if threads > 1:
                 stream.thread_type = "AUTO"
@@ -820,9 +834,7 @@ def _decode_fast(
             with ThreadPoolExecutor(max_workers=min(workers, len(runs)), thread_name_prefix="decode") as pool:
                 for fut in [pool.submit(run, start, want, 1) for start, want in runs]:
                     fut.result()
-    missing = [plan.indices[i] for i, t in enumerate(out) if t is None]
-    if missing:
-        raise _undecodable(f"frames {missing[:3]} could not be read, the file may be truncated")
+    _check_complete(plan.indices, out)
     return torch.stack(out), times, decoded[0]
 
 
@@ -837,11 +849,8 @@ class _FastConverter:
         self.to_planar, self.to_small = VideoReformatter(), VideoReformatter()
 
     def __call__(self, frame: Any, idx: int) -> torch.Tensor:
-        import numpy as np
-        import torch
-
         plan = self.plan
-        k = (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
+        k = _rotation_k(frame)
         src = (frame.height, frame.width) if k % 2 else (frame.width, frame.height)
         if plan.source_height and src != (plan.source_width, plan.source_height):
             want = f"{plan.source_width}x{plan.source_height}"
@@ -852,10 +861,8 @@ class _FastConverter:
         small = self.to_small.reformat(
             planar, width=w, height=h, format=FAST_PLANAR, interpolation=self.interpolation, threads=1
         )
-        rgb = small.to_ndarray()  # PyAV returns planar gbrp as (h, w, 3) in R, G, B order
-        if k:
-            rgb = np.rot90(rgb, k=k, axes=(0, 1))
-        return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+        # PyAV returns planar gbrp as (h, w, 3) in R, G, B order
+        return _upright_chw(small.to_ndarray(), k)
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
@@ -869,9 +876,7 @@ def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> 
 
     times: list[float] = []
     with av.open(str(path)) as container:
-        stream = next((s for s in container.streams.video if s.index == stream_index), None)
-        if stream is None:
-            stream = container.streams.best("video") or container.streams.video[0]
+        stream = _video_stream(container, stream_index)
         tb = float(stream.time_base)
         for packet in container.demux(stream):
             ts = packet.pts if packet.pts is not None else packet.dts
@@ -907,6 +912,16 @@ def _resize(frames: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return F.resize(frames, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)
 
 
+def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
+    """The metadata dict qwen-vl-utils returns for ``plan``, plus the decoder that made the frames."""
+    return {
+        "fps": plan.source_fps,
+        "frames_indices": list(plan.indices),
+        "total_num_frames": plan.total_frames,
+        "video_backend": backend,
+    }
+
+
 def sample(
     path: str | os.PathLike[str],
     plan: SamplingPlan,
@@ -938,15 +953,9 @@ def sample(
         except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
             log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
         else:
-            metadata = {
-                "fps": plan.source_fps,
-                "frames_indices": list(plan.indices),
-                "total_num_frames": plan.total_frames,
-                "video_backend": "fast",
-            }
             return PreparedVideo(
                 frames=frames,
-                metadata=metadata,
+                metadata=_metadata(plan, "fast"),
                 plan=plan,
                 info=info,
                 decode_s=time.perf_counter() - t0,
@@ -976,13 +985,9 @@ def sample(
         )
     frames = _resize(frames, plan.height, plan.width)
     decode_s = time.perf_counter() - t0
-    metadata = {
-        "fps": plan.source_fps,
-        "frames_indices": list(plan.indices),
-        "total_num_frames": plan.total_frames,
-        "video_backend": used,
-    }
-    return PreparedVideo(frames=frames, metadata=metadata, plan=plan, info=info, decode_s=decode_s)
+    return PreparedVideo(
+        frames=frames, metadata=_metadata(plan, used), plan=plan, info=info, decode_s=decode_s
+    )
 
 
 def prepare(
@@ -1013,18 +1018,21 @@ def export_clip(
     end: float,
     out_path: str | os.PathLike[str],
     timeout_s: float = 600.0,
+    *,
+    info: VideoInfo | None = None,
 ) -> Path:
     """Cut [start, end) seconds into an H.264/yuv420p MP4 (faststart, audio kept), frame-accurately.
 
     Re-encodes (a stream copy can only cut at keyframes). The range is clamped
-    to the video; a range shorter than one frame raises VideoError.
+    to the video; a range shorter than one frame raises VideoError. ``info``: the
+    file's ``probe`` result when the caller already has it (else it is probed here).
     """
     exe = shutil.which("ffmpeg")
     if exe is None:
         raise RuntimeError(
             "ffmpeg was not found on PATH: install it (e.g. apt-get install ffmpeg) to export clips."
         )
-    info = probe(path)
+    info = info if info is not None else probe(path)
     try:
         start_f, end_f = float(start), float(end)
     except (TypeError, ValueError) as exc:
