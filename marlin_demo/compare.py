@@ -18,10 +18,11 @@ Conventions (each is tested in ``tests/test_compare.py``):
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_EXAMPLES_JSON",
     "TASKS",
     "agreement",
+    "check_task",
     "compare_payload",
     "ground_truth_for",
     "load_examples",
@@ -65,21 +67,14 @@ def _events(result: Any) -> list[Any]:
     return list(_get(result, "events", []) or [])
 
 
-def _description(event: Any) -> str:
-    return str(_get(event, "description", "") or "")
-
-
-def _caption_text(scene: str, events: Sequence[Any]) -> str:
-    return "\n".join([scene or "", *(_description(e) for e in events)]).strip()
-
-
 def _to_dict(result: Any) -> dict[str, Any]:
     if isinstance(result, Mapping):
         return dict(result)
     return result.to_dict()
 
 
-def _check_task(task: str) -> None:
+def check_task(task: str) -> None:
+    """Refuse a task other than caption or find (ValueError: the UI shows its message)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}: choose caption or find.")
 
@@ -91,7 +86,7 @@ def _check_task(task: str) -> None:
 
 def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> dict[str, dict[str, float]]:
     """Pairwise agreement for every pair of variants, keyed ``"a|b"`` in the given order."""
-    _check_task(task)
+    check_task(task)
     out: dict[str, dict[str, float]] = {}
     for (name_a, a), (name_b, b) in combinations(results.items(), 2):
         key = f"{name_a}|{name_b}"
@@ -100,8 +95,8 @@ def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> di
         else:
             ev_a, ev_b = _events(a), _events(b)
             scores = metrics.event_scores(ev_a, ev_b, min_iou=min_iou)
-            text_a = _caption_text(str(_get(a, "scene", "") or ""), ev_a)
-            text_b = _caption_text(str(_get(b, "scene", "") or ""), ev_b)
+            text_a = metrics.caption_text(str(_get(a, "scene", "") or ""), ev_a)
+            text_b = metrics.caption_text(str(_get(b, "scene", "") or ""), ev_b)
             out[key] = {
                 "event_iou": float(scores["mean_matched_iou"]),
                 "event_f1": float(scores["f1"]),
@@ -115,18 +110,31 @@ def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> di
 # ---------------------------------------------------------------------------
 
 
-def load_examples(examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON) -> list[dict[str, Any]]:
-    """The ground-truth list, or [] when the file is absent or unreadable (examples are optional)."""
+@lru_cache(maxsize=16)
+def _parsed_examples(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], ...]:
+    del size, mtime_ns  # part of the cache key only: a changed file is read again
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(data, list):
+        return ()
+    return tuple(item for item in data if isinstance(item, dict) and item.get("video"))
+
+
+def _cached_examples(examples_json: str | os.PathLike[str]) -> tuple[dict[str, Any], ...]:
+    """The parsed examples, read again only when the file's size or mtime changed: never mutate them."""
     path = Path(examples_json)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return (
-        [item for item in data if isinstance(item, dict) and item.get("video")]
-        if isinstance(data, list)
-        else []
-    )
+        st = path.stat()
+    except OSError:
+        return ()
+    return _parsed_examples(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def load_examples(examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON) -> list[dict[str, Any]]:
+    """The ground-truth list, or [] when the file is absent or unreadable (examples are optional)."""
+    return copy.deepcopy(list(_cached_examples(examples_json)))
 
 
 @lru_cache(maxsize=256)
@@ -160,7 +168,7 @@ def ground_truth_for(
     if not video_path:
         return None
     path = Path(video_path)
-    examples = load_examples(examples_json)
+    examples = _cached_examples(examples_json)
     if not examples or not path.is_file():
         return None
     folder = Path(examples_json).parent
@@ -174,8 +182,8 @@ def ground_truth_for(
             continue
         # Sizes first: an upload is only hashed when some reference clip has its exact size.
         if ref.stat().st_size == size and _file_digest(ref) == _file_digest(path):
-            return example
-    return by_name
+            return copy.deepcopy(example)
+    return None if by_name is None else copy.deepcopy(by_name)
 
 
 def normalize_query(query: str | None) -> str:
@@ -203,7 +211,7 @@ def score_against_truth(
     Find uses :func:`metrics.grounding_scores` on the one query (plus
     ``ref_span``); caption uses :func:`metrics.caption_scores`.
     """
-    _check_task(task)
+    check_task(task)
     if task == "find":
         ref = truth_span(example, query if query is not None else _get(result, "query"))
         if ref is None:
@@ -227,7 +235,7 @@ def compare_payload(
     example: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``/compare`` JSON: results per variant, pairwise agreement, and scores when truth exists."""
-    _check_task(task)
+    check_task(task)
     payload: dict[str, Any] = {
         "task": task,
         "query": query if task == "find" else None,

@@ -20,12 +20,15 @@ from marlin_demo.results import CaptionResult
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
+    PRIVATE_UI,
     UIContext,
     error_html,
+    example_cache_kwargs,
     metrics_html,
     notice_html,
     pick_variant,
     require_upload,
+    run_example,
     tiny_in_use,
     upload_video,
     user_errors,
@@ -51,7 +54,7 @@ class CaptionTab:
     raw: gr.Textbox
     api_button: gr.Button
     api_out: gr.JSON
-    api_stream_button: gr.Button | None = None
+    api_stream_button: gr.Button
     examples: gr.Examples | None = None
 
     @property
@@ -240,7 +243,7 @@ def render(ctx: UIContext) -> CaptionTab:
                 raw,
                 api_button,
                 api_out,
-                api_stream_button=gr.Button("api-stream", visible=False),
+                gr.Button("api-stream", visible=False),
             )
             tab.examples = _examples(ctx, tab)
         with gr.Column(scale=7, min_width=360):
@@ -264,25 +267,17 @@ def _examples(ctx: UIContext, tab: CaptionTab) -> gr.Examples | None:
         return None
 
     def example_fn(video: str, variant: str) -> tuple[Any, ...]:
-        path = require_upload(video, ctx)
-        v = pick_variant(variant, ctx)
-        cold = v not in ctx.engine.loaded()
-        with user_errors():
-            return final_outputs(ctx, ctx.engine.caption(path, v), path, cold)
+        return run_example(ctx, video, variant, ctx.engine.caption, final_outputs)
 
-    examples = gr.Examples(
+    return gr.Examples(
         examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],
         inputs=[tab.video, tab.variant],
         outputs=tab.outputs,
         fn=example_fn,
-        cache_examples=ctx.cache_mode != "off",
-        cache_mode="lazy" if ctx.cache_mode == "lazy" else "eager",
         example_labels=[f"▶ {e.get('title') or e['video']}" for e in ctx.examples],
-        label="Examples (cached: the result shows at once)" if ctx.cache_mode != "off" else "Examples",
         elem_id="caption-examples",
-        examples_per_page=8,
+        **example_cache_kwargs(ctx),
     )
-    return examples
 
 
 def listen(ctx: UIContext, tab: CaptionTab) -> None:
@@ -345,9 +340,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         "fn": subtitles_step,
         "inputs": tab.table,
         "outputs": tab.player,
-        "api_visibility": "private",
-        "show_progress": "hidden",
-        "queue": False,
+        **PRIVATE_UI,
     }
     tab.run.click(
         caption_ui,
@@ -382,13 +375,12 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                     assert isinstance(item, CaptionResult)
                     yield stream_message(item.raw, item)
 
-    if tab.api_stream_button is not None:
-        tab.api_stream_button.click(
-            caption_stream,
-            [tab.video, tab.variant],
-            tab.api_out,
-            api_name="caption_stream",
-            api_description="The caption while it is written: {done: false, text} messages, then "
-            "{done: true, text, first_text_s, result} with result as /caption returns it",
-            **GPU_EVENT,
-        )
+    tab.api_stream_button.click(
+        caption_stream,
+        [tab.video, tab.variant],
+        tab.api_out,
+        api_name="caption_stream",
+        api_description="The caption while it is written: {done: false, text} messages, then "
+        "{done: true, text, first_text_s, result} with result as /caption returns it",
+        **GPU_EVENT,
+    )

@@ -15,10 +15,10 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlparse
 
 import gradio as gr
@@ -26,7 +26,7 @@ from gradio.data_classes import FileData
 from pydantic import model_validator
 
 from marlin_demo import compare as cmp
-from marlin_demo.engine import TINY_LABEL, USER_ERRORS, Engine
+from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError
 from marlin_demo.results import RunInfo
 from marlin_demo.settings import Settings
@@ -40,6 +40,9 @@ EXAMPLES_JSON = EXAMPLES_DIR / "examples.json"
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": 1}
 """Every event that runs the model shares one slot: one request on the GPU at a time."""
 
+PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden", "queue": False}
+"""A quick UI-only step: not in the API, no progress shown, not queued."""
+
 CacheMode = Literal["eager", "lazy", "off"]
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
 UI_CACHE_VERSION = "ui-4"  # bump when example outputs change shape: old caches are then ignored
@@ -49,6 +52,12 @@ VARIANT_LABELS = {
     "bnb4": "bnb4 (nf4 4-bit)",
     "bf16": "bf16 (16-bit)",
 }
+
+
+def variant_label(variant: str) -> str:
+    """The name a visitor reads for a variant (its key when it has none)."""
+    return VARIANT_LABELS.get(variant, variant)
+
 
 FALLBACK_FIX = (
     "To use the real model: connect to the Hugging Face Hub (accept the model's conditions and set HF_TOKEN "
@@ -155,10 +164,14 @@ class UIContext:
         return self.variants[0]
 
     def variant_choices(self) -> list[tuple[str, str]]:
-        return [(VARIANT_LABELS.get(v, v), v) for v in self.variants]
+        return [(variant_label(v), v) for v in self.variants]
 
     def clip(self, example: Mapping[str, Any]) -> Path:
         return self.examples_dir / str(example["video"])
+
+    def ground_truth(self, video: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+        """The example this clip is (see ``compare.ground_truth_for``), or None."""
+        return cmp.ground_truth_for(video, self.examples_dir / "examples.json")
 
     def new_run_dir(self, kind: str) -> Path:
         """A fresh folder for one request's downloads; old ones are pruned."""
@@ -207,6 +220,11 @@ def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, An
     return [e for e in cmp.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
 
 
+def short_name(example: Mapping[str, Any]) -> str:
+    """An example's clip name without extension or underscores, for example labels."""
+    return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
+
+
 # ---------------------------------------------------------------------------
 # Example cache: one folder per model and example set, stale entries dropped
 # ---------------------------------------------------------------------------
@@ -241,6 +259,17 @@ def example_cache_root(ctx: UIContext) -> Path:
 
 
 _PATH_RE = re.compile(r"""['"]path['"]\s*:\s*['"]([^'"]+)['"]""")
+
+
+def example_cache_kwargs(ctx: UIContext) -> dict[str, Any]:
+    """The ``gr.Examples`` arguments of a tab whose examples run the model (and are cached unless off)."""
+    cached = ctx.cache_mode != "off"
+    return {
+        "cache_examples": cached,
+        "cache_mode": "lazy" if ctx.cache_mode == "lazy" else "eager",
+        "label": "Examples (cached: the result shows at once)" if cached else "Examples",
+        "examples_per_page": 8,
+    }
 
 
 def prune_stale_example_cache(root: Path) -> list[Path]:
@@ -365,6 +394,25 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
+R = TypeVar("R")
+
+
+def run_example(
+    ctx: UIContext,
+    video: str | None,
+    variant: str | None,
+    run: Callable[[str, str], R],
+    finish: Callable[[UIContext, R, str, bool], tuple[Any, ...]],
+) -> tuple[Any, ...]:
+    """What an example's ``fn`` does: check the upload and variant, ``run(path, variant)``, then
+    ``finish(ctx, result, path, cold)`` (the tab's ``final_outputs``)."""
+    path = require_upload(video, ctx)
+    v = pick_variant(variant, ctx)
+    cold = v not in ctx.engine.loaded()
+    with user_errors():
+        return finish(ctx, run(path, v), path, cold)
+
+
 # ---------------------------------------------------------------------------
 # Formatting
 # ---------------------------------------------------------------------------
@@ -449,4 +497,4 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def tiny_in_use(ctx: UIContext) -> bool:
-    return ctx.engine.settings.is_tiny or ctx.engine.model_label == TINY_LABEL
+    return ctx.engine.settings.is_tiny

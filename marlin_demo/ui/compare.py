@@ -27,56 +27,33 @@ from marlin_demo.results import CaptionResult, FindResult
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
-    VARIANT_LABELS,
+    PRIVATE_UI,
     UIContext,
     error_html,
     fmt,
     memory_label,
     require_upload,
+    short_name,
     tiny_in_use,
     upload_video,
     user_errors,
+    variant_label,
 )
 
 VIDEO_ID = "compare-video"
-CHARTS = (
-    ("load_s", "Load time (s)"),
-    ("latency_s", "Latency (s)"),
-    ("ttft_s", "Time to first token (s)"),
-    ("tokens_per_s", "Tokens per second"),
-    ("peak_memory_mb", "Peak memory (MB)"),
-    ("output_tokens", "Output tokens"),
-)
-METRIC_COLUMNS = [
-    "variant",
-    "run",
-    "load_s",
-    "latency_s",
-    "ttft_s",
-    "tokens_per_s",
-    "peak_memory_mb",
-    "output_tokens",
-    "video_tokens",
-    "memory",
-    "device",
-]
-SESSION_COLUMNS = [
-    "#",
-    "time",
-    "video",
-    "task",
-    "query",
-    "variant",
-    "run",
-    "load_s",
-    "latency_s",
-    "ttft_s",
-    "tokens_per_s",
-    "peak_memory_mb",
-    "output_tokens",
-    "agreement",
-    "score",
-]
+CHART_TITLES = {
+    "load_s": "Load time (s)",
+    "latency_s": "Latency (s)",
+    "ttft_s": "Time to first token (s)",
+    "tokens_per_s": "Tokens per second",
+    "peak_memory_mb": "Peak memory (MB)",
+    "output_tokens": "Output tokens",
+}
+COST_KEYS = tuple(CHART_TITLES)
+"""The cost of a run, in the order of the charts and of the table columns."""
+CHARTS = tuple(CHART_TITLES.items())
+METRIC_COLUMNS = ["variant", "run", *COST_KEYS, "video_tokens", "memory", "device"]
+SESSION_COLUMNS = ["#", "time", "video", "task", "query", "variant", "run", *COST_KEYS, "agreement", "score"]
 COLD_WARM_COLUMNS = [
     "variant",
     "cold runs",
@@ -127,15 +104,13 @@ class CompareTab:
 
 
 def _card(
-    ctx: UIContext,
-    task: str,
     variant: str,
     result: Any,
     cold: bool,
     duration: float,
     truth: tuple[float, float] | None,
 ) -> str:
-    label = html.escape(VARIANT_LABELS.get(variant, variant))
+    label = html.escape(variant_label(variant))
     badge = (
         '<span class="md-badge md-cold">cold</span>' if cold else '<span class="md-badge md-warm">warm</span>'
     )
@@ -198,14 +173,13 @@ def _card(
 
 def cards_html(
     ctx: UIContext,
-    task: str,
     variants: Sequence[str],
     results: Mapping[str, Any],
     cold: Mapping[str, bool],
     duration: float,
     truth: tuple[float, float] | None,
 ) -> str:
-    cols = "".join(_card(ctx, task, v, results.get(v), cold.get(v, False), duration, truth) for v in variants)
+    cols = "".join(_card(v, results.get(v), cold.get(v, False), duration, truth) for v in variants)
     tiny = (
         '<p class="cc-tiny">Tiny stand-in: random weights, so agreement and scores only exercise the '
         "pipeline.</p>"
@@ -215,7 +189,7 @@ def cards_html(
     return f'{tiny}<div class="cc-grid" style="--cc-cols:{max(1, len(variants))}">{cols}</div>'
 
 
-def summary_html(task: str, payload: Mapping[str, Any] | None, running: str | None = None) -> str:
+def summary_html(payload: Mapping[str, Any] | None, running: str | None = None) -> str:
     if running:
         return f'<div class="cs-summary cs-running">{html.escape(running)}</div>'
     if not payload:
@@ -258,22 +232,26 @@ def summary_html(task: str, payload: Mapping[str, Any] | None, running: str | No
 # ---------------------------------------------------------------------------
 
 
-def metrics_frame(results: Mapping[str, Any], cold: Mapping[str, bool]) -> pd.DataFrame:
+def _cost_row(variant: str, result: CaptionResult | FindResult, cold: Mapping[str, bool]) -> dict[str, Any]:
+    """The variant, whether its run was cold, and the cost keys: the part both tables share."""
+    m = result.metrics.to_dict()
+    return {
+        "variant": variant,
+        "run": "cold" if cold.get(variant) else "warm",
+        **{key: m[key] for key in COST_KEYS},
+    }
+
+
+def metrics_frame(
+    results: Mapping[str, CaptionResult | FindResult], cold: Mapping[str, bool]
+) -> pd.DataFrame:
+    """One row per variant; ``results`` holds the variants that answered (no error strings)."""
     rows = []
     for v, r in results.items():
-        if not isinstance(r, CaptionResult | FindResult):
-            continue
         m = r.metrics.to_dict()
         rows.append(
             {
-                "variant": v,
-                "run": "cold" if cold.get(v) else "warm",
-                "load_s": m["load_s"],
-                "latency_s": m["latency_s"],
-                "ttft_s": m["ttft_s"],
-                "tokens_per_s": m["tokens_per_s"],
-                "peak_memory_mb": m["peak_memory_mb"],
-                "output_tokens": m["output_tokens"],
+                **_cost_row(v, r, cold),
                 "video_tokens": m["video_tokens"],
                 "memory": memory_label(m["memory_kind"]),
                 "device": m["device"],
@@ -362,18 +340,15 @@ def session_rows(
     video: str,
     task: str,
     query: str | None,
-    results: Mapping[str, Any],
+    results: Mapping[str, CaptionResult | FindResult],
     cold: Mapping[str, bool],
     payload: Mapping[str, Any],
 ) -> list[dict]:
-    """The session table with this comparison's rows appended (one per variant)."""
+    """The session table with this comparison's rows appended (one per variant that answered)."""
     out = list(rows)
     stamp = time.strftime("%H:%M:%S")
     n = 1 + max((int(r["#"]) for r in rows), default=0)
     for v, r in results.items():
-        if not isinstance(r, CaptionResult | FindResult):
-            continue
-        m = r.metrics.to_dict()
         out.append(
             {
                 "#": n,
@@ -381,14 +356,7 @@ def session_rows(
                 "video": Path(video).name,
                 "task": task,
                 "query": query or "",
-                "variant": v,
-                "run": "cold" if cold.get(v) else "warm",
-                "load_s": m["load_s"],
-                "latency_s": m["latency_s"],
-                "ttft_s": m["ttft_s"],
-                "tokens_per_s": m["tokens_per_s"],
-                "peak_memory_mb": m["peak_memory_mb"],
-                "output_tokens": m["output_tokens"],
+                **_cost_row(v, r, cold),
                 "agreement": _agreement_text(payload),
                 "score": _main_score(task, (payload.get("scores") or {}).get(v)),
             }
@@ -469,7 +437,7 @@ def render(ctx: UIContext) -> CompareTab:
                     ],
                     inputs=[video, task, query],
                     example_labels=[
-                        f"▶ {_short(e)} · " + (f"find “{q}”" if i % 2 else "caption")
+                        f"▶ {short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
                         for i, (e, q) in enumerate(rows)
                     ],
                     label="Examples (fill the inputs; press Compare)",
@@ -554,11 +522,7 @@ def render(ctx: UIContext) -> CompareTab:
 
 def run_label(ctx: UIContext, include_bf16: bool) -> str:
     """The Compare button names the variants it will run."""
-    return "Compare: " + " vs ".join(VARIANT_LABELS.get(v, v) for v in ctx.compare_variants(include_bf16))
-
-
-def _short(example: dict[str, Any]) -> str:
-    return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
+    return "Compare: " + " vs ".join(variant_label(v) for v in ctx.compare_variants(include_bf16))
 
 
 def _runs_for(*args: Any, **kwargs: Any) -> int:
@@ -567,8 +531,7 @@ def _runs_for(*args: Any, **kwargs: Any) -> int:
 
 
 def _clean_query(ctx: UIContext, task: str, query: str | None) -> str | None:
-    if task not in cmp.TASKS:
-        raise ValueError(f"Unknown task {task!r}: choose caption or find.")
+    cmp.check_task(task)
     if task == "find":
         return contract.sanitize_query(query or "", ctx.settings.max_query_chars)
     return None
@@ -597,7 +560,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                 progress(0.02, desc="Checking and decoding the video")
                 prepared = engine.prepare(path)
                 duration = prepared.info.duration_s
-                example = cmp.ground_truth_for(path, ctx.examples_dir / "examples.json")
+                example = ctx.ground_truth(path)
                 truth = cmp.truth_span(example, clean) if (example and task == "find") else None
                 results: dict[str, Any] = {}
                 cold: dict[str, bool] = {}
@@ -606,15 +569,17 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                     step = "loading + running" if cold[v] else "running"
                     progress((i + 0.1) / len(variants), desc=f"{v}: {step} ({i + 1}/{len(variants)})")
                     yield (
-                        summary_html(task, None, f"{v}: {step} ({i + 1} of {len(variants)})…"),
-                        cards_html(ctx, task, variants, results, cold, duration, truth),
+                        summary_html(None, f"{v}: {step} ({i + 1} of {len(variants)})…"),
+                        cards_html(ctx, variants, results, cold, duration, truth),
                         *([skip] * n_rest),
                     )
                     try:
                         results[v] = engine.run(task, path, v, clean)
                     except USER_ERRORS as exc:  # one variant failing must not hide the others
                         results[v] = str(exc)
-                ok = {v: r for v, r in results.items() if not isinstance(r, str)}
+                ok: dict[str, CaptionResult | FindResult] = {
+                    v: r for v, r in results.items() if not isinstance(r, str)
+                }
                 if not ok:
                     raise gr.Error(
                         "No variant could answer: " + " | ".join(f"{v}: {r}" for v, r in results.items())
@@ -624,8 +589,8 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                 new_rows = session_rows(rows, path, task, clean, ok, cold, payload)
                 has_scores = "scores" in payload
                 yield (
-                    summary_html(task, payload),
-                    cards_html(ctx, task, variants, results, cold, duration, truth),
+                    summary_html(payload),
+                    cards_html(ctx, variants, results, cold, duration, truth),
                     frame,
                     *[chart_frame(frame, key) for key, _ in CHARTS],
                     gr.update(value=scores_frame(task, payload) if has_scores else None, visible=has_scores),
@@ -645,24 +610,20 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         with user_errors():
             clean = _clean_query(ctx, task, query)
             results = {v: ctx.engine.run(task, path, v, clean) for v in ctx.compare_variants()}
-            example = cmp.ground_truth_for(path, ctx.examples_dir / "examples.json")
+            example = ctx.ground_truth(path)
             return cmp.compare_payload(task, clean, results, example)
 
     tab.task.change(
         lambda t: gr.update(visible=t == "find"),
         tab.task,
         tab.query,
-        api_visibility="private",
-        show_progress="hidden",
-        queue=False,
+        **PRIVATE_UI,
     )
     tab.include_bf16.change(
         lambda on: gr.update(value=run_label(ctx, bool(on))),
         tab.include_bf16,
         tab.run,
-        api_visibility="private",
-        show_progress="hidden",
-        queue=False,
+        **PRIVATE_UI,
     )
     tab.run.click(
         compare_ui,

@@ -21,12 +21,16 @@ from marlin_demo.results import FindResult
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
+    PRIVATE_UI,
     UIContext,
     error_html,
+    example_cache_kwargs,
     metrics_html,
     notice_html,
     pick_variant,
     require_upload,
+    run_example,
+    short_name,
     tiny_in_use,
     upload_video,
     user_errors,
@@ -60,7 +64,7 @@ class FindTab:
 
 
 def _truth(ctx: UIContext, video: str, query: str) -> tuple[float, float] | None:
-    example = cmp.ground_truth_for(video, ctx.examples_dir / "examples.json")
+    example = ctx.ground_truth(video)
     return None if example is None else cmp.truth_span(example, query)
 
 
@@ -99,7 +103,7 @@ def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) ->
         s, e = result.span
         out = ctx.new_run_dir("find") / f"span_{s:.1f}-{e:.1f}s.mp4"
         try:
-            clip = str(export_clip(video, s, e, out))
+            clip = str(export_clip(video, s, e, out, info=result.info.video))
         except (VideoError, RuntimeError) as exc:
             clip_problem = f"The span could not be cut as a clip: {exc}"
     tl = timeline.timeline_html(
@@ -213,33 +217,24 @@ def render(ctx: UIContext) -> FindTab:
     return tab
 
 
-def _short(example: dict[str, Any]) -> str:
-    return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
-
-
 def _examples(ctx: UIContext, tab: FindTab) -> gr.Examples | None:
     rows = [(e, q) for e in ctx.examples for q in (e.get("queries") or [])[:1]]
     if not rows:
         return None
 
     def example_fn(video: str, query: str, variant: str) -> tuple[Any, ...]:
-        path = require_upload(video, ctx)
-        v = pick_variant(variant, ctx)
-        cold = v not in ctx.engine.loaded()
-        with user_errors():
-            return final_outputs(ctx, ctx.engine.find(path, query, v), path, cold)
+        return run_example(
+            ctx, video, variant, lambda path, v: ctx.engine.find(path, query, v), final_outputs
+        )
 
     return gr.Examples(
         examples=[[str(ctx.clip(e)), q["query"], ctx.default_variant] for e, q in rows],
         inputs=[tab.video, tab.query, tab.variant],
         outputs=tab.outputs,
         fn=example_fn,
-        cache_examples=ctx.cache_mode != "off",
-        cache_mode="lazy" if ctx.cache_mode == "lazy" else "eager",
-        example_labels=[f"▶ {_short(e)} · “{q['query']}”" for e, q in rows],
-        label="Examples (cached: the result shows at once)" if ctx.cache_mode != "off" else "Examples",
+        example_labels=[f"▶ {short_name(e)} · “{q['query']}”" for e, q in rows],
         elem_id="find-examples",
-        examples_per_page=8,
+        **example_cache_kwargs(ctx),
     )
 
 
@@ -296,7 +291,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
 
     def suggest(video: str | None) -> Any:
         """Offer the example's queries when the clip is one of the examples."""
-        example = cmp.ground_truth_for(video, ctx.examples_dir / "examples.json") if video else None
+        example = ctx.ground_truth(video)
         queries = [q["query"] for q in (example or {}).get("queries", []) or []]
         return gr.update(choices=queries, value=None, visible=bool(queries))
 
@@ -312,9 +307,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         "fn": jump,
         "inputs": tab.jump_to,
         "outputs": tab.video,
-        "api_visibility": "private",
-        "show_progress": "hidden",
-        "queue": False,
+        **PRIVATE_UI,
     }
     gr.on(
         [tab.run.click, tab.query.submit],
@@ -327,17 +320,8 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
     ).then(**jump_step)
     if tab.examples is not None and tab.examples.cache_event is not None:
         tab.examples.cache_event.then(**jump_step)
-    tab.video.change(
-        suggest, tab.video, tab.suggestions, api_visibility="private", show_progress="hidden", queue=False
-    )
-    tab.suggestions.select(
-        lambda q: q or gr.skip(),
-        tab.suggestions,
-        tab.query,
-        api_visibility="private",
-        show_progress="hidden",
-        queue=False,
-    )
+    tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
+    tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)
     tab.api_button.click(
         find,
         [tab.video, tab.query, tab.variant],

@@ -9,7 +9,7 @@ import html
 
 import gradio as gr
 
-from marlin_demo.ui.common import FALLBACK_FIX, VARIANT_LABELS, UIContext, tiny_in_use
+from marlin_demo.ui.common import FALLBACK_FIX, PRIVATE_UI, UIContext, tiny_in_use, variant_label
 
 LOGO = (
     '<svg width="42" height="42" viewBox="0 0 42 42"><defs>'
@@ -98,7 +98,7 @@ def header_html(ctx: UIContext) -> str:
         cls = {"loaded": "mh-ok", "failed": "mh-bad"}.get(state, "")
         chips.append(
             f'<span class="mh-chip {cls}" title="{html.escape(state)}">'
-            f"{html.escape(VARIANT_LABELS.get(v, v))}"
+            f"{html.escape(variant_label(v))}"
             f"<small>{html.escape(state)}</small></span>"
         )
     return (
@@ -122,6 +122,4 @@ def render(ctx: UIContext) -> gr.HTML:
 
 def listen(ctx: UIContext, demo: gr.Blocks, header: gr.HTML) -> None:
     """Re-render the header on page load: load states change while the server runs."""
-    demo.load(
-        lambda: header_html(ctx), None, header, queue=False, show_progress="hidden", api_visibility="private"
-    )
+    demo.load(lambda: header_html(ctx), None, header, **PRIVATE_UI)
