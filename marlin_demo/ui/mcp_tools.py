@@ -202,14 +202,37 @@ class MarlinMCPServer(gradio.mcp.GradioMCPServer):
                 if isinstance(node, dict):
                     # Gradio's "a http or https url to a file" would invite URLs this server refuses.
                     node.pop("format", None)
+                    node.pop("required", None)  # FileData's ["path"]: meaningless on a string
+                    node["title"] = "Video"
         return simplified, positions
+
+    def _prepare_tool_call_args(self, name: str, arguments: dict[str, Any]) -> Any:
+        # Before Gradio's own handling: its client would upload any file object it finds in the
+        # arguments from the server's disk, so only the tool's own string arguments get through.
+        if self.marlin is not None and name in self.tool_to_endpoint:
+            schema, _ = self.get_input_schema(name)
+            known = list(schema.get("properties", {}))
+            for key, item in arguments.items():
+                if key not in known:
+                    raise ValueError(f"Unknown argument {key!r}: {name} takes {', '.join(known)}.")
+                if not isinstance(item, str):
+                    raise ValueError(f"The argument {key!r} must be a string.")
+        return super()._prepare_tool_call_args(name, arguments)
+
+    async def _execute_tool_with_progress(self, job: Any, progress_token: str | int) -> Any:
+        # With a progress token Gradio prefixes the error's title ("Error: ..."); without one it does
+        # not. The same sentence either way, as the API gives it.
+        try:
+            return await super()._execute_tool_with_progress(job, progress_token)
+        except RuntimeError as exc:
+            message = str(exc)
+            if self.marlin is not None and message.startswith("Error: "):
+                raise RuntimeError(message.removeprefix("Error: ")) from None
+            raise
 
     def convert_strings_to_filedata(self, value: Any, filedata_positions: list[list[str | int]]) -> Any:
         if self.marlin is None or not isinstance(value, dict):
             return super().convert_strings_to_filedata(value, filedata_positions)
-        for key, item in value.items():
-            if not isinstance(item, str):
-                raise ValueError(f"The argument {key!r} must be a string.")
         out = dict(value)
         rest = []
         for position in filedata_positions:
