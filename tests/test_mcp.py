@@ -287,3 +287,27 @@ def test_the_setting_and_the_size_limit_before_decoding(
     with pytest.raises(ValueError) as info:
         server._video_argument(big)
     assert str(info.value) == "The file is 1.5 MB; at most 1 MB is allowed."
+
+
+def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer) -> None:  # noqa: F811
+    """Gradio also serves MCP over SSE (/gradio_api/mcp/sse); the tool list and the URL rule hold there."""
+    from mcp.client.sse import sse_client
+
+    async def run() -> tuple[list[str], CallToolResult, CallToolResult]:
+        async with sse_client(f"{app_server.url}gradio_api/mcp/sse") as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                names = [t.name for t in (await session.list_tools()).tools]
+                with CLIP.open("rb") as f:
+                    r = httpx.post(f"{app_server.url}gradio_api/upload", files={"files": f}, timeout=60)
+                own = f"{app_server.url}gradio_api/file={encode_file_path(r.json()[0])}"
+                found = await session.call_tool("find", {"video": own, "query": "the ball"})
+                other = f"http://localhost:{app_server.port}/gradio_api/file={r.json()[0]}"
+                refused = await session.call_tool("caption", {"video": other})
+                return names, found, refused
+
+    names, found, refused = asyncio.run(run())
+    assert names == [t.lstrip("/") for t in TOOLS]
+    assert set(json_of(found)) == FIND_KEYS
+    # the same file named through another host name is another host: refused, nothing fetched
+    assert error_of(refused) == NO_URLS
