@@ -113,6 +113,13 @@ class Settings:
     )
     host: str = field(default="127.0.0.1", metadata={"env": "MARLIN_HOST", "help": "server address"})
     port: int = field(default=7860, metadata={"env": "MARLIN_PORT", "help": "server port"})
+    mcp: bool = field(
+        default=True,
+        metadata={
+            "env": "MARLIN_MCP",
+            "help": "serve /caption, /find, /compare as MCP tools at /gradio_api/mcp/ (same port)",
+        },
+    )
     trust_remote_code: bool = field(
         default=False,
         metadata={

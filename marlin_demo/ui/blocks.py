@@ -17,7 +17,7 @@ import gradio as gr
 from marlin_demo import space
 from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
-from marlin_demo.ui import about, caption, compare, find, header, timeline
+from marlin_demo.ui import about, caption, compare, find, header, mcp_tools, timeline
 from marlin_demo.ui.common import (
     EXAMPLES_DIR,
     EXAMPLES_JSON,
@@ -124,5 +124,6 @@ def build_demo(
         "allowed_paths": [str(EXAMPLES_DIR), str(ctx.output_dir)],
         "max_file_size": f"{settings.max_upload_mb:g}mb",
         "show_error": True,
+        "mcp_server": mcp_tools.enable(demo, ctx),
     }
     return demo, launch_kwargs

@@ -327,7 +327,21 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
 
     @space.gpu(space.duration_for("caption"))
     def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
-        """Scene paragraph and timed events for an uploaded video: CaptionResult.to_dict()."""
+        """Describe what happens in a video: a scene paragraph and its events with start and end times.
+
+        Args:
+            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
+            variant: Which copy of Marlin-2B answers: "gptq" (GPTQ 4-bit, the default), "bnb4"
+                (bitsandbytes nf4 4-bit) or "bf16" (16-bit), among those this server offers.
+
+        Returns:
+            JSON {"variant": str, "model": str, "scene": str, "events": [{"start": float, "end": float,
+            "description": str}], "raw": str, "repaired": bool, "metrics": {"latency_s": float,
+            "ttft_s": float, "output_tokens": int, "tokens_per_s": float, "video_tokens": int,
+            "peak_memory_mb": float, "memory_kind": str, "load_s": float|null, "device": str}}.
+            Times are seconds from the start of the clip and lie inside it; "raw" is exactly what the
+            model wrote; "repaired" is true when events were clamped into the clip or de-duplicated.
+        """
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():

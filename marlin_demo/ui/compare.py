@@ -605,7 +605,20 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
 
     @space.gpu(space.duration_for("caption", 2))
     def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
-        """Run the task on GPTQ and bnb4 (and extra variants): results, pairwise agreement, truth scores."""
+        """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
+
+        Args:
+            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
+            task: "caption" (what happens) or "find" (when the query happens).
+            query: For task "find": the event in plain words (not empty); ignored for "caption".
+
+        Returns:
+            JSON {"task": str, "query": str or null, "results": {variant: the caption or find JSON},
+            "agreement": {"gptq|bnb4": {"event_iou": float, "event_f1": float, "rouge_l": float}} for
+            caption or {"gptq|bnb4": {"span_iou": float}} for find, one key per pair of variants},
+            plus "scores": {variant: {...}} against the ground truth when the clip is one of the
+            app's bundled examples.
+        """
         path = require_upload(video, ctx)
         with user_errors():
             clean = _clean_query(ctx, task, query)

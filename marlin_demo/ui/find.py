@@ -297,7 +297,20 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
 
     @space.gpu(space.duration_for("find"))
     def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
-        """Start-end span of the described event in an upload: FindResult.to_dict() (span may be None)."""
+        """Find when a described event happens in a video: one start-end span in seconds.
+
+        Args:
+            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
+            query: The event in plain words, e.g. "a person opens the door" (not empty).
+            variant: Which copy of Marlin-2B answers: "gptq" (GPTQ 4-bit, the default), "bnb4"
+                (bitsandbytes nf4 4-bit) or "bf16" (16-bit), among those this server offers.
+
+        Returns:
+            JSON {"variant": str, "model": str, "query": str, "span": [start, end] or null,
+            "format_ok": bool, "raw": str, "metrics": {...as for caption}}. The span is in seconds
+            from the start of the clip and lies inside it; null when the answer gave no usable span;
+            "format_ok" says the answer was in the trained "From <start> to <end>." form.
+        """
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():

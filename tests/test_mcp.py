@@ -1,0 +1,313 @@
+"""The app as an MCP server, driven by a real MCP client (the ``mcp`` SDK, streamable HTTP).
+
+The server is the real ``python app.py --model tiny`` (``ui_support.app_server``, loopback
+only). Answers of the tiny stand-in are meaningless, so only their shape and bounds are
+checked, never their words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from gradio_client.utils import encode_file_path
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.types import CallToolResult, TextContent
+from ui_support import EXAMPLES, AppServer, app_server  # noqa: F401
+
+from marlin_demo import video
+from marlin_demo.ui.common import NOT_UPLOADED
+from marlin_demo.ui.mcp_tools import DATA_URL_ONLY, NO_URLS, TOOLS
+
+pytestmark = pytest.mark.slow
+
+CLIP = EXAMPLES / "ball_rolls.mp4"
+CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics"}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
+               "memory_kind", "load_s", "device"}  # fmt: skip
+
+
+def mcp_url(server: AppServer) -> str:
+    return f"{server.url}gradio_api/mcp/"
+
+
+def with_session(server: AppServer, use: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+    """Open a real MCP session to the app (streamable HTTP), run ``use`` in it."""
+
+    async def run() -> Any:
+        async with streamablehttp_client(mcp_url(server)) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await use(session)
+
+    return asyncio.run(run())
+
+
+def call(server: AppServer, tool: str, arguments: dict[str, Any], progress: bool = False) -> CallToolResult:
+    """One tool call; ``progress`` sends a progress token (Gradio then takes its streaming path)."""
+    updates: list[Any] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        updates.append(message)
+
+    async def use(session: ClientSession) -> CallToolResult:
+        callback = on_progress if progress else None
+        return await session.call_tool(tool, arguments, progress_callback=callback)
+
+    result = with_session(server, use)
+    if progress:
+        assert updates, "a progress token was sent but no progress notification came back"
+    return result
+
+
+def text_of(result: CallToolResult) -> str:
+    assert len(result.content) == 1, result.content
+    item = result.content[0]
+    assert isinstance(item, TextContent)
+    return item.text
+
+
+def json_of(result: CallToolResult) -> Any:
+    assert not result.isError, text_of(result)
+    return json.loads(text_of(result))  # JSON, not Python's repr
+
+
+def error_of(result: CallToolResult) -> str:
+    assert result.isError, text_of(result)
+    return text_of(result)
+
+
+def data_url(path: Path, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+@pytest.fixture(scope="module")
+def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixture
+    return Client(app_server.url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def clip_duration() -> float:
+    return video.probe(CLIP).duration_s
+
+
+def check_metrics(metrics: dict[str, Any]) -> None:
+    assert set(metrics) == METRIC_KEYS
+    for key in ("latency_s", "ttft_s", "tokens_per_s", "peak_memory_mb"):
+        assert metrics[key] is None or isinstance(metrics[key], float | int), key
+    assert isinstance(metrics["output_tokens"], int) and isinstance(metrics["video_tokens"], int)
+    assert metrics["video_tokens"] > 0
+    assert isinstance(metrics["device"], str) and isinstance(metrics["memory_kind"], str)
+
+
+def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppServer) -> None:  # noqa: F811
+    tools = with_session(app_server, lambda s: s.list_tools()).tools
+    by_name = {t.name: t for t in tools}
+    assert list(by_name) == [t.lstrip("/") for t in TOOLS]  # no /caption_stream, nothing private
+    expected = {
+        "caption": (["video", "variant"], ["video"]),
+        "find": (["video", "query", "variant"], ["video", "query"]),
+        "compare": (["video", "task", "query"], ["video"]),
+    }
+    for name, (props, required) in expected.items():
+        tool = by_name[name]
+        schema = tool.inputSchema
+        assert list(schema["properties"]) == props, name
+        assert schema.get("required") == required, name
+        video_arg = schema["properties"]["video"]
+        assert video_arg["type"] == "string" and "format" not in video_arg
+        assert "data:video/mp4;base64," in video_arg["description"]
+        assert "/gradio_api/upload" in video_arg["description"]
+        assert "MB" in tool.description and "Returns: JSON" in tool.description
+    assert by_name["caption"].inputSchema["properties"]["variant"]["enum"] == ["gptq", "bnb4", "bf16"]
+    # a parameter described over two docstring lines keeps both (Gradio's own parser drops the second)
+    assert "(16-bit)" in by_name["find"].inputSchema["properties"]["variant"]["description"]
+    assert by_name["compare"].inputSchema["properties"]["task"]["enum"] == ["caption", "find"]
+
+    # the page's "Use via API" probes this route; with MCP on it answers (no 404 in the browser console)
+    r = httpx.get(f"{app_server.url}gradio_api/mcp/schema", timeout=30)
+    assert r.status_code == 200
+    assert [t["name"] for t in r.json()] == list(by_name)
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_caption_of_a_clip_sent_as_a_data_url(
+    app_server: AppServer,  # noqa: F811
+    clip_duration: float,
+    progress: bool,
+) -> None:
+    data = json_of(call(app_server, "caption", {"video": data_url(CLIP, "video/mp4")}, progress))
+    assert set(data) == CAPTION_KEYS
+    assert data["variant"] == "gptq"
+    assert isinstance(data["scene"], str) and isinstance(data["raw"], str) and data["raw"]
+    assert isinstance(data["repaired"], bool)
+    for event in data["events"]:
+        assert set(event) == {"start", "end", "description"}
+        assert 0.0 <= event["start"] <= event["end"] <= clip_duration + 1e-6, event
+        assert isinstance(event["description"], str)
+    check_metrics(data["metrics"])
+
+
+def test_find_on_a_clip_uploaded_first_and_named_by_its_file_url(
+    app_server: AppServer,  # noqa: F811
+    clip_duration: float,
+) -> None:
+    with CLIP.open("rb") as f:
+        r = httpx.post(f"{app_server.url}gradio_api/upload", files={"files": f}, timeout=60)
+    r.raise_for_status()
+    uploaded = r.json()[0]
+    url = f"{app_server.url}gradio_api/file={encode_file_path(uploaded)}"
+    query = "the ball rolls across the floor"
+    data = json_of(call(app_server, "find", {"video": url, "query": query, "variant": "bnb4"}))
+    assert set(data) == FIND_KEYS
+    assert data["variant"] == "bnb4" and data["query"] == query
+    assert isinstance(data["format_ok"], bool)
+    if data["span"] is not None:
+        start, end = data["span"]
+        assert 0.0 <= start <= end <= clip_duration + 1e-6
+    check_metrics(data["metrics"])
+
+
+def test_compare_returns_both_variants_and_their_agreement(app_server: AppServer) -> None:  # noqa: F811
+    args = {"video": data_url(CLIP, "video/mp4"), "task": "find", "query": "the ball stops"}
+    data = json_of(call(app_server, "compare", args))
+    assert {"task", "query", "results", "agreement"} <= set(data)
+    assert data["task"] == "find" and data["query"] == "the ball stops"
+    assert set(data["results"]) == {"gptq", "bnb4"}
+    for result in data["results"].values():
+        assert set(result) == FIND_KEYS
+    assert set(data["agreement"]) == {"gptq|bnb4"}
+    assert 0.0 <= data["agreement"]["gptq|bnb4"]["span_iou"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "given",
+    [str(CLIP), "/etc/passwd", "examples/ball_rolls.mp4", "{server}gradio_api/file=" + str(CLIP)],
+    ids=["example-path", "etc-passwd", "relative-path", "file-url-outside-uploads"],
+)
+def test_a_server_path_is_refused_with_the_api_sentence(app_server: AppServer, given: str) -> None:  # noqa: F811
+    given = given.format(server=app_server.url)
+    message = error_of(call(app_server, "caption", {"video": given}))
+    name = Path(given.rsplit("=", 1)[-1]).name
+    assert message == NOT_UPLOADED.format(name=name)
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_a_text_file_gets_the_same_not_a_video_sentence_as_the_api(
+    app_server: AppServer,  # noqa: F811
+    client: Client,
+    tmp_path: Path,
+    progress: bool,
+) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("this is not a video\n" * 20, encoding="utf-8")
+    message = error_of(call(app_server, "caption", {"video": data_url(text, "text/plain")}, progress))
+    assert "not a video" in message
+    with pytest.raises(AppError) as api:
+        client.predict(handle_file(text), "gptq", api_name="/caption")
+    assert message == str(api.value)
+
+
+@pytest.mark.parametrize("tool", [t.lstrip("/") for t in TOOLS])
+def test_a_url_of_another_host_is_refused_before_anything_is_fetched(
+    app_server: AppServer,  # noqa: F811
+    client: Client,
+    tool: str,
+) -> None:
+    # A listener stands in for "another host": any fetch of the URL, by the MCP bridge or the app,
+    # would connect to it. It stays on loopback like every test.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/clip.mp4"
+        args = {"video": url, "query": "the ball rolls"} if tool == "find" else {"video": url}
+        message = error_of(call(app_server, tool, args))
+        with pytest.raises(AppError) as api:
+            client.predict(handle_file(url), "gptq", api_name="/caption")
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    assert message == NO_URLS == str(api.value)
+
+
+def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServer) -> None:  # noqa: F811
+    file_object = {"path": str(CLIP), "meta": {"_type": "gradio.FileData"}}
+    as_object = error_of(call(app_server, "find", {"video": file_object, "query": "x"}))
+    assert "not of type 'string'" in as_object
+    smuggled = error_of(call(app_server, "caption", {"video": str(CLIP), "extra": "x"}))
+    assert smuggled == "Unknown argument 'extra': caption takes video, variant."
+    assert error_of(call(app_server, "caption_stream", {"video": str(CLIP)})).startswith("Unknown tool")
+
+
+def test_a_data_url_must_be_base64(app_server: AppServer) -> None:  # noqa: F811
+    message = error_of(call(app_server, "caption", {"video": "data:video/mp4,not-base64"}))
+    assert message == DATA_URL_ONLY
+
+
+def test_the_setting_and_the_size_limit_before_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MARLIN_MCP / --mcp turn the tools on or off; an over-size data URL is refused before it is decoded."""
+    import argparse
+
+    import gradio.mcp
+
+    from marlin_demo import settings as settings_mod
+    from marlin_demo.engine import Engine
+    from marlin_demo.ui.blocks import build_demo
+    from marlin_demo.ui.mcp_tools import MarlinMCPServer
+
+    assert settings_mod.from_env({}).mcp is True
+    assert settings_mod.from_env({"MARLIN_MCP": "0"}).mcp is False
+    parser = argparse.ArgumentParser()
+    settings_mod.add_arguments(parser)
+    base = settings_mod.from_env({})
+    assert settings_mod.from_args(parser.parse_args(["--no-mcp"]), base).mcp is False
+
+    monkeypatch.setenv("MARLIN_CACHE_EXAMPLES", "off")
+    tiny = base.with_(model="tiny", output_dir=str(tmp_path / "out"), max_upload_mb=1.0)
+    _, off = build_demo(Engine(tiny.with_(mcp=False)), tiny.with_(mcp=False))
+    assert off["mcp_server"] is False
+    demo, on = build_demo(Engine(tiny), tiny)
+    assert on["mcp_server"] is True and gradio.mcp.GradioMCPServer is MarlinMCPServer
+
+    server = MarlinMCPServer(demo)
+    big = "data:video/mp4;base64," + "A" * 2_000_000  # 1.5 MB once decoded
+    with pytest.raises(ValueError) as info:
+        server._video_argument(big)
+    assert str(info.value) == "The file is 1.5 MB; at most 1 MB is allowed."
+
+
+def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer) -> None:  # noqa: F811
+    """Gradio also serves MCP over SSE (/gradio_api/mcp/sse); the tool list and the URL rule hold there."""
+    from mcp.client.sse import sse_client
+
+    async def run() -> tuple[list[str], CallToolResult, CallToolResult]:
+        async with sse_client(f"{app_server.url}gradio_api/mcp/sse") as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                names = [t.name for t in (await session.list_tools()).tools]
+                with CLIP.open("rb") as f:
+                    r = httpx.post(f"{app_server.url}gradio_api/upload", files={"files": f}, timeout=60)
+                own = f"{app_server.url}gradio_api/file={encode_file_path(r.json()[0])}"
+                found = await session.call_tool("find", {"video": own, "query": "the ball"})
+                other = f"http://localhost:{app_server.port}/gradio_api/file={r.json()[0]}"
+                refused = await session.call_tool("caption", {"video": other})
+                return names, found, refused
+
+    names, found, refused = asyncio.run(run())
+    assert names == [t.lstrip("/") for t in TOOLS]
+    assert set(json_of(found)) == FIND_KEYS
+    # the same file named through another host name is another host: refused, nothing fetched
+    assert error_of(refused) == NO_URLS
