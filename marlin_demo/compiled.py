@@ -93,7 +93,9 @@ def _refusal(model: Any, cache: Any, config: Any) -> str:
     return "transformers refused to compile this model"
 
 
-def prepare(loaded: Any, prompt_tokens: int, max_new_tokens: int, gen_kwargs: dict[str, Any]) -> dict[str, Any]:
+def prepare(
+    loaded: Any, prompt_tokens: int, max_new_tokens: int, gen_kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """generate() arguments for compiled decoding ({} when it runs eagerly); compiles a new size first.
 
     The warm-up's seconds are added to ``state.compile_s`` and returned in ``["_compile_s"]``

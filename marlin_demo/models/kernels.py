@@ -66,7 +66,11 @@ def bind_linear_kernels(module: Any) -> dict[str, str]:
         params = frozenset(inspect.signature(reference).parameters)
 
         def dispatch(
-            *args: Any, _fast: Callable = fn, _ref: Callable = reference, _params: frozenset = params, **kwargs: Any
+            *args: Any,
+            _fast: Callable = fn,
+            _ref: Callable = reference,
+            _params: frozenset = params,
+            **kwargs: Any,
         ) -> Any:
             if args and getattr(args[0], "is_cuda", False):
                 return _fast(*args, **kwargs)
