@@ -58,7 +58,7 @@ from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
 engine = Engine(Settings(model="tiny", device="cpu", find_max_new_tokens=4), prefix_cache_size=0)
 loaded = engine.load("gptq")
-res = engine.find(sys.argv[1], "gptq", "the ball")
+res = engine.find(sys.argv[1], "the ball", "gptq")
 seen["kernel"] = loaded.kernel
 seen["build_dir"] = os.environ.get("GPTQMODEL_TORCH_EXTENSIONS_DIR")
 print("AUDIT " + json.dumps(seen))
@@ -129,7 +129,7 @@ def test_cpu_variants_report_the_torch_path_with_fla_installed() -> None:
 
     engine = Engine(Settings(model="tiny", device="cpu", find_max_new_tokens=4), prefix_cache_size=0)
     for variant in ("bf16", "gptq"):
-        res = engine.find(ROOT / "examples" / "ball_rolls.mp4", variant, "the ball")
+        res = engine.find(ROOT / "examples" / "ball_rolls.mp4", "the ball", variant)
         assert "gated-deltanet:torch" in res.info.attention
         assert "fla" not in res.info.attention
         assert res.metrics.output_tokens >= 1
