@@ -24,7 +24,13 @@ def _gpu_check():
 
 def test_cuda_plan_covers_every_combination_goal_rows_first() -> None:
     plan = _gpu_check().plan_rows("cuda", ["gptq_marlin", "gptq_triton"], fla=True, dry_run=False)
-    assert plan[0] == {"variant": "gptq", "gptq_backend": "gptq_marlin", "fla": True, "compile": True}
+    assert plan[0] == {
+        "variant": "gptq",
+        "gptq_backend": "gptq_marlin",
+        "fla": True,
+        "compile": True,
+        "long_caption": 768,
+    }
     keys = {(r["variant"], r["gptq_backend"], r["fla"], r["compile"]) for r in plan}
     assert len(keys) == len(plan)  # no row measured twice
     for variant, backend in (
@@ -84,5 +90,6 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
         if row["compile"]:
             assert row["compile_state"].startswith("static cache + torch.compile"), row["compile_state"]
             assert row["compile_s"] > 0
+            assert row["caption_long"]["output_tokens"] >= 1  # the long-caption step ran
         else:
             assert row["compile_state"] == "off"
