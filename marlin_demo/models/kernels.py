@@ -92,8 +92,8 @@ def linear_kernel_for(module: Any, name: str, device: str) -> str | None:
     if cuda_kernel:
         return cuda_kernel if device == "cuda" else "torch"
     impl = _implementation(fn)
-    if impl is None:
-        return "unknown"
+    if impl is None:  # not transformers' binding wrapper: the op itself
+        return "torch" if _root(inspect.unwrap(fn)) == "transformers" else "unknown"
     root = _root(impl)
     if root == "transformers":
         return "torch"
