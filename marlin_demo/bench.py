@@ -218,6 +218,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         kernel=res.info.kernel,
         attention=res.info.attention,
         compile=res.info.compile,
+        compile_s=res.info.compile_s,
         format_ok=bool(res.format_ok),
         repaired=bool(res.repaired),
         repairs=list(res.info.repairs),

@@ -104,6 +104,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
             "variants",
             "device",
             "gptq_backend",
+            "gptq_build_dir",
+            "compile",
             "video_backend",
             "cache_dir",
             "caption_max_new_tokens",

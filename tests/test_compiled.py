@@ -34,5 +34,34 @@ def test_compiled_tokens_equal_eager(variant: str) -> None:
     assert second.info.compile_s == first.info.compile_s
 
 
+def test_cli_compile_flag_reports_the_compile_state() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marlin_demo",
+            "caption",
+            str(CLIP),
+            "--model",
+            "tiny",
+            "--variant",
+            "bf16",
+            "--compile",
+            "--caption-max-new-tokens",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=CLIP.parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "compile static cache + torch.compile" in proc.stdout
+    assert "nothing reused" in proc.stdout
+
+
 def test_compile_off_by_default() -> None:
     assert Settings().compile is False
