@@ -298,6 +298,7 @@ class Engine:
         if self.settings.compile:  # compiles a new cache size first: that time is kept out of latency
             extra = compiled.prepare(loaded, inputs["input_ids"].shape[1], max_new_tokens, ids_kw)
         compile_s = extra.pop("_compile_s", 0.0)
+        deadline += compile_s  # the time limit is the request's, not the one-time compile's
         with torch.inference_mode():
             out = loaded.model.generate(
                 **gen_inputs,
