@@ -81,6 +81,7 @@ SETTINGS_FLAGS = (
     "extra_variants",
     "device",
     "gptq_backend",
+    "compile",
     "video_backend",
     "cache_dir",
     "caption_max_new_tokens",
@@ -215,6 +216,9 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         decode_s=res.info.decode_s,
         first_text_s=res.info.first_text_s,
         kernel=res.info.kernel,
+        attention=res.info.attention,
+        compile=res.info.compile,
+        compile_s=res.info.compile_s,
         format_ok=bool(res.format_ok),
         repaired=bool(res.repaired),
         repairs=list(res.info.repairs),
@@ -293,9 +297,30 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def stack_fingerprint(settings: Settings) -> dict[str, Any]:
+    """What runs, decided before any load: device, Gated DeltaNet kernel, GPTQ kernel order, compile."""
+    import importlib.util
+
+    from marlin_demo.models import ModelLoadError, pick_device
+    from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
+
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        device = settings.device
+    fla = device == "cuda" and importlib.util.find_spec("fla") is not None
+    return {
+        "device": device,
+        "gated_deltanet": "fla" if fla else "torch",
+        "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
+        "compile": settings.compile,
+    }
+
+
 def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:
     fp: dict[str, Any] = {name: getattr(settings, name) for name in FINGERPRINT_FIELDS}
     fp["data_digest"] = data_digest
+    fp["stack"] = stack_fingerprint(settings)  # kernels and compile state: set-ups never mix silently
     return fp
 
 
@@ -659,6 +684,7 @@ def aggregate(
                     "footprint_mb",
                     "kernel",
                     "attention",
+                    "compile",
                     "device",
                     "allocated_after_load_mb",
                     "source",
@@ -901,6 +927,7 @@ def render_summary(results: dict[str, Any]) -> str:
         ("Allocated after load (MB, CUDA)", lambda v: _get(v, "load", "allocated_after_load_mb"), "mb"),
         ("Kernel", lambda v: _get(v, "load", "kernel"), "str"),
         ("Attention / linear-attention path", lambda v: _get(v, "load", "attention"), "str"),
+        ("Compiled decoding (MARLIN_COMPILE)", lambda v: _get(v, "load", "compile"), "str"),
         ("Device", lambda v: _get(v, "speed", "device"), "str"),
     ]
     for task in ("caption", "find"):
@@ -1220,6 +1247,7 @@ def _bench_variant(engine: Any, variant: str, pending: Sequence[Request], out: P
         "kind": "load",
         "variant": variant,
         **loaded.describe(),
+        "compile": "on" if engine.settings.compile else "off",
         "quantized": loaded.source.quantized,
         "allocated_after_load_mb": None,
         "time": _now(),

@@ -51,6 +51,8 @@ def format_run(info: Any) -> str:
         parts.append(f"first text {info.first_text_s:.2f} s")
     parts.append(f"kernel {info.kernel or '-'}")
     parts.append(f"attention {info.attention or '-'}")
+    if info.compile and info.compile != "off":
+        parts.append(f"compile {info.compile}, {info.compile_s:.1f} s paid")
     reused = [what for what, yes in (("video", info.cached_video), ("prefix", info.reused_prefix)) if yes]
     parts.append(f"reused {' + '.join(reused)}" if reused else "nothing reused")
     return " · ".join(parts)
@@ -102,6 +104,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
             "variants",
             "device",
             "gptq_backend",
+            "gptq_build_dir",
+            "compile",
             "video_backend",
             "cache_dir",
             "caption_max_new_tokens",

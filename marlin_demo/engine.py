@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marlin_demo import contract
+from marlin_demo import compiled, contract
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
 from marlin_demo.results import CaptionResult, FindResult, Metrics, Result, RunInfo
 from marlin_demo.settings import Settings
@@ -73,6 +73,7 @@ class Generation:
     stopped_by_time: bool
     first_text_at: float | None = None  # first non-empty decoded text (time to first visible token)
     token_ids: list[int] | None = None  # the new token ids (tests compare warm and cold runs with them)
+    compile_s: float = 0.0  # compiling a new static-cache size before this request (MARLIN_COMPILE)
 
 
 class _Streamer:
@@ -140,6 +141,8 @@ class Engine:
         if prefix_cache_size is None:
             # an engine told to cache no video (the bench) caches no prefix either: every request is cold
             prefix_cache_size = max(0, settings.prefix_cache_size) if video_cache_size > 0 else 0
+        if settings.compile:  # compiled decoding runs on a static cache: no per-video prefix states
+            prefix_cache_size = 0
         self.prefixes = PrefixCache(prefix_cache_size)
         self.faults: set[str] = set()  # e.g. {"oom"}: the next request raises a simulated OOM
         self.cancelled = 0  # streamed requests stopped because their caller went away
@@ -290,9 +293,16 @@ class Engine:
         streamer = _Streamer(loaded.processor.tokenizer, on_text)
         gen_cfg = loaded.model.generation_config
         gen_inputs = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
+        ids_kw = {"eos_token_id": gen_cfg.eos_token_id, "pad_token_id": gen_cfg.pad_token_id}
+        extra = {}
+        if self.settings.compile:  # compiles a new cache size first: that time is kept out of latency
+            extra = compiled.prepare(loaded, inputs["input_ids"].shape[1], max_new_tokens, ids_kw)
+        compile_s = extra.pop("_compile_s", 0.0)
+        deadline += compile_s  # the time limit is the request's, not the one-time compile's
         with torch.inference_mode():
             out = loaded.model.generate(
                 **gen_inputs,
+                **extra,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 temperature=None,
@@ -316,6 +326,7 @@ class Engine:
             stopped_by_time=stopped_by_time,
             first_text_at=streamer.first_text_at,
             token_ids=[int(t) for t in new_ids.tolist()],
+            compile_s=compile_s,
         )
 
     def _run(
@@ -353,6 +364,7 @@ class Engine:
                     text, inputs = self.build_inputs(loaded, prepared, prompt, text=text)
                     prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, text, inputs)
                 gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix)
+                t_start += gen.compile_s  # compiling a new cache size is reported as compile_s
                 if cuda:
                     torch.cuda.synchronize()
                     peak = torch.cuda.max_memory_allocated() / 2**20
@@ -393,6 +405,8 @@ class Engine:
             decode_s=prepared.decode_s,
             kernel=loaded.kernel,
             attention=loaded.attention,
+            compile=compiled.state_of(loaded).describe() if self.settings.compile else "off",
+            compile_s=getattr(getattr(loaded, "compile_state", None), "compile_s", 0.0),
             prefill_s=prefill_s,
             first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
             cached_video=cached_video,

@@ -55,6 +55,8 @@ class RunInfo:
     first_text_s: float | None = None  # time to the first non-empty decoded text (streaming)
     kernel: str = ""
     attention: str = ""
+    compile: str = ""  # compiled decoding: "off", its state, or "eager (reason)"
+    compile_s: float = 0.0  # compile time this variant has paid so far (never in a latency)
     repairs: list[str] = field(default_factory=list)
     cached_video: bool = False
     reused_prefix: bool = False

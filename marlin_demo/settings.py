@@ -59,6 +59,22 @@ class Settings:
             "help": "GPTQModel kernel: auto, gptq_marlin, gptq_exllama_v2, gptq_triton, gptq_torch...",
         },
     )
+    gptq_build_dir: str = field(
+        default="",
+        metadata={
+            "env": "MARLIN_GPTQ_BUILD_DIR",
+            "help": "where GPTQModel's nvcc-built kernels (Marlin) are cached "
+            "(default ~/.cache/marlin-demo/gptq-kernels)",
+        },
+    )
+    compile: bool = field(
+        default=False,
+        metadata={
+            "env": "MARLIN_COMPILE",
+            "help": "decode with a static cache and torch.compile (CUDA graphs on GPU); "
+            "turns prefix reuse off; off until measured to help",
+        },
+    )
     video_backend: str = field(
         default="auto",
         metadata={

@@ -1,18 +1,19 @@
-"""Prepared GPU check: every variant's real CUDA path, on the tiny and on a full-size random model.
+"""Prepared GPU check: every variant's real CUDA path on a full-size random model, one command.
 
-One command, no network on the GPU machine:
+No network on the GPU machine (wheels: scripts/gpu_wheels.sh, docs/GPU_CHECK.md):
 
     python scripts/gpu_check.py --out gpu_check.json            # on a CUDA machine
     python scripts/gpu_check.py --dry-run --out /tmp/check.json  # the same steps on the CPU, scaled down
 
-It builds the tiny checkpoint (and its GPTQ copy), then a random-weight model with
-Marlin-2B's dimensions (Qwen3.5-2B layout: 24 layers, hidden 2048, a 0.33B vision
-tower, 248,320-token vocabulary) and its GPTQ copy, and runs caption and find for
-bf16, bnb4 and gptq through the project's engine on a synthetic 60 s clip. It writes one
-JSON with latency, time to first token, tokens/s, peak allocated memory, and the
-kernels each variant used. A variant that fails records its error and the check goes on.
+It builds the tiny checkpoint (for its tokenizer and processor), a random-weight model with
+Marlin-2B's dimensions (Qwen3.5-2B layout: 24 layers, hidden 2048, a 0.33B vision tower,
+248,320-token vocabulary) and its GPTQ copy, then measures rows of (variant, GPTQ kernel,
+fla linear-attention kernels on/off, compiled decoding on/off) on a synthetic 60 s clip:
+load time, compile time, TTFT, decode tokens/s, caption and find latency, peak allocated
+memory, and the kernels that ran. The goal rows run first, no row starts after
+``--budget-s``, and the JSON is rewritten after every row, so a cut run still reports.
+A row that fails records its error and the check goes on.
 Random weights: the figures are about speed and memory, never about answers.
-Wheels the GPU machine may lack are listed in docs/GPU_CHECK.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -76,6 +79,9 @@ def versions() -> dict[str, Any]:
         "bitsandbytes",
         "accelerate",
         "flash-linear-attention",
+        "fla-core",
+        "einops",
+        "triton",
         "causal-conv1d",
         "torchcodec",
         "av",
@@ -163,38 +169,113 @@ def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str)
     return out
 
 
-def run_variants(
+def plan_rows(device: str, backends: list[str], fla: bool, dry_run: bool) -> list[dict[str, Any]]:
+    """The rows to measure, most telling first (a run cut by its budget still has the goal rows).
+
+    Each row is (variant, GPTQ kernel, fla kernels on/off, compiled decoding on/off). fla rows
+    exist only on CUDA with fla importable; the dry run keeps one compiled row (bf16) so the
+    compile path is exercised without paying a CPU compile per variant.
+    """
+    gptq = [("gptq", b) for b in backends]
+    eager_fla = [("bf16", "auto"), ("bnb4", "auto"), *gptq]
+    rows: list[dict[str, Any]] = []
+
+    def add(pairs: list[tuple[str, str]], with_fla: bool, compiled: bool) -> None:
+        for variant, backend in pairs:
+            rows.append({"variant": variant, "gptq_backend": backend, "fla": with_fla, "compile": compiled})
+
+    if dry_run or device != "cuda":
+        add(eager_fla, False, False)
+        add([("bf16", "auto")], False, True)
+        rows[-1]["long_caption"] = 8  # the long-caption step, scaled down
+        return rows
+    use_fla = fla
+    add([*gptq[:1], ("bnb4", "auto"), ("bf16", "auto")], use_fla, True)  # the goal rows: compiled + fla
+    rows[0]["long_caption"] = 768  # the issue's "768-token caption in <= 8 s" goal, on the gptq row
+    add(eager_fla, use_fla, False)
+    add(gptq[1:], use_fla, True)
+    if use_fla:  # the same without the linear-attention kernels: what fla buys
+        add(eager_fla, False, False)
+        add([*gptq[:1], ("bf16", "auto")], False, True)
+    return rows
+
+
+def set_fla(on: bool) -> str:
+    """Turn the fla-bound Gated DeltaNet ops on or off for the next load (returns what is bound)."""
+    import importlib
+
+    from marlin_demo.models import QWEN35_MODELING, _import_real_kernels
+    from marlin_demo.models.kernels import FLA_OPS, bind_linear_kernels
+
+    _import_real_kernels()
+    module = importlib.import_module(QWEN35_MODELING)
+    saved = module.__dict__.setdefault("_gpu_check_fla", {})
+    for name in FLA_OPS:
+        fn = getattr(module, name)
+        if getattr(fn, "cuda_kernel", None) and name not in saved:
+            saved[name] = fn
+        if on and name in saved:
+            setattr(module, name, saved[name])
+        elif not on and name in saved:
+            setattr(module, name, inspect.unwrap(saved[name]))  # transformers' PyTorch op
+    bind_linear_kernels(module)
+    return ",".join(f"{n}:{'fla' if on and n in saved else 'torch'}" for n in FLA_OPS)
+
+
+def run_rows(
     label: str,
     settings: Any,
     clip: Any,
     caption_tokens: int,
-    backends: list[str],
+    rows_plan: list[dict[str, Any]],
     save: Any,
     rows: list[dict[str, Any]],
+    deadline: float,
 ) -> None:
-    """bf16, bnb4, then gptq once per GPTQ kernel asked for; the report is saved after every row."""
+    """Each planned row on a fresh engine; the report is saved after every row."""
     import torch
 
     from marlin_demo.engine import Engine
 
-    plan = [("bf16", "auto"), ("bnb4", "auto")] + [("gptq", b) for b in backends]
-    for variant, backend in plan:
-        # no prefix reuse: the measured request must be as cold as the warm-up, bar the model load
-        engine = Engine(
-            settings.with_(caption_max_new_tokens=caption_tokens, gptq_backend=backend), prefix_cache_size=0
-        )
-        row: dict[str, Any] = {"model": label, "variant": variant, "gptq_backend": backend}
+    for spec in rows_plan:
+        row: dict[str, Any] = {"model": label, **spec}
+        if time.perf_counter() > deadline:
+            row["skipped"] = "time budget spent"
+            rows.append(row)
+            save()
+            continue
+        engine = None
         try:
-            loaded = engine.load(variant)
+            set_fla(spec["fla"])
+            # no prefix reuse: the measured request must be as cold as the warm-up, bar the model load
+            engine = Engine(
+                settings.with_(
+                    caption_max_new_tokens=caption_tokens,
+                    gptq_backend=spec["gptq_backend"],
+                    compile=spec["compile"],
+                ),
+                prefix_cache_size=0,
+            )
+            loaded = engine.load(spec["variant"])
             row.update(loaded.describe())
             for task in ("caption", "find"):
-                engine.run(task, clip, variant, query="the square crosses the frame")  # warm-up
-                res = engine.run(task, clip, variant, query="the square crosses the frame")
+                engine.run(task, clip, spec["variant"], query="the square crosses the frame")  # warm-up
+                res = engine.run(task, clip, spec["variant"], query="the square crosses the frame")
                 row[task] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
+                row["compile_state"] = res.info.compile
+                row["compile_s"] = round(res.info.compile_s, 2)
+            if spec.get("long_caption"):  # same engine and cache size bucket: nothing compiles again
+                engine.settings = engine.settings.with_(caption_max_new_tokens=spec["long_caption"])
+                res = engine.run("caption", clip, spec["variant"])
+                row["caption_long"] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
+                row["compile_s"] = round(res.info.compile_s, 2)
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"[:800]
             row["trace"] = traceback.format_exc()[-1500:]
-        engine.unload(variant)
+        if engine is not None:
+            engine.unload(spec["variant"])
+        del engine
+        torch._dynamo.reset()  # every row compiles its own model: no stale graphs, no recompile limit
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         rows.append(row)
@@ -209,7 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("--caption-tokens", type=int, default=96)
     parser.add_argument("--skip-full", action="store_true")
-    parser.add_argument("--gptq-backends", default="gptq_triton,auto", help="GPTQ kernels to try, in order")
+    parser.add_argument(
+        "--gptq-backends",
+        default="auto,gptq_triton",
+        help="GPTQ kernels to measure in order; the first gets the goal rows (auto: Marlin > Triton > Torch)",
+    )
+    parser.add_argument("--with-tiny", action="store_true", help="also run every row on the tiny checkpoint")
+    parser.add_argument(
+        "--budget-s", type=float, default=420.0, help="start no new row after this many seconds"
+    )
     args = parser.parse_args(argv)
 
     import tempfile
@@ -228,14 +317,21 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     report: dict[str, Any] = {"versions": versions(), "device": device, "dry_run": args.dry_run, "steps": {}}
     backends = [b.strip() for b in args.gptq_backends.split(",") if b.strip()]
+    os.environ.setdefault("MARLIN_GPTQ_BUILD_DIR", str(work / "gptq-kernels"))
+    fla = importlib.util.find_spec("fla") is not None
+    rows_plan = plan_rows(device, backends, fla, args.dry_run)
+    report["fla_installed"] = fla
+    report["plan"] = rows_plan
+    deadline = t0 + args.budget_s
 
     def save() -> None:
         report["total_s"] = round(time.perf_counter() - t0, 1)
         Path(args.out).write_text(json.dumps(report, indent=2))
 
-    clip = synthetic_clip(60.0, 640, 360)
+    seconds = 6.0 if args.dry_run else 60.0  # the dry run checks the steps, not the figures
+    clip = synthetic_clip(seconds, 640, 360)
     report["clip"] = {
-        "seconds": 60.0,
+        "seconds": seconds,
         "frames": clip.plan.nframes,
         "size": [clip.plan.width, clip.plan.height],
         "video_tokens": clip.plan.video_tokens,
@@ -262,11 +358,19 @@ def main(argv: list[str] | None = None) -> int:
             save()
             settings = Settings(model=str(full), device=device)
             report["full"] = []
-            run_variants(
-                "full-size random", settings, clip, args.caption_tokens, backends, save, report["full"]
+            run_rows(
+                "full-size random",
+                settings,
+                clip,
+                args.caption_tokens,
+                rows_plan,
+                save,
+                report["full"],
+                deadline,
             )
-        report["tiny"] = []
-        run_variants("tiny", base, clip, args.caption_tokens, backends, save, report["tiny"])
+        if args.with_tiny:
+            report["tiny"] = []
+            run_rows("tiny", base, clip, args.caption_tokens, rows_plan, save, report["tiny"], deadline)
     save()
     print(json.dumps({"out": args.out, "total_s": report["total_s"]}))
     return 0

@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marlin_demo.models.kernels import (
+    available_gptq_kernels,
+    bind_linear_kernels,
+    gptq_kernel_plan,
+    gptqmodel_environment,
+    linear_kernel_for,
+)
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -211,26 +218,12 @@ _LINEAR_OPS = {
 }
 
 
-def _bound_kernel(module: Any, name: str) -> str | None:
-    """Which package transformers bound for one op: "torch" for its own fallback, else the package."""
-    import inspect
-
-    fn = getattr(module, name, None)
-    if fn is None:
-        return None
-    try:
-        impl = inspect.getclosurevars(fn).nonlocals.get("implementation")
-    except (TypeError, ValueError):
-        return "unknown"
-    root = (getattr(impl, "__module__", None) or "").split(".")[0]
-    if root == "transformers":
-        return "torch"
-    if root == "gptqmodel":  # gptqmodel puts its own PyTorch port in sys.modules["causal_conv1d"]
-        return "torch(gptqmodel port)"
-    return root or "unknown"
+def _bound_kernel(module: Any, name: str, device: str = "cpu") -> str | None:
+    """Which package runs one op on ``device``: "torch" for transformers' own fallback, else the package."""
+    return linear_kernel_for(module, name, device)
 
 
-def _attention_path(model: Any) -> str:
+def _attention_path(model: Any, device: str = "cpu") -> str:
     """The attention implementation and, per Gated DeltaNet op family, the kernel actually bound.
 
     Asks the model's own modeling module what it bound rather than whether a package is
@@ -241,22 +234,23 @@ def _attention_path(model: Any) -> str:
     parts = []
     module = sys.modules.get(type(model).__module__)
     for family, ops in _LINEAR_OPS.items():
-        found = sorted({k for k in (_bound_kernel(module, op) for op in ops) if k is not None})
+        found = sorted({k for k in (_bound_kernel(module, op, device) for op in ops) if k is not None})
         if found:
             parts.append(f"{family}:{'+'.join(found)}")
     return f"{attn or 'eager'} / {', '.join(parts)}" if parts else (attn or "eager")
 
 
-def import_gptqmodel() -> Any:
-    """Import gptqmodel the one safe way: real kernels first, HF_HOME kept, its banner on stderr.
+def import_gptqmodel(build_dir: str = "") -> Any:
+    """Import gptqmodel the one safe way: real kernels first, offline, HF_HOME kept, banner on stderr.
 
     Importing gptqmodel sets HF_HOME when unset (moving the Hub cache) and prints a banner
-    that must not reach ``--json`` stdout.
+    that must not reach ``--json`` stdout. ``kernels.gptqmodel_environment`` sets its offline
+    switch and JIT build folder first.
     """
     import contextlib
 
     _import_real_kernels()
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    gptqmodel_environment(build_dir)
     before = os.environ.get("HF_HOME")
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -284,6 +278,8 @@ def _import_real_kernels() -> None:
             continue
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    if QWEN35_MODELING in sys.modules:  # fla runs on CUDA tensors only (Triton): CPU keeps the fallback
+        bind_linear_kernels(sys.modules[QWEN35_MODELING])
 
 
 def load_variant(settings: Settings, variant: str) -> LoadedModel:
@@ -295,7 +291,9 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
     try:
         trust = _check_remote_code(settings, source)
         if source.quantized == "gptq":
-            model, keep, kernel = _load_gptq(source, device, trust, settings.gptq_backend)
+            model, keep, kernel = _load_gptq(
+                source, device, trust, settings.gptq_backend, settings.gptq_build_dir
+            )
         else:
             model, keep, kernel = _load_transformers(source, device, trust)
         if source.is_local:  # a quantize-built mixed variant keeps vision linears as int8 in a sidecar
@@ -321,7 +319,7 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
         device=device,
         footprint_mb=footprint,
         kernel=kernel,
-        attention=_attention_path(model),
+        attention=_attention_path(model, device),
         keepalive=keep,
     )
 
@@ -363,35 +361,44 @@ def _load_transformers(source: Source, device: str, trust: bool) -> tuple[Any, l
     return model, [], kernel
 
 
-def _load_gptq(source: Source, device: str, trust: bool, backend: str = "auto") -> tuple[Any, list[Any], str]:
+def _load_gptq(
+    source: Source, device: str, trust: bool, backend: str = "auto", build_dir: str = ""
+) -> tuple[Any, list[Any], str]:
+    """GPTQModel load with the kernels of ``kernels.gptq_kernel_plan`` tried in order.
+
+    A kernel that fails (no nvcc for Marlin, a Triton error) frees what it allocated and the
+    next is tried; the reported kernel names the one that ran and every one that failed.
+    """
+    import gc
+
     import torch
 
-    gptqmodel = import_gptqmodel()
+    gptqmodel = import_gptqmodel(build_dir)
     BACKEND, GPTQModel = gptqmodel.BACKEND, gptqmodel.GPTQModel
     kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust}
-    if backend != "auto":
-        kwargs["backend"] = BACKEND(backend)
     if not source.is_local:
         kwargs["revision"] = source.revision
     if device == "cuda":
         kwargs["device_map"] = {"": "cuda:0"}
     else:
         kwargs["device"] = "cpu"
-    try:
-        wrapper = GPTQModel.load(source.location, **kwargs)
-        note = ""
-    except Exception as exc:
-        if backend != "auto" or device != "cuda":
-            raise
-        # AUTO can pick a kernel that needs a compiler or a download (Machete fetches CUTLASS on
-        # Hopper; ZeroGPU has no nvcc): fall back to the portable torch kernel and say so.
-        log.warning("GPTQ auto kernel failed (%s); retrying with gptq_torch", _scrub(repr(exc))[:300])
-        import gc
-
-        gc.collect()
-        torch.cuda.empty_cache()  # the failed attempt's tensors would inflate every later peak
-        kwargs["backend"] = BACKEND.GPTQ_TORCH
-        wrapper = GPTQModel.load(source.location, **kwargs)
-        note = f" (auto failed: {type(exc).__name__})"
-    inner = wrapper.model
-    return inner, [wrapper], _gptq_kernel(inner) + note
+    plan = gptq_kernel_plan(device, available_gptq_kernels(device), backend)
+    failed: list[str] = []
+    for i, name in enumerate(plan):
+        if name != "auto":
+            kwargs["backend"] = BACKEND(name)
+        try:
+            wrapper = GPTQModel.load(source.location, **kwargs)
+        except Exception as exc:
+            if i == len(plan) - 1:
+                raise
+            log.warning("GPTQ kernel %s failed (%s); trying %s", name, _scrub(repr(exc))[:300], plan[i + 1])
+            failed.append(f"{name} failed: {type(exc).__name__}")
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()  # the failed attempt's tensors would inflate every later peak
+            continue
+        inner = wrapper.model
+        note = f" ({'; '.join(failed)})" if failed else ""
+        return inner, [wrapper], _gptq_kernel(inner) + note
+    raise AssertionError("unreachable: the plan is never empty")

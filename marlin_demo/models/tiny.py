@@ -300,6 +300,9 @@ def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = 
     import torch
     from transformers import Qwen3_5ForConditionalGeneration
 
+    from marlin_demo.models import _import_real_kernels
+
+    _import_real_kernels()  # with fla installed, training on the CPU must use the PyTorch ops
     params = params or VideoParams()
     out.mkdir(parents=True, exist_ok=True)
     tok = _build_tokenizer(out)

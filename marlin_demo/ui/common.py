@@ -448,7 +448,12 @@ def metrics_html(m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo |
     ]
     if info is not None:
         cards[2:2] = [("First text", fmt(info.first_text_s, " s"), "until the first visible words")]
-        cards.append(("Kernel", html.escape(info.kernel or "–"), f"attention: {info.attention or '–'}"))
+        compiled = f"; compiled decoding: {info.compile}" if info.compile and info.compile != "off" else ""
+        if compiled:
+            compiled += f", {info.compile_s:.1f} s compile paid once"
+        cards.append(
+            ("Kernel", html.escape(info.kernel or "–"), f"attention: {info.attention or '–'}{compiled}")
+        )
     body = "".join(
         f'<div class="md-card"><div class="md-k">{k}</div><div class="md-v">{v}</div>'
         f'<div class="md-h">{html.escape(h)}</div></div>'

@@ -1,0 +1,155 @@
+"""Compiled decoding (MARLIN_COMPILE): a static cache and ``torch.compile`` for the decode steps.
+
+Why this route: transformers 5.24 builds a ``StaticCache`` for Qwen3.5's hybrid layout
+(``LinearAttentionAndStaticFullAttentionLayer``: fixed-size K/V for the 6 attention layers,
+fixed conv/recurrent states for the 18 Gated DeltaNet layers, all at static addresses), and
+``generate`` then runs the prefill eagerly and every decode step through
+``torch.compile(model.__call__)`` (``mode="reduce-overhead"``: CUDA graphs on a GPU). So no
+hand-written decode loop is needed: we hand ``generate`` a cache and a ``CompileConfig``.
+
+What it costs and how it is kept honest:
+- One cache per (variant, size bucket), reused and reset per request, so its tensors keep
+  their addresses (CUDA graphs replay) and a graph is compiled once per bucket. Buckets
+  are multiples of ``BUCKET`` tokens (prompt + new tokens), so a new clip length rarely
+  recompiles. Before the first request of a bucket a short text-only warm-up generate
+  compiles it; its time is ``compile_s`` (reported beside ``load_s``, never inside a
+  request's latency).
+- Inductor is run with ``emulate_precision_casts`` so bf16 rounding matches eager: greedy
+  tokens equal eager's (tests/test_compiled.py checks it on the tiny checkpoint).
+- Prefix reuse keeps a ``DynamicCache`` per video; it is turned off while compiled decoding
+  is on (the Engine says so in every result's ``compile`` field).
+- A variant transformers will not compile (its quantizer says so) or whose compile fails
+  runs eagerly, and the reason is shown (``eager (reason)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Cache sizes are rounded up to a multiple of this many tokens (one compiled graph per size).
+BUCKET = 2048
+
+#: The one switch that keeps inductor's bf16 arithmetic rounded like eager's (token identity).
+INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
+
+
+@dataclass
+class CompileState:
+    """Per loaded variant: the static caches by size, the compile time paid, and why it is off if it is."""
+
+    caches: dict[int, Any] = field(default_factory=dict)
+    config: Any = None  # one CompileConfig per variant: transformers recompiles when it changes
+    compile_s: float = 0.0
+    fallback: str = ""  # non-empty: runs eagerly, for this reason
+
+    def describe(self) -> str:
+        if self.fallback:
+            return f"eager ({self.fallback})"
+        sizes = ",".join(str(n) for n in sorted(self.caches)) or "none yet"
+        return f"static cache + torch.compile (cache sizes {sizes}; prefix reuse off)"
+
+
+def compile_config(device: str) -> Any:
+    """``reduce-overhead`` (CUDA graphs) on a GPU; on a CPU plain inductor, same precision switch."""
+    from transformers.generation.configuration_utils import CompileConfig
+
+    if device == "cuda":
+        # mode and options are exclusive in torch.compile: CUDA graphs are an inductor option too
+        options = {**INDUCTOR_OPTIONS, "triton.cudagraphs": True}
+    else:
+        options = dict(INDUCTOR_OPTIONS)
+    config = CompileConfig(fullgraph=False, dynamic=False, mode=None, options=options)
+    config._compile_all_devices = device != "cuda"  # transformers compiles on CUDA only unless told
+    return config
+
+
+def state_of(loaded: Any) -> CompileState:
+    """The variant's compile state, created on first use (kept on the LoadedModel)."""
+    state = getattr(loaded, "compile_state", None)
+    if state is None:
+        state = CompileState()
+        loaded.compile_state = state
+    return state
+
+
+def bucket(tokens: int) -> int:
+    return -(-tokens // BUCKET) * BUCKET
+
+
+def _refusal(model: Any, cache: Any, config: Any) -> str:
+    """Why transformers would not compile this model's decode step ('' when it would)."""
+    from transformers import GenerationConfig
+
+    if model._valid_auto_compile_criteria({"cache": cache}, GenerationConfig(compile_config=config)):
+        return ""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and not quantizer.is_compileable:
+        return f"transformers does not compile {type(quantizer).__name__}"
+    return "transformers refused to compile this model"
+
+
+def prepare(
+    loaded: Any, prompt_tokens: int, max_new_tokens: int, gen_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """generate() arguments for compiled decoding ({} when it runs eagerly); compiles a new size first.
+
+    The warm-up's seconds are added to ``state.compile_s`` and returned in ``["_compile_s"]``
+    for the caller to keep out of the request's latency.
+    """
+    import torch
+    from transformers import StaticCache
+
+    state = state_of(loaded)
+    if state.fallback:
+        return {}
+    model = loaded.model
+    size = bucket(prompt_tokens + max_new_tokens + 1)
+    if state.config is None:
+        state.config = compile_config(loaded.device)
+    config = state.config
+    spent = 0.0
+    cache = state.caches.get(size)
+    if cache is None:
+        cache = StaticCache(config=model.config, max_cache_len=size)
+        reason = _refusal(model, cache, config)
+        if reason:
+            state.fallback = reason
+            return {}
+        t0 = time.perf_counter()
+        try:
+            _warm_up(loaded, cache, config, gen_kwargs)
+        except Exception as exc:  # a kernel dynamo cannot trace, a missing compiler...
+            log.warning("compiled decoding failed for %s: %r; running eagerly", loaded.variant, exc)
+            state.fallback = f"compile failed: {type(exc).__name__}: {str(exc)[:160]}"
+            return {}
+        spent = time.perf_counter() - t0
+        state.compile_s += spent
+        state.caches[size] = cache
+    with torch.inference_mode():
+        cache.reset()
+    return {"cache": cache, "compile_config": config, "_compile_s": spent}
+
+
+def _warm_up(loaded: Any, cache: Any, config: Any, gen_kwargs: dict[str, Any]) -> None:
+    """A few decode steps on a short text prompt: compiles (and on CUDA records) this cache size."""
+    import torch
+
+    tok = loaded.processor.tokenizer
+    ids = tok("warm up", return_tensors="pt")["input_ids"].to(loaded.model.device)
+    with torch.inference_mode():
+        for _ in range(2):  # the second run replays what the first compiled (CUDA graphs record on it)
+            cache.reset()
+            loaded.model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                cache=cache,
+                compile_config=config,
+                max_new_tokens=4,
+                min_new_tokens=4,
+                **gen_kwargs,
+            )

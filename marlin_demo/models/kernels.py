@@ -1,0 +1,170 @@
+"""Which fast kernels run where: Gated DeltaNet ops per device, GPTQ kernel order, GPTQModel offline.
+
+Two facts of this stack shape this module (docs/GPU_CHECK.md):
+
+- transformers 5.24's Qwen3.5 module binds ``fla``'s chunked / fused-recurrent gated delta
+  rule at import time, for every device: with ``fla-core`` installed, a CPU model would
+  call Triton kernels and fail ("0 active drivers"). ``bind_linear_kernels`` therefore
+  replaces each bound op by a dispatcher that runs fla on CUDA tensors and transformers'
+  own PyTorch reference on anything else, so installing fla changes nothing on a CPU.
+- GPTQModel's AUTO kernel picks Machete on Hopper, which downloads CUTLASS; offline that
+  fails. ``GPTQMODEL_OFFLINE=1`` (read by gptqmodel 7.6's ``utils/machete.py``) makes the
+  Machete check fail fast so AUTO moves on, and the loader does not use AUTO on CUDA
+  anyway: it tries ``gptq_kernel_plan``'s order (Marlin, Triton, Torch).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+#: The ops transformers may bind to ``fla`` (module-level names in the Qwen3.5 modeling module).
+FLA_OPS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
+
+#: GPTQ kernels tried on CUDA when MARLIN_GPTQ_BACKEND=auto, fastest first.
+GPTQ_CUDA_ORDER = ("gptq_marlin", "gptq_triton", "gptq_torch")
+
+#: Where GPTQModel's nvcc-built kernels (Marlin) are cached unless MARLIN_GPTQ_BUILD_DIR says otherwise.
+DEFAULT_GPTQ_BUILD_DIR = Path.home() / ".cache" / "marlin-demo" / "gptq-kernels"
+
+
+def _implementation(fn: Any) -> Any:
+    """The callable transformers' ``use_kernel_func_from_hub_with_fallback`` bound for one op."""
+    try:
+        return inspect.getclosurevars(fn).nonlocals.get("implementation")
+    except (TypeError, ValueError):
+        return None
+
+
+def _root(obj: Any) -> str:
+    return (getattr(obj, "__module__", None) or "").split(".")[0]
+
+
+def bind_linear_kernels(module: Any) -> dict[str, str]:
+    """Make every fla-bound op in ``module`` device-aware; returns op -> CUDA kernel package.
+
+    Idempotent. An op transformers left on its PyTorch fallback is not touched.
+    """
+    bound: dict[str, str] = {}
+    for name in FLA_OPS:
+        fn = getattr(module, name, None)
+        if fn is None:
+            continue
+        if getattr(fn, "cuda_kernel", None):
+            bound[name] = fn.cuda_kernel
+            continue
+        impl = _implementation(fn)
+        if impl is None or _root(impl) in ("", "transformers"):
+            continue
+        reference = inspect.unwrap(fn)  # transformers' own PyTorch op (functools.wraps keeps it)
+        params = frozenset(inspect.signature(reference).parameters)
+
+        def dispatch(
+            *args: Any,
+            _fast: Callable = fn,
+            _ref: Callable = reference,
+            _params: frozenset = params,
+            **kwargs: Any,
+        ) -> Any:
+            if args and getattr(args[0], "is_cuda", False):
+                return _fast(*args, **kwargs)
+            return _ref(*args, **{k: v for k, v in kwargs.items() if k in _params and v is not None})
+
+        functools.update_wrapper(dispatch, reference)
+        dispatch.cuda_kernel = _root(impl)  # type: ignore[attr-defined]
+        setattr(module, name, dispatch)
+        bound[name] = _root(impl)
+    return bound
+
+
+def linear_kernel_for(module: Any, name: str, device: str) -> str | None:
+    """The package that runs op ``name`` for a model on ``device``: "torch" for transformers' fallback."""
+    fn = getattr(module, name, None)
+    if fn is None:
+        return None
+    cuda_kernel = getattr(fn, "cuda_kernel", None)
+    if cuda_kernel:
+        return cuda_kernel if device == "cuda" else "torch"
+    impl = _implementation(fn)
+    if impl is None:  # not transformers' binding wrapper: the op itself
+        return "torch" if _root(inspect.unwrap(fn)) == "transformers" else "unknown"
+    root = _root(impl)
+    if root == "transformers":
+        return "torch"
+    if root == "gptqmodel":  # gptqmodel puts its own PyTorch port in sys.modules["causal_conv1d"]
+        return "torch(gptqmodel port)"
+    return root or "unknown"
+
+
+# ---------------------------------------------------------------------------------------- GPTQ
+def available_gptq_kernels(device: str) -> set[str]:
+    """GPTQ kernels worth trying on ``device``: what can build or run here, decided without building.
+
+    Marlin needs compute capability >= 8.0 and either nvcc (first use compiles it, ~2 min)
+    or an earlier build in the cache folder; Triton needs ``triton``. The load itself is the
+    final test: a kernel that fails there is skipped for the next one.
+    """
+    if device != "cuda":
+        return set()
+    import torch
+
+    out = {"gptq_torch"}
+    if importlib.util.find_spec("triton") is not None:
+        out.add("gptq_triton")
+    major = torch.cuda.get_device_capability(0)[0] if torch.cuda.is_available() else 0
+    built = any(gptq_build_dir().glob("marlin_bf16*/**/*.so")) if gptq_build_dir().is_dir() else False
+    if major >= 8 and (built or _nvcc() is not None):
+        out.add("gptq_marlin")
+    return out
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def gptq_kernel_plan(device: str, available: Iterable[str], setting: str) -> list[str]:
+    """The GPTQ kernels to try, in order: a pure function of (device, kernels available, setting).
+
+    An explicit MARLIN_GPTQ_BACKEND is the only one tried (its failure is the user's answer).
+    On CUDA, ``auto`` means Marlin, then Triton, then Torch, whichever are available; never
+    GPTQModel's AUTO, whose Hopper pick (Machete) downloads CUTLASS. Elsewhere ``auto`` stays
+    GPTQModel's AUTO (on a CPU it picks its int4 ATen/torch kernel without any download).
+    """
+    if setting != "auto":
+        return [setting]
+    if device != "cuda":
+        return ["auto"]
+    have = set(available)
+    return [k for k in GPTQ_CUDA_ORDER if k in have] or ["gptq_torch"]
+
+
+def gptq_build_dir(setting: str = "") -> Path:
+    """The folder GPTQModel's JIT kernels are built into and loaded from (MARLIN_GPTQ_BUILD_DIR)."""
+    raw = setting or os.environ.get("MARLIN_GPTQ_BUILD_DIR", "")
+    return Path(raw).expanduser() if raw else DEFAULT_GPTQ_BUILD_DIR
+
+
+def gptqmodel_environment(build_dir: str = "") -> dict[str, str]:
+    """The variables set before gptqmodel is imported; a value the caller already set is kept.
+
+    GPTQMODEL_OFFLINE: gptqmodel 7.6 never downloads (Machete's CUTLASS fetch fails fast instead).
+    GPTQMODEL_TORCH_EXTENSIONS_DIR: the root of its torch.ops JIT builds (Marlin lands in
+    ``<dir>/marlin_bf16``), so the ~2 min nvcc build happens once per machine, in a known place.
+    """
+    wanted = {
+        "GPTQMODEL_OFFLINE": "1",
+        "GPTQMODEL_TORCH_EXTENSIONS_DIR": str(gptq_build_dir(build_dir)),
+        "GPTQMODEL_CPU_WORKERS": "2",
+    }
+    for key, value in wanted.items():
+        os.environ.setdefault(key, value)
+    return {key: os.environ[key] for key in wanted}

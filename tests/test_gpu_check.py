@@ -1,0 +1,95 @@
+"""The prepared GPU check: its row plan, and its --dry-run end to end on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+
+
+def _gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cuda_plan_covers_every_combination_goal_rows_first() -> None:
+    plan = _gpu_check().plan_rows("cuda", ["gptq_marlin", "gptq_triton"], fla=True, dry_run=False)
+    assert plan[0] == {
+        "variant": "gptq",
+        "gptq_backend": "gptq_marlin",
+        "fla": True,
+        "compile": True,
+        "long_caption": 768,
+    }
+    keys = {(r["variant"], r["gptq_backend"], r["fla"], r["compile"]) for r in plan}
+    assert len(keys) == len(plan)  # no row measured twice
+    for variant, backend in (
+        ("bf16", "auto"),
+        ("bnb4", "auto"),
+        ("gptq", "gptq_marlin"),
+        ("gptq", "gptq_triton"),
+    ):
+        assert (variant, backend, True, False) in keys and (variant, backend, False, False) in keys
+        assert (variant, backend, True, True) in keys
+    assert ("gptq", "gptq_marlin", False, True) in keys and ("bf16", "auto", False, True) in keys
+
+
+def test_cuda_plan_without_fla_has_no_fla_rows() -> None:
+    plan = _gpu_check().plan_rows("cuda", ["gptq_marlin"], fla=False, dry_run=False)
+    assert plan and not any(r["fla"] for r in plan)
+    assert {r["compile"] for r in plan} == {True, False}
+
+
+@pytest.mark.slow
+def test_dry_run_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "check.json"
+    env = dict(os.environ)
+    env.setdefault("MARLIN_CACHE_DIR", str(Path.home() / ".cache" / "marlin-demo"))  # reuse the tiny build
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--dry-run",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "w"),
+            "--caption-tokens",
+            "4",
+            "--gptq-backends",
+            "auto",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["dry_run"] is True
+    rows = report["full"]
+    assert [(r["variant"], r["compile"]) for r in rows] == [
+        (p["variant"], p["compile"]) for p in report["plan"]
+    ]
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        assert "gated-deltanet:torch" in row["attention"]
+        for task in ("caption", "find"):
+            m = row[task]
+            assert m["output_tokens"] >= 1 and m["latency_s"] > 0 and m["ttft_s"] is not None
+        if row["compile"]:
+            assert row["compile_state"].startswith("static cache + torch.compile"), row["compile_state"]
+            assert row["compile_s"] > 0
+            assert row["caption_long"]["output_tokens"] >= 1  # the long-caption step ran
+        else:
+            assert row["compile_state"] == "off"

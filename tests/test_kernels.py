@@ -1,0 +1,135 @@
+"""Kernel choice: GPTQ order, GPTQModel's offline switch (no network attempt), fla only on CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marlin_demo.models.kernels import GPTQ_CUDA_ORDER, gptq_kernel_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("device", "available", "setting", "expected"),
+    [
+        ("cuda", {"gptq_marlin", "gptq_triton", "gptq_torch"}, "auto", list(GPTQ_CUDA_ORDER)),
+        ("cuda", {"gptq_torch", "gptq_triton"}, "auto", ["gptq_triton", "gptq_torch"]),  # no nvcc
+        ("cuda", {"gptq_torch"}, "auto", ["gptq_torch"]),
+        ("cuda", set(), "auto", ["gptq_torch"]),  # the portable kernel is always the last resort
+        ("cuda", {"gptq_marlin", "gptq_triton", "gptq_torch"}, "gptq_triton", ["gptq_triton"]),
+        ("cpu", set(), "auto", ["auto"]),  # GPTQModel's CPU pick (no download path there)
+        ("cpu", set(), "gptq_torch", ["gptq_torch"]),
+    ],
+)
+def test_gptq_kernel_plan(device: str, available: set[str], setting: str, expected: list[str]) -> None:
+    assert gptq_kernel_plan(device, available, setting) == expected
+
+
+def test_gptq_kernel_plan_never_offers_auto_on_cuda() -> None:
+    """AUTO on Hopper picks Machete, which downloads CUTLASS: the CUDA plan never hands over to it."""
+    for available in ({"gptq_marlin"}, {"gptq_triton"}, set()):
+        assert "auto" not in gptq_kernel_plan("cuda", available, "auto")
+
+
+# Runs in a fresh interpreter: records GPTQMODEL_OFFLINE as gptqmodel is first imported and every
+# non-loopback connect / name lookup, then loads the tiny gptq variant on the CPU and answers once.
+_AUDIT = r"""
+import json, os, sys
+seen = {"offline_at_import": "not imported", "network": []}
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+def hook(event, args):
+    if event == "import" and args[0] == "gptqmodel" and seen["offline_at_import"] == "not imported":
+        seen["offline_at_import"] = os.environ.get("GPTQMODEL_OFFLINE")
+    elif event == "socket.connect":
+        addr = args[1]
+        host = addr[0] if isinstance(addr, tuple) else str(addr)
+        if isinstance(addr, tuple) and host not in LOOPBACK:
+            seen["network"].append(f"connect {host}")
+    elif event == "socket.getaddrinfo" and args[0] not in LOOPBACK and args[0] is not None:
+        seen["network"].append(f"lookup {args[0]}")
+sys.addaudithook(hook)
+from marlin_demo.engine import Engine
+from marlin_demo.settings import Settings
+engine = Engine(Settings(model="tiny", device="cpu", find_max_new_tokens=4), prefix_cache_size=0)
+loaded = engine.load("gptq")
+res = engine.find(sys.argv[1], "the ball", "gptq")
+seen["kernel"] = loaded.kernel
+seen["build_dir"] = os.environ.get("GPTQMODEL_TORCH_EXTENSIONS_DIR")
+print("AUDIT " + json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_gptq_load_is_offline_and_touches_no_network(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPTQMODEL_")}
+    env.update(
+        MARLIN_GPTQ_BUILD_DIR=str(tmp_path / "kernels"),
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _AUDIT, str(ROOT / "examples" / "ball_rolls.mp4")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("AUDIT "))
+    seen = json.loads(line[len("AUDIT ") :])
+    assert seen["offline_at_import"] == "1"
+    assert seen["network"] == []
+    assert seen["build_dir"] == str(tmp_path / "kernels")
+    assert seen["kernel"] and seen["kernel"] != "unknown"
+
+
+def test_fla_runs_only_on_cuda_tensors() -> None:
+    """With fla-core installed, transformers binds it for every device; CPU calls must stay on PyTorch."""
+    pytest.importorskip("fla")
+    import importlib
+
+    import torch
+
+    from marlin_demo.models import QWEN35_MODELING, _import_real_kernels
+    from marlin_demo.models.kernels import FLA_OPS, linear_kernel_for
+
+    _import_real_kernels()
+    module = importlib.import_module(QWEN35_MODELING)
+    for name in FLA_OPS:
+        assert linear_kernel_for(module, name, "cuda") == "fla"
+        assert linear_kernel_for(module, name, "cpu") == "torch"
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 6, 2, 16) for _ in range(3))
+    g, beta = -torch.rand(1, 6, 2), torch.rand(1, 6, 2)
+    kw = {
+        "g": g,
+        "beta": beta,
+        "initial_state": None,
+        "output_final_state": True,
+        "use_qk_l2norm_in_kernel": True,
+        "cu_seqlens": None,
+    }
+    out, state = module.torch_chunk_gated_delta_rule(q, k, v, **kw)
+    ref = module.torch_chunk_gated_delta_rule.__wrapped__
+    ref_out, ref_state = ref(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    assert torch.equal(out, ref_out) and torch.equal(state, ref_state)
+
+
+@pytest.mark.slow
+def test_cpu_variants_report_the_torch_path_with_fla_installed() -> None:
+    pytest.importorskip("fla")
+    from marlin_demo.engine import Engine
+    from marlin_demo.settings import Settings
+
+    engine = Engine(Settings(model="tiny", device="cpu", find_max_new_tokens=4), prefix_cache_size=0)
+    for variant in ("bf16", "gptq"):
+        res = engine.find(ROOT / "examples" / "ball_rolls.mp4", "the ball", variant)
+        assert "gated-deltanet:torch" in res.info.attention
+        assert "fla" not in res.info.attention
+        assert res.metrics.output_tokens >= 1
