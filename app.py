@@ -51,12 +51,16 @@ def build(argv: Sequence[str] | None = None) -> tuple[Any, dict[str, Any], setti
     return demo, launch_kwargs, settings
 
 
+def _host_configured() -> bool:
+    return any(os.environ.get(name) for name in ("MARLIN_HOST", "GRADIO_SERVER_NAME"))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     demo, launch_kwargs, settings = build(argv)
-    host = settings.host
-    if space.on_space() and host == settings_mod.Settings.host:
-        host = os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0")
+    host = settings.host  # flag, MARLIN_HOST, GRADIO_SERVER_NAME, default (see settings.from_env)
+    if space.on_space() and host == settings_mod.Settings.host and not _host_configured():
+        host = "0.0.0.0"  # a Space's proxy reaches the app from outside the container
     demo.launch(server_name=host, server_port=settings.port, **launch_kwargs)
 
 
