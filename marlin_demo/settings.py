@@ -114,6 +114,13 @@ class Settings:
     )
     # Gradio's own variables are honoured after ours (flag, MARLIN_*, GRADIO_*, default), as
     # Gradio users and hosting platforms expect.
+    examples_dir: str = field(
+        default="",
+        metadata={
+            "env": "MARLIN_EXAMPLES_DIR",
+            "help": "folder of examples.json and its clips (default: examples/ of a source checkout)",
+        },
+    )
     host: str = field(
         default="127.0.0.1",
         metadata={"env": "MARLIN_HOST", "fallback_env": "GRADIO_SERVER_NAME", "help": "server address"},
