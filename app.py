@@ -1,64 +1,8 @@
-"""Marlin-2B demo: settings -> engine -> Blocks -> launch.
+"""The Space's entry point and ``python app.py`` in a checkout: the app lives in :mod:`marlin_demo.app`."""
 
-``python app.py`` locally (``--help`` lists every setting; each has a MARLIN_*
-environment variable), and the Hugging Face Space's entry point. Without Hub
-access or local weights the default model falls back to the offline tiny
-stand-in, and the page says why and how to fix it.
-"""
+from marlin_demo.app import build, main, parse_args
 
-from __future__ import annotations
-
-import argparse
-import logging
-import os
-from collections.abc import Sequence
-from typing import Any
-
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-
-from marlin_demo import space
-
-if space.zero_gpu():
-    import spaces  # noqa: F401
-
-from marlin_demo import settings as settings_mod
-
-log = logging.getLogger("marlin_demo.app")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python app.py",
-        description="Marlin-2B video demo (Gradio): captions with timed events, temporal grounding, "
-        "GPTQ vs bnb4 comparison.",
-    )
-    settings_mod.add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def build(argv: Sequence[str] | None = None) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
-    """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
-    from marlin_demo.ui.blocks import build_demo
-    from marlin_demo.ui.common import start_engine
-
-    settings = settings_mod.from_args(parse_args(argv))
-    engine, status = start_engine(settings)
-    if status.fell_back:
-        log.warning("Marlin-2B unavailable, serving the tiny stand-in: %s", status.fallback_reason)
-    if space.on_space():
-        space.preload(engine)  # on a Space the first visitor must not wait for the load
-    demo, launch_kwargs = build_demo(engine, settings, status)
-    return demo, launch_kwargs, settings
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    demo, launch_kwargs, settings = build(argv)
-    host = settings.host
-    if space.on_space() and host == settings_mod.Settings.host:
-        host = os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0")
-    demo.launch(server_name=host, server_port=settings.port, **launch_kwargs)
-
+__all__ = ["build", "main", "parse_args"]
 
 if __name__ == "__main__":
     main()

@@ -122,9 +122,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m marlin_demo", description="Marlin-2B: what happens, and when."
+        prog="marlin-demo", description="Marlin-2B: what happens, and when (also python -m marlin_demo)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    # listed for --help only: main() hands `app ...` to the app's own parser before this one runs
+    sub.add_parser("app", help="serve the Gradio app (the flags of python app.py; app --help lists them)")
     p = sub.add_parser("caption", help="scene paragraph and timed events for a video")
     p.add_argument("video")
     _add_model_args(p)
@@ -211,7 +213,17 @@ def cmd_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_app(argv: Sequence[str]) -> int:
+    from marlin_demo.app import main as app_main
+
+    app_main(argv, prog="marlin-demo app")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["app"]:  # every app.py flag passes through untouched
+        return cmd_app(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -127,14 +128,29 @@ class Settings:
     output_dir: str = field(
         default="", metadata={"env": "MARLIN_OUTPUT_DIR", "help": "where clips and downloads are written"}
     )
-    host: str = field(default="127.0.0.1", metadata={"env": "MARLIN_HOST", "help": "server address"})
-    port: int = field(default=7860, metadata={"env": "MARLIN_PORT", "help": "server port"})
     mcp: bool = field(
         default=True,
         metadata={
             "env": "MARLIN_MCP",
             "help": "serve /caption, /find, /compare as MCP tools at /gradio_api/mcp/ (same port)",
         },
+    )
+    # Gradio's own variables are honoured after ours (flag, MARLIN_*, GRADIO_*, default), as
+    # Gradio users and hosting platforms expect.
+    examples_dir: str = field(
+        default="",
+        metadata={
+            "env": "MARLIN_EXAMPLES_DIR",
+            "help": "folder of examples.json and its clips (default: examples/ of a source checkout)",
+        },
+    )
+    host: str = field(
+        default="127.0.0.1",
+        metadata={"env": "MARLIN_HOST", "fallback_env": "GRADIO_SERVER_NAME", "help": "server address"},
+    )
+    port: int = field(
+        default=7860,
+        metadata={"env": "MARLIN_PORT", "fallback_env": "GRADIO_SERVER_PORT", "help": "server port"},
     )
     trust_remote_code: bool = field(
         default=False,
@@ -179,13 +195,14 @@ def _convert(kind: str, raw: str) -> object:
     return raw
 
 
-def from_env(environ: dict[str, str] | None = None) -> Settings:
-    """Settings from ``MARLIN_*`` variables, defaults elsewhere."""
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``MARLIN_*`` variables (then Gradio's ``GRADIO_SERVER_*``), defaults elsewhere."""
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
     for f in fields(Settings):
-        name = f.metadata["env"]
-        if name in env and env[name] != "":
+        names = [f.metadata["env"], f.metadata.get("fallback_env")]
+        name = next((n for n in names if n and env.get(n, "") != ""), None)
+        if name is not None:
             try:
                 values[f.name] = _convert(f.type, env[name])
             except ValueError as exc:
@@ -206,9 +223,8 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
             )
         else:
             conv = {"int": int, "float": float}.get(kind, str)
-            parser.add_argument(
-                flag, type=conv, default=None, help=f"{f.metadata['help']} (${f.metadata['env']})"
-            )
+            envs = " or ".join(f"${n}" for n in (f.metadata["env"], f.metadata.get("fallback_env")) if n)
+            parser.add_argument(flag, type=conv, default=None, help=f"{f.metadata['help']} ({envs})")
 
 
 def from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:

@@ -230,3 +230,15 @@ def test_default_model_without_hub_falls_back_to_tiny_and_says_why(tmp_path: Pat
         assert "tiny" in d["model"]
     finally:
         stop_app(server)
+
+
+def test_gradio_server_port_is_honoured(tmp_path: Path) -> None:
+    """Gradio's own GRADIO_SERVER_NAME/GRADIO_SERVER_PORT place the server when no flag or MARLIN_* does."""
+    env = {"MARLIN_CACHE_EXAMPLES": "off"}
+    server = start_app(tmp_path / "gradio-env", extra_env=env, address_flags=False)
+    try:  # start_app waited until the app answered on that port, given only through GRADIO_SERVER_PORT
+        assert server.port != 7860
+        assert httpx.get(server.url + "config", timeout=30).status_code == 200
+        assert f"http://127.0.0.1:{server.port}" in server.log_tail(200)  # Gradio's own "Running on" line
+    finally:
+        stop_app(server)

@@ -27,6 +27,8 @@ MEDIA = ROOT.parent / "shared" / "media"
 ARTIFACTS = ROOT / "test-artifacts"
 STARTUP_TIMEOUT_S = 300.0
 QUEUE_SIZE = 3  # small, so the "queue is full" answer can be provoked cheaply
+# the caller's Space marker and server address would change where and how the app listens
+_NOT_INHERITED = {"SPACE_ID", "MARLIN_HOST", "MARLIN_PORT", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"}
 
 
 @dataclass
@@ -85,12 +87,23 @@ def _wait_ready(server: AppServer, timeout_s: float) -> None:
     raise TimeoutError(f"app.py did not answer within {timeout_s:.0f} s:\n{server.log_tail()}")
 
 
-def start_app(root: Path, *extra_args: str, extra_env: dict[str, str] | None = None) -> AppServer:
-    """Start ``python app.py --model tiny`` (later flags win) on a free port with its state under ``root``."""
+def start_app(
+    root: Path, *extra_args: str, extra_env: dict[str, str] | None = None, address_flags: bool = True
+) -> AppServer:
+    """Start ``python app.py --model tiny`` (later flags win) on a free port with its state under ``root``.
+
+    ``address_flags=False`` gives the address through Gradio's ``GRADIO_SERVER_NAME``/``_PORT``
+    instead of ``--host``/``--port`` (and no ``MARLIN_HOST``/``MARLIN_PORT``).
+    """
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    address = ["--host", "127.0.0.1", "--port", str(port)]
+    if not address_flags:
+        extra_env = {**(extra_env or {}), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
+        address = []
+    inherited = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     env = {
-        **os.environ,
+        **inherited,
         "GRADIO_ANALYTICS_ENABLED": "False",
         "GRADIO_EXAMPLES_CACHE": str(root / "examples-cache"),
         "GRADIO_TEMP_DIR": str(root / "gradio-uploads"),
@@ -101,9 +114,8 @@ def start_app(root: Path, *extra_args: str, extra_env: dict[str, str] | None = N
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }
-    env.pop("SPACE_ID", None)
     log_path = root / "server.log"
-    argv = [sys.executable, "app.py", "--model", "tiny", "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, "app.py", "--model", "tiny", *address,
             "--queue-size", str(QUEUE_SIZE), *extra_args]  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -19,14 +19,13 @@ from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
 from marlin_demo.ui import about, caption, compare, find, header, mcp_tools, timeline
 from marlin_demo.ui.common import (
-    EXAMPLES_DIR,
-    EXAMPLES_JSON,
     ModelStatus,
     UIContext,
     available_examples,
     cache_mode_from_env,
     default_output_dir,
     example_cache_root,
+    examples_dir_for,
     prune_stale_example_cache,
 )
 
@@ -77,14 +76,15 @@ def make_context(engine: Engine, settings: Settings, status: ModelStatus | None 
     status = status or ModelStatus(requested=settings.model)
     out = default_output_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
+    examples_dir = examples_dir_for(settings)
     return UIContext(
         engine=engine,
         settings=settings,
         status=status,
         output_dir=out,
         cache_mode=cache_mode_from_env(space.on_space()),
-        examples=available_examples(EXAMPLES_JSON),
-        examples_dir=EXAMPLES_DIR,
+        examples=available_examples(examples_dir / "examples.json"),
+        examples_dir=examples_dir,
     )
 
 
@@ -121,7 +121,7 @@ def build_demo(
         "css": CSS,
         "js": None,
         "head": HEAD,
-        "allowed_paths": [str(EXAMPLES_DIR), str(ctx.output_dir)],
+        "allowed_paths": [str(ctx.examples_dir), str(ctx.output_dir)],
         "max_file_size": f"{settings.max_upload_mb:g}mb",
         "show_error": True,
         "mcp_server": mcp_tools.enable(demo, ctx),

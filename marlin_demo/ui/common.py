@@ -214,6 +214,12 @@ def cache_mode_from_env(on_space: bool) -> CacheMode:
     return "lazy" if on_space else "eager"
 
 
+def examples_dir_for(settings: Settings) -> Path:
+    """``--examples-dir`` when given, else the source checkout's ``examples/`` (absent when pip-installed:
+    the app then runs without examples)."""
+    return Path(settings.examples_dir).expanduser() if settings.examples_dir else EXAMPLES_DIR
+
+
 def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
     """Ground-truth entries whose clip is present (the examples are optional and rendered separately)."""
     folder = examples_json.parent

@@ -1,0 +1,71 @@
+"""Marlin-2B demo: settings -> engine -> Blocks -> launch.
+
+``python app.py`` in a checkout (the Hugging Face Space's entry point) and ``marlin-demo app``
+once installed both run :func:`main` (``--help`` lists every setting; each has a MARLIN_*
+environment variable). Without Hub
+access or local weights the default model falls back to the offline tiny
+stand-in, and the page says why and how to fix it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from marlin_demo import space
+
+if space.zero_gpu():
+    import spaces  # noqa: F401
+
+from marlin_demo import settings as settings_mod
+
+log = logging.getLogger("marlin_demo.app")
+
+
+def parse_args(argv: Sequence[str] | None = None, prog: str = "python app.py") -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Marlin-2B video demo (Gradio): captions with timed events, temporal grounding, "
+        "GPTQ vs bnb4 comparison.",
+    )
+    settings_mod.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def build(
+    argv: Sequence[str] | None = None, prog: str = "python app.py"
+) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
+    """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
+    from marlin_demo.ui.blocks import build_demo
+    from marlin_demo.ui.common import start_engine
+
+    settings = settings_mod.from_args(parse_args(argv, prog))
+    engine, status = start_engine(settings)
+    if status.fell_back:
+        log.warning("Marlin-2B unavailable, serving the tiny stand-in: %s", status.fallback_reason)
+    if space.on_space():
+        space.preload(engine)  # on a Space the first visitor must not wait for the load
+    demo, launch_kwargs = build_demo(engine, settings, status)
+    return demo, launch_kwargs, settings
+
+
+def _host_configured() -> bool:
+    return any(os.environ.get(name) for name in ("MARLIN_HOST", "GRADIO_SERVER_NAME"))
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python app.py") -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    demo, launch_kwargs, settings = build(argv, prog=prog)
+    host = settings.host  # flag, MARLIN_HOST, GRADIO_SERVER_NAME, default (see settings.from_env)
+    if space.on_space() and host == settings_mod.Settings.host and not _host_configured():
+        host = "0.0.0.0"  # a Space's proxy reaches the app from outside the container
+    demo.launch(server_name=host, server_port=settings.port, **launch_kwargs)
+
+
+if __name__ == "__main__":
+    main()
