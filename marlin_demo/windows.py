@@ -1,0 +1,387 @@
+"""Long videos: the window plan, mapping window answers to global time, merging, the span score.
+
+Pure Python (no torch): the engine, UI, CLI and bench share these rules; docs/LONG_VIDEOS.md
+states them. Marlin samples at most 240 frames (2 fps for 2 minutes); a longer video is cut into
+windows, each answered as if uploaded alone, and the answers are mapped back and merged here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marlin_demo.contract import CaptionParse, Event, SpanParse, repair_caption, repair_span
+
+CAPTION_WINDOW_S = 60.0
+FIND_WINDOW_S = 30.0
+FIND_OVERLAP_S = 5.0
+MIN_LAST_WINDOW_S = 2.0  # public Marlin CLI: a last window shorter than this joins the previous one
+DEFAULT_MAX_WINDOWS = 72  # 30 minutes of 30 s / 5 s find windows
+DEDUP_IOU = 0.5  # public Marlin CLI: hits with IoU >= 0.5 ...
+DEDUP_START_S = 5.0  # ... or starts within 5 s are one moment
+DEFAULT_TOP_K = 5
+BOUNDARY_TOL_S = 1.0  # an event "touches" a window boundary within this many seconds
+SIMILAR_DESCRIPTION = 0.6  # description similarity (see description_similarity) to join a cut event
+
+
+class WindowLimitError(ValueError):
+    """A video needs more windows than allowed: one sentence naming the limit and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of the source video, in global seconds."""
+
+    index: int
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict[str, float]:
+        return {"start": self.start, "end": self.end}
+
+
+def plan_windows(
+    duration: float,
+    length: float,
+    overlap: float = 0.0,
+    *,
+    min_last: float = MIN_LAST_WINDOW_S,
+    max_windows: int | None = None,
+) -> list[Window]:
+    """Windows [k*step, min(k*step + length, duration)], step = length - overlap.
+
+    A new window starts only while the previous one ends before the video's end, so no window
+    lies inside another. A last window shorter than ``min_last`` is merged into the previous one
+    (which then ends at ``duration``). A video that fits one window gives exactly [0, duration].
+    """
+    duration, length, overlap = float(duration), float(length), float(overlap)
+    if not (math.isfinite(duration) and duration > 0):
+        raise ValueError(f"duration must be a positive number of seconds, got {duration!r}.")
+    if not (math.isfinite(length) and length > 0):
+        raise ValueError(f"the window length must be a positive number of seconds, got {length!r}.")
+    if not (0 <= overlap < length):
+        raise ValueError(f"the window overlap must be at least 0 and below the length, got {overlap!r}.")
+    step = length - overlap
+    bounds: list[tuple[float, float]] = []
+    k = 0
+    while True:
+        start = k * step
+        end = min(start + length, duration)
+        bounds.append((start, end))
+        if end >= duration:
+            break
+        k += 1
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < min_last:
+        bounds.pop()
+        bounds[-1] = (bounds[-1][0], duration)
+    if max_windows is not None and len(bounds) > max_windows:
+        allowed = max_windows * step + overlap
+        raise WindowLimitError(
+            f"The video is {duration:.1f} s long and needs {len(bounds)} windows of {length:g} s, "
+            f"but at most {max_windows} windows are allowed: use a clip of at most {allowed:g} s."
+        )
+    return [Window(i, round(s, 6), round(e, 6)) for i, (s, e) in enumerate(bounds)]
+
+
+def caption_windows(
+    duration: float, length: float = CAPTION_WINDOW_S, max_windows: int | None = DEFAULT_MAX_WINDOWS
+) -> list[Window]:
+    """Caption windows: no overlap (an event is described once; a cut one is joined by merge_captions)."""
+    return plan_windows(duration, length, 0.0, max_windows=max_windows)
+
+
+def find_windows(
+    duration: float,
+    length: float = FIND_WINDOW_S,
+    overlap: float = FIND_OVERLAP_S,
+    max_windows: int | None = DEFAULT_MAX_WINDOWS,
+) -> list[Window]:
+    """Find windows: overlapping, so a short event on a boundary is seen whole by one window."""
+    return plan_windows(duration, length, overlap, max_windows=max_windows)
+
+
+# ---------------------------------------------------------------------------
+# Mapping one window's answer to global time
+# ---------------------------------------------------------------------------
+
+
+def _label(window: Window, single: bool, note: str) -> str:
+    return note if single else f"window {window.index + 1} ({window.start:g}-{window.end:g} s): {note}"
+
+
+def map_caption(
+    parse: CaptionParse, window: Window, *, offset: float | None = None, single: bool = False
+) -> CaptionParse:
+    """Repair a window's parsed caption against the window's length, then shift it to global time.
+
+    ``offset``: global time of the window's first frame (default ``window.start``). Events past the
+    window's end are dropped or clamped by ``repair_caption`` and the notes say which window.
+    ``single=True`` (a one-window video) keeps today's notes word for word.
+    """
+    off = window.start if offset is None else float(offset)
+    fixed = repair_caption(parse, window.end - off)
+    events = [
+        Event(
+            min(max(round(off + e.start, 6), window.start), window.end),
+            min(max(round(off + e.end, 6), window.start), window.end),
+            e.description,
+        )
+        for e in fixed.events
+    ]
+    new_notes = fixed.repairs[len(parse.repairs) :]
+    return CaptionParse(
+        scene=fixed.scene,
+        events=events,
+        format_ok=fixed.format_ok,
+        repaired=fixed.repaired,
+        repairs=[*parse.repairs, *(_label(window, single, n) for n in new_notes)],
+    )
+
+
+def map_span(
+    parse: SpanParse, window: Window, *, offset: float | None = None, single: bool = False
+) -> SpanParse:
+    """Repair a window's span against the window's length (notes say which window), then shift it."""
+    off = window.start if offset is None else float(offset)
+    fixed = repair_span(parse, window.end - off)
+    span = fixed.span
+    if span is not None:
+        span = (
+            min(max(round(off + span[0], 6), window.start), window.end),
+            min(max(round(off + span[1], 6), window.start), window.end),
+        )
+    new_notes = fixed.repairs[len(parse.repairs) :]
+    return SpanParse(
+        span=span,
+        format_ok=fixed.format_ok,
+        repaired=fixed.repaired,
+        repairs=[*parse.repairs, *(_label(window, single, n) for n in new_notes)],
+    )
+
+
+# ---------------------------------------------------------------------------
+# Caption merge
+# ---------------------------------------------------------------------------
+
+_STOP = frozenset(
+    "a an the and or of to in on at by for with from into onto over under is are was were be been "
+    "it its this that these those there then while as up down out off again still continues".split()
+)
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
+
+def _content_words(text: str) -> list[str]:
+    """Casefolded words minus stop words, each cut to its first 4 letters (a crude, exact stemmer)."""
+    return [w[:4] for w in _WORD_RE.findall(text.casefold()) if w not in _STOP]
+
+
+def description_similarity(a: str, b: str) -> float:
+    """ROUGE-L F1 between the content-word lists of two descriptions (0..1)."""
+    x, y = _content_words(a), _content_words(b)
+    if not x or not y:
+        return 0.0
+    prev = [0] * (len(y) + 1)
+    for xi in x:
+        cur = [0]
+        for j, yj in enumerate(y):
+            cur.append(prev[j] + 1 if xi == yj else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    if lcs == 0:
+        return 0.0
+    p, r = lcs / len(y), lcs / len(x)
+    return 2 * p * r / (p + r)
+
+
+@dataclass
+class MergedCaption:
+    """One timeline for the whole video; ``windows`` keeps each window's scene."""
+
+    scene: str
+    events: list[Event]
+    windows: list[dict[str, Any]]
+    format_ok: bool
+    repaired: bool
+    repairs: list[str] = field(default_factory=list)
+    joined: list[str] = field(default_factory=list)  # notes: events joined across a boundary
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scene": self.scene,
+            "events": [e.to_dict() for e in self.events],
+            "windows": list(self.windows),
+        }
+
+
+def _join_scenes(scenes: Sequence[str]) -> str:
+    """Scenes in order as one paragraph; a scene equal (case/space blind) to an earlier one is skipped."""
+    seen: set[str] = set()
+    parts: list[str] = []
+    for s in scenes:
+        s = " ".join(s.split())
+        key = s.casefold().rstrip(" .!?")
+        if not s or key in seen:
+            continue
+        seen.add(key)
+        parts.append(s if s[-1] in ".!?" else s + ".")
+    return " ".join(parts)
+
+
+def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
+    """Join the mapped (global-time) captions of consecutive windows into one timeline.
+
+    Rule at the boundary between window k and k+1: an event A of the timeline whose end came from
+    window k and ends within BOUNDARY_TOL_S of window k's end, and an event B of window k+1 that
+    starts within BOUNDARY_TOL_S of window k+1's start, are one event when B starts no later than
+    A's end + BOUNDARY_TOL_S and ``description_similarity`` >= SIMILAR_DESCRIPTION. The pair with
+    the highest similarity joins first, each event at most once. The joined event runs from A's
+    start to max(A.end, B.end) and keeps the description of the longer part (A's on a tie).
+    Works on any prefix of the windows, so a stream can re-merge as each window finishes.
+    """
+    timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
+    repairs: list[str] = []
+    joined: list[str] = []
+    for k, (window, parse) in enumerate(windows):
+        repairs.extend(parse.repairs)
+        incoming = list(parse.events)
+        if k > 0:
+            prev = windows[k - 1][0]
+            tails = [
+                i
+                for i, (e, src) in enumerate(timeline)
+                if src == k - 1 and e.end >= prev.end - BOUNDARY_TOL_S
+            ]
+            heads = [j for j, e in enumerate(incoming) if e.start <= window.start + BOUNDARY_TOL_S]
+            pairs = []
+            for i in tails:
+                for j in heads:
+                    a, b = timeline[i][0], incoming[j]
+                    sim = description_similarity(a.description, b.description)
+                    if b.start <= a.end + BOUNDARY_TOL_S and sim >= SIMILAR_DESCRIPTION:
+                        pairs.append((-sim, i, j))
+            used_i: set[int] = set()
+            used_j: set[int] = set()
+            for _, i, j in sorted(pairs):
+                if i in used_i or j in used_j:
+                    continue
+                used_i.add(i)
+                used_j.add(j)
+                a, b = timeline[i][0], incoming[j]
+                desc = a.description if a.end - a.start >= b.end - b.start else b.description
+                timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)
+                joined.append(f"joined an event cut by the window boundary at {window.start:g} s")
+            incoming = [e for j, e in enumerate(incoming) if j not in used_j]
+        timeline.extend((e, k) for e in incoming)
+    return MergedCaption(
+        scene=_join_scenes([p.scene for _, p in windows]),
+        events=[e for e, _ in timeline],
+        windows=[{"start": w.start, "end": w.end, "scene": p.scene} for w, p in windows],
+        format_ok=all(p.format_ok for _, p in windows),
+        repaired=any(p.repaired for _, p in windows),
+        repairs=repairs,
+        joined=joined,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Find merge
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A scored span in global seconds; ``window`` is the index of the window that answered it."""
+
+    start: float
+    end: float
+    score: float
+    window: int = 0
+
+    def to_dict(self) -> dict[str, float]:
+        return {"start": self.start, "end": self.end, "score": self.score}
+
+
+def _iou(a: Moment, b: Moment) -> float:
+    inter = max(0.0, min(a.end, b.end) - max(a.start, b.start))
+    union = max(a.end, b.end) - min(a.start, b.start)
+    return inter / union if union > 0 else 0.0
+
+
+def duplicates(a: Moment, b: Moment) -> bool:
+    """Public Marlin CLI rule: one moment when IoU >= 0.5 or the starts are within 5 s."""
+    return _iou(a, b) >= DEDUP_IOU or abs(a.start - b.start) <= DEDUP_START_S
+
+
+def merge_moments(
+    answers: Sequence[tuple[Window, SpanParse, float | None]], top_k: int = DEFAULT_TOP_K
+) -> list[Moment]:
+    """Mapped (global) spans with their scores -> moments, best first, duplicates merged, at most top_k.
+
+    Greedy: candidates sorted by score (desc; ties: earlier start, then earlier window); a candidate
+    that duplicates an already kept moment is dropped (the kept one has the higher score). Windows
+    with no usable span (span None) or no score give nothing. Scores are clamped into [0, 1].
+    """
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k!r}.")
+    cands = [
+        Moment(p.span[0], p.span[1], min(1.0, max(0.0, float(s))), w.index)
+        for w, p, s in answers
+        if p.span is not None and s is not None and math.isfinite(float(s))
+    ]
+    cands.sort(key=lambda m: (-m.score, m.start, m.window))
+    kept: list[Moment] = []
+    for m in cands:
+        if not any(duplicates(m, k) for k in kept):
+            kept.append(m)
+        if len(kept) == top_k:
+            break
+    return kept
+
+
+def best_span(moments: Sequence[Moment]) -> tuple[float, float] | None:
+    """The ``span`` key: the best moment, or None when no window gave a usable span."""
+    return (moments[0].start, moments[0].end) if moments else None
+
+
+# ---------------------------------------------------------------------------
+# The score
+# ---------------------------------------------------------------------------
+
+_NUMBER_RE = re.compile(r"\d+(?:[.:]\d+)*")
+
+
+def span_score(token_texts: Sequence[str], token_logprobs: Sequence[float]) -> float | None:
+    """Geometric mean of the probabilities of the generated tokens that spell the answer's numbers.
+
+    ``token_texts[i]`` is the decoded text of generated token i (special tokens as ""), and
+    ``token_logprobs[i]`` its natural log-probability under the model (raw logits, greedy choice).
+    A token counts when its characters overlap a number (digits, '.', ':') of the first two
+    numbers in the answer; the score is exp(mean log-prob) over those tokens. "From", "to", "."
+    and EOS are near-certain for a trained model and would pull every score toward 1; the numbers
+    carry the model's doubt about where. Length-normalised, so "From 102.5 to 118.0." is not
+    penalised against "From 1 to 3.". Not calibrated: compare scores within one query and video.
+    None when the answer holds fewer than two numbers.
+    """
+    if len(token_texts) != len(token_logprobs):
+        raise ValueError("token_texts and token_logprobs must have the same length.")
+    text = "".join(token_texts)
+    nums = list(_NUMBER_RE.finditer(text))[:2]
+    if len(nums) < 2:
+        return None
+    picked: list[float] = []
+    pos = 0
+    for piece, lp in zip(token_texts, token_logprobs, strict=True):
+        a, b = pos, pos + len(piece)
+        pos = b
+        if a < b and any(a < m.end() and m.start() < b for m in nums):
+            picked.append(float(lp))
+    if not picked:
+        return None
+    return min(1.0, max(0.0, math.exp(sum(picked) / len(picked))))
