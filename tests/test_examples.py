@@ -1,4 +1,4 @@
-"""examples/: the real and rendered clips, their ground truth and credits, and that the truth matches the pixels."""
+"""examples/: the real and rendered clips, their ground truth and credits, and truth vs pixels."""
 
 from __future__ import annotations
 
