@@ -43,3 +43,23 @@ def test_credit_line_for_a_copied_example_and_none_for_other_clips(
     other = tmp_path / "other.mp4"
     other.write_bytes(b"not an example")
     assert credit_line(ctx, str(other)) == ""
+
+
+@pytest.mark.slow
+def test_every_example_clip_runs_on_the_tiny_model(examples: list[dict], examples_dir: Path) -> None:
+    """Each clip probes, plans (frames inside the clip) and answers caption and find."""
+    from marlin_demo.engine import Engine
+    from marlin_demo.video import plan_sampling, probe
+
+    settings = Settings().with_(model="tiny", caption_max_new_tokens=8, find_max_new_tokens=8)
+    engine = Engine(settings)
+    variant = engine.variants[0]
+    for ex in examples:
+        path = examples_dir / ex["video"]
+        info = probe(path)
+        plan = plan_sampling(info)
+        assert plan is not None and info.duration_s > 0, ex["video"]
+        caption = engine.caption(path, variant)
+        assert all(0.0 <= e.start <= e.end <= info.duration_s + 1e-6 for e in caption.events), ex["video"]
+        found = engine.find(path, ex["queries"][0]["query"], variant)
+        assert found.span is None or 0.0 <= found.span[0] <= found.span[1] <= info.duration_s + 1e-6
