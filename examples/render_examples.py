@@ -1,5 +1,9 @@
 """Render the five example clips and their ground truth (examples/examples.json).
 
+Only the entries of the "rendered" set are rewritten; the real-footage entries
+(set "real", clips copied in with their credits, see examples/ATTRIBUTION.md)
+are kept first, as they are.
+
 Every clip is drawn procedurally with numpy (no randomness except seeded star
 positions) and encoded with PyAV's libx264 (yuv420p, single thread, faststart),
 so re-running rewrites the same pictures. Each clip is defined by ONE timeline
@@ -26,6 +30,13 @@ OUT_DIR = Path(__file__).resolve().parent
 FPS = 10
 W, H = 480, 270
 CRF = 20
+SET = "rendered"
+CREDIT = {
+    "source": "examples/render_examples.py: drawn procedurally for marlin-demo",
+    "author": "marlin-demo",
+    "license": "same as this repository",
+    "changes": "none",
+}
 
 Color = tuple[float, float, float]
 
@@ -72,6 +83,7 @@ class Clip:
     def ground_truth(self) -> dict:
         return {
             "video": self.video,
+            "set": SET,
             "title": self.title,
             "duration": self.duration,
             "fps": FPS,
@@ -82,6 +94,7 @@ class Clip:
             "queries": [
                 {"query": q, "span": [self.phase(a).start, self.phase(b).end]} for q, a, b in self.queries
             ],
+            "credit": dict(CREDIT),
         }
 
 
@@ -550,9 +563,13 @@ def main() -> None:
         path = OUT_DIR / clip.video
         encode(clip, path)
         print(f"{path.name}: {clip.duration:.1f} s, {path.stat().st_size / 1024:.0f} KiB")
-    data = [clip.ground_truth() for clip in CLIPS]
-    (OUT_DIR / "examples.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    print(f"examples.json: {len(data)} clips")
+    path = OUT_DIR / "examples.json"
+    kept = []
+    if path.is_file():  # the real-footage entries are not ours to rewrite: keep them first
+        kept = [e for e in json.loads(path.read_text(encoding="utf-8")) if e.get("set") != SET]
+    data = kept + [clip.ground_truth() for clip in CLIPS]
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"examples.json: {len(data)} clips ({len(kept)} kept, {len(CLIPS)} rendered)")
 
 
 if __name__ == "__main__":

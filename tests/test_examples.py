@@ -1,4 +1,4 @@
-"""examples/: the rendered clips, their ground truth, and that the truth matches the pixels."""
+"""examples/: the real and rendered clips, their ground truth and credits, and truth vs pixels."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import pytest
 from marlin_demo.video import probe
 
 MAX_TOTAL_BYTES = 8 * 1024 * 1024
+SETS = ("real", "rendered")
+CREDIT_KEYS = ("source", "author", "license", "changes")
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +28,11 @@ def examples(examples_dir: Path) -> list[dict]:
     data = json.loads(path.read_text(encoding="utf-8"))
     assert isinstance(data, list) and len(data) >= 5
     return data
+
+
+@pytest.fixture(scope="module")
+def rendered(examples: list[dict]) -> list[dict]:
+    return [ex for ex in examples if ex["set"] == "rendered"]
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +49,52 @@ def renderer(examples_dir: Path) -> ModuleType:
     return module
 
 
-def test_schema(examples: list[dict], examples_dir: Path) -> None:
+def test_every_example_validates(examples: list[dict], examples_dir: Path) -> None:
+    """Both sets: times inside the probed clip, spans ordered, a set and a full credit per clip."""
     names = [ex["video"] for ex in examples]
     assert len(set(names)) == len(names)
+    sets = [ex.get("set") for ex in examples]
+    assert set(sets) == set(SETS), sets
+    assert sets == sorted(sets, key=SETS.index), "the real clips come first"
     for ex in examples:
+        where = ex["video"]
+        assert ex["title"].strip() and len(ex["title"]) <= 40, where
+        assert len(ex["scene"].split()) >= 15, where
+        info = probe(examples_dir / ex["video"])
+        assert ex["duration"] == pytest.approx(info.duration_s, abs=0.1), where
+        limit = info.duration_s + 0.05
+        previous_end = 0.0
+        for e in ex["events"]:
+            assert 0.0 <= e["start"] < e["end"] <= limit and e["description"].strip(), (where, e)
+            assert e["start"] >= previous_end - 1e-9, (where, "events overlap or are out of order", e)
+            previous_end = e["end"]
+        assert ex["events"] and ex["queries"], where
+        for q in ex["queries"]:
+            s, e = q["span"]
+            assert q["query"].strip() and 0.0 <= s < e <= limit, (where, q)
+        credit = ex["credit"]
+        assert all(isinstance(credit.get(k), str) and credit[k].strip() for k in CREDIT_KEYS), where
+
+
+def test_the_datasets_loader_accepts_the_file(examples: list[dict], examples_dir: Path) -> None:
+    """bench reads the same file: it must load with every clip and query (the extra keys are ignored)."""
+    from marlin_demo.datasets import load_dataset
+
+    loaded = load_dataset(examples_dir)
+    assert [ex.name for ex in loaded] == [ex["video"] for ex in examples]
+    assert [len(ex.queries) for ex in loaded] == [len(ex["queries"]) for ex in examples]
+
+
+def test_attribution_lists_every_real_clip(examples: list[dict], examples_dir: Path) -> None:
+    text = (examples_dir / "ATTRIBUTION.md").read_text(encoding="utf-8")
+    for ex in examples:
+        if ex["set"] == "real":
+            assert ex["video"] in text and ex["credit"]["license"] in text, ex["video"]
+            assert ex["credit"]["changes"] in text, ex["video"]
+
+
+def test_schema(rendered: list[dict], examples_dir: Path) -> None:
+    for ex in rendered:
         assert {"video", "title", "duration", "scene", "events", "queries"} <= set(ex)
         assert (examples_dir / ex["video"]).is_file(), ex["video"]
         assert ex["title"].strip() and len(ex["scene"].split()) >= 15
@@ -72,18 +121,18 @@ def test_schema(examples: list[dict], examples_dir: Path) -> None:
             assert 0.0 <= s < e <= duration
 
 
-def test_json_matches_the_script(examples: list[dict], renderer: ModuleType) -> None:
-    """examples.json is exactly what the timeline in render_examples.py defines (no hand edits)."""
-    assert [clip.ground_truth() for clip in renderer.CLIPS] == examples
+def test_json_matches_the_script(rendered: list[dict], renderer: ModuleType) -> None:
+    """The rendered entries are exactly what the timeline in render_examples.py defines (no hand edits)."""
+    assert [clip.ground_truth() for clip in renderer.CLIPS] == rendered
 
 
-def test_total_size(examples_dir: Path) -> None:
+def test_total_size(examples: list[dict], examples_dir: Path) -> None:
     files = [p for p in examples_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     total = sum(p.stat().st_size for p in files)
     assert total < MAX_TOTAL_BYTES, f"examples/ holds {total / 1e6:.1f} MB"
-    for p in files:
-        if p.suffix == ".mp4":
-            assert p.stat().st_size < 500 * 1024, p.name
+    for ex in examples:
+        cap = 500 * 1024 if ex["set"] == "rendered" else 2 * 1024 * 1024
+        assert (examples_dir / ex["video"]).stat().st_size < cap, ex["video"]
 
 
 # ---------------------------------------------------------------------------

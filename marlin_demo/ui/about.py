@@ -11,6 +11,7 @@ import os
 import gradio as gr
 
 from marlin_demo.ui.common import UIContext
+from marlin_demo.ui.credits import credits_markdown
 
 SEED_SOURCE = "seeds/marlin-2b-gptq-model-card.txt"
 
@@ -108,6 +109,7 @@ def render(ctx: UIContext) -> gr.Markdown:
     with gr.Row():
         with gr.Column(scale=1):
             gr.Markdown(MODEL_FACTS + SEED_FIGURES, elem_id="about-facts")
+            gr.Markdown(credits_markdown(ctx.examples), elem_id="about-credits")
         with gr.Column(scale=1):
             md = gr.Markdown(RUN_LOCALLY + api_snippets(ctx), elem_id="about-run")
     return md

@@ -6,6 +6,7 @@ The UI event streams the text as the model writes it (private); the public
 
 from __future__ import annotations
 
+import functools
 import html
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from marlin_demo.ui.common import (
     user_errors,
     write_json,
 )
+from marlin_demo.ui.credits import credit_box, credit_line
 
 PLAYER_ID = "caption-player"
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
@@ -223,6 +225,8 @@ def render(ctx: UIContext) -> CaptionTab:
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=320):
             video = upload_video(label="Video", sources=["upload"], elem_id="caption-video", height=280)
+            credit = credit_box("caption-credit")
+            video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             variant = gr.Radio(
                 ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="caption-variant"
             )

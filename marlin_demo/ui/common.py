@@ -273,7 +273,15 @@ def example_cache_kwargs(ctx: UIContext) -> dict[str, Any]:
     return {
         "cache_examples": cached,
         "cache_mode": "lazy" if ctx.cache_mode == "lazy" else "eager",
-        "label": "Examples (cached: the result shows at once)" if cached else "Examples",
+        "label": (
+            (
+                "Examples (cached answers of the tiny stand-in, not Marlin-2B)"
+                if ctx.settings.is_tiny
+                else "Examples (cached: the result shows at once)"
+            )
+            if cached
+            else "Examples"
+        ),
         "examples_per_page": 8,
     }
 

@@ -9,6 +9,7 @@ first run (cold: it includes loading the model) is reported apart from warm runs
 from __future__ import annotations
 
 import csv
+import functools
 import html
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +40,7 @@ from marlin_demo.ui.common import (
     user_errors,
     variant_label,
 )
+from marlin_demo.ui.credits import credit_box, credit_line
 
 VIDEO_ID = "compare-video"
 CHART_TITLES = {
@@ -405,6 +407,8 @@ def render(ctx: UIContext) -> CompareTab:
     with gr.Row(equal_height=False):
         with gr.Column(scale=4, min_width=300):
             video = upload_video(label="Video", sources=["upload"], elem_id=VIDEO_ID, height=260)
+            credit = credit_box("compare-credit")
+            video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             task = gr.Radio(TASK_CHOICES, value="caption", label="Task", elem_id="compare-task")
             query = gr.Textbox(
                 "",
@@ -437,7 +441,7 @@ def render(ctx: UIContext) -> CompareTab:
                     ],
                     inputs=[video, task, query],
                     example_labels=[
-                        f"▶ {short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
+                        f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
                         for i, (e, q) in enumerate(rows)
                     ],
                     label="Examples (fill the inputs; press Compare)",

@@ -7,6 +7,7 @@ that the model did not give. The public ``/find`` endpoint returns
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from marlin_demo.ui.common import (
     upload_video,
     user_errors,
 )
+from marlin_demo.ui.credits import credit_box, credit_line
 from marlin_demo.video import VideoError, export_clip
 
 VIDEO_ID = "find-video"
@@ -167,6 +169,8 @@ def render(ctx: UIContext) -> FindTab:
             video = upload_video(
                 label="Video (also the player)", sources=["upload"], elem_id=VIDEO_ID, height=300
             )
+            credit = credit_box("find-credit")
+            video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             query = gr.Textbox(
                 label="What happens? Describe one event",
                 placeholder="e.g. the red ball rolls across the field",
@@ -232,7 +236,7 @@ def _examples(ctx: UIContext, tab: FindTab) -> gr.Examples | None:
         inputs=[tab.video, tab.query, tab.variant],
         outputs=tab.outputs,
         fn=example_fn,
-        example_labels=[f"▶ {short_name(e)} · “{q['query']}”" for e, q in rows],
+        example_labels=[f"▶ {e.get('title') or short_name(e)} · “{q['query']}”" for e, q in rows],
         elem_id="find-examples",
         **example_cache_kwargs(ctx),
     )

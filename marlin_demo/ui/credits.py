@@ -1,0 +1,54 @@
+"""Credits of the example clips: one line under a loaded example, and the list in the About tab.
+
+The credits live in ``examples/examples.json`` (key ``credit``: source, author, license,
+changes), so a clip and its attribution cannot be separated.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gradio as gr
+
+from marlin_demo.ui.common import UIContext
+
+CREDITS_HEADING = "### Example clips: credits"
+
+
+def credit_text(example: Mapping[str, Any]) -> str:
+    """``Title: author. Source. License. Changes: ...`` (plain text), or "" without a credit."""
+    credit = example.get("credit")
+    if not isinstance(credit, Mapping):
+        return ""
+    parts = [str(credit.get(k) or "").strip() for k in ("author", "source", "license")]
+    text = ". ".join(p.rstrip(".") for p in parts if p)
+    changes = str(credit.get("changes") or "").strip()
+    if changes:
+        text += f". Changes: {changes}"
+    return f"{example.get('title') or example['video']}: {text}."
+
+
+def credit_line(ctx: UIContext, video: str | None) -> str:
+    """The credit of the example this clip is, as a small HTML line; "" for an upload."""
+    example = ctx.ground_truth(video)
+    text = credit_text(example) if example else ""
+    return f'<div class="mf-credit">Clip credit: {html.escape(text)}</div>' if text else ""
+
+
+def credits_markdown(examples: Sequence[Mapping[str, Any]]) -> str:
+    """The About tab's list: every example's credit, real footage first (the file's order)."""
+    rows = [f"- {credit_text(e)}" for e in examples if e.get("set") != "rendered" and credit_text(e)]
+    rendered = [e for e in examples if e.get("set") == "rendered"]
+    if rendered:
+        names = ", ".join(f"`{e['video']}`" for e in rendered)
+        rows.append(f"- {names}: drawn for this project by `examples/render_examples.py`.")
+    if not rows:
+        return ""
+    return f"{CREDITS_HEADING}\n" + "\n".join(rows) + "\n\nAlso in `examples/ATTRIBUTION.md`.\n"
+
+
+def credit_box(elem_id: str) -> gr.HTML:
+    """The empty line under a tab's video that :func:`credit_line` fills."""
+    return gr.HTML("", elem_id=elem_id)
