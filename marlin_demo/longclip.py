@@ -16,6 +16,11 @@ from typing import Any
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 
 
+def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rendered set only: same size and fps, so the concat filter keeps their times exact."""
+    return [e for e in examples if e.get("set", "rendered") == "rendered"]
+
+
 def long_clip_truth(examples: list[dict[str, Any]], target_s: float) -> dict[str, Any]:
     """Segments, events and multi-span queries of the concatenation (pure: no media touched)."""
     order = sorted(examples, key=lambda e: e["video"])
@@ -45,7 +50,7 @@ def build_long_clip(
 ) -> dict[str, Any]:
     """Write the concatenated clip (H.264) and ``<out>.json`` with its truth; returns the truth."""
     ex_dir = Path(examples_dir)
-    examples = json.loads((ex_dir / "examples.json").read_text())
+    examples = rendered(json.loads((ex_dir / "examples.json").read_text()))
     truth = long_clip_truth(examples, target_s)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo.longclip import EXAMPLES_DIR, build_long_clip, long_clip_truth
+from marlin_demo.longclip import EXAMPLES_DIR, build_long_clip, long_clip_truth, rendered
 from marlin_demo.video import probe
 
 
 def test_truth_offsets() -> None:
-    examples = json.loads((EXAMPLES_DIR / "examples.json").read_text())
+    examples = rendered(json.loads((EXAMPLES_DIR / "examples.json").read_text()))
+    assert examples
     truth = long_clip_truth(examples, 100.0)
     assert truth["duration"] >= 100.0
     ends = [s["end"] for s in truth["segments"]]
