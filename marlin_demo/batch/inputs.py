@@ -82,7 +82,8 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
                 entries.append((match, Path(match), query, None))
     else:
         raise InputError(
-            f"No file, folder or manifest at {source}: give a folder of videos, a glob or a JSONL/CSV manifest."
+            f"No file, folder or manifest at {source}: "
+            "give a folder of videos, a glob or a JSONL/CSV manifest."
         )
     if not entries:
         raise InputError(

@@ -91,7 +91,8 @@ class ResultsWriter:
                 )
         elif (out / RESULTS_FILE).exists():
             raise BatchError(
-                f"{out} has {RESULTS_FILE} but no {RUN_FILE}: use a new --out, or --fresh to start over there."
+                f"{out} has {RESULTS_FILE} but no {RUN_FILE}: "
+                "use a new --out, or --fresh to start over there."
             )
         else:
             self.run = {"created": _now(), "fingerprint": fingerprint, "sessions": []}
