@@ -24,7 +24,7 @@ EXIT_LOAD_FAILED = 1
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
 # Subcommands that live in their own modules register themselves through `register(subparsers)`.
-PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize")
+PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize", "marlin_demo.batch")
 
 
 def _fmt_time(seconds: float) -> str:

@@ -1,0 +1,162 @@
+"""``python -m marlin_demo batch INPUT --task caption|find --out DIR [--ray [ADDRESS]]``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from marlin_demo import settings as settings_mod
+
+SETTINGS_FLAGS = (
+    "model",
+    "bf16_id",
+    "gptq_id",
+    "revision",
+    "gptq_revision",
+    "extra_variants",
+    "variants",
+    "device",
+    "gptq_backend",
+    "video_backend",
+    "cache_dir",
+    "caption_max_new_tokens",
+    "find_max_new_tokens",
+    "max_upload_mb",
+    "max_duration_s",
+    "max_width",
+    "max_height",
+    "max_query_chars",
+    "request_timeout_s",
+    "trust_remote_code",
+)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from marlin_demo.batch.inputs import InputError, collect
+    from marlin_demo.batch.writer import BatchError, ResultsWriter
+    from marlin_demo.bench import fingerprint
+
+    try:
+        settings = settings_mod.from_args(args)
+        items = collect(args.input, args.task, args.query)
+        fp = fingerprint(settings, "")
+        fp.pop("data_digest", None)  # the inputs may grow between runs: only new items run
+        fp.update(task=args.task, variant=args.variant)
+        writer = ResultsWriter(Path(args.out), fp, fresh=args.fresh, sidecars=args.sidecars)
+        pending = writer.pending(items)
+    except (InputError, BatchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if writer.repaired:
+        print("note: a torn last line of results.jsonl (an interrupted write) was removed.", file=sys.stderr)
+    if args.workers < 1:
+        print("error: --workers must be at least 1.", file=sys.stderr)
+        return 2
+    mode = "local" if args.ray is None else "ray"
+    signal.signal(signal.SIGTERM, _sigterm)
+    bar = tqdm(
+        total=len(items),
+        initial=len(items) - len(pending),
+        unit="video",
+        desc=args.task,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    try:
+        if pending:
+            with contextlib.redirect_stdout(sys.stderr):
+                if args.ray is None:
+                    _local(settings, pending, args, writer, bar)
+                else:
+                    from marlin_demo.batch.ray_runner import run_ray
+
+                    address = None if args.ray == "local" else args.ray
+                    run_ray(
+                        settings,
+                        pending,
+                        args.task,
+                        args.variant,
+                        writer,
+                        bar,
+                        address,
+                        args.workers,
+                        args.gpus_per_worker,
+                    )
+    except _LoadFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        bar.close()
+        summary = writer.finish(items, mode, args.workers if args.ray is not None else 1)
+    print(
+        f"{summary['rows']} of {summary['items']} rows in {args.out}: {summary['ok']} ok, "
+        f"{summary['error']} failed, {summary['pending']} pending (summary.json)"
+    )
+    return 0
+
+
+class _LoadFailed(RuntimeError):
+    pass
+
+
+def _local(settings: Any, pending: list[Any], args: argparse.Namespace, writer: Any, bar: Any) -> None:
+    from marlin_demo.batch.runner import run_local
+    from marlin_demo.engine import Engine
+    from marlin_demo.models import ModelLoadError
+
+    engine = Engine(settings)
+    try:
+        engine.load(args.variant)
+    except ModelLoadError as exc:
+        raise _LoadFailed(str(exc)) from None
+    run_local(engine, pending, args.task, args.variant, writer, bar)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``batch`` to the CLI."""
+    p = subparsers.add_parser(
+        "batch",
+        help="caption or search a folder, glob or manifest of videos (locally or on Ray)",
+        description="One row per video (and query) in OUT/results.jsonl, a summary.json; reruns resume. "
+        "See docs/BATCH.md.",
+    )
+    p.add_argument(
+        "input", help="a folder (recursive), a glob, a video, or a JSONL/CSV manifest (video, query, id)"
+    )
+    p.add_argument("--task", choices=("caption", "find"), required=True)
+    p.add_argument(
+        "--query", default=None, help="the find query for every video (or a 'query' per manifest row)"
+    )
+    p.add_argument("--out", required=True, help="output folder; rerunning with the same one resumes")
+    p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
+    p.add_argument("--sidecars", action="store_true", help="also write OUT/sidecars/<id>.json/.vtt/.srt")
+    p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray Data: a loopback-only local runtime, or join the cluster at ADDRESS",
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, help="Ray actors, each holding one loaded variant (default 1)"
+    )
+    p.add_argument(
+        "--gpus-per-worker",
+        type=float,
+        default=None,
+        help="GPUs per Ray actor (default 1 when the cluster has GPUs, else 0; 0.5 = two per GPU)",
+    )
+    settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
+    p.set_defaults(func=cmd_batch)

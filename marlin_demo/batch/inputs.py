@@ -1,0 +1,108 @@
+"""What a batch runs on: a folder (recursive), a glob, one video, or a JSONL/CSV manifest."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+VIDEO_EXTENSIONS = frozenset(
+    {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".3gp"}
+)
+
+
+class InputError(ValueError):
+    """An unusable INPUT or manifest: one line for the user."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One row to produce. ``video`` is shown in the row; ``path`` is what a worker opens."""
+
+    id: str
+    video: str
+    path: str
+    query: str | None
+
+
+def _default_id(base: str, query: str | None) -> str:
+    # the query's hash keeps ids stable when a manifest gains or loses rows
+    if query is None:
+        return base
+    return f"{base}#{hashlib.sha1(query.encode('utf-8')).hexdigest()[:8]}"
+
+
+def _read_manifest(path: Path) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        if not reader.fieldnames or "video" not in reader.fieldnames:
+            raise InputError(f"{path.name} has no 'video' column: a CSV manifest needs video[,query][,id].")
+        return [dict(r) for r in reader]
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise InputError(
+                f"Line {n} of {path.name} is not JSON: one object per line is expected."
+            ) from None
+        if not isinstance(rec, dict) or not rec.get("video"):
+            raise InputError(f"Line {n} of {path.name} has no 'video': each line needs a video path.")
+        rows.append(rec)
+    return rows
+
+
+def collect(source: str, task: str, query: str | None = None) -> list[Item]:
+    """The items of INPUT, in a stable order; ids must be unique."""
+    if task == "caption" and query is not None:
+        raise InputError("--query is only for --task find.")
+    src = Path(source)
+    entries: list[tuple[str, Path, str | None, str | None]] = []  # (shown, path, query, id)
+    if src.is_file() and src.suffix.lower() in (".jsonl", ".csv"):
+        for rec in _read_manifest(src):
+            video = str(rec["video"]).strip()
+            p = Path(video) if Path(video).is_absolute() else src.parent / video
+            q = rec.get("query") or query
+            entries.append((video, p, q, (rec.get("id") or None)))
+    elif src.is_dir():
+        for p in sorted(src.rglob("*")):
+            if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS:
+                entries.append((str(src / p.relative_to(src)), p, query, None))
+    elif src.is_file():
+        entries.append((source, src, query, None))
+    elif glob.has_magic(source):
+        for match in sorted(glob.glob(source, recursive=True)):
+            if Path(match).is_file():
+                entries.append((match, Path(match), query, None))
+    else:
+        raise InputError(
+            f"No file, folder or manifest at {source}: "
+            "give a folder of videos, a glob or a JSONL/CSV manifest."
+        )
+    if not entries:
+        raise InputError(
+            f"No videos found in {source}: allowed extensions are {', '.join(sorted(VIDEO_EXTENSIONS))}."
+        )
+    items: list[Item] = []
+    seen: set[str] = set()
+    for shown, p, q, given_id in entries:
+        if task == "find" and not (q and str(q).strip()):
+            raise InputError(
+                f"{shown} has no query: the find task needs --query or a 'query' in the manifest."
+            )
+        q = str(q) if task == "find" else None
+        base = Path(shown).name if src.is_file() and not given_id else shown
+        if src.is_dir():
+            base = p.relative_to(src).as_posix()
+        item_id = str(given_id) if given_id else _default_id(base, q)
+        if item_id in seen:
+            raise InputError(f"The id {item_id!r} appears twice: ids (and video+query pairs) must be unique.")
+        seen.add(item_id)
+        items.append(Item(id=item_id, video=shown, path=str(p.resolve()), query=q))
+    return items

@@ -1,0 +1,191 @@
+"""``OUT/results.jsonl`` (append + flush + fsync per row), sidecars, run.json and summary.json.
+
+Both the local loop and the Ray driver write through ``ResultsWriter``, so the rows are the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.subtitles import to_srt, to_webvtt
+
+RESULTS_FILE = "results.jsonl"
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+SIDECAR_DIR = "sidecars"
+
+
+class BatchError(ValueError):
+    """An unusable --out: one line for the user."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Rows on disk, and whether a torn last line (killed mid-write) was cut off the file."""
+    if not path.exists():
+        return [], False
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    repaired = cut < len(data)
+    if repaired:
+        with path.open("r+b") as fh:
+            fh.truncate(cut)
+            fh.flush()
+            os.fsync(fh.fileno())
+    rows = []
+    for line in data[:cut].decode("utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "id" in rec:
+            rows.append(rec)
+    return rows, repaired
+
+
+def safe_name(item_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._#-]+", "_", item_id).strip("._") or "item"
+
+
+class ResultsWriter:
+    """Owns --out: checks the settings fingerprint, resumes, appends rows, writes the summary."""
+
+    def __init__(self, out: Path, fingerprint: dict[str, Any], fresh: bool = False, sidecars: bool = False):
+        self.out = out
+        self.sidecars = sidecars
+        if out.exists() and not out.is_dir():
+            raise BatchError(f"--out {out} is a file: give a folder.")
+        if fresh and out.is_dir():
+            for name in (RUN_FILE, RESULTS_FILE, SUMMARY_FILE):
+                (out / name).unlink(missing_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        run_path = out / RUN_FILE
+        if run_path.exists():
+            try:
+                self.run = json.loads(run_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                raise BatchError(
+                    f"{run_path} is damaged: use a new --out, or --fresh to start over."
+                ) from None
+            old = self.run.get("fingerprint", {})
+            diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in fingerprint.items() if old.get(k) != v]
+            if diffs:
+                raise BatchError(
+                    f"{out} holds results of a different set-up ({'; '.join(diffs)}): "
+                    "use a new --out, or --fresh to start over there."
+                )
+        elif (out / RESULTS_FILE).exists():
+            raise BatchError(
+                f"{out} has {RESULTS_FILE} but no {RUN_FILE}: "
+                "use a new --out, or --fresh to start over there."
+            )
+        else:
+            self.run = {"created": _now(), "fingerprint": fingerprint, "sessions": []}
+            _write_atomic(run_path, self.run)
+        rows, self.repaired = read_rows(out / RESULTS_FILE)
+        self.done: dict[str, dict[str, Any]] = {r["id"]: r for r in rows}
+        self._started = time.perf_counter()
+        self._written = 0
+
+    def pending(self, items: list[Any]) -> list[Any]:
+        """Items without a row; a row whose id now names another video is a mismatch."""
+        out = []
+        for item in items:
+            row = self.done.get(item.id)
+            if row is None:
+                out.append(item)
+            elif row.get("video") != item.video:
+                raise BatchError(
+                    f"{RESULTS_FILE} row {item.id!r} is for {row.get('video')}, not {item.video}: "
+                    "use a new --out, or --fresh to start over there."
+                )
+        return out
+
+    def write(self, row: dict[str, Any]) -> None:
+        path = self.out / RESULTS_FILE
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.done[row["id"]] = row
+        self._written += 1
+        if self.sidecars and row.get("status") == "ok":
+            self._sidecars(row)
+
+    def _sidecars(self, row: dict[str, Any]) -> None:
+        folder = self.out / SIDECAR_DIR
+        folder.mkdir(exist_ok=True)
+        stem = folder / safe_name(row["id"])
+        if row.get("task") == "find":
+            span = row.get("span")
+            events = [] if span is None else [{"start": span[0], "end": span[1], "description": row["query"]}]
+        else:
+            events = row.get("events", [])
+        stem.with_name(stem.name + ".json").write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
+        stem.with_name(stem.name + ".vtt").write_text(to_webvtt(events), encoding="utf-8")
+        stem.with_name(stem.name + ".srt").write_text(to_srt(events), encoding="utf-8")
+
+    def finish(self, items: list[Any], mode: str, workers: int) -> dict[str, Any]:
+        """Record this session and write summary.json (recomputed from every row on disk)."""
+        wall = time.perf_counter() - self._started
+        self.run.setdefault("sessions", []).append(
+            {
+                "finished": _now(),
+                "wall_s": round(wall, 3),
+                "rows": self._written,
+                "mode": mode,
+                "workers": workers,
+            }
+        )
+        _write_atomic(self.out / RUN_FILE, self.run)
+        summary = summarize(list(self.done.values()), items, self.run["sessions"])
+        _write_atomic(self.out / SUMMARY_FILE, summary)
+        return summary
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    import numpy as np
+
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def summarize(rows: list[dict[str, Any]], items: list[Any], sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts, failures by reason, throughput over the sessions that wrote rows, latency, duration."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    failures: dict[str, int] = {}
+    for r in rows:
+        if r.get("status") == "error":
+            failures[r.get("reason", "error")] = failures.get(r.get("reason", "error"), 0) + 1
+    ids = {r["id"] for r in rows}
+    active = [s for s in sessions if s.get("rows")]
+    wall = sum(s["wall_s"] for s in active)
+    written = sum(s["rows"] for s in active)
+    latencies = [r["metrics"]["latency_s"] for r in ok if r.get("metrics")]
+    return {
+        "items": len(items),
+        "rows": len(rows),
+        "ok": len(ok),
+        "error": len(rows) - len(ok),
+        "pending": sum(1 for i in items if i.id not in ids),
+        "failures": dict(sorted(failures.items())),
+        "videos_per_hour": round(written / wall * 3600, 1) if wall > 0 else None,
+        "latency_s": {"p50": _pct(latencies, 50), "p95": _pct(latencies, 95)},
+        "total_video_duration_s": round(sum(float(r.get("duration_s") or 0) for r in ok), 3),
+        "wall_s": round(wall, 3),
+        "sessions": len(sessions),
+    }

@@ -1,0 +1,202 @@
+"""``python -m marlin_demo batch`` as a user runs it: a subprocess, real clips, bad files, a kill, Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.media_factory import make
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+FAST = ["--model", "tiny", "--caption-max-new-tokens", "8", "--find-max-new-tokens", "8"]
+
+
+def batch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marlin_demo", "batch", *args, *FAST],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def rows(out: Path) -> dict[str, dict]:
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    by_id = {r["id"]: r for r in recs}
+    assert len(by_id) == len(recs), "an id was written twice"
+    return by_id
+
+
+def untimed(by_id: dict[str, dict]) -> dict[str, dict]:
+    return {k: {f: v for f, v in r.items() if f != "metrics"} for k, r in by_id.items()}
+
+
+@pytest.fixture
+def collection(tmp_path: Path) -> Path:
+    """Two example clips (10 s and 12 s) plus a text file named .mp4 and a truncated mp4."""
+    folder = tmp_path / "videos"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "blue_square.mp4", folder / "blue_square.mp4")
+    shutil.copy(EXAMPLES / "ball_rolls.mp4", folder / "sub" / "ball_rolls.mp4")
+    (folder / "notes.mp4").write_text("not a video\n")
+    shutil.copy(make("truncated", tmp_path / "made"), folder / "truncated.mp4")
+    return folder
+
+
+@pytest.mark.slow
+def test_folder_rows_failures_summary_and_rerun(collection: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # ball_rolls is 12 s: over an 11 s limit
+    proc = batch(
+        str(collection), "--task", "caption", "--out", str(out), "--max-duration-s", "11", "--sidecars"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = rows(out)
+    assert set(got) == {"blue_square.mp4", "sub/ball_rolls.mp4", "notes.mp4", "truncated.mp4"}
+    ok = got["blue_square.mp4"]
+    assert ok["status"] == "ok" and ok["task"] == "caption"
+    assert {"variant", "model", "scene", "events", "raw", "repaired", "metrics"} <= set(ok)
+    assert ok["duration_s"] == pytest.approx(10.0, abs=0.2)
+    assert got["sub/ball_rolls.mp4"]["reason"] == "over_limit"
+    assert "at most 11 s" in got["sub/ball_rolls.mp4"]["error"]
+    assert got["notes.mp4"]["reason"] == "not_a_video"
+    assert got["notes.mp4"]["error"].startswith("This file is not a video")
+    assert got["truncated.mp4"]["status"] == "error" and got["truncated.mp4"]["error"].endswith(".")
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["items"], summary["rows"], summary["ok"], summary["error"], summary["pending"]) == (
+        4,
+        4,
+        1,
+        3,
+        0,
+    )
+    assert sum(summary["failures"].values()) == 3 and summary["failures"]["over_limit"] == 1
+    assert summary["total_video_duration_s"] == pytest.approx(10.0, abs=0.2)
+    assert summary["latency_s"]["p50"] == ok["metrics"]["latency_s"]
+    side = out / "sidecars"
+    assert (side / "blue_square.mp4.vtt").read_text().startswith("WEBVTT")
+    assert (side / "blue_square.mp4.srt").exists() and (side / "blue_square.mp4.json").exists()
+    before = (out / "results.jsonl").read_bytes()
+    again = batch(str(collection), "--task", "caption", "--out", str(out), "--max-duration-s", "11")
+    assert again.returncode == 0 and (out / "results.jsonl").read_bytes() == before  # a rerun does nothing
+    # another token limit is another set-up: refused, naming the way out
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marlin_demo",
+            "batch",
+            str(collection),
+            "--task",
+            "caption",
+            "--out",
+            str(out),
+            "--model",
+            "tiny",
+            "--caption-max-new-tokens",
+            "9",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert other.returncode == 2 and "--fresh" in other.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_adds_only_missing_rows(tmp_path: Path) -> None:
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    for name in ("blue_square", "ball_rolls", "lamp_on_off"):
+        shutil.copy(EXAMPLES / f"{name}.mp4", folder / f"{name}.mp4")
+    out = tmp_path / "out"
+    results = out / "results.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marlin_demo",
+            "batch",
+            str(folder),
+            "--task",
+            "caption",
+            "--out",
+            str(out),
+            *FAST,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    # wait for the first row on disk without sleeping: each chunk the child writes to stderr (its
+    # progress bar redraws after every row) wakes us to look at the file
+    while os.read(proc.stderr.fileno(), 65536):
+        if results.exists() and results.read_text().count("\n") >= 1:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    first = rows(out)
+    assert 1 <= len(first) < 3
+    with results.open("a") as fh:
+        fh.write('{"id": "torn')  # an interrupted write: repaired on resume
+    done = batch(str(folder), "--task", "caption", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = rows(out)
+    assert set(final) == {"blue_square.mp4", "ball_rolls.mp4", "lamp_on_off.mp4"}
+    for key, row in first.items():
+        assert final[key] == row  # earlier rows kept as they were, not rerun
+    assert json.loads((out / "summary.json").read_text())["rows"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_manifest_with_queries(kind: str, tmp_path: Path) -> None:
+    entries = [
+        ("blue_square.mp4", "the blue square appears", "a"),
+        ("blue_square.mp4", "the room is empty again", None),
+        ("ball_rolls.mp4", "the ball rolls", "c"),
+    ]
+    manifest = tmp_path / f"m.{kind}"
+    for name in {e[0] for e in entries}:
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    if kind == "jsonl":
+        lines = [json.dumps({"video": v, "query": q, **({"id": i} if i else {})}) for v, q, i in entries]
+        manifest.write_text("\n".join(lines) + "\n")
+    else:
+        manifest.write_text("video,query,id\n" + "".join(f'{v},"{q}",{i or ""}\n' for v, q, i in entries))
+    out = tmp_path / "out"
+    proc = batch(str(manifest), "--task", "find", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = rows(out)
+    assert len(got) == 3 and {"a", "c"} <= set(got)
+    (generated,) = set(got) - {"a", "c"}
+    assert generated.startswith("blue_square.mp4#")
+    assert got["a"]["query"] == "the blue square appears" and got["c"]["query"] == "the ball rolls"
+    assert got[generated]["query"] == "the room is empty again"
+    for r in got.values():
+        assert r["status"] == "ok" and set(r) >= {"span", "format_ok", "raw", "metrics", "video"}
+
+
+@pytest.mark.slow
+def test_ray_local_runtime_gives_the_local_rows(collection: Path, tmp_path: Path) -> None:
+    local, ray_out = tmp_path / "local", tmp_path / "ray"
+    args = (str(collection), "--task", "caption", "--max-duration-s", "11")
+    assert batch(*args, "--out", str(local)).returncode == 0
+    proc = batch(*args, "--out", str(ray_out), "--ray", "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert untimed(rows(ray_out)) == untimed(rows(local))
+    before = (ray_out / "results.jsonl").read_bytes()
+    again = batch(*args, "--out", str(ray_out), "--ray")
+    assert again.returncode == 0 and (ray_out / "results.jsonl").read_bytes() == before
+    left = subprocess.run(["pgrep", "-f", "ray/core/src/ray/(gcs|raylet)"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "the Ray runtime was not torn down"
