@@ -174,7 +174,7 @@ def test_skipping_unplanned_nonreference_pictures_changes_no_pixel(
         plan = V.plan_sampling(info, PARAMS)
         skipped = V.sample(gop_clips[name], plan, backend="fast", info=info)
         with monkeypatch.context() as m:
-            m.setattr(V, "FAST_SKIP_NONREF", frozenset())
+            m.setattr(V.fast, "FAST_SKIP_NONREF", frozenset())
             full = V.sample(gop_clips[name], plan, backend="fast", info=info)
         assert skipped.backend == full.backend == "fast"
         assert torch.equal(skipped.frames, full.frames), name
@@ -202,7 +202,7 @@ def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) 
     def broken(*_args: object, **_kw: object) -> None:
         raise RuntimeError("simulated decoder failure")
 
-    monkeypatch.setattr(V, "_decode_fast", broken)
+    monkeypatch.setattr(V.pipeline, "_decode_fast", broken)
     prepared = V.sample(path, plan, backend="fast", info=info)
     assert prepared.backend == "torchcodec"
     assert torch.equal(prepared.frames, V.sample(path, plan, info=info).frames)
@@ -210,7 +210,7 @@ def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) 
 
 def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packets without unique pts: one sequential decode that counts frames, like the PyAV fallback."""
-    monkeypatch.setattr(V, "_packet_index", lambda *_a: None)
+    monkeypatch.setattr(V.fast, "_packet_index", lambda *_a: None)
     check_fast(example("people_meet.mp4"))
 
 
