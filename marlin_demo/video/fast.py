@@ -272,9 +272,9 @@ def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
 
     Fast when the source is 8-bit and a source frame has at least ``FAST_MIN_AREA_RATIO``
     times the plan's pixels (there the reference's full-size RGB conversion and bicubic
-    resize dominate); otherwise ``"auto"`` (the reference, bit-exact, and about as fast).
+    resize dominate); otherwise ``"reference"`` (the reference, bit-exact, and about as fast).
     """
     src = max(plan.source_height, 1) * max(plan.source_width, 1)
     if fast_supported(info) and src >= FAST_MIN_AREA_RATIO * plan.height * plan.width:
         return "fast"
-    return "auto"
+    return "reference"

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # pragma: no cover - typing only
     pass
 
-Backend = Literal["auto", "torchcodec", "pyav", "fast"]
-BACKENDS: tuple[str, ...] = ("auto", "torchcodec", "pyav", "fast")
+#: "auto" chooses per clip (fast.pick_backend), as MARLIN_VIDEO_BACKEND=auto does; "reference" is
+#: torchcodec with the PyAV fallback (qwen-vl-utils' pixels); "torchcodec"/"pyav" force one reader
+Backend = Literal["auto", "reference", "torchcodec", "pyav", "fast"]
+BACKENDS: tuple[str, ...] = ("auto", "reference", "torchcodec", "pyav", "fast")
 
 
 ALLOWED = "upload an MP4, WebM, MOV or MKV clip"

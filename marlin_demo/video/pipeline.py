@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _resize
-from marlin_demo.video.fast import _decode_fast, fast_supported
+from marlin_demo.video.fast import _decode_fast, fast_supported, pick_backend
 from marlin_demo.video.info import (
     BACKENDS,
     Backend,
@@ -43,28 +43,33 @@ def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
 def sample(
     path: str | os.PathLike[str],
     plan: SamplingPlan,
-    backend: Backend = "auto",
+    backend: Backend = "reference",
     info: VideoInfo | None = None,
 ) -> PreparedVideo:
     """Decode the planned frames once and resize them exactly as qwen-vl-utils does.
 
-    ``backend="auto"`` uses torchcodec (the reference) and falls back to PyAV
+    ``backend="reference"`` (the default) uses torchcodec (the reference) and falls back to PyAV
     when torchcodec cannot load FFmpeg's libraries or fails on this file; the
     backend actually used is ``metadata["video_backend"]``.
 
+    ``backend="auto"`` chooses per clip (``pick_backend``), as MARLIN_VIDEO_BACKEND=auto does.
     ``backend="fast"`` keeps the plan and changes only the pixels slightly (see the
     module docstring): one decode that scales just the planned frames with swscale.
     If it fails on a file, the reference path above runs instead and says so in
     ``metadata["video_backend"]``.
     """
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be 'auto', 'torchcodec', 'pyav' or 'fast', not {backend!r}")
+        raise ValueError(
+            f"backend must be 'auto', 'reference', 'torchcodec', 'pyav' or 'fast', not {backend!r}"
+        )
     p = str(Path(path))
     if info is None:
         info = probe(p)
+    if backend == "auto":  # the per-clip choice, as MARLIN_VIDEO_BACKEND=auto means
+        backend = pick_backend(info, plan)
     t0 = time.perf_counter()
     if backend == "fast" and not fast_supported(info):
-        backend = "auto"  # >8-bit: PyAV's RGB conversion differs from the reference's; decode as it does
+        backend = "reference"  # >8-bit: PyAV's RGB conversion differs from the reference's; decode as it does
     if backend == "fast":
         try:
             frames, pts, n_decoded = _decode_fast(p, plan, info.stream_index, info.num_frames)
@@ -80,12 +85,12 @@ def sample(
                 frame_pts=pts,
                 frames_decoded=n_decoded,
             )
-        backend = "auto"
+        backend = "reference"
     frames = None
     used = backend
-    if backend == "auto" and info.metadata_source != "torchcodec":
+    if backend == "reference" and info.metadata_source != "torchcodec":
         backend = "pyav"  # torchcodec could not open it at probe time; the plan counts frames as PyAV does
-    if backend in ("auto", "torchcodec"):
+    if backend in ("reference", "torchcodec"):
         try:
             frames = _decode_torchcodec(p, plan.indices)
             used = "torchcodec"
@@ -112,7 +117,7 @@ def prepare(
     path: str | os.PathLike[str],
     params: VideoParams | None = None,
     limits: Limits = Limits(),  # noqa: B008 - frozen, never mutated
-    backend: Backend = "auto",
+    backend: Backend = "reference",
 ) -> PreparedVideo:
     """validate + plan_sampling + sample: the one call the engine needs (``backend="fast"``: see sample)."""
     info = validate(path, limits)
