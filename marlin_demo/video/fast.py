@@ -175,7 +175,9 @@ def _decode_fast(
             try:
                 for packet in container.demux(stream):
                     if skip:
-                        want_mode = "DEFAULT" if packet.pts is None or packet.pts in by_pts else "NONREF"
+                        want_mode = (
+                            "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
+                        )
                         if want_mode != mode:
                             codec.skip_frame = mode = want_mode
                     for frame in codec.decode(packet):

@@ -234,7 +234,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             )
 
         tc_meta = _torchcodec_metadata(str(p))
-        stream = None
+        stream: Any = None
         if tc_meta is not None:
             stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
             if stream is None:  # torchcodec chose a stream we do not count as video: trust PyAV alone

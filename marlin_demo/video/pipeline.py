@@ -72,12 +72,12 @@ def sample(
         backend = "reference"  # >8-bit: PyAV's RGB conversion differs from the reference's; decode as it does
     if backend == "fast":
         try:
-            frames, pts, n_decoded = _decode_fast(p, plan, info.stream_index, info.num_frames)
+            fast_frames, pts, n_decoded = _decode_fast(p, plan, info.stream_index, info.num_frames)
         except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
             log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
         else:
             return PreparedVideo(
-                frames=frames,
+                frames=fast_frames,
                 metadata=_metadata(plan, "fast"),
                 plan=plan,
                 info=info,
@@ -86,7 +86,7 @@ def sample(
                 frames_decoded=n_decoded,
             )
         backend = "reference"
-    frames = None
+    frames: Any = None
     used = backend
     if backend == "reference" and info.metadata_source != "torchcodec":
         backend = "pyav"  # torchcodec could not open it at probe time; the plan counts frames as PyAV does
