@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--encodings", default="default,ultrafast", help=f"clips to measure, of {', '.join(ENCODINGS)}"
     )
-    ap.add_argument("--backend", default="fast", help="our sample() backend (fast, auto, pyav, torchcodec)")
+    ap.add_argument("--backend", default="fast", help="fast, reference, auto, pyav or torchcodec")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)

@@ -232,7 +232,7 @@ class Engine:
                 return hit, True
         info = validate(path, self.limits())
         plan = plan_sampling(info, self.params)
-        backend = {"reference": "auto", "fast": "fast"}.get(self.video_backend) or pick_backend(info, plan)
+        backend = pick_backend(info, plan) if self.video_backend == "auto" else self.video_backend
         prepared = sample(path, plan, backend=backend, info=info)
         prepared.digest = "|".join(key)
         with self._video_lock:

@@ -106,7 +106,7 @@ def check_fast(path: Path) -> tuple[V.PreparedVideo, V.PreparedVideo]:
     """The fast path against the reference on one file: same plan and frames, pixels within tolerance."""
     info = V.probe(path)
     plan = V.plan_sampling(info, PARAMS)
-    ref = V.sample(path, plan, backend="auto", info=info)
+    ref = V.sample(path, plan, backend="reference", info=info)
     fast = V.sample(path, plan, backend="fast", info=info)
     assert fast.plan is plan  # the plan (indices, size, tokens) is the reference's, untouched
     assert fast.frames.shape == ref.frames.shape == (plan.nframes, 3, plan.height, plan.width)
@@ -148,7 +148,7 @@ def test_fast_path_leaves_10bit_to_the_reference(media_dir: Path) -> None:
     assert not V.fast_supported(info)
     _, fast = check_fast(path)
     assert fast.backend == "torchcodec" and fast.frame_pts is None
-    assert V.pick_backend(info, fast.plan) == "auto"
+    assert V.pick_backend(info, fast.plan) == "reference"
 
 
 @needs_ffmpeg
@@ -174,7 +174,7 @@ def test_skipping_unplanned_nonreference_pictures_changes_no_pixel(
         plan = V.plan_sampling(info, PARAMS)
         skipped = V.sample(gop_clips[name], plan, backend="fast", info=info)
         with monkeypatch.context() as m:
-            m.setattr(V, "FAST_SKIP_NONREF", frozenset())
+            m.setattr(V.fast, "FAST_SKIP_NONREF", frozenset())
             full = V.sample(gop_clips[name], plan, backend="fast", info=info)
         assert skipped.backend == full.backend == "fast"
         assert torch.equal(skipped.frames, full.frames), name
@@ -202,7 +202,7 @@ def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) 
     def broken(*_args: object, **_kw: object) -> None:
         raise RuntimeError("simulated decoder failure")
 
-    monkeypatch.setattr(V, "_decode_fast", broken)
+    monkeypatch.setattr(V.pipeline, "_decode_fast", broken)
     prepared = V.sample(path, plan, backend="fast", info=info)
     assert prepared.backend == "torchcodec"
     assert torch.equal(prepared.frames, V.sample(path, plan, info=info).frames)
@@ -210,7 +210,7 @@ def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) 
 
 def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packets without unique pts: one sequential decode that counts frames, like the PyAV fallback."""
-    monkeypatch.setattr(V, "_packet_index", lambda *_a: None)
+    monkeypatch.setattr(V.fast, "_packet_index", lambda *_a: None)
     check_fast(example("people_meet.mp4"))
 
 
@@ -231,9 +231,20 @@ def test_segments_cover_every_frame_from_a_keyframe() -> None:
 
 def test_pick_backend(gop_clips: dict[str, Path]) -> None:
     small = V.probe(example("ball_rolls.mp4"))  # 480x270 upscaled to 512x288: the reference is as fast
-    assert V.pick_backend(small, V.plan_sampling(small, PARAMS)) == "auto"
+    assert V.pick_backend(small, V.plan_sampling(small, PARAMS)) == "reference"
     big = V.probe(gop_clips["big"])  # 1280x720 shrunk to 576x320: the fast path pays
     assert V.pick_backend(big, V.plan_sampling(big, PARAMS)) == "fast"
+
+
+def test_sample_auto_means_the_per_clip_choice(gop_clips: dict[str, Path]) -> None:
+    """backend="auto" in video.sample means what MARLIN_VIDEO_BACKEND=auto means: pick_backend's choice."""
+    small = V.probe(example("ball_rolls.mp4"))
+    assert V.sample(example("ball_rolls.mp4"), V.plan_sampling(small, PARAMS), "auto", small).backend in (
+        "torchcodec",
+        "pyav",
+    )
+    big = V.probe(gop_clips["big"])
+    assert V.sample(gop_clips["big"], V.plan_sampling(big, PARAMS), "auto", big).backend == "fast"
 
 
 # ---------------------------------------------------------------------------

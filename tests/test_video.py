@@ -166,7 +166,7 @@ def test_probe_without_torchcodec_agrees(media_dir: Path, name: str, monkeypatch
     """The PyAV packet scan gives the same frame count, fps and duration as torchcodec's exact scan."""
     path = media_file(media_dir, name)
     with_tc = probe(path)
-    monkeypatch.setattr(V, "_torchcodec_metadata", lambda _path: None)
+    monkeypatch.setattr(V.info, "_torchcodec_metadata", lambda _path: None)
     without = probe(path)
     assert without.metadata_source == "pyav"
     assert without.num_frames == with_tc.num_frames
@@ -268,7 +268,7 @@ def test_zero_duration_message(monkeypatch: pytest.MonkeyPatch) -> None:
         num_frames_from_content=None,
         num_frames_from_header=0,
     )
-    monkeypatch.setattr(V, "_torchcodec_metadata", lambda _path: fake)
+    monkeypatch.setattr(V.info, "_torchcodec_metadata", lambda _path: fake)
     with pytest.raises(VideoError, match=r"zero duration"):
         probe(example_file("ball_rolls.mp4"))
 
@@ -481,7 +481,7 @@ def test_auto_falls_back_to_pyav(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_args: object) -> None:
         raise RuntimeError("Could not load libtorchcodec: libavutil.so.59 not found")
 
-    monkeypatch.setattr(V, "_decode_torchcodec", broken)
+    monkeypatch.setattr(V.pipeline, "_decode_torchcodec", broken)
     prepared = sample(path, plan, info=info)
     assert prepared.metadata["video_backend"] == "pyav"
     assert prepared.frames.shape == (plan.nframes, 3, plan.height, plan.width)
@@ -493,7 +493,7 @@ def test_auto_falls_back_to_pyav(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_auto_uses_pyav_when_probe_could_not_use_torchcodec(monkeypatch: pytest.MonkeyPatch) -> None:
     path = example_file("lamp_on_off.mp4")
-    monkeypatch.setattr(V, "_torchcodec_metadata", lambda _path: None)
+    monkeypatch.setattr(V.info, "_torchcodec_metadata", lambda _path: None)
     info = probe(path)
     assert info.metadata_source == "pyav"
     prepared = sample(path, plan_sampling(info, PARAMS), info=info)
@@ -557,7 +557,7 @@ def test_export_clip_rotated_comes_out_upright(rotated_90: Path, tmp_path: Path)
 
 
 def test_export_clip_without_ffmpeg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(V.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(V.export.shutil, "which", lambda _name: None)
     assert not V.ffmpeg_available()
     with pytest.raises(RuntimeError, match="ffmpeg was not found"):
         export_clip(example_file("ball_rolls.mp4"), 0, 1, tmp_path / "x.mp4")

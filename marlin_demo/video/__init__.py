@@ -1,0 +1,161 @@
+"""Video input: probe, validate, plan sampling, decode, export a clip.
+
+Marlin-2B was fine-tuned on frames produced by qwen-vl-utils' ``fetch_video``
+with the torchcodec reader. This module reproduces that pipeline exactly (the
+same frame indices, the same resized size, the same pixel values), but split
+into steps so the UI can show the plan (frames, tokens) before decoding and
+so bad uploads fail early with one clear sentence.
+
+Facts this module relies on (checked against qwen-vl-utils 0.0.14 and
+torchcodec 0.17):
+
+- torchcodec picks the "best" video stream (``av_find_best_stream``), counts
+  frames by scanning packets (``seek_mode="exact"``) and reports
+  ``average_fps = num_frames / duration_from_content``; qwen-vl-utils uses
+  those two numbers for sampling.
+- torchcodec applies the display-matrix rotation while decoding, so
+  qwen-vl-utils resizes *upright* frames: a 320x240 clip tagged rotate=90 is
+  planned as 240 wide x 320 high.
+- qwen-vl-utils resizes the uint8 frames (bicubic, antialias) and only then
+  calls ``.float()``: its float32 output holds whole numbers 0..255, so the
+  uint8 frames returned here are exactly ``qwen_frames.to(torch.uint8)`` and
+  the HF video processor gives identical ``pixel_values_videos`` for either.
+
+The fast path (``backend="fast"``, docs/SPEED.md) keeps the plan (frame indices,
+size, token count, metadata) exactly and changes only how pixels are made: the clip
+is split at keyframes into runs decoded in parallel by single-threaded decoders (one
+per core), only the planned frames are converted (to planar RGB at full size, by the
+same converter the reference uses) and shrunk by swscale's bicubic scaler instead of
+torchvision's bicubic-antialias resize, the reference's most expensive step on large
+sources. Every reference picture up to the last planned one in its GOP is still decoded;
+H.264 pictures nothing references are skipped unless planned (``FAST_SKIP_NONREF``). That
+decode is now most of the cost. Pixels differ from the
+reference by 0.01-0.2 levels on average (tests/test_speed.py,
+benchmarks/bench_video_prep.py); sources above 8 bits keep the reference path.
+
+The package splits the job by step: ``info`` (probe, validate), ``plan`` (the sampling plan),
+``decode`` (the reference decode), ``fast`` (the fast decode), ``pipeline`` (sample, prepare) and
+``export`` (clip export). Everything is re-exported here; patch a name in the module that uses it.
+"""
+
+from __future__ import annotations
+
+from marlin_demo.video.decode import (
+    PreparedVideo,
+    _check_complete,
+    _decode_pyav,
+    _decode_torchcodec,
+    _positions,
+    _resize,
+    _rotation_k,
+    _upright_chw,
+    _video_stream,
+)
+from marlin_demo.video.export import (
+    export_clip,
+    ffmpeg_available,
+)
+from marlin_demo.video.fast import (
+    FAST_MAX_BIT_DEPTH,
+    FAST_MIN_AREA_RATIO,
+    FAST_PLANAR,
+    FAST_SCALER,
+    FAST_SKIP_NONREF,
+    _decode_fast,
+    _fast_workers,
+    _FastConverter,
+    _packet_index,
+    _PacketIndex,
+    _segments,
+    fast_supported,
+    frame_pts,
+    pick_backend,
+)
+from marlin_demo.video.info import (
+    _IMAGE_BRANDS,
+    _MAGIC,
+    ALLOWED,
+    BACKENDS,
+    TEMPORAL_PATCH_SIZE,
+    Backend,
+    Limits,
+    VideoError,
+    VideoInfo,
+    _container_name,
+    _looks_like_video_container,
+    _not_a_video,
+    _scan_packets,
+    _short,
+    _sniff,
+    _torchcodec_decoder,
+    _torchcodec_decoder_cls,
+    _torchcodec_metadata,
+    _undecodable,
+    probe,
+    validate,
+)
+from marlin_demo.video.pipeline import (
+    _metadata,
+    prepare,
+    sample,
+)
+from marlin_demo.video.plan import (
+    SamplingPlan,
+    _qwen_element,
+    plan_sampling,
+)
+
+__all__ = [
+    "ALLOWED",
+    "BACKENDS",
+    "FAST_MAX_BIT_DEPTH",
+    "FAST_MIN_AREA_RATIO",
+    "FAST_PLANAR",
+    "FAST_SCALER",
+    "FAST_SKIP_NONREF",
+    "TEMPORAL_PATCH_SIZE",
+    "_IMAGE_BRANDS",
+    "_MAGIC",
+    "Backend",
+    "Limits",
+    "PreparedVideo",
+    "SamplingPlan",
+    "VideoError",
+    "VideoInfo",
+    "_FastConverter",
+    "_PacketIndex",
+    "_check_complete",
+    "_container_name",
+    "_decode_fast",
+    "_decode_pyav",
+    "_decode_torchcodec",
+    "_fast_workers",
+    "_looks_like_video_container",
+    "_metadata",
+    "_not_a_video",
+    "_packet_index",
+    "_positions",
+    "_qwen_element",
+    "_resize",
+    "_rotation_k",
+    "_scan_packets",
+    "_segments",
+    "_short",
+    "_sniff",
+    "_torchcodec_decoder",
+    "_torchcodec_decoder_cls",
+    "_torchcodec_metadata",
+    "_undecodable",
+    "_upright_chw",
+    "_video_stream",
+    "export_clip",
+    "fast_supported",
+    "ffmpeg_available",
+    "frame_pts",
+    "pick_backend",
+    "plan_sampling",
+    "prepare",
+    "probe",
+    "sample",
+    "validate",
+]

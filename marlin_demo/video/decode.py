@@ -1,0 +1,124 @@
+"""Reference decode: the planned frames as torchcodec (or PyAV) gives them, resized like qwen-vl-utils."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from marlin_demo.video.info import VideoInfo, _short, _torchcodec_decoder, _undecodable
+from marlin_demo.video.plan import SamplingPlan
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+
+
+@dataclass
+class PreparedVideo:
+    """Frames ready for the processor.
+
+    ``frames``: uint8 tensor (T, C, H, W), RGB, already resized to the plan's
+    size. qwen-vl-utils returns the same values as float32 (``frames.float()``);
+    the HF video processor gives identical output for both.
+    ``metadata``: the dict qwen-vl-utils returns (``fps``, ``frames_indices``,
+    ``total_num_frames``, ``video_backend``): pass it as ``video_metadata`` so
+    the prompt's ``<t seconds>`` timestamps are right.
+    """
+
+    frames: torch.Tensor
+    metadata: dict[str, Any]
+    plan: SamplingPlan
+    info: VideoInfo
+    decode_s: float = 0.0
+    backend: str = field(default="")
+    #: presentation time (s) of each returned frame, when the decoder reported it (the fast path does)
+    frame_pts: list[float] | None = None
+    #: content key the engine's caches use ("" until the engine sets or computes it)
+    digest: str = ""
+    #: pictures the fast path decoded (planned or not); None on the reference paths
+    frames_decoded: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.backend:
+            self.backend = str(self.metadata.get("video_backend", ""))
+
+
+def _video_stream(container: Any, stream_index: int | None) -> Any:
+    """The stream ``probe`` chose (by index), else the best video stream, else the first one."""
+    stream = next((s for s in container.streams.video if s.index == stream_index), None)
+    if stream is None:
+        stream = container.streams.best("video") or container.streams.video[0]
+    return stream
+
+
+def _rotation_k(frame: Any) -> int:
+    """Quarter turns (counter-clockwise) that make a decoded frame upright, from its display rotation."""
+    return (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
+
+
+def _upright_chw(rgb: Any, k: int) -> torch.Tensor:
+    """An (h, w, 3) uint8 array rotated by ``k`` quarter turns, as a (3, h, w) tensor."""
+    import numpy as np
+    import torch
+
+    if k:
+        rgb = np.rot90(rgb, k=k, axes=(0, 1))
+    return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+
+
+def _positions(indices: list[int]) -> dict[int, list[int]]:
+    """Frame index -> the positions in ``indices`` that hold it (a plan may repeat an index)."""
+    positions: dict[int, list[int]] = {}
+    for pos, idx in enumerate(indices):
+        positions.setdefault(idx, []).append(pos)
+    return positions
+
+
+def _check_complete(indices: list[int], out: list[Any]) -> None:
+    """Raise the "truncated" error when a planned frame was never decoded."""
+    missing = [indices[i] for i, t in enumerate(out) if t is None]
+    if missing:
+        raise _undecodable(f"frames {missing[:3]} could not be read, the file may be truncated")
+
+
+def _decode_torchcodec(path: str, indices: list[int]) -> torch.Tensor:
+    decoder = _torchcodec_decoder(path)
+    return decoder.get_frames_at(indices=indices).data
+
+
+def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> torch.Tensor:
+    """Decode frames by presentation order index with PyAV, applying the display rotation like torchcodec.
+
+    Sequential decode (no seeking), so it is slower than torchcodec on long clips;
+    it is the fallback, not the default.
+    """
+    import av
+    import torch
+
+    wanted = _positions(indices)
+    out: list[Any] = [None] * len(indices)
+    last = max(indices)
+    with av.open(path) as container:
+        stream = _video_stream(container, stream_index)
+        stream.thread_type = "AUTO"
+        n = -1
+        try:
+            for frame in container.decode(stream):
+                n += 1
+                if n in wanted:
+                    tensor = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame))
+                    for pos in wanted[n]:
+                        out[pos] = tensor
+                if n >= last:
+                    break
+        except av.error.FFmpegError as exc:
+            raise _undecodable(f"PyAV failed after frame {n}: {_short(exc)}") from exc
+    _check_complete(indices, out)
+    return torch.stack(out)
+
+
+def _resize(frames: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """qwen-vl-utils' resize: on the uint8 tensor, bicubic with antialias (output stays uint8)."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as F
+
+    return F.resize(frames, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)

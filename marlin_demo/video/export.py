@@ -1,0 +1,83 @@
+"""Export a frame-accurate clip with ffmpeg (the Find tab's download)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from marlin_demo.video.info import VideoError, VideoInfo, probe
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    pass
+
+
+# ---------------------------------------------------------------------------
+# Export a clip
+# ---------------------------------------------------------------------------
+
+
+def ffmpeg_available() -> bool:
+    """True when the ffmpeg binary is on PATH (needed only for export_clip)."""
+    return shutil.which("ffmpeg") is not None
+
+
+def export_clip(
+    path: str | os.PathLike[str],
+    start: float,
+    end: float,
+    out_path: str | os.PathLike[str],
+    timeout_s: float = 600.0,
+    *,
+    info: VideoInfo | None = None,
+) -> Path:
+    """Cut [start, end) seconds into an H.264/yuv420p MP4 (faststart, audio kept), frame-accurately.
+
+    Re-encodes (a stream copy can only cut at keyframes). The range is clamped
+    to the video; a range shorter than one frame raises VideoError. ``info``: the
+    file's ``probe`` result when the caller already has it (else it is probed here).
+    """
+    exe = shutil.which("ffmpeg")
+    if exe is None:
+        raise RuntimeError(
+            "ffmpeg was not found on PATH: install it (e.g. apt-get install ffmpeg) to export clips."
+        )
+    info = info if info is not None else probe(path)
+    try:
+        start_f, end_f = float(start), float(end)
+    except (TypeError, ValueError) as exc:
+        raise VideoError(f"The clip range {start!r}-{end!r} is not a pair of numbers of seconds.") from exc
+    if not (math.isfinite(start_f) and math.isfinite(end_f)):
+        raise VideoError(
+            f"The clip range {start}-{end} s is not finite; use seconds within 0-{info.duration_s:.1f}."
+        )
+    s = min(max(0.0, start_f), info.duration_s)
+    e = min(max(0.0, end_f), info.duration_s)
+    if e - s < 1.0 / info.fps:
+        raise VideoError(
+            f"The clip range {start_f:.2f}-{end_f:.2f} s is empty; choose an end after the start "
+            f"within 0-{info.duration_s:.1f} s."
+        )
+    out = Path(out_path)
+    if out.resolve() == Path(path).resolve():
+        raise ValueError("out_path must differ from the source video.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
+        "-accurate_seek", "-ss", f"{s:.6f}", "-i", str(path), "-t", f"{e - s:.6f}",
+        "-map", f"0:{info.stream_index}", "-map", "0:a?", "-sn", "-dn",
+        "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2",
+        "-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p",
+        "-c:a", "aac", "-b:a", "128k", "-movflags", "+faststart", str(out),
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"ffmpeg took longer than {timeout_s:g} s to export the clip.") from exc
+    if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
+        tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no message"]
+        raise RuntimeError(f"ffmpeg failed to export the clip (exit {proc.returncode}): {tail[0]}")
+    return out

@@ -1,0 +1,282 @@
+"""Fast decode (docs/SPEED.md): same plan, keyframe runs decoded in parallel, planned frames scaled."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from marlin_demo.video.decode import _check_complete, _positions, _rotation_k, _upright_chw, _video_stream
+from marlin_demo.video.info import Backend, VideoInfo, _short, _undecodable
+from marlin_demo.video.plan import SamplingPlan
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+
+
+# The fast path's two swscale steps per planned frame: (1) YUV -> planar RGB at the stored size
+# with the same unscaled converter the reference's RGB conversion uses (bit-identical for 8-bit
+# sources), (2) planar RGB at the plan's size, bicubic (swscale widens the kernel when shrinking,
+# i.e. it antialiases), packed by numpy. Step 2 replaces torchvision's bicubic+antialias resize,
+# the reference's most expensive step on large sources: mean |diff| 0.02-0.2 levels on the
+# example clips, the shared media and a 1080p clip (docs/SPEED.md). Scaling straight from YUV in
+# one step is cheaper by ~2 ms a frame but ~1.1-1.4 levels off (swscale scales the YUV planes).
+FAST_PLANAR = "gbrp"
+FAST_SCALER = "BICUBIC"
+#: the fast path is used for sources of at most this many bits per component; above it PyAV's
+#: bundled FFmpeg converts to RGB differently from torchcodec's (~2.7 levels on a 10-bit clip)
+FAST_MAX_BIT_DEPTH = 8
+#: codecs whose unplanned non-reference pictures the fast path does not decode. In H.264 a
+#: picture with ``nal_ref_idc == 0`` is never used to predict another (the standard's
+#: definition), so dropping it cannot change any other picture: FFmpeg's
+#: ``skip_frame=NONREF`` is set for exactly the packets that hold no planned frame. On a
+#: default x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
+#: Not HEVC: its "sub-layer non-reference" pictures may still be referenced from higher
+#: temporal layers.
+FAST_SKIP_NONREF = frozenset({"h264"})
+#: ``pick_backend`` uses the fast path when a source frame has at least this many times the
+#: plan's pixels: below it the reference resize is cheap and the fast path saves ~nothing
+FAST_MIN_AREA_RATIO = 2.0
+
+
+@dataclass
+class _PacketIndex:
+    """The packets of one stream, as torchcodec's exact mode numbers frames (sorted by pts)."""
+
+    pts: list[int]  # presentation order: frame index i has pts[i] (stream time base)
+    keyframes: list[int]  # frame indices whose packet is flagged as a keyframe, ascending
+    time_base: float
+
+
+def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
+    """Scan packets (demux only). None when pts are missing or repeated: then frames are counted."""
+    import av
+
+    pts: list[int] = []
+    key_pts: list[int] = []
+    with av.open(path) as container:
+        stream = _video_stream(container, stream_index)
+        tb = float(stream.time_base)
+        for packet in container.demux(stream):
+            if packet.size == 0:
+                continue
+            if packet.pts is None:
+                return None
+            pts.append(int(packet.pts))
+            if packet.is_keyframe:
+                key_pts.append(int(packet.pts))
+    pts.sort()
+    if not pts or len(set(pts)) != len(pts):
+        return None
+    where = {p: i for i, p in enumerate(pts)}
+    return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts), time_base=tb)
+
+
+def _fast_workers() -> int:
+    """Decoder threads for the fast path: one single-threaded decoder per available core (at most 16)."""
+    env = os.environ.get("MARLIN_DECODE_THREADS", "").strip()
+    if env:
+        return max(1, int(env))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(16, cores))
+
+
+def _segments(index: _PacketIndex, wanted: list[int], workers: int) -> list[tuple[int, list[int]]]:
+    """Split the wanted frame indices into runs that each start at a keyframe.
+
+    A run is decoded from its keyframe up to its last wanted frame; GOPs holding no wanted frame
+    are skipped. Runs are balanced by the number of frames they decode, at most ``workers`` of
+    them unless gaps force more.
+    """
+    keys = index.keyframes
+    if not keys or keys[0] > min(wanted):
+        return [(0, sorted(set(wanted)))]
+    import bisect
+
+    gops: dict[int, list[int]] = {}  # keyframe index -> wanted indices in its GOP
+    for w in sorted(set(wanted)):
+        gops.setdefault(keys[bisect.bisect_right(keys, w) - 1], []).append(w)
+    starts = sorted(gops)
+    rank = {k: r for r, k in enumerate(keys)}
+    budget = sum(gops[k][-1] - k + 1 for k in starts) / max(1, workers)  # frames to decode per worker
+    runs: list[tuple[int, list[int]]] = []
+    run_start, run_wanted = starts[0], list(gops[starts[0]])
+    for prev, k in itertools.pairwise(starts):
+        contiguous = rank[k] == rank[prev] + 1  # no wanted-free GOP between them
+        if contiguous and gops[k][-1] - run_start + 1 <= budget * 1.05:
+            run_wanted += gops[k]
+        else:
+            runs.append((run_start, run_wanted))
+            run_start, run_wanted = k, list(gops[k])
+    runs.append((run_start, run_wanted))
+    return runs
+
+
+def _decode_fast(
+    path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
+) -> tuple[torch.Tensor, list[float], int]:
+    """Decode the planned frames with one single-threaded decoder per core, converting only those frames.
+
+    The clip is split at keyframes into runs (``_segments``) decoded in parallel threads (PyAV
+    releases the GIL while decoding and scaling). A single-threaded decoder spends ~20-30% less
+    CPU than FFmpeg's frame threading, and the runs use every core. Frames are identified by
+    their pts against the packet index, which is how torchcodec's exact mode numbers them;
+    files whose packets lack unique pts fall back to one sequential decode that counts frames
+    like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
+    scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
+    H.264 pictures that nothing references (``nal_ref_idc`` 0, e.g. most B-frames) are not
+    decoded unless planned: see ``FAST_SKIP_NONREF``.
+    Returns the frames, their pts in seconds and how many pictures were decoded.
+    """
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import av
+    import torch
+
+    index = _packet_index(path, stream_index)
+    if index is not None and num_frames is not None and len(index.pts) != num_frames:
+        index = None  # the packets do not match torchcodec's count: count decoded frames instead
+    positions = _positions(plan.indices)
+    out: list[Any] = [None] * len(plan.indices)
+    times: list[float] = [float("nan")] * len(plan.indices)
+    decoded = [0]  # pictures the decoders returned (wanted or not), summed over the runs
+    lock = threading.Lock()
+
+    def keep(idx: int, frame: Any, small: torch.Tensor) -> None:
+        t = float(frame.time) if frame.time is not None else float("nan")
+        with lock:
+            for pos in positions[idx]:
+                out[pos] = small
+                times[pos] = t
+
+    def run(start: int, want: list[int], threads: int) -> None:
+        todo = set(want)
+        by_pts = None if index is None else {index.pts[i]: i for i in todo}
+        converter = _FastConverter(plan)
+        with av.open(path) as container:
+            stream = _video_stream(container, stream_index)
+            codec = stream.codec_context
+            if threads > 1:
+                stream.thread_type = "AUTO"
+            else:
+                codec.thread_count = 1
+            # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
+            # that decodes each packet as it is sent (one thread); H.264 only, see FAST_SKIP_NONREF.
+            skip = by_pts is not None and threads == 1 and codec.name in FAST_SKIP_NONREF
+            mode = codec.skip_frame
+            if index is not None and start > 0:
+                container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
+            n = -1
+            try:
+                for packet in container.demux(stream):
+                    if skip:
+                        want_mode = (
+                            "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
+                        )
+                        if want_mode != mode:
+                            codec.skip_frame = mode = want_mode
+                    for frame in codec.decode(packet):
+                        n += 1
+                        if by_pts is None:
+                            idx = n
+                        else:
+                            found = by_pts.get(frame.pts) if frame.pts is not None else None
+                            if found is None:
+                                continue
+                            idx = found
+                        if idx in todo:
+                            keep(idx, frame, converter(frame, idx))
+                            todo.discard(idx)
+                    if not todo:
+                        break
+            except av.error.FFmpegError as exc:
+                raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+            with lock:
+                decoded[0] += n + 1
+
+    wanted = sorted(positions)
+    workers = _fast_workers()
+    if index is None:
+        run(0, wanted, threads=workers)  # one decoder, frame-threaded, counting frames
+    else:
+        runs = _segments(index, wanted, workers)
+        if len(runs) == 1 or workers == 1:
+            for start, want in runs:
+                run(start, want, threads=1)
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers, len(runs)), thread_name_prefix="decode") as pool:
+                for fut in [pool.submit(run, start, want, 1) for start, want in runs]:
+                    fut.result()
+    _check_complete(plan.indices, out)
+    return torch.stack(out), times, decoded[0]
+
+
+class _FastConverter:
+    """One planned frame -> uint8 CHW RGB at the plan's size (two cached swscale contexts per thread)."""
+
+    def __init__(self, plan: SamplingPlan) -> None:
+        from av.video.reformatter import Interpolation, VideoReformatter
+
+        self.plan = plan
+        self.interpolation = Interpolation[FAST_SCALER]
+        self.to_planar, self.to_small = VideoReformatter(), VideoReformatter()
+
+    def __call__(self, frame: Any, idx: int) -> torch.Tensor:
+        plan = self.plan
+        k = _rotation_k(frame)
+        src = (frame.height, frame.width) if k % 2 else (frame.width, frame.height)
+        if plan.source_height and src != (plan.source_width, plan.source_height):
+            want = f"{plan.source_width}x{plan.source_height}"
+            raise RuntimeError(f"frame {idx} is {src[0]}x{src[1]}, the plan expected {want}")
+        # scale in the stored orientation, then rotate the small frame upright
+        w, h = (plan.height, plan.width) if k % 2 else (plan.width, plan.height)
+        planar = self.to_planar.reformat(frame, format=FAST_PLANAR, threads=1)
+        small = self.to_small.reformat(
+            planar, width=w, height=h, format=FAST_PLANAR, interpolation=self.interpolation, threads=1
+        )
+        # PyAV returns planar gbrp as (h, w, 3) in R, G, B order
+        return _upright_chw(small.to_ndarray(), k)
+
+
+def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
+    """Every frame's presentation time (s) in presentation order, from the packets alone (no decoding).
+
+    This is how torchcodec's exact mode numbers frames (scan the packets, sort by pts), so
+    ``frame_pts(path)[i]`` is the time of the frame torchcodec returns for index ``i``: the
+    benchmark and the tests use it to check that the fast path returned the same frames.
+    """
+    import av
+
+    times: list[float] = []
+    with av.open(str(path)) as container:
+        stream = _video_stream(container, stream_index)
+        tb = float(stream.time_base)
+        for packet in container.demux(stream):
+            ts = packet.pts if packet.pts is not None else packet.dts
+            if ts is None or packet.size == 0:
+                continue
+            times.append(ts * tb)
+    return sorted(times)
+
+
+def fast_supported(info: VideoInfo) -> bool:
+    """True when the fast path reproduces the reference's RGB conversion (8-bit sources)."""
+    return not (info.bit_depth and info.bit_depth > FAST_MAX_BIT_DEPTH)
+
+
+def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
+    """The engine's default choice: ``"fast"`` where it pays and is near-exact, else the reference.
+
+    Fast when the source is 8-bit and a source frame has at least ``FAST_MIN_AREA_RATIO``
+    times the plan's pixels (there the reference's full-size RGB conversion and bicubic
+    resize dominate); otherwise ``"reference"`` (the reference, bit-exact, and about as fast).
+    """
+    src = max(plan.source_height, 1) * max(plan.source_width, 1)
+    if fast_supported(info) and src >= FAST_MIN_AREA_RATIO * plan.height * plan.width:
+        return "fast"
+    return "reference"

@@ -1,0 +1,367 @@
+"""Probe and validate an upload: what the file is, and one clear sentence when it is not usable."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    pass
+
+#: "auto" chooses per clip (fast.pick_backend), as MARLIN_VIDEO_BACKEND=auto does; "reference" is
+#: torchcodec with the PyAV fallback (qwen-vl-utils' pixels); "torchcodec"/"pyav" force one reader
+Backend = Literal["auto", "reference", "torchcodec", "pyav", "fast"]
+BACKENDS: tuple[str, ...] = ("auto", "reference", "torchcodec", "pyav", "fast")
+
+
+ALLOWED = "upload an MP4, WebM, MOV or MKV clip"
+TEMPORAL_PATCH_SIZE = 2  # Qwen3.5 vision tower merges two frames per temporal patch.
+
+
+class VideoError(ValueError):
+    """A user-facing problem with an uploaded video: one sentence, what is wrong and what is allowed."""
+
+
+# ---------------------------------------------------------------------------
+# Probe
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class VideoInfo:
+    """What the file holds, as the sampler will see it.
+
+    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's
+    ``average_fps`` / ``num_frames`` when torchcodec can open the file
+    (``metadata_source == "torchcodec"``), otherwise the same quantities from a
+    PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after
+    applying ``rotation`` (degrees counter-clockwise, 0/90/180/270).
+    """
+
+    path: str
+    size_bytes: int
+    container: str
+    duration_s: float
+    fps: float
+    num_frames: int
+    width: int
+    height: int
+    display_width: int
+    display_height: int
+    rotation: int
+    codec: str
+    pix_fmt: str | None = None
+    bit_depth: int | None = None
+    audio_streams: int = 0
+    video_streams: int = 1
+    stream_index: int = 0
+    metadata_source: str = "pyav"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_MAGIC: list[tuple[int, bytes, str]] = [
+    (0, b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (0, b"\xff\xd8\xff", "a JPEG image"),
+    (0, b"GIF87a", "a GIF image"),
+    (0, b"GIF89a", "a GIF image"),
+    (0, b"%PDF", "a PDF document"),
+    (0, b"PK\x03\x04", "a ZIP archive"),
+    (0, b"ID3", "MP3 audio"),
+    (0, b"fLaC", "FLAC audio"),
+    (0, b"OggS", "an Ogg file"),
+]
+_IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif")
+
+
+def _sniff(head: bytes) -> str | None:
+    """Name what a file looks like from its first bytes (None: nothing recognised)."""
+    for offset, magic, name in _MAGIC:
+        if head[offset : offset + len(magic)] == magic:
+            return name
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "a WebP image"
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "WAV audio"
+    if head[4:8] == b"ftyp" and head[8:12] in _IMAGE_BRANDS:
+        return "a HEIC/AVIF image"
+    if head[:2] == b"BM" and len(head) > 14 and head[6:10] == b"\x00\x00\x00\x00":
+        return "a BMP image"
+    if head and b"\x00" not in head:
+        try:
+            text = head.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text):
+            return "a text file"
+    return None
+
+
+def _looks_like_video_container(head: bytes) -> bool:
+    """True for MP4/MOV (ftyp/moov/mdat...), Matroska/WebM (EBML) and AVI headers."""
+    return (
+        head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip")
+        or head[:4] == b"\x1a\x45\xdf\xa3"
+        or (head[:4] == b"RIFF" and head[8:12] == b"AVI ")
+    )
+
+
+def _not_a_video(what: str | None) -> VideoError:
+    if what is None:
+        return VideoError(f"This file is not a video (its format was not recognised): {ALLOWED}.")
+    return VideoError(f"This file is not a video (it looks like {what}): {ALLOWED}.")
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    """First line of an exception message, shortened, for a one-sentence error."""
+    text = (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__).strip().splitlines()[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _undecodable(why: str) -> VideoError:
+    return VideoError(f"The video could not be decoded ({why}): re-export it or {ALLOWED}.")
+
+
+@functools.lru_cache(maxsize=1)
+def _torchcodec_decoder_cls() -> Any:
+    """torchcodec's VideoDecoder, or None when torchcodec or FFmpeg's shared libraries are missing."""
+    try:
+        from torchcodec.decoders import VideoDecoder
+    except Exception:  # ImportError, or RuntimeError when libavcodec cannot load
+        return None
+    return VideoDecoder
+
+
+def _torchcodec_decoder(path: str) -> Any:
+    cls = _torchcodec_decoder_cls()
+    if cls is None:
+        raise RuntimeError("torchcodec is not usable (not installed or FFmpeg libraries missing)")
+    threads = int(os.environ.get("TORCHCODEC_NUM_THREADS", "8"))  # same knob and default as qwen-vl-utils
+    return cls(path, num_ffmpeg_threads=threads)
+
+
+def _torchcodec_metadata(path: str) -> Any:
+    """torchcodec's stream metadata (exact scan), or None when torchcodec cannot open the file."""
+    try:
+        return _torchcodec_decoder(path).metadata
+    except Exception:  # any failure means "use PyAV"
+        return None
+
+
+def _scan_packets(container: Any, stream: Any) -> tuple[int, float | None, float | None]:
+    """Count packets and find the pts range like torchcodec's exact scan (demux only, no decoding)."""
+    count = 0
+    begin: float | None = None
+    end: float | None = None
+    tb = float(stream.time_base)
+    for packet in container.demux(stream):
+        ts = packet.pts if packet.pts is not None else packet.dts
+        if ts is None or packet.size == 0:
+            continue
+        count += 1
+        start = ts * tb
+        stop = (ts + (packet.duration or 0)) * tb
+        begin = start if begin is None else min(begin, start)
+        end = stop if end is None else max(end, stop)
+    return count, begin, end
+
+
+def _container_name(path: Path, fmt: Any) -> str:
+    """Short container name: the file's extension when the demuxer accepts it, else the demuxer name."""
+    names = set(fmt.name.split(","))
+    exts = getattr(fmt, "extensions", None) or set()
+    if isinstance(exts, str):
+        exts = set(exts.split(","))
+    ext = path.suffix.lower().lstrip(".")
+    if ext and (ext in names or ext in exts or (ext in ("mp4", "m4v", "mov") and "mp4" in names)):
+        return ext
+    return fmt.name.split(",")[0]
+
+
+def probe(path: str | os.PathLike[str]) -> VideoInfo:
+    """Read a file's video facts, or raise VideoError saying why it cannot be used.
+
+    Opens with PyAV, decodes the first frame (so undecodable files fail here,
+    not in the middle of a request) and takes frame count / fps / duration from
+    torchcodec's exact scan when available, because that is what
+    qwen-vl-utils samples from.
+    """
+    import av
+
+    p = Path(path)
+    if not p.is_file():
+        raise VideoError(f"The file {p.name} does not exist or is not a regular file: {ALLOWED}.")
+    size = p.stat().st_size
+    if size == 0:
+        raise VideoError(f"The file is empty (0 bytes): {ALLOWED}.")
+    with p.open("rb") as fh:
+        head = fh.read(4096)
+    sniffed = _sniff(head)
+    # FFmpeg happily opens images (png_pipe) and text (tty demuxer) as one-frame "videos": reject first.
+    if sniffed is not None and (
+        "image" in sniffed or "text" in sniffed or "PDF" in sniffed or "ZIP" in sniffed
+    ):
+        raise _not_a_video(sniffed)
+
+    try:
+        container = av.open(str(p))
+    except PermissionError as exc:
+        raise VideoError(f"The file {p.name} cannot be read (permission denied): {ALLOWED}.") from exc
+    except (av.error.FFmpegError, EOFError, OSError) as exc:
+        if _looks_like_video_container(head):
+            raise _undecodable("the file looks truncated or damaged") from exc
+        raise _not_a_video(sniffed) from exc
+
+    with container:
+        fmt_name = container.format.name
+        container_name = _container_name(p, container.format)
+        if fmt_name.endswith("_pipe") or fmt_name in ("image2", "tty"):
+            raise _not_a_video("an image" if fmt_name != "tty" else "a text file")
+        videos = [
+            s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)
+        ]
+        audio_streams = len(container.streams.audio)
+        if not videos:
+            what = "it contains only audio" if audio_streams else "it contains no audio or video"
+            raise VideoError(
+                f"This file has no video stream ({what}): "
+                "upload a clip with a video track (MP4, WebM, MOV or MKV)."
+            )
+
+        tc_meta = _torchcodec_metadata(str(p))
+        stream: Any = None
+        if tc_meta is not None:
+            stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
+            if stream is None:  # torchcodec chose a stream we do not count as video: trust PyAV alone
+                tc_meta = None
+        if stream is None:
+            try:
+                stream = container.streams.best("video")
+            except Exception:
+                stream = None
+            if stream is None or stream not in videos:
+                stream = videos[0]
+        stream_index = int(stream.index)  # read now: the stream is freed when the container closes
+        ctx = stream.codec_context
+        codec = getattr(ctx.codec, "canonical_name", None) or ctx.codec.name
+        pix_fmt = ctx.pix_fmt
+        bit_depth = None
+        if stream.format is not None and stream.format.components:
+            bit_depth = max(c.bits for c in stream.format.components)
+        width, height = int(ctx.width or 0), int(ctx.height or 0)
+
+        # Decode the first frame: proves the codec works and gives the display rotation.
+        stream.thread_type = "AUTO"
+        try:
+            first = next(iter(container.decode(stream)), None)
+        except av.error.FFmpegError as exc:
+            raise _undecodable(f"{codec} frames failed to decode: {_short(exc)}") from exc
+        if first is None:
+            raise VideoError(
+                "The video has zero duration (no frames could be decoded): upload a clip with frames."
+            )
+        tc_rotation = getattr(tc_meta, "rotation", None) if tc_meta is not None else None
+        rotation = round(
+            float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)
+        )
+        rotation %= 360
+        width = width or first.width
+        height = height or first.height
+
+        header_frames = int(stream.frames or 0)
+        header_duration = float(stream.duration * stream.time_base) if stream.duration else None
+        container_duration = container.duration / 1e6 if container.duration else None
+        if tc_meta is not None:
+            num_frames = int(tc_meta.num_frames or 0)
+            fps = float(tc_meta.average_fps or 0.0)
+            duration = float(tc_meta.duration_seconds or 0.0)
+            scanned = tc_meta.num_frames_from_content
+            header_frames = int(tc_meta.num_frames_from_header or header_frames or 0)
+            source = "torchcodec"
+        else:
+            try:
+                container.seek(0)
+                scanned, begin, end = _scan_packets(container, stream)
+            except av.error.FFmpegError as exc:
+                raise _undecodable(f"reading packets failed: {_short(exc)}") from exc
+            num_frames = scanned
+            if begin is not None and end is not None and end > begin:
+                duration = end - begin
+            else:
+                duration = header_duration or container_duration or 0.0
+            fps = (
+                num_frames / duration
+                if duration > 0
+                else float(stream.average_rate or stream.guessed_rate or 0)
+            )
+            source = "pyav"
+
+    if scanned is not None and header_frames > 0 and scanned < header_frames - 1:
+        raise _undecodable(f"the file looks truncated: {scanned} of {header_frames} frames are present")
+    if num_frames <= 0 or duration <= 0 or fps <= 0:
+        raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
+
+    swap = rotation in (90, 270)
+    return VideoInfo(
+        path=str(p),
+        size_bytes=size,
+        container=container_name,
+        duration_s=duration,
+        fps=fps,
+        num_frames=num_frames,
+        width=width,
+        height=height,
+        display_width=height if swap else width,
+        display_height=width if swap else height,
+        rotation=rotation,
+        codec=codec,
+        pix_fmt=pix_fmt,
+        bit_depth=bit_depth,
+        audio_streams=audio_streams,
+        video_streams=len(videos),
+        stream_index=stream_index,
+        metadata_source=source,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Validate
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the demo accepts. Resolution limits apply in either orientation (portrait phones)."""
+
+    max_file_mb: float = 200.0
+    max_duration_s: float = 600.0
+    max_width: int = 3840
+    max_height: int = 2160
+
+
+def validate(path: str | os.PathLike[str], limits: Limits = Limits()) -> VideoInfo:
+    """Probe and check against ``limits``; the size check runs before any decoding."""
+    p = Path(path)
+    if p.is_file():
+        size_mb = p.stat().st_size / 1e6
+        if size_mb > limits.max_file_mb:
+            raise VideoError(f"The file is {size_mb:.1f} MB; at most {limits.max_file_mb:g} MB is allowed.")
+    info = probe(p)
+    if info.duration_s > limits.max_duration_s:
+        raise VideoError(
+            f"The video is {info.duration_s:.1f} s long; at most {limits.max_duration_s:g} s is allowed."
+        )
+    long_side, short_side = max(info.width, info.height), min(info.width, info.height)
+    if long_side > max(limits.max_width, limits.max_height) or short_side > min(
+        limits.max_width, limits.max_height
+    ):
+        raise VideoError(
+            f"The video is {info.display_width}x{info.display_height}; "
+            f"at most {limits.max_width}x{limits.max_height} (either orientation) is allowed."
+        )
+    return info

@@ -1,0 +1,125 @@
+"""sample and prepare: pick the decoder, decode once, return frames and qwen-vl-utils' metadata."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from marlin_demo.contract import VideoParams
+from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _resize
+from marlin_demo.video.fast import _decode_fast, fast_supported, pick_backend
+from marlin_demo.video.info import (
+    BACKENDS,
+    Backend,
+    Limits,
+    VideoError,
+    VideoInfo,
+    _short,
+    _undecodable,
+    probe,
+    validate,
+)
+from marlin_demo.video.plan import SamplingPlan, plan_sampling
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    pass
+
+
+def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
+    """The metadata dict qwen-vl-utils returns for ``plan``, plus the decoder that made the frames."""
+    return {
+        "fps": plan.source_fps,
+        "frames_indices": list(plan.indices),
+        "total_num_frames": plan.total_frames,
+        "video_backend": backend,
+    }
+
+
+def sample(
+    path: str | os.PathLike[str],
+    plan: SamplingPlan,
+    backend: Backend = "reference",
+    info: VideoInfo | None = None,
+) -> PreparedVideo:
+    """Decode the planned frames once and resize them exactly as qwen-vl-utils does.
+
+    ``backend="reference"`` (the default) uses torchcodec (the reference) and falls back to PyAV
+    when torchcodec cannot load FFmpeg's libraries or fails on this file; the
+    backend actually used is ``metadata["video_backend"]``.
+
+    ``backend="auto"`` chooses per clip (``pick_backend``), as MARLIN_VIDEO_BACKEND=auto does.
+    ``backend="fast"`` keeps the plan and changes only the pixels slightly (see the
+    module docstring): one decode that scales just the planned frames with swscale.
+    If it fails on a file, the reference path above runs instead and says so in
+    ``metadata["video_backend"]``.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"backend must be 'auto', 'reference', 'torchcodec', 'pyav' or 'fast', not {backend!r}"
+        )
+    p = str(Path(path))
+    if info is None:
+        info = probe(p)
+    if backend == "auto":  # the per-clip choice, as MARLIN_VIDEO_BACKEND=auto means
+        backend = pick_backend(info, plan)
+    t0 = time.perf_counter()
+    if backend == "fast" and not fast_supported(info):
+        backend = "reference"  # >8-bit: PyAV's RGB conversion differs from the reference's; decode as it does
+    if backend == "fast":
+        try:
+            fast_frames, pts, n_decoded = _decode_fast(p, plan, info.stream_index, info.num_frames)
+        except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
+            log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
+        else:
+            return PreparedVideo(
+                frames=fast_frames,
+                metadata=_metadata(plan, "fast"),
+                plan=plan,
+                info=info,
+                decode_s=time.perf_counter() - t0,
+                frame_pts=pts,
+                frames_decoded=n_decoded,
+            )
+        backend = "reference"
+    frames: Any = None
+    used = backend
+    if backend == "reference" and info.metadata_source != "torchcodec":
+        backend = "pyav"  # torchcodec could not open it at probe time; the plan counts frames as PyAV does
+    if backend in ("reference", "torchcodec"):
+        try:
+            frames = _decode_torchcodec(p, plan.indices)
+            used = "torchcodec"
+        except Exception as exc:
+            if backend == "torchcodec":
+                raise _undecodable(f"torchcodec failed: {_short(exc)}") from exc
+            frames = None
+    if frames is None:
+        frames = _decode_pyav(p, plan.indices, info.stream_index)
+        used = "pyav"
+    if tuple(frames.shape[-2:]) != (plan.source_height, plan.source_width) and plan.source_height:
+        raise VideoError(
+            f"The decoded frames are {frames.shape[-1]}x{frames.shape[-2]} but the plan expected "
+            f"{plan.source_width}x{plan.source_height}: the file changed between probe and decode."
+        )
+    frames = _resize(frames, plan.height, plan.width)
+    decode_s = time.perf_counter() - t0
+    return PreparedVideo(
+        frames=frames, metadata=_metadata(plan, used), plan=plan, info=info, decode_s=decode_s
+    )
+
+
+def prepare(
+    path: str | os.PathLike[str],
+    params: VideoParams | None = None,
+    limits: Limits = Limits(),  # noqa: B008 - frozen, never mutated
+    backend: Backend = "reference",
+) -> PreparedVideo:
+    """validate + plan_sampling + sample: the one call the engine needs (``backend="fast"``: see sample)."""
+    info = validate(path, limits)
+    plan = plan_sampling(info, params)
+    return sample(path, plan, backend=backend, info=info)
