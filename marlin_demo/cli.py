@@ -198,9 +198,7 @@ def cmd_caption(args: argparse.Namespace) -> int:
 def cmd_find(args: argparse.Namespace) -> int:
     if _video_missing(args.video):
         return EXIT_BAD_INPUT
-    return _task(
-        args, lambda e: _service().run(e, "find", args.video, args.variant, args.query), format_find
-    )
+    return _task(args, lambda e: _service().run(e, "find", args.video, args.variant, args.query), format_find)
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:

@@ -200,4 +200,3 @@ def compare(
         out.results[v] = res
         yield VariantFinished(v, cold, result=res)
     yield out
-
