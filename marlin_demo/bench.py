@@ -206,7 +206,9 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         "repeat": req.repeat,
     }
     try:
-        res = engine.run(req.task, req.example.video, req.variant, rec["query"])
+        from marlin_demo import service
+
+        res = service.run(engine, req.task, req.example.video, req.variant, rec["query"])
     except Exception as exc:
         rec.update(ok=False, error=f"{type(exc).__name__}: {exc}", time=_now())
         return rec

@@ -180,6 +180,13 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
     return 0
 
 
+def _service() -> Any:
+    """The request path (imported late: ``--help`` stays fast)."""
+    from marlin_demo import service
+
+    return service
+
+
 def _video_missing(path: str) -> bool:
     """Say so on stderr (True) when ``path`` is not a file, before any model is loaded."""
     if os.path.isfile(path):
@@ -191,13 +198,13 @@ def _video_missing(path: str) -> bool:
 def cmd_caption(args: argparse.Namespace) -> int:
     if _video_missing(args.video):
         return EXIT_BAD_INPUT
-    return _task(args, lambda e: e.caption(args.video, args.variant), format_caption)
+    return _task(args, lambda e: _service().run(e, "caption", args.video, args.variant), format_caption)
 
 
 def cmd_find(args: argparse.Namespace) -> int:
     if _video_missing(args.video):
         return EXIT_BAD_INPUT
-    return _task(args, lambda e: e.find(args.video, args.query, args.variant), format_find)
+    return _task(args, lambda e: _service().run(e, "find", args.video, args.variant, args.query), format_find)
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:

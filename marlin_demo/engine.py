@@ -15,11 +15,11 @@ warm answer is token for token the cold one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import inspect
 import logging
-import queue
 import re
 import resource
 import threading
@@ -32,7 +32,16 @@ from typing import Any
 
 from marlin_demo import compiled, contract
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
-from marlin_demo.results import CaptionResult, FindResult, Metrics, Result, RunInfo
+from marlin_demo.results import (
+    CaptionResult,
+    FindResult,
+    Loaded,
+    Metrics,
+    Prepared,
+    Result,
+    RunInfo,
+    Stage,
+)
 from marlin_demo.settings import Settings
 from marlin_demo.video import (
     Limits,
@@ -206,9 +215,9 @@ class Engine:
     # ------------------------------------------------------------------ video
     def prepare(self, video: str | Path | PreparedVideo) -> PreparedVideo:
         """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
-        return self._prepare(video)[0]
+        return self.prepare_cached(video)[0]
 
-    def _prepare(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
+    def prepare_cached(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
         """``prepare`` plus whether the frames came from the cache (nothing decoded in this call)."""
         if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's synthetic clip)
             if not video.digest:
@@ -336,13 +345,20 @@ class Engine:
         prompt: str,
         max_new_tokens: int,
         on_text: Callable[[str], None] | None,
+        on_stage: Callable[[Stage], None] | None = None,
     ) -> tuple[Generation, Metrics, RunInfo, PreparedVideo]:
         import torch
 
         t_start = time.perf_counter()
-        prepared, cached_video = self._prepare(video)  # bad input fails here, before any model is loaded
+        # bad input fails here, before any model is loaded
+        prepared, cached_video = self.prepare_cached(video)
+        if on_stage is not None:
+            on_stage(Prepared(prepared.info, prepared.plan, cached_video))
         t_load = time.perf_counter()
+        cold = variant not in self._models
         loaded = self.load(variant)
+        if on_stage is not None:
+            on_stage(Loaded(variant, cold, loaded.load_s))
         # a first-use load is reported as load_s, not inside the request's latency
         t_start += time.perf_counter() - t_load
         deadline = t_start + self.settings.request_timeout_s
@@ -422,11 +438,15 @@ class Engine:
 
     # ------------------------------------------------------------------ tasks
     def caption(
-        self, video: str | Path | PreparedVideo, variant: str, on_text: Callable[[str], None] | None = None
+        self,
+        video: str | Path | PreparedVideo,
+        variant: str,
+        on_text: Callable[[str], None] | None = None,
+        on_stage: Callable[[Stage], None] | None = None,
     ) -> CaptionResult:
         """Scene paragraph plus timed events, repaired into the clip and flagged when repaired."""
         gen, metrics, info, prepared = self._run(
-            video, variant, contract.CAPTION_PROMPT, self.settings.caption_max_new_tokens, on_text
+            video, variant, contract.CAPTION_PROMPT, self.settings.caption_max_new_tokens, on_text, on_stage
         )
         parsed = contract.parse_caption(gen.text)
         fixed = contract.repair_caption(parsed, prepared.info.duration_s)
@@ -449,12 +469,13 @@ class Engine:
         query: str,
         variant: str,
         on_text: Callable[[str], None] | None = None,
+        on_stage: Callable[[Stage], None] | None = None,
     ) -> FindResult:
         """A start-end span for the query, or None when the answer gives none: never a made-up span."""
         clean = contract.sanitize_query(query, self.settings.max_query_chars)
         prompt = contract.find_prompt(clean, self.settings.max_query_chars)
         gen, metrics, info, prepared = self._run(
-            video, variant, prompt, self.settings.find_max_new_tokens, on_text
+            video, variant, prompt, self.settings.find_max_new_tokens, on_text, on_stage
         )
         parsed = contract.parse_span(gen.text)
         fixed = contract.repair_span(parsed, prepared.info.duration_s)
@@ -486,43 +507,24 @@ class Engine:
     def stream(
         self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None
     ) -> Iterator[str | Result]:
-        """Yield the partial text as the model writes, then the result object (errors re-raised).
+        """The text as the model writes it, then the result: ``service.stream`` without its other stages.
 
-        Closing the generator early (a client that went away) stops the generation at its
-        next token, so an abandoned request does not keep the model busy for the next one.
+        Closing the generator early stops the generation at its next token (see ``service.stream``).
         """
-        updates: queue.Queue[tuple[str, Any]] = queue.Queue()
-        stop = threading.Event()
+        from marlin_demo import service
+        from marlin_demo.results import Done, Progress
 
-        def on_text(text: str) -> None:
-            if stop.is_set():
-                with self._load_lock:
-                    self.cancelled += 1
-                raise Cancelled()
-            updates.put(("text", text))
+        with contextlib.closing(service.stream(self, task, video, variant, query)) as stages:
+            for stage in stages:
+                if isinstance(stage, Progress):
+                    yield stage.text
+                elif isinstance(stage, Done):
+                    yield stage.result
 
-        def work() -> None:
-            try:
-                res = self.run(task, video, variant, query, on_text=on_text)
-                updates.put(("done", res))
-            except Cancelled:
-                pass
-            except BaseException as exc:
-                updates.put(("error", exc))
-
-        threading.Thread(target=work, daemon=True, name=f"marlin-{task}").start()
-        try:
-            while True:
-                kind, value = updates.get()
-                if kind == "text":
-                    yield value
-                elif kind == "done":
-                    yield value
-                    return
-                else:
-                    raise value
-        finally:
-            stop.set()
+    def note_cancelled(self) -> None:
+        """Count a streamed request whose caller went away (its generation was stopped)."""
+        with self._load_lock:
+            self.cancelled += 1
 
 
 def _video_backend(settings: Settings) -> str:

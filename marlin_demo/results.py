@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from marlin_demo.contract import Event
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from marlin_demo.video import VideoInfo
+    from marlin_demo.video import SamplingPlan, VideoInfo
 
 
 @dataclass
@@ -113,3 +113,46 @@ class FindResult:
 
 
 Result = CaptionResult | FindResult
+
+
+# ---------------------------------------------------------------------------
+# The stages of one request (marlin_demo.service streams them)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The video was checked, planned and decoded (``cached_video``: nothing decoded for this request)."""
+
+    video: VideoInfo
+    plan: SamplingPlan
+    cached_video: bool
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The variant is in memory; ``cold``: this request loaded it (``load_s`` seconds, paid once)."""
+
+    variant: str
+    cold: bool
+    load_s: float
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The answer so far. ``window``/``windows``: which part of a long video it belongs to (1-based)."""
+
+    text: str
+    window: int | None = None
+    windows: int | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """The finished request: the result object the UI, API, CLI and bench all read."""
+
+    result: Result
+
+
+Stage = Prepared | Loaded | Progress | Done
+"""What ``service.stream`` yields, in this order: Prepared, Loaded, Progress* , Done."""

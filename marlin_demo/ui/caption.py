@@ -6,6 +6,7 @@ The UI event streams the text as the model writes it (private); the public
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import time
@@ -15,9 +16,9 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import space, subtitles
+from marlin_demo import service, space, subtitles
 from marlin_demo.contract import Event
-from marlin_demo.results import CaptionResult
+from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Stage
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -83,17 +84,18 @@ def live_html(text: str, stage: str) -> str:
     return f'<div class="mc-scene mc-live"><div class="mc-label">{html.escape(stage)}</div>{body}</div>'
 
 
-def throttled(items: Iterator[str | CaptionResult], every: float) -> Iterator[Any]:
-    """Partial texts at most every ``every`` s (no redraw per token), then the result."""
+def throttled(stages: Iterator[Stage], every: float) -> Iterator[Stage]:
+    """The request's stages with its texts at most every ``every`` s (no redraw per token)."""
     last = 0.0
-    for item in items:
-        if isinstance(item, str):
-            now = time.monotonic()
-            if item and now - last >= every:
-                last = now
-                yield item
-        else:
-            yield item
+    with contextlib.closing(stages):  # closing this closes the request: its generation stops
+        for stage in stages:
+            if isinstance(stage, Progress):
+                now = time.monotonic()
+                if stage.text and now - last >= every:
+                    last = now
+                    yield stage
+            else:
+                yield stage
 
 
 def stream_message(text: str, result: CaptionResult | None = None) -> dict[str, Any]:
@@ -271,7 +273,9 @@ def _examples(ctx: UIContext, tab: CaptionTab) -> gr.Examples | None:
         return None
 
     def example_fn(video: str, variant: str) -> tuple[Any, ...]:
-        return run_example(ctx, video, variant, ctx.engine.caption, final_outputs)
+        return run_example(
+            ctx, video, variant, lambda path, v: service.run(ctx.engine, "caption", path, v), final_outputs
+        )
 
     return gr.Examples(
         examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],
@@ -293,29 +297,26 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         try:
             path = require_upload(video, ctx)
             v = pick_variant(variant, ctx)
-            engine = ctx.engine
-            cold = v not in engine.loaded()
             yield (live_html("", "Reading the video…"), skip, skip, skip, "", None, "", "")
             with user_errors():
                 progress(0.05, desc="Checking and decoding the video")
-                prepared = engine.prepare(path)
-                tokens = prepared.plan.video_tokens
-                if cold:
-                    progress(0.2, desc=f"Loading {v} (first use of this variant)")
-                    engine.load(v)
-                progress(
-                    0.35, desc=f"Prefill: reading {prepared.plan.nframes} frames ({tokens} video tokens)"
-                )
-                result = None
                 budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
-                for item in throttled(engine.stream("caption", path, v), ctx.settings.stream_every_s):
-                    if isinstance(item, str):
-                        progress(min(0.98, 0.5 + 0.48 * len(item) / budget), desc="Generating")
-                        yield (live_html(item, f"{v} is writing…"), skip, skip, skip, skip, skip, item, skip)
-                    else:
-                        result = item
-                assert isinstance(result, CaptionResult)
-                yield final_outputs(ctx, result, path, cold)
+                stages = service.stream(ctx.engine, "caption", path, v)
+                for stage in throttled(stages, ctx.settings.stream_every_s):
+                    if isinstance(stage, Prepared):
+                        frames, tokens = stage.plan.nframes, stage.plan.video_tokens
+                        if service.is_cold(ctx.engine, v):
+                            progress(0.2, desc=f"Loading {v} (first use of this variant)")
+                    elif isinstance(stage, Loaded):
+                        cold = stage.cold
+                        progress(0.35, desc=f"Prefill: reading {frames} frames ({tokens} video tokens)")
+                    elif isinstance(stage, Progress):
+                        text = stage.text
+                        progress(min(0.98, 0.5 + 0.48 * len(text) / budget), desc="Generating")
+                        yield (live_html(text, f"{v} is writing…"), skip, skip, skip, skip, skip, text, skip)
+                    elif isinstance(stage, Done):
+                        assert isinstance(stage.result, CaptionResult)
+                        yield final_outputs(ctx, stage.result, path, cold)
         except gr.Error as exc:
             yield (
                 error_html(exc.message),
@@ -349,7 +350,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            return ctx.engine.caption(path, v).to_dict()
+            return service.run(ctx.engine, "caption", path, v).to_dict()
 
     def subtitles_step(table: Any) -> Any:
         return with_subtitles(ctx, table)
@@ -386,12 +387,13 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            for item in throttled(ctx.engine.stream("caption", path, v), ctx.settings.stream_every_s):
-                if isinstance(item, str):
-                    yield stream_message(item)
-                else:
-                    assert isinstance(item, CaptionResult)
-                    yield stream_message(item.raw, item)
+            stages = service.stream(ctx.engine, "caption", path, v)
+            for stage in throttled(stages, ctx.settings.stream_every_s):
+                if isinstance(stage, Progress):
+                    yield stream_message(stage.text)
+                elif isinstance(stage, Done):
+                    assert isinstance(stage.result, CaptionResult)
+                    yield stream_message(stage.result.raw, stage.result)
 
     tab.api_stream_button.click(
         caption_stream,

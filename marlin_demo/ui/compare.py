@@ -21,10 +21,9 @@ import gradio as gr
 import pandas as pd
 
 from marlin_demo import compare as cmp
-from marlin_demo import contract, space
-from marlin_demo.engine import USER_ERRORS
+from marlin_demo import service, space
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import CaptionResult, FindResult
+from marlin_demo.results import CaptionResult, FindResult, Prepared
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -534,13 +533,6 @@ def _runs_for(*args: Any, **kwargs: Any) -> int:
     return 3 if include_bf16 else 2
 
 
-def _clean_query(ctx: UIContext, task: str, query: str | None) -> str | None:
-    cmp.check_task(task)
-    if task == "find":
-        return contract.sanitize_query(query or "", ctx.settings.max_query_chars)
-    return None
-
-
 def listen(ctx: UIContext, tab: CompareTab) -> None:
     """Wire the streaming UI comparison and the public ``/compare`` endpoint."""
 
@@ -558,39 +550,36 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         try:
             path = require_upload(video, ctx)
             with user_errors():
-                clean = _clean_query(ctx, task, query)
                 variants = ctx.compare_variants(include_bf16)
-                engine = ctx.engine
                 progress(0.02, desc="Checking and decoding the video")
-                prepared = engine.prepare(path)
-                duration = prepared.info.duration_s
-                example = ctx.ground_truth(path)
-                truth = cmp.truth_span(example, clean) if (example and task == "find") else None
-                results: dict[str, Any] = {}
+                results: dict[str, Any] = {}  # a variant's result, or its error message
                 cold: dict[str, bool] = {}
-                for i, v in enumerate(variants):
-                    cold[v] = v not in engine.loaded()
-                    step = "loading + running" if cold[v] else "running"
-                    progress((i + 0.1) / len(variants), desc=f"{v}: {step} ({i + 1}/{len(variants)})")
-                    yield (
-                        summary_html(None, f"{v}: {step} ({i + 1} of {len(variants)})…"),
-                        cards_html(ctx, variants, results, cold, duration, truth),
-                        *([skip] * n_rest),
-                    )
-                    try:
-                        results[v] = engine.run(task, path, v, clean)
-                    except USER_ERRORS as exc:  # one variant failing must not hide the others
-                        results[v] = str(exc)
-                ok: dict[str, CaptionResult | FindResult] = {
-                    v: r for v, r in results.items() if not isinstance(r, str)
-                }
-                if not ok:
-                    raise gr.Error(
-                        "No variant could answer: " + " | ".join(f"{v}: {r}" for v, r in results.items())
-                    )
-                payload = cmp.compare_payload(task, clean, ok, example)
+                duration, truth, example = 0.0, None, None
+                for event in service.compare(ctx.engine, task, path, variants, query):
+                    if isinstance(event, Prepared):
+                        duration = event.video.duration_s
+                        example = ctx.ground_truth(path)
+                        clean = service.check_query(ctx.engine, task, query)
+                        truth = cmp.truth_span(example, clean) if (example and task == "find") else None
+                    elif isinstance(event, service.VariantStarted):
+                        i, n, v = event.index, event.total, event.variant
+                        cold[v] = event.cold
+                        step = "loading + running" if event.cold else "running"
+                        progress((i + 0.1) / n, desc=f"{v}: {step} ({i + 1}/{n})")
+                        yield (
+                            summary_html(None, f"{v}: {step} ({i + 1} of {n})…"),
+                            cards_html(ctx, variants, results, cold, duration, truth),
+                            *([skip] * n_rest),
+                        )
+                    elif isinstance(event, service.VariantFinished):
+                        results[event.variant] = event.result if event.result is not None else event.error
+                    else:
+                        run = event
+                run.require_answer()
+                ok = run.results
+                payload = run.payload(example)
                 frame = metrics_frame(ok, cold)
-                new_rows = session_rows(rows, path, task, clean, ok, cold, payload)
+                new_rows = session_rows(rows, path, task, run.query, ok, cold, payload)
                 has_scores = "scores" in payload
                 yield (
                     summary_html(payload),
@@ -621,14 +610,15 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             "agreement": {"gptq|bnb4": {"event_iou": float, "event_f1": float, "rouge_l": float}} for
             caption or {"gptq|bnb4": {"span_iou": float}} for find, one key per pair of variants},
             plus "scores": {variant: {...}} against the ground truth when the clip is one of the
-            app's bundled examples.
+            app's bundled examples, and "errors": {variant: one sentence} when a variant could not
+            load or run (the others still answer; when none answers the call fails).
         """
         path = require_upload(video, ctx)
         with user_errors():
-            clean = _clean_query(ctx, task, query)
-            results = {v: ctx.engine.run(task, path, v, clean) for v in ctx.compare_variants()}
-            example = ctx.ground_truth(path)
-            return cmp.compare_payload(task, clean, results, example)
+            *_, run = service.compare(ctx.engine, task, path, ctx.compare_variants(), query)
+            assert isinstance(run, service.Comparison)
+            run.require_answer()
+            return run.payload(ctx.ground_truth(path))
 
     tab.task.change(
         lambda t: gr.update(visible=t == "find"),
@@ -656,6 +646,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         tab.api_out,
         api_name="compare",
         api_description="Run caption or find on every compared variant: {task, query, results: {variant: "
-        "result}, agreement: {'a|b': {...}}} plus scores when the clip is a bundled example",
+        "result}, agreement: {'a|b': {...}}} plus scores when the clip is a bundled example, and errors: "
+        "{variant: sentence} when a variant failed (the others' results are still returned)",
         **GPU_EVENT,
     )

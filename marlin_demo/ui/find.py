@@ -7,6 +7,7 @@ that the model did not give. The public ``/find`` endpoint returns
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 from collections.abc import Iterator
@@ -16,9 +17,9 @@ from typing import Any
 import gradio as gr
 
 from marlin_demo import compare as cmp
-from marlin_demo import contract, space
+from marlin_demo import service, space
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import FindResult
+from marlin_demo.results import Done, FindResult, Loaded, Prepared, Progress
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -227,9 +228,12 @@ def _examples(ctx: UIContext, tab: FindTab) -> gr.Examples | None:
         return None
 
     def example_fn(video: str, query: str, variant: str) -> tuple[Any, ...]:
-        return run_example(
-            ctx, video, variant, lambda path, v: ctx.engine.find(path, query, v), final_outputs
-        )
+        def run(path: str, v: str) -> FindResult:
+            result = service.run(ctx.engine, "find", path, v, query)
+            assert isinstance(result, FindResult)
+            return result
+
+        return run_example(ctx, video, variant, run, final_outputs)
 
     return gr.Examples(
         examples=[[str(ctx.clip(e)), q["query"], ctx.default_variant] for e, q in rows],
@@ -257,9 +261,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
             path = require_upload(video, ctx)
             v = pick_variant(variant, ctx)
             with user_errors():
-                clean = contract.sanitize_query(query, ctx.settings.max_query_chars)
-                engine = ctx.engine
-                cold = v not in engine.loaded()
+                clean = service.check_query(ctx.engine, "find", query)
                 yield (
                     '<div class="mf-head mf-wait">Looking for the event…</div>',
                     skip,
@@ -270,21 +272,22 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
                     None,
                 )
                 progress(0.05, desc="Checking and decoding the video")
-                prepared = engine.prepare(path)
-                if cold:
-                    progress(0.25, desc=f"Loading {v} (first use of this variant)")
-                    engine.load(v)
-                progress(0.4, desc=f"Prefill: reading {prepared.plan.video_tokens} video tokens")
-                result = None
-                for item in engine.stream("find", path, v, clean):
-                    if isinstance(item, str):
-                        progress(0.8, desc="Generating")
-                        yield (skip, skip, skip, skip, item, skip, skip)
-                    else:
-                        result = item
-                assert isinstance(result, FindResult)
-                progress(0.95, desc="Cutting the span as a clip")
-                yield final_outputs(ctx, result, path, cold)
+                with contextlib.closing(service.stream(ctx.engine, "find", path, v, clean)) as stages:
+                    for stage in stages:
+                        if isinstance(stage, Prepared):
+                            tokens = stage.plan.video_tokens
+                            if service.is_cold(ctx.engine, v):
+                                progress(0.25, desc=f"Loading {v} (first use of this variant)")
+                        elif isinstance(stage, Loaded):
+                            cold = stage.cold
+                            progress(0.4, desc=f"Prefill: reading {tokens} video tokens")
+                        elif isinstance(stage, Progress):
+                            progress(0.8, desc="Generating")
+                            yield (skip, skip, skip, skip, stage.text, skip, skip)
+                        elif isinstance(stage, Done):
+                            assert isinstance(stage.result, FindResult)
+                            progress(0.95, desc="Cutting the span as a clip")
+                            yield final_outputs(ctx, stage.result, path, cold)
         except gr.Error as exc:
             yield (error_html(exc.message), timeline.placeholder("No result."), None, "", skip, "", None)
             raise
@@ -318,7 +321,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            return ctx.engine.find(path, query, v).to_dict()
+            return service.run(ctx.engine, "find", path, v, query).to_dict()
 
     jump_step: dict[str, Any] = {
         "fn": jump,

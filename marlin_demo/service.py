@@ -1,0 +1,202 @@
+"""The one request path: every caller (UI tabs, API endpoints, CLI, bench) runs the model through here.
+
+A request is a staged stream (``results.Stage``): ``Prepared`` (the video checked, planned,
+decoded), ``Loaded`` (the variant in memory, cold or warm), ``Progress`` (the text so far) and
+``Done`` (the ``CaptionResult`` / ``FindResult``). The stages come from inside the engine's own
+run, so timings, the time limit and the caches are the same whichever caller asks; a caller
+that only wants the answer uses ``run``.
+
+``compare`` runs several variants on one video in turn. Its contract (the Compare tab and the
+public ``/compare`` endpoint both use it, so they behave the same):
+
+* bad input (no such video, an unreadable clip, an empty query, an unknown task) fails the
+  whole request before any variant runs;
+* a variant that fails to load or to answer (a user-facing error: load failure, out of memory,
+  time limit) does not hide the others: its one-sentence message is kept in
+  ``Comparison.errors`` and the answers of the other variants are returned;
+* when no variant answered, ``Comparison.require_answer`` raises one error naming each failure.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from marlin_demo import compare as cmp
+from marlin_demo import contract
+from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
+from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage
+from marlin_demo.video import PreparedVideo
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from marlin_demo.video import VideoInfo
+
+__all__ = [
+    "Comparison",
+    "Done",
+    "Loaded",
+    "Prepared",
+    "Progress",
+    "Stage",
+    "VariantFinished",
+    "VariantStarted",
+    "check_query",
+    "compare",
+    "is_cold",
+    "run",
+    "stream",
+]
+
+Video = str | Path | PreparedVideo
+
+
+def check_query(engine: Engine, task: str, query: str | None) -> str | None:
+    """The cleaned query of a find (None for a caption); an unknown task or a bad query is a ValueError."""
+    cmp.check_task(task)
+    if task == "find":
+        return contract.sanitize_query(query or "", engine.settings.max_query_chars)
+    return None
+
+
+def is_cold(engine: Engine, variant: str) -> bool:
+    """Whether a request on ``variant`` would load it first (its first use, or after an unload)."""
+    return variant not in engine.loaded()
+
+
+def run(engine: Any, task: str, video: Video, variant: str, query: str | None = None) -> Result:
+    """The blocking form: the ``Done`` stage's result (errors raised as they are)."""
+    return engine.run(task, video, variant, query)
+
+
+def stream(
+    engine: Engine, task: str, video: Video, variant: str, query: str | None = None
+) -> Iterator[Stage]:
+    """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
+
+    The model runs in a worker thread. Closing the generator early (a client that went away)
+    stops the generation at its next token, so an abandoned request does not keep the model
+    busy for the next one. Errors are raised here, where the caller reads them.
+    """
+    updates: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+
+    def on_text(text: str) -> None:
+        if stop.is_set():
+            engine.note_cancelled()
+            raise Cancelled()
+        updates.put(("stage", Progress(text)))
+
+    def on_stage(stage: Stage) -> None:
+        updates.put(("stage", stage))
+
+    def work() -> None:
+        try:
+            res = engine.run(task, video, variant, query, on_text=on_text, on_stage=on_stage)
+            updates.put(("stage", Done(res)))
+        except Cancelled:
+            pass
+        except BaseException as exc:
+            updates.put(("error", exc))
+        finally:
+            updates.put(("end", None))
+
+    threading.Thread(target=work, daemon=True, name=f"marlin-{task}").start()
+    try:
+        while True:
+            kind, value = updates.get()
+            if kind == "stage":
+                yield value
+                if isinstance(value, Done):
+                    return
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+
+
+# ---------------------------------------------------------------------------
+# Several variants on one video (the Compare tab and /compare)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantStarted:
+    """Variant ``index`` (0-based) of ``total`` starts; ``cold``: it is loaded first."""
+
+    variant: str
+    index: int
+    total: int
+    cold: bool
+
+
+@dataclass(frozen=True)
+class VariantFinished:
+    """A variant's answer, or the one sentence saying why it gave none."""
+
+    variant: str
+    cold: bool
+    result: Result | None = None
+    error: str | None = None
+
+
+@dataclass
+class Comparison:
+    """Every variant's outcome, in the order they ran."""
+
+    task: str
+    query: str | None
+    video: VideoInfo
+    variants: list[str]
+    results: dict[str, Result] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    cold: dict[str, bool] = field(default_factory=dict)
+
+    def require_answer(self) -> None:
+        """Raise an ``EngineError`` naming each failure when no variant answered."""
+        if not self.results:
+            raise EngineError(
+                "No variant could answer: " + " | ".join(f"{v}: {e}" for v, e in self.errors.items())
+            )
+
+    def payload(self, example: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The ``/compare`` JSON: ``compare.compare_payload`` of the answers, plus ``errors`` when a
+        variant failed (``{variant: sentence}``; the key is absent when every variant answered)."""
+        out = cmp.compare_payload(self.task, self.query, self.results, example)
+        if self.errors:
+            out["errors"] = dict(self.errors)
+        return out
+
+
+CompareEvent = Prepared | VariantStarted | VariantFinished | Comparison
+
+
+def compare(
+    engine: Engine, task: str, video: Video, variants: Sequence[str], query: str | None = None
+) -> Iterator[CompareEvent]:
+    """Run ``task`` on each variant in turn: Prepared, then per variant Started/Finished, then the
+    Comparison. Bad input raises before any variant runs; a variant's own failure is kept (see the
+    module's docstring)."""
+    clean = check_query(engine, task, query)
+    # decoded once here (bad input fails now), so every variant reads the same cached frames
+    prepared, cached = engine.prepare_cached(video)
+    yield Prepared(prepared.info, prepared.plan, cached)
+    out = Comparison(task, clean, prepared.info, list(variants))
+    for i, v in enumerate(variants):
+        cold = is_cold(engine, v)
+        out.cold[v] = cold
+        yield VariantStarted(v, i, len(variants), cold)
+        try:
+            res = engine.run(task, video, v, clean)
+        except USER_ERRORS as exc:  # one variant failing must not hide the others
+            out.errors[v] = str(exc)
+            yield VariantFinished(v, cold, error=str(exc))
+            continue
+        out.results[v] = res
+        yield VariantFinished(v, cold, result=res)
+    yield out

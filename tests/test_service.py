@@ -1,0 +1,67 @@
+"""The one request path (marlin_demo.service): staged stream, and the compare runner on a failing variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+from ui_support import EXAMPLES, start_app, stop_app
+
+from marlin_demo import service
+from marlin_demo.engine import Engine, EngineError
+from marlin_demo.results import Done, Loaded, Prepared, Progress
+from marlin_demo.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+CLIP = EXAMPLES / "ball_rolls.mp4"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(Settings(model="tiny", caption_max_new_tokens=24, find_max_new_tokens=12,
+                           extra_variants="broken=/nonexistent/marlin-variant"))  # fmt: skip
+
+
+def test_stream_yields_the_stages_in_order(engine: Engine) -> None:
+    engine.unload("gptq")
+    stages = list(service.stream(engine, "caption", CLIP, "gptq"))
+    assert isinstance(stages[0], Prepared) and stages[0].plan.video_tokens > 0
+    assert isinstance(stages[1], Loaded) and stages[1].cold and stages[1].variant == "gptq"
+    assert isinstance(stages[-1], Done)
+    texts = [s.text for s in stages if isinstance(s, Progress)]
+    assert texts and texts[-1].strip() == stages[-1].result.raw
+    again = list(service.stream(engine, "caption", CLIP, "gptq"))
+    assert isinstance(again[0], Prepared) and again[0].cached_video
+    assert isinstance(again[1], Loaded) and not again[1].cold
+
+
+def test_compare_keeps_the_answers_of_the_variants_that_ran(engine: Engine) -> None:
+    *_, run = service.compare(engine, "find", CLIP, ["gptq", "broken"], "the ball rolls")
+    assert isinstance(run, service.Comparison)
+    assert list(run.results) == ["gptq"] and list(run.errors) == ["broken"]
+    assert "broken" in run.errors["broken"] or "/nonexistent" in run.errors["broken"]
+    payload = run.payload(None)
+    assert set(payload["results"]) == {"gptq"} and payload["errors"] == run.errors
+    run.require_answer()  # one variant answered: no error
+
+
+def test_compare_bad_input_fails_before_any_variant(engine: Engine) -> None:
+    with pytest.raises(ValueError, match="query is empty"):
+        next(service.compare(engine, "find", CLIP, ["gptq", "broken"], "  "))
+    only_broken = list(service.compare(engine, "caption", CLIP, ["broken"]))[-1]
+    with pytest.raises(EngineError, match="No variant could answer: broken"):
+        only_broken.require_answer()
+
+
+def test_compare_api_and_tab_share_the_failing_variant_behaviour(tmp_path: Path) -> None:
+    server = start_app(tmp_path / "broken", extra_env={"MARLIN_EXTRA_VARIANTS": "broken=/nonexistent/v",
+                                                       "MARLIN_CACHE_EXAMPLES": "off"})  # fmt: skip
+    try:
+        client = Client(server.url, verbose=False)
+        d = client.predict(handle_file(CLIP), "caption", "", api_name="/compare")
+        assert "broken" in d["errors"] and "broken" not in d["results"]
+        assert {"gptq", "bnb4"} <= set(d["results"])
+    finally:
+        stop_app(server)
