@@ -257,8 +257,9 @@ def _training_pairs(rng: random.Random, n: int, params: VideoParams):
         half = f"{duration / 2:.1f}"
         if i % 2 == 0:
             lines = [f"Scene: {rng.choice(SCENES)}", "", "Events:"]
-            lines.append(f"<0.0 - {half}> {rng.choice(ACTIONS)}")
-            lines.append(f"<{half} - {duration:.1f}> {rng.choice(ACTIONS)}")
+            first, second = rng.sample(ACTIONS, 2)  # two different lines: a repeat reads as a loop
+            lines.append(f"<0.0 - {half}> {first}")
+            lines.append(f"<{half} - {duration:.1f}> {second}")
             prompt, answer = CAPTION_PROMPT, "\n".join(lines)
         else:
             query = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 5)))
