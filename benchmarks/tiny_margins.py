@@ -62,16 +62,24 @@ def answer(loaded, engine, prepared, prompt: str, max_new_tokens: int) -> dict:
     ended = bool(ids) and ids[-1] in stops
     pieces = [tok.decode([i]) for i in ids]
     text = tok.decode(ids[:-1] if ended else ids)
-    margins = []
-    for step in structural_steps(pieces):
-        top = torch.topk(out.logits[step][0].float(), 2).values
-        margins.append(round(float(top[0] - top[1]), 2))
+    gaps = []
+    for logits in out.logits:
+        top = torch.topk(logits[0].float(), 2).values
+        gaps.append(round(float(top[0] - top[1]), 2))
+    margins = [gaps[step] for step in structural_steps(pieces)]
     if prompt.startswith("Provide"):
         parse = parse_caption(text)
         ok = ended and text.startswith("Scene:") and len(parse.events) >= 1
     else:
         ok = ended and bool(_SPAN_RE.match(text.strip()))
-    return {"tokens": len(ids), "ended": ended, "format_ok": ok, "min_margin": min(margins), "text": text}
+    return {
+        "tokens": len(ids),
+        "ended": ended,
+        "format_ok": ok,
+        "min_margin": min(margins),
+        "min_gap_any_token": min(gaps),  # content tokens too: what an exact token comparison risks
+        "text": text,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
