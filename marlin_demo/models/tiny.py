@@ -240,7 +240,9 @@ def _training_pairs(rng: random.Random, n: int, params: VideoParams):
     """Synthetic (frames, prompt, answer) triples: the answer format, not its content.
 
     Captions are one templated scene sentence and exactly two events that split the clip in
-    halves; find answers span its middle half. With so little to learn besides the shape,
+    halves; find answers span its middle half. Each clip comes twice, with either prompt: a first
+    try that gave the two tasks different frame sizes learned the size, not the prompt, and
+    answered real clips' caption prompts in the find format. With so little to learn besides the shape,
     training drives the structural decisions (first token, ``Events``, line openers, stop) to
     wide margins, which another CPU's rounding cannot flip.
     """
@@ -248,12 +250,14 @@ def _training_pairs(rng: random.Random, n: int, params: VideoParams):
 
     pairs = []
     for i in range(n):
-        duration = rng.choice([4.0, 6.0, 8.0, 12.0, 20.0, 30.0])
-        h, w = SIZES[i % len(SIZES)]
-        if h * w > 96 * 96:  # the large clips stay short: their cost grows with every frame
-            duration = min(duration, 8.0)
-        nframes = int(duration * params.fps)
-        frames = _frames(np.random.default_rng(SEED + i), i % 3, nframes, h, w)
+        clip = i // 2  # every clip is asked both prompts: only the prompt tells the tasks apart
+        if i % 2 == 0:
+            duration = rng.choice([4.0, 6.0, 8.0, 12.0, 20.0, 30.0])
+            h, w = SIZES[clip % len(SIZES)]
+            if h * w > 96 * 96:  # the large clips stay short: their cost grows with every frame
+                duration = min(duration, 8.0)
+            nframes = int(duration * params.fps)
+            frames = _frames(np.random.default_rng(SEED + clip), clip % 3, nframes, h, w)
         half = f"{duration / 2:.1f}"
         if i % 2 == 0:
             lines = [f"Scene: {rng.choice(SCENES)}", "", "Events:"]
