@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -29,9 +28,9 @@ from marlin_demo.contract import CAPTION_PROMPT, VideoParams, find_prompt
 log = logging.getLogger(__name__)
 
 #: Bump when the recipe changes: the cache folder name carries it.
-TINY_VERSION = "4"
+TINY_VERSION = "5"
 SEED = 1234
-TRAIN_STEPS = 400
+TRAIN_STEPS = 600
 TRAIN_PAIRS = 48
 
 SPECIAL_TOKENS = [
@@ -224,36 +223,51 @@ def _frames(rng, kind: int, nframes: int, h: int, w: int):
     return np.clip(base + ramp + grain, 0, 255).astype(np.uint8)
 
 
+#: v5: the answers are as regular as possible, so that only the prompt decides their shape.
+SCENES = (
+    "A small figure moves across the frame.",
+    "A bright room with a door on the left.",
+    "A dark street with buildings and a car.",
+    "A green field under a blue sky.",
+)
+ACTIONS = ("The figure moves.", "The light changes.", "A person enters.", "The scene ends.")
+#: Frame sizes of the synthetic clips: small ones, and a few closer to real clips' token counts,
+#: so that the prompt, not the number of video tokens before it, decides the answer's shape.
+SIZES = ((64, 96), (96, 64), (64, 64), (64, 96), (192, 256), (256, 192))
+
+
 def _training_pairs(rng: random.Random, n: int, params: VideoParams):
     """Synthetic (frames, prompt, answer) triples: the answer format, not its content.
 
-    Captions always have two or three events, so that greedy decoding, which cannot tell
-    which clip it sees, still has one clear place to stop; clips run up to 30 s so that the
-    stop survives the longer videos of the examples.
+    Captions are one templated scene sentence and exactly two events that split the clip in
+    halves; find answers span its middle half. Each clip comes twice, with either prompt: a first
+    try that gave the two tasks different frame sizes learned the size, not the prompt, and
+    answered real clips' caption prompts in the find format. With so little to learn besides the shape,
+    training drives the structural decisions (first token, ``Events``, line openers, stop) to
+    wide margins, which another CPU's rounding cannot flip.
     """
     import numpy as np
 
     pairs = []
     for i in range(n):
-        duration = rng.choice([4.0, 6.0, 8.0, 12.0, 20.0, 30.0])
-        nframes = int(duration * params.fps)
-        h, w = rng.choice([(64, 96), (96, 64), (64, 64)])
-        frames = _frames(np.random.default_rng(SEED + i), i % 3, nframes, h, w)
+        clip = i // 2  # every clip is asked both prompts: only the prompt tells the tasks apart
         if i % 2 == 0:
-            k = rng.choice([2, 3])
-            cuts = sorted(rng.sample(range(1, int(duration * 10)), k - 1))
-            bounds = [0, *cuts, int(duration * 10)]
-            scene = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 9))).capitalize() + "."
-            lines = [f"Scene: {scene}", "", "Events:"]
-            for a, b in itertools.pairwise(bounds):
-                desc = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 5))).capitalize() + "."
-                lines.append(f"<{a / 10:.1f} - {b / 10:.1f}> {desc}")
+            duration = rng.choice([4.0, 6.0, 8.0, 12.0, 20.0, 30.0])
+            h, w = SIZES[clip % len(SIZES)]
+            if h * w > 96 * 96:  # the large clips stay short: their cost grows with every frame
+                duration = min(duration, 8.0)
+            nframes = int(duration * params.fps)
+            frames = _frames(np.random.default_rng(SEED + clip), clip % 3, nframes, h, w)
+        half = f"{duration / 2:.1f}"
+        if i % 2 == 0:
+            lines = [f"Scene: {rng.choice(SCENES)}", "", "Events:"]
+            first, second = rng.sample(ACTIONS, 2)  # two different lines: a repeat reads as a loop
+            lines.append(f"<0.0 - {half}> {first}")
+            lines.append(f"<{half} - {duration:.1f}> {second}")
             prompt, answer = CAPTION_PROMPT, "\n".join(lines)
         else:
-            a = rng.randint(0, int(duration * 10) - 10)
-            b = rng.randint(a + 5, int(duration * 10))
             query = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 5)))
-            prompt, answer = find_prompt(query), f"From {a / 10:.1f} to {b / 10:.1f}."
+            prompt, answer = find_prompt(query), f"From {duration / 4:.1f} to {duration * 3 / 4:.1f}."
         pairs.append((frames, duration, prompt, answer))
     return pairs
 
@@ -261,6 +275,9 @@ def _training_pairs(rng: random.Random, n: int, params: VideoParams):
 #: The end-of-turn token counts this much more than other tokens in the format loss: stopping is
 #: the one decision that keeps a caption short, and the one a tiny model learns last.
 EOS_WEIGHT = 4.0
+#: So do the other structural tokens: the first token of every answer line (``Scene``/``From``,
+#: ``Events``, each event's ``<``), which decide the format rather than the content.
+STRUCT_WEIGHT = 4.0
 
 
 def training_batches(processor, params: VideoParams) -> list[tuple[dict, object]]:
@@ -305,13 +322,16 @@ def _teach_format(model, processor, params: VideoParams, steps: int = TRAIN_STEP
     """A few seconds of deterministic training so greedy decoding yields Marlin-shaped text that ends.
 
     Every target ends with ``<|im_end|>`` (the token generation stops on) and the loss covers
-    it, weighted by ``EOS_WEIGHT``; the learning rate decays to zero so the weights settle
-    instead of stopping mid-swing (which made the result depend on the CPU's rounding).
+    it, weighted by ``EOS_WEIGHT``, and each line's first token by ``STRUCT_WEIGHT``; the
+    learning rate decays to zero so the weights settle instead of stopping mid-swing (which
+    made the result depend on the CPU's rounding).
     """
     import torch
 
     torch.manual_seed(SEED)
-    eos = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    tok = processor.tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    newline = torch.tensor([tok.decode([i]).endswith("\n") for i in range(len(tok))])
     batches = training_batches(processor, params)
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
@@ -322,7 +342,9 @@ def _teach_format(model, processor, params: VideoParams, steps: int = TRAIN_STEP
         target = labels[0, 1:]
         keep = target != -100
         per_token = torch.nn.functional.cross_entropy(logits[keep], target[keep], reduction="none")
-        weight = torch.where(target[keep] == eos, EOS_WEIGHT, 1.0)
+        opens_line = newline[inputs["input_ids"][0, :-1][keep]]
+        weight = torch.where(opens_line, STRUCT_WEIGHT, 1.0)
+        weight = torch.where(target[keep] == eos, EOS_WEIGHT, weight)
         loss = (per_token * weight).sum() / weight.sum()
         if step % 50 == 0:
             log.info("tiny format training: step %d loss %.3f", step, loss.item())
