@@ -202,7 +202,8 @@ def _no_sideways_overflow(pg, selector: str) -> None:
         wide += pg.evaluate(
             """(sel) => { const out = []; let e = document.querySelector(sel);
               while (e) { const r = e.getBoundingClientRect();
-                out.push(`${e.tagName}#${e.id} ${Math.round(r.left)}-${Math.round(r.right)}`); e = e.parentElement; }
+                out.push(`${e.tagName}#${e.id} ${Math.round(r.left)}-${Math.round(r.right)}`);
+                e = e.parentElement; }
               return out; }""",
             selector,
         )
