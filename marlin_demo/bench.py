@@ -42,7 +42,9 @@ from marlin_demo.datasets import (
     Query,
     add_convert_parser,
     dataset_digest,
+    example_sets,
     load_dataset,
+    set_label,
     summarize,
 )
 from marlin_demo.metrics import caption_scores, grounding_scores, precision_recall_f1, temporal_iou
@@ -70,6 +72,7 @@ RESULT_FILES = (
     "latency.png",
     "memory.png",
     "latency_distribution.png",
+    "sets.png",
 )
 
 SETTINGS_FLAGS = (
@@ -647,6 +650,29 @@ def _stability(idx: dict[tuple, dict[str, Any]], plan: Sequence[Request]) -> flo
     return sum(1 for k in multi if len(raws[k]) == 1) / len(multi)
 
 
+def by_set(
+    examples: Sequence[Example],
+    idx: dict[tuple, dict[str, Any]],
+    variants: Sequence[str],
+    tasks: Sequence[str],
+    repeats: int,
+) -> dict[str, Any]:
+    """Quality and cost per example set: real footage and rendered clips measure different things."""
+    out: dict[str, Any] = {}
+    for name, exs in example_sets(examples).items():
+        per: dict[str, Any] = {}
+        for v in variants:
+            plan = plan_requests(exs, v, tasks, repeats)
+            ok = [idx[r.key] for r in plan if r.key in idx and idx[r.key].get("ok")]
+            per[v] = {
+                "quality": quality(exs, idx, v, tasks, repeats)[0] if ok else {"overall": None},
+                "speed": speed(ok),
+                "requests": {"planned": len(plan), "ok": len(ok)},
+            }
+        out[name] = {"label": set_label(name), "data": summarize(exs), "variants": per}
+    return out
+
+
 def aggregate(
     examples: Sequence[Example],
     variants: Sequence[str],
@@ -724,7 +750,13 @@ def aggregate(
         comparison["gptq_vs_bnb4"]["overall_retention"] = _ratio(
             per["gptq"]["quality"]["overall"], per["bnb4"]["quality"]["overall"]
         )
-    return {"variants": per, "comparison": comparison, "library_import_s": imports, "items": items}
+    return {
+        "variants": per,
+        "sets": by_set(examples, idx, variants, tasks, repeats),
+        "comparison": comparison,
+        "library_import_s": imports,
+        "items": items,
+    }
 
 
 def _rel(a: Any, b: Any) -> float | None:
@@ -981,6 +1013,7 @@ def render_summary(results: dict[str, Any]) -> str:
         ("Same answer in every repeat", _getter("stability"), "pct"),
     ]
     lines += _table(per, qrows, rel)
+    lines += _set_tables(results.get("sets") or {}, rel)
     quantized = [v for v in per if "retention_vs_bf16" in per[v]]
     if quantized:
         sub = {v: per[v] for v in quantized}
@@ -1038,6 +1071,53 @@ def render_summary(results: dict[str, Any]) -> str:
 
 def _getter(*path: str):
     return lambda v: _get(v, *path)
+
+
+def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
+    """One quality-and-cost table per example set; nothing when the data is one set."""
+    if len(sets) < 2:
+        return []
+    lines = ["", "## By example set", ""]
+    lines.append(
+        "The same figures for each set alone. Real footage is a handful of clips: a smoke test of "
+        "quality on real video, not a benchmark score (docs/BENCHMARK.md)."
+    )
+    for group in sets.values():
+        per, d = group["variants"], group["data"]
+        lines += [
+            "",
+            f"### {group['label']}",
+            "",
+            f"{d['examples']} clips, {d['queries']} find queries, {d['caption_examples']} captions "
+            f"with {d['events']} reference events.",
+            "",
+        ]
+        rows = [
+            (label, _getter("quality", task, key), "q")
+            for task, key, label in QUALITY_ROWS
+            if any(_get(v, "quality", task) for v in per.values())
+        ]
+        rows.append(("Overall score", _getter("quality", "overall"), "q"))
+        for task in ("caption", "find"):
+            if any(_get(v, "speed", task) for v in per.values()):
+                rows += [
+                    (
+                        f"{task.title()} latency median (s)",
+                        _getter("speed", task, "latency_s", "median"),
+                        "s",
+                    ),
+                    (
+                        f"{task.title()} output tokens, mean",
+                        _getter("speed", task, "output_tokens", "mean"),
+                        "f1",
+                    ),
+                ]
+        rows += [
+            ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
+            ("Requests ok / planned", lambda v: f"{v['requests']['ok']} / {v['requests']['planned']}", "str"),
+        ]
+        lines += _table(per, rows, rel)
+    return lines
 
 
 def write_plots(out: Path, agg: dict[str, Any]) -> None:
@@ -1143,6 +1223,53 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     fig.suptitle("Per-request latency over all repeats")
     fig.tight_layout()
     _save(fig, out / "latency_distribution.png")
+    _set_plot(out, agg.get("sets") or {}, names, color)
+
+
+def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequence[Any]) -> None:
+    """sets.png: quality (top) and median latency (bottom), one column per example set."""
+    import matplotlib.pyplot as plt
+
+    (out / "sets.png").unlink(missing_ok=True)
+    if len(sets) < 2:
+        return
+    groups = list(sets.values())
+    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups) + 1, 8), dpi=100, squeeze=False)
+    width = 0.8 / max(1, len(names))
+    parts = [
+        ("find", "miou", "Find mIoU"),
+        ("caption", "rouge_l", "ROUGE-L"),
+        ("caption", "event_f1", "Event F1"),
+    ]
+    for col, group in enumerate(groups):
+        per = group["variants"]
+        rows = [
+            (
+                [lbl for _, _, lbl in parts] + ["Overall"],
+                lambda v: [_get(v, "quality", t, k) for t, k, _ in parts] + [_get(v, "quality", "overall")],
+            ),
+            (
+                ["caption", "find"],
+                lambda v: [_get(v, "speed", t, "latency_s", "median") for t in ("caption", "find")],
+            ),
+        ]
+        for row, (labels, get) in enumerate(rows):
+            ax = axes[row][col]
+            for i, n in enumerate(names):
+                vals = [0.0 if x is None else x for x in get(per[n])]
+                pos = [x + (i - (len(names) - 1) / 2) * width for x in range(len(labels))]
+                ax.bar(pos, vals, width, label=n, color=color[i])
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels(labels, rotation=20, ha="right")
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend()
+        axes[0][col].set_ylim(0, 1.05)
+        axes[0][col].set_title(f"{group['label']} ({group['data']['examples']} clips): quality")
+        axes[1][col].set_title(f"{group['label']}: latency median")
+        axes[1][col].set_ylabel("seconds per request")
+    fig.suptitle("By example set (higher quality, lower latency is better)")
+    fig.tight_layout()
+    _save(fig, out / "sets.png")
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -1366,8 +1493,8 @@ def _bench(args: argparse.Namespace) -> int:
             f"the data folder {data_dir} does not exist: pass --data DIR (a folder with examples.json)."
         )
     examples = load_dataset(data_dir)
-    if args.limit:
-        examples = examples[: args.limit]
+    if args.limit:  # the first N clips of each set, so a quick run still covers every set
+        examples = [ex for exs in example_sets(examples).values() for ex in exs[: args.limit]]
     plans = {v: plan_requests(examples, v, tasks, args.repeats) for v in variants}
     if not any(plans.values()):
         raise BenchError(
@@ -1416,7 +1543,8 @@ def _bench(args: argparse.Namespace) -> int:
     print()
     print(
         f"Wrote {out}/: results.json, results.csv, summary.md, quality.png, latency.png, memory.png, "
-        f"latency_distribution.png (per-request records: {REQUESTS_FILE})"
+        f"latency_distribution.png{', sets.png' if len(results.get('sets') or {}) > 1 else ''} "
+        f"(per-request records: {REQUESTS_FILE})"
     )
     return EXIT_LOAD_FAILED if load_failed else EXIT_OK
 
@@ -1449,7 +1577,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
     p.add_argument("--tasks", default="caption,find", help="caption, find or both (default caption,find)")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N clips of the data")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N clips of each example set")
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
     p.set_defaults(func=cmd_bench)

@@ -6,6 +6,7 @@ The format (documented in ``docs/BENCHMARK.md``) is the one of ``examples/exampl
       {
         "video": "ball_rolls.mp4",            # path relative to the folder (or absolute)
         "title": "A ball rolls",              # optional
+        "set": "rendered",                    # optional; the benchmark reports each set apart
         "duration": 12.0,                     # seconds; optional (probed from the file when absent)
         "scene": "A green field ...",         # reference scene paragraph ("" = none)
         "events": [{"start": 0.0, "end": 2.0, "description": "..."}],
@@ -41,6 +42,9 @@ EXAMPLES_FILE = "examples.json"
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".mov", ".m4v", ".avi")
 SPAN_TOLERANCE_S = 0.5
 """How far past the video's duration a reference span may end (annotation rounding)."""
+DEFAULT_SET = "default"
+"""The set of an entry without ``"set"``: a folder without sets is one set."""
+SET_LABELS = {"real": "Real footage", "rendered": "Rendered", DEFAULT_SET: "All examples"}
 
 
 class DatasetError(ValueError):
@@ -67,6 +71,7 @@ class Example:
     scene: str = ""
     events: list[Event] = field(default_factory=list)
     queries: list[Query] = field(default_factory=list)
+    set: str = DEFAULT_SET
 
     @property
     def has_caption_truth(self) -> bool:
@@ -77,6 +82,7 @@ class Example:
         return {
             "video": self.name,
             "title": self.title,
+            "set": self.set,
             "duration": self.duration,
             "scene": self.scene,
             "events": [e.to_dict() for e in self.events],
@@ -181,6 +187,13 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
             raise DatasetError(f"{what} span is {span!r}: give [start, end] in seconds.")
         queries.append(Query(text.strip(), _span(span[0], span[1], duration, what)))
 
+    set_raw = raw.get("set", DEFAULT_SET)
+    if not isinstance(set_raw, str) or not set_raw.strip():
+        raise DatasetError(
+            f"{where}: 'set' is {set_raw!r}: give the name of the example set as a string "
+            '(e.g. "real" or "rendered"), or leave it out.'
+        )
+
     title = raw.get("title")
     return Example(
         name=name,
@@ -190,7 +203,21 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
         scene=scene.strip(),
         events=events,
         queries=queries,
+        set=set_raw.strip(),
     )
+
+
+def set_label(name: str) -> str:
+    """The heading a set gets in summaries and plots ("real" -> "Real footage")."""
+    return SET_LABELS.get(name, name)
+
+
+def example_sets(examples: Sequence[Example]) -> dict[str, list[Example]]:
+    """The examples grouped by set, sets in order of first appearance."""
+    groups: dict[str, list[Example]] = {}
+    for ex in examples:
+        groups.setdefault(ex.set, []).append(ex)
+    return groups
 
 
 def load_dataset(directory: str | os.PathLike[str]) -> list[Example]:
@@ -440,10 +467,11 @@ def cmd_convert_charades(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize(examples: Sequence[Example]) -> dict[str, int]:
+def summarize(examples: Sequence[Example]) -> dict[str, Any]:
     return {
         "examples": len(examples),
         "queries": sum(len(ex.queries) for ex in examples),
         "caption_examples": sum(1 for ex in examples if ex.has_caption_truth),
         "events": sum(len(ex.events) for ex in examples),
+        "sets": {name: len(exs) for name, exs in example_sets(examples).items()},
     }

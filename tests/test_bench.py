@@ -8,6 +8,7 @@ project's example clips, in-process through ``cli.main``.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 import time
@@ -24,6 +25,9 @@ from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+needs_examples = pytest.mark.skipif(
+    not (EXAMPLES / "examples.json").is_file(), reason="examples/examples.json is not rendered"
+)
 PNGS = ("quality.png", "latency.png", "memory.png", "latency_distribution.png")
 SEED_ROWS = (
     "Latency per request, mean (s)",
@@ -292,6 +296,69 @@ def test_bench_tasks_and_limit(fake: type[FakeEngine], data: Path, tmp_path: Pat
     assert res["data"]["examples"] == 1
 
 
+class AnyQueryEngine(FakeEngine):
+    """The fake engine answering any clip and query (the project's examples): a fixed span."""
+
+    def run(self, task: str, video: Any, variant: str, query: str | None = None) -> Any:
+        res = super().run(task, video, variant, "the ball rests" if task == "find" else query)
+        return dataclasses.replace(res, query=query) if task == "find" else res
+
+
+@needs_examples
+def test_bench_reports_each_example_set(fake: type[FakeEngine], tmp_path: Path, monkeypatch: Any) -> None:
+    """examples/ holds real footage and rendered clips: --limit 1 takes one of each, each gets its tables."""
+    import marlin_demo.engine
+
+    monkeypatch.setattr(marlin_demo.engine, "Engine", AnyQueryEngine)
+    entries = json.loads((EXAMPLES / "examples.json").read_text(encoding="utf-8"))
+    first = {}
+    for e in entries:
+        first.setdefault(e.get("set", "default"), e)
+    assert set(first) == {"real", "rendered"}
+    out = tmp_path / "out"
+    argv = ["bench", "--variants", "gptq,bnb4", "--repeats", "1", "--limit", "1", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert {c[2] for c in fake.calls} == {first["real"]["video"], first["rendered"]["video"]}
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["data"]["sets"] == {"real": 1, "rendered": 1}
+    sets = results["sets"]
+    assert list(sets) == ["real", "rendered"]
+    for name, group in sets.items():
+        e = first[name]
+        assert group["data"]["examples"] == 1 and group["data"]["queries"] == len(e["queries"])
+        for v in ("gptq", "bnb4"):
+            per = group["variants"][v]
+            assert per["requests"]["planned"] == per["requests"]["ok"] == 1 + len(e["queries"])
+            assert 0 <= per["quality"]["find"]["miou"] <= 1 and "caption" in per["quality"]
+            assert per["speed"]["find"]["requests"] == len(e["queries"])
+    # the per-set request counts add up to the whole run's
+    for v in ("gptq", "bnb4"):
+        total = results["variants"][v]["requests"]["planned"]
+        assert sum(g["variants"][v]["requests"]["planned"] for g in sets.values()) == total
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    by_set = summary.split("## By example set", 1)[1]
+    real, rendered = by_set.split("### Real footage", 1)[1].split("### Rendered", 1)
+    for table in (real, rendered):
+        assert "| Find mIoU |" in table and "| Caption latency median (s) |" in table
+    assert f"{len(first['real']['queries'])} find queries" in real
+    from PIL import Image
+
+    with Image.open(out / "sets.png") as im:
+        assert im.width > 600 and im.height > 400
+
+
+def test_one_set_has_no_set_tables(fake: type[FakeEngine], data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert (
+        cli.main(["bench", "--variants", "gptq", "--data", str(data), "--repeats", "1", "--out", str(out)])
+        == 0
+    )
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert list(results["sets"]) == ["default"]
+    assert "## By example set" not in (out / "summary.md").read_text(encoding="utf-8")
+    assert not (out / "sets.png").exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -352,9 +419,6 @@ def test_stats() -> None:
 
 # The tiny model sometimes loops to the token limit: a low caption limit keeps the tests' time bounded.
 TINY_FLAGS = ("--device", "cpu", "--caption-max-new-tokens", "64", "--find-max-new-tokens", "24")
-needs_examples = pytest.mark.skipif(
-    not (EXAMPLES / "examples.json").is_file(), reason="examples/examples.json is not rendered"
-)
 
 
 def _subset(tmp_path: Path, names: tuple[str, ...]) -> Path:
@@ -411,3 +475,21 @@ def test_bench_tiny_all_examples(tmp_path: Path) -> None:
     assert results["comparison"]["gptq_vs_bnb4"]["overall_retention"] is not None
     assert results["data"]["dir"] == str(bench.DEFAULT_DATA)
     assert results["data"]["examples"] == len(json.loads((EXAMPLES / "examples.json").read_text()))
+
+
+@pytest.mark.slow
+@needs_examples
+def test_bench_tiny_both_sets(tmp_path: Path) -> None:
+    """examples/ on the tiny checkpoint, --limit 1 --tasks find: one real, one rendered clip, a table each."""
+    out = tmp_path / "out"
+    argv = ["bench", "--model", "tiny", "--variants", "gptq", "--repeats", "1", "--limit", "1"]
+    assert cli.main([*argv, "--tasks", "find", "--out", str(out), *TINY_FLAGS]) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["data"]["sets"] == {"real": 1, "rendered": 1}
+    for group in results["sets"].values():
+        per = group["variants"]["gptq"]
+        assert per["requests"]["ok"] == per["requests"]["planned"] == group["data"]["queries"] > 0
+        assert per["speed"]["find"]["latency_s"]["median"] > 0
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert "### Real footage" in summary and "### Rendered" in summary
+    assert (out / "sets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

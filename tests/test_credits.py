@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_about_lists_every_real_credit(examples: list[dict]) -> None:
     for ex in examples:
         if ex["set"] == "real":
             credit = ex["credit"]
-            assert credit_text(ex) in text
+            assert f"**{ex['title']}**" + credit_text(ex)[len(ex["title"]) :] in text  # title in bold
             assert credit["license"] in text and credit["author"] in text and credit["changes"] in text
         else:
             assert ex["video"] in text
@@ -45,21 +46,49 @@ def test_credit_line_for_a_copied_example_and_none_for_other_clips(
     assert credit_line(ctx, str(other)) == ""
 
 
-@pytest.mark.slow
-def test_every_example_clip_runs_on_the_tiny_model(examples: list[dict], examples_dir: Path) -> None:
-    """Each clip probes, plans (frames inside the clip) and answers caption and find."""
-    from marlin_demo.engine import Engine
-    from marlin_demo.video import plan_sampling, probe
+def _clip_names() -> list[str]:
+    """The example clips, read at collection time so each is its own test (its duration shows)."""
+    from marlin_demo.ui.common import EXAMPLES_JSON
 
-    settings = Settings().with_(model="tiny", caption_max_new_tokens=8, find_max_new_tokens=8)
-    engine = Engine(settings)
+    return [str(e["video"]) for e in available_examples(EXAMPLES_JSON)] if EXAMPLES_JSON.is_file() else []
+
+
+@pytest.fixture(scope="module")
+def tiny_engine() -> Any:
+    """One tiny-checkpoint engine for every clip; answers cut to a few tokens (the prefill is the test)."""
+    from marlin_demo.engine import Engine
+
+    return Engine(Settings().with_(model="tiny", caption_max_new_tokens=4, find_max_new_tokens=4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clip", _clip_names())
+def test_every_example_clip_runs_on_the_tiny_model(
+    clip: str, examples: list[dict], examples_dir: Path, tiny_engine: Any
+) -> None:
+    """Each clip probes, plans (frames inside the clip) and answers caption and find from one decode."""
+    ex = next(e for e in examples if e["video"] == clip)
+    engine = tiny_engine
     variant = engine.variants[0]
-    for ex in examples:
-        path = examples_dir / ex["video"]
-        info = probe(path)
-        plan = plan_sampling(info)
-        assert plan is not None and info.duration_s > 0, ex["video"]
-        caption = engine.caption(path, variant)
-        assert all(0.0 <= e.start <= e.end <= info.duration_s + 1e-6 for e in caption.events), ex["video"]
-        found = engine.find(path, ex["queries"][0]["query"], variant)
-        assert found.span is None or 0.0 <= found.span[0] <= found.span[1] <= info.duration_s + 1e-6
+    prepared = engine.prepare(examples_dir / clip)  # probe, plan, decode: once for both tasks
+    duration = prepared.info.duration_s
+    assert duration > 0 and prepared.frames.shape[0] >= 2, clip
+    assert all(0.0 <= t <= duration + 1e-6 for t in prepared.plan.timestamps), clip
+    caption = engine.caption(prepared, variant)
+    assert caption.metrics.video_tokens > 0
+    assert all(0.0 <= e.start <= e.end <= duration + 1e-6 for e in caption.events), clip
+    found = engine.find(prepared, ex["queries"][0]["query"], variant)
+    assert found.span is None or 0.0 <= found.span[0] <= found.span[1] <= duration + 1e-6
+
+
+def test_example_cache_is_lazy_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager caching runs every example at start-up (minutes on a CPU): only on request."""
+    from marlin_demo.ui.common import CACHE_ENV, cache_mode_from_env
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    assert cache_mode_from_env(on_space=False) == cache_mode_from_env(on_space=True) == "lazy"
+    monkeypatch.setenv(CACHE_ENV, "Eager")
+    assert cache_mode_from_env(on_space=False) == "eager"
+    monkeypatch.setenv(CACHE_ENV, "always")
+    with pytest.raises(ValueError, match="not one of eager, lazy, off"):
+        cache_mode_from_env(on_space=False)

@@ -15,9 +15,12 @@ from marlin_demo.datasets import (
     DatasetError,
     convert_charades,
     dataset_digest,
+    example_sets,
     find_video,
     load_dataset,
     parse_charades_line,
+    set_label,
+    summarize,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +89,27 @@ def test_load_valid_folder(folder: Path) -> None:
     assert ex.queries[0].span == (0.0, 2.5)
     assert ex.to_dict()["queries"] == [{"query": "the bars", "span": [0.0, 2.5]}]
     assert len(dataset_digest(folder)) == 16
+    assert ex.set == "default"  # no "set": one default set
+
+
+def test_sets_kept_in_order(folder: Path) -> None:
+    shutil.copy(folder / "five.mp4", folder / "six.mp4")
+    shutil.copy(folder / "five.mp4", folder / "seven.mp4")
+    entries = [
+        _entry(set="real"),
+        _entry(video="six.mp4", set="rendered"),
+        _entry(video="seven.mp4", set=" real "),
+    ]
+    _write(folder, entries)
+    examples = load_dataset(folder)
+    assert [ex.set for ex in examples] == ["real", "rendered", "real"]
+    assert examples[0].to_dict()["set"] == "real"
+    groups = example_sets(examples)
+    assert list(groups) == ["real", "rendered"]
+    assert [ex.name for ex in groups["real"]] == ["five.mp4", "seven.mp4"]
+    assert summarize(examples)["sets"] == {"real": 2, "rendered": 1}
+    assert set_label("real") == "Real footage" and set_label("rendered") == "Rendered"
+    assert set_label("night") == "night"
 
 
 def test_duration_probed_when_absent_and_no_caption_truth(folder: Path) -> None:
@@ -143,6 +167,9 @@ def test_project_examples_load() -> None:
         ([_entry(events=[{"start": 4, "end": 2, "description": "d"}])], "event 1 is [4, 2]"),
         ([_entry(events="none")], "'events' must be a list"),
         ([_entry(scene="", events=[], queries=[])], "nothing to score"),
+        ([_entry(set=3)], "'set' is 3"),
+        ([_entry(set=None)], "'set' is None"),
+        ([_entry(set="  ")], "'set' is '  '"),
     ],
 )
 def test_validation_errors(folder: Path, entries: object, message: str) -> None:

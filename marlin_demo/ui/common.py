@@ -205,13 +205,20 @@ def default_output_dir(settings: Settings) -> Path:
 
 
 def cache_mode_from_env(on_space: bool) -> CacheMode:
-    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy on a Space, eager elsewhere."""
+    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere.
+
+    Eager caching runs every Caption and Find example through the model after start-up,
+    one request at a time: with the tiny stand-in on a busy 2-core CPU the page answered
+    after 99 s but the 24 examples took until 707 s, and a visitor's request waits behind
+    them. Lazy caches an example the first time someone clicks it.
+    """
     raw = os.environ.get(CACHE_ENV, "").strip().lower()
     if raw in ("eager", "lazy", "off"):
         return raw  # type: ignore[return-value]
     if raw:
         raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
-    return "lazy" if on_space else "eager"
+    del on_space  # the same default on a Space and locally (see above)
+    return "lazy"
 
 
 def examples_dir_for(settings: Settings) -> Path:

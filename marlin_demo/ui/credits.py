@@ -37,9 +37,16 @@ def credit_line(ctx: UIContext, video: str | None) -> str:
     return f'<div class="mf-credit">Clip credit: {html.escape(text)}</div>' if text else ""
 
 
+def _bold_title(example: Mapping[str, Any]) -> str:
+    """The credit with its title in bold, so each clip's entry is easy to find in the list."""
+    text = credit_text(example)
+    title = str(example.get("title") or example["video"])
+    return f"**{title}**{text[len(title) :]}" if text.startswith(title + ":") else text
+
+
 def credits_markdown(examples: Sequence[Mapping[str, Any]]) -> str:
     """The About tab's list: every example's credit, real footage first (the file's order)."""
-    rows = [f"- {credit_text(e)}" for e in examples if e.get("set") != "rendered" and credit_text(e)]
+    rows = [f"- {_bold_title(e)}" for e in examples if e.get("set") != "rendered" and credit_text(e)]
     rendered = [e for e in examples if e.get("set") == "rendered"]
     if rendered:
         names = ", ".join(f"`{e['video']}`" for e in rendered)
