@@ -116,9 +116,7 @@ class Settings:
             "help": "most windows one request may need (a longer video is refused)",
         },
     )
-    top_k: int = field(
-        default=5, metadata={"env": "MARLIN_TOP_K", "help": "most moments a find returns"}
-    )
+    top_k: int = field(default=5, metadata={"env": "MARLIN_TOP_K", "help": "most moments a find returns"})
     max_upload_mb: float = field(
         default=200.0, metadata={"env": "MARLIN_MAX_UPLOAD_MB", "help": "largest accepted video file (MB)"}
     )
