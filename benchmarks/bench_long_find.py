@@ -40,7 +40,7 @@ def main() -> None:
     clip = Path(args.out_dir) / f"long{int(args.target_s)}.mp4"
     if not clip.exists():
         build_long_clip(clip, target_s=args.target_s)
-    engine = Engine(Settings(model=args.model))
+    engine = Engine(Settings(model=args.model, request_timeout_s=3600.0))  # a CPU run of 15 windows is slow
     engine.load(args.variant)
     rows = []
     for query in ("the ball rolls across the floor", "the lamp turns on"):

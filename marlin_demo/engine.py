@@ -527,7 +527,7 @@ class Engine:
         parsed = contract.parse_span(gen.text)
         fixed = contract.repair_span(parsed, prepared.info.duration_s)
         info.repairs = list(fixed.repairs)
-        score = self._score(gen)
+        score = self._score(gen, variant)
         moments = [] if fixed.span is None or score is None else [win.Moment(*fixed.span, score)]
         return FindResult(
             moments=moments,
@@ -690,11 +690,11 @@ class Engine:
             for k, (wp, gen, _, _) in enumerate(runs, 1)
         )
 
-    def _score(self, gen: Generation) -> float | None:
+    def _score(self, gen: Generation, variant: str) -> float | None:
         """``windows.span_score`` of a find answer (None: no log-probs, or fewer than two numbers)."""
         if gen.logprobs is None or gen.token_ids is None:
             return None
-        loaded = next(iter(self._models.values()))  # any: the tokenizer is the checkpoint's
+        loaded = self.load(variant)  # already loaded: the request just ran on it
         ids = gen.token_ids[: len(gen.logprobs)]
         return win.span_score(scoring.token_texts(loaded.processor.tokenizer, ids), gen.logprobs[: len(ids)])
 
@@ -747,7 +747,7 @@ class Engine:
         answers = []
         for wp, gen, _, _ in runs:
             mapped = win.map_span(contract.parse_span(gen.text), wp.window, offset=wp.offset_s)
-            answers.append((wp.window, mapped, self._score(gen)))
+            answers.append((wp.window, mapped, self._score(gen, variant)))
         moments = win.merge_moments(answers, max(1, self.settings.top_k))
         info.repairs = [note for _, p, _ in answers for note in p.repairs]
         return FindResult(

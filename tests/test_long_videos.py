@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from marlin_demo import cli, contract, service
+from marlin_demo import windows as win
 from marlin_demo.engine import Engine
 from marlin_demo.longclip import build_long_clip
 from marlin_demo.results import CaptionResult, FindResult, Progress
 from marlin_demo.settings import Settings
+from marlin_demo.ui.caption import stream_message
 from marlin_demo.video import probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,6 +75,11 @@ def test_long_caption_every_window_on_one_timeline(engine: Engine, long_clip: Pa
     starts = [s.window for s in stages if isinstance(s, Progress) and not s.text]
     assert starts == [1, 2, 3]
     assert all(s.windows == 3 for s in stages if isinstance(s, Progress))
+    # /caption_stream messages carry the window (and only on a long video)
+    last = next(s for s in reversed(stages) if isinstance(s, Progress))
+    msg = stream_message(last.text, window=last.window, windows=last.windows)
+    assert msg == {"done": False, "text": last.text, "window": 3, "windows": 3}
+    assert set(stream_message("x")) == {"done", "text"}
 
 
 def test_long_find_moments_and_second_query_reuses_every_window(engine: Engine, long_clip: Path) -> None:
@@ -140,15 +147,17 @@ def test_cli_refuses_too_many_windows(long_clip: Path) -> None:
     assert proc.stdout == ""
 
 
-def test_cli_json_keys_on_a_long_video(long_clip: Path) -> None:
+def test_cli_json_keys_on_a_long_video(tmp_path: Path) -> None:
+    clip = tmp_path / "long30.mp4"  # a short "long" video: 15 s windows keep the CLI run cheap
+    duration = build_long_clip(clip, target_s=30.0)["duration"]
     proc = run_cli(
-        "find", str(long_clip), "the ball rolls", "--model", "tiny", "--variant", VARIANT, "--json",
-        "--find-max-new-tokens", "8", "--find-window-s", "70", "--find-overlap-s", "0",
+        "find", str(clip), "the ball rolls", "--model", "tiny", "--variant", VARIANT, "--json",
+        "--find-max-new-tokens", "8", "--find-window-s", "15", "--find-overlap-s", "0",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
     assert {"span", "moments", "raw"} <= set(d)
-    assert d["raw"].count("[window ") == 2
+    assert d["raw"].count("[window ") == len(win.find_windows(duration, 15.0, 0.0)) > 1
     assert all(set(m) == {"start", "end", "score"} for m in d["moments"])
 
 
