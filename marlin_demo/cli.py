@@ -71,6 +71,10 @@ def format_caption(result: Any) -> str:
         lines.append("  (no timed events could be read from the answer)")
     for e in d["events"]:
         lines.append(f"  {_fmt_time(e['start'])} - {_fmt_time(e['end'])}  {e['description']}")
+    if len(d["windows"]) > 1:
+        lines += ["", f"Windows ({len(d['windows'])}, each answered as its own clip):"]
+        for w in d["windows"]:
+            lines.append(f"  {_fmt_time(w['start'])} - {_fmt_time(w['end'])}  {w['scene'] or '(no scene)'}")
     if not result.format_ok:
         lines += ["", "The answer was not in Marlin's Scene/Events format; shown as far as it could be read."]
     if d["repaired"]:
@@ -89,6 +93,12 @@ def format_find(result: Any) -> str:
         lines.append(f"Span: {s:.1f} s - {e:.1f} s")
         if not d["format_ok"]:
             lines.append("The answer was not in the trained 'From <start> to <end>.' format; read leniently.")
+    if d["moments"]:
+        lines.append("Moments (best first, score = the model's confidence in the times, 0-1):")
+        for m in d["moments"]:
+            lines.append(f"  {_fmt_time(m['start'])} - {_fmt_time(m['end'])}  score {m['score']:.3f}")
+    if len(result.info.windows) > 1:
+        lines.append(f"Searched {len(result.info.windows)} windows, each as its own clip.")
     if result.repaired:
         lines.append("Repaired: " + "; ".join(result.info.repairs))
     lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
@@ -110,6 +120,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
             "cache_dir",
             "caption_max_new_tokens",
             "find_max_new_tokens",
+            "caption_window_s",
+            "find_window_s",
+            "find_overlap_s",
+            "max_windows",
+            "top_k",
             "max_upload_mb",
             "max_duration_s",
             "max_query_chars",

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import inspect
+import itertools
 import logging
 import re
 import resource
@@ -30,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marlin_demo import compiled, contract
+from marlin_demo import compiled, contract, scoring
+from marlin_demo import windows as win
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
 from marlin_demo.results import (
     CaptionResult,
@@ -38,6 +41,7 @@ from marlin_demo.results import (
     Loaded,
     Metrics,
     Prepared,
+    Progress,
     Result,
     RunInfo,
     Stage,
@@ -47,11 +51,13 @@ from marlin_demo.video import (
     Limits,
     PreparedVideo,
     VideoError,
+    VideoInfo,
     pick_backend,
     plan_sampling,
     sample,
     validate,
 )
+from marlin_demo.window_video import WindowPlan, decode_windows, plan_window
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +89,7 @@ class Generation:
     first_text_at: float | None = None  # first non-empty decoded text (time to first visible token)
     token_ids: list[int] | None = None  # the new token ids (tests compare warm and cold runs with them)
     compile_s: float = 0.0  # compiling a new static-cache size before this request (MARLIN_COMPILE)
+    logprobs: list[float] | None = None  # per new token, natural log-prob (find: the moment's score)
 
 
 class _Streamer:
@@ -145,6 +152,9 @@ class Engine:
         self._videos: OrderedDict[tuple[str, str, str], PreparedVideo] = OrderedDict()
         self._video_lock = threading.Lock()
         self._digests: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._infos: OrderedDict[tuple[str, str], VideoInfo] = OrderedDict()
+        #: a long video's decoded windows, per (content, window bounds): one entry per video and plan
+        self._window_sets: OrderedDict[tuple[Any, ...], list[PreparedVideo]] = OrderedDict()
         self.video_cache_size = video_cache_size
         self.video_backend = _video_backend(settings)
         if prefix_cache_size is None:
@@ -153,6 +163,7 @@ class Engine:
         if settings.compile:  # compiled decoding runs on a static cache: no per-video prefix states
             prefix_cache_size = 0
         self.prefixes = PrefixCache(prefix_cache_size)
+        self._prefix_base = prefix_cache_size  # a long video's request raises the bound to its windows
         self.faults: set[str] = set()  # e.g. {"oom"}: the next request raises a simulated OOM
         self.cancelled = 0  # streamed requests stopped because their caller went away
 
@@ -292,6 +303,7 @@ class Engine:
         on_text: Callable[[str], None] | None,
         deadline: float,
         prefix: Prefix | None = None,
+        want_logprobs: bool = False,
     ) -> Generation:
         """Greedy generation; with ``prefix``, only the tokens after it are prefilled (on a copy of it)."""
         import torch
@@ -308,8 +320,10 @@ class Engine:
             extra = compiled.prepare(loaded, inputs["input_ids"].shape[1], max_new_tokens, ids_kw)
         compile_s = extra.pop("_compile_s", 0.0)
         deadline += compile_s  # the time limit is the request's, not the one-time compile's
+        if want_logprobs:  # the raw logits of each step (greedy choice unchanged): the find score
+            extra.update(output_logits=True, return_dict_in_generate=True)
         with torch.inference_mode():
-            out = loaded.model.generate(
+            res = loaded.model.generate(
                 **gen_inputs,
                 **extra,
                 max_new_tokens=max_new_tokens,
@@ -322,6 +336,8 @@ class Engine:
                 eos_token_id=gen_cfg.eos_token_id,
                 pad_token_id=gen_cfg.pad_token_id,
             )
+        out = res.sequences if want_logprobs else res
+        logprobs = scoring.generated_logprobs(res, inputs["input_ids"].shape[1]) if want_logprobs else None
         new_ids = out[0, inputs["input_ids"].shape[1] :]
         text = loaded.processor.tokenizer.decode(new_ids, skip_special_tokens=True)
         eos = gen_cfg.eos_token_id
@@ -336,6 +352,7 @@ class Engine:
             first_text_at=streamer.first_text_at,
             token_ids=[int(t) for t in new_ids.tolist()],
             compile_s=compile_s,
+            logprobs=logprobs,
         )
 
     def _run(
@@ -346,12 +363,23 @@ class Engine:
         max_new_tokens: int,
         on_text: Callable[[str], None] | None,
         on_stage: Callable[[Stage], None] | None = None,
+        *,
+        cached: bool | None = None,
+        deadline: float | None = None,
+        logprobs: bool = False,
     ) -> tuple[Generation, Metrics, RunInfo, PreparedVideo]:
+        """One prompt on one prepared clip (a whole short video, or one window of a long one).
+
+        ``cached``: whether the frames of a ``PreparedVideo`` given by the caller came from a cache;
+        ``deadline``: the request's time limit when it spans several windows.
+        """
         import torch
 
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
         prepared, cached_video = self.prepare_cached(video)
+        if cached is not None:
+            cached_video = cached
         if on_stage is not None:
             on_stage(Prepared(prepared.info, prepared.plan, cached_video))
         t_load = time.perf_counter()
@@ -361,7 +389,8 @@ class Engine:
             on_stage(Loaded(variant, cold, loaded.load_s))
         # a first-use load is reported as load_s, not inside the request's latency
         t_start += time.perf_counter() - t_load
-        deadline = t_start + self.settings.request_timeout_s
+        if deadline is None:
+            deadline = t_start + self.settings.request_timeout_s
         if time.perf_counter() >= deadline:  # preparing the video alone used up the time limit
             raise EngineError(self._timeout_message())
         with self.gpu_lock:
@@ -379,7 +408,9 @@ class Engine:
                 else:
                     text, inputs = self.build_inputs(loaded, prepared, prompt, text=text)
                     prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, text, inputs)
-                gen = self._generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix)
+                gen = self._generate(
+                    loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix, want_logprobs=logprobs
+                )
                 t_start += gen.compile_s  # compiling a new cache size is reported as compile_s
                 if cuda:
                     torch.cuda.synchronize()
@@ -444,7 +475,14 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
     ) -> CaptionResult:
-        """Scene paragraph plus timed events, repaired into the clip and flagged when repaired."""
+        """Scene paragraph plus timed events, repaired into the clip and flagged when repaired.
+
+        A video longer than one caption window is captioned window by window (``_caption_windows``).
+        """
+        plans = self.window_plans(video, "caption")
+        if plans is not None:
+            return self._caption_windows(Path(str(video)), plans, variant, on_text, on_stage)
+        self.prefixes.size = self._prefix_base
         gen, metrics, info, prepared = self._run(
             video, variant, contract.CAPTION_PROMPT, self.settings.caption_max_new_tokens, on_text, on_stage
         )
@@ -461,6 +499,7 @@ class Engine:
             metrics=metrics,
             format_ok=parsed.format_ok,
             info=info,
+            windows=[{"start": 0.0, "end": prepared.info.duration_s, "scene": fixed.scene}],
         )
 
     def find(
@@ -471,16 +510,27 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
     ) -> FindResult:
-        """A start-end span for the query, or None when the answer gives none: never a made-up span."""
+        """A start-end span for the query, or None when the answer gives none: never a made-up span.
+
+        ``moments``: the span scored by the model's own token probabilities (``windows.span_score``);
+        a video longer than one find window is searched window by window (``_find_windows``).
+        """
         clean = contract.sanitize_query(query, self.settings.max_query_chars)
         prompt = contract.find_prompt(clean, self.settings.max_query_chars)
+        plans = self.window_plans(video, "find")
+        if plans is not None:
+            return self._find_windows(Path(str(video)), plans, clean, prompt, variant, on_text, on_stage)
+        self.prefixes.size = self._prefix_base
         gen, metrics, info, prepared = self._run(
-            video, variant, prompt, self.settings.find_max_new_tokens, on_text, on_stage
+            video, variant, prompt, self.settings.find_max_new_tokens, on_text, on_stage, logprobs=True
         )
         parsed = contract.parse_span(gen.text)
         fixed = contract.repair_span(parsed, prepared.info.duration_s)
         info.repairs = list(fixed.repairs)
+        score = self._score(gen, variant)
+        moments = [] if fixed.span is None or score is None else [win.Moment(*fixed.span, score)]
         return FindResult(
+            moments=moments,
             variant=variant,
             model=self.model_label,
             query=clean,
@@ -490,6 +540,227 @@ class Engine:
             metrics=metrics,
             repaired=fixed.repaired,
             info=info,
+        )
+
+    # ------------------------------------------------------------------ long videos
+    def window_plans(self, video: str | Path | PreparedVideo, task: str) -> list[WindowPlan] | None:
+        """Each window's sampling plan for a video longer than one ``task`` window; None: answered whole.
+
+        Too many windows is a ``WindowLimitError`` (a user error), raised before anything is decoded.
+        """
+        if isinstance(video, PreparedVideo):
+            return None
+        path = Path(video)
+        if not path.is_file() or path.stat().st_size / 1e6 > self.settings.max_upload_mb:
+            return None  # prepare_cached says what is wrong, in its own words
+        info = self._info(path)
+        s = self.settings
+        if task == "caption":
+            windows = win.caption_windows(info.duration_s, s.caption_window_s, s.max_windows)
+        else:
+            windows = win.find_windows(info.duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
+        if len(windows) == 1:
+            return None
+        return [plan_window(info, w, self.params) for w in windows]
+
+    def _info(self, path: Path) -> VideoInfo:
+        """The validated facts of a file, probed once per (content, path)."""
+        try:
+            key = (self._digest(path), str(path.resolve()))
+        except OSError:
+            validate(path, self.limits())  # e.g. permission denied: said as a VideoError
+            raise
+        with self._video_lock:
+            known = self._infos.get(key)
+        if known is not None:
+            return known
+        info = validate(path, self.limits())
+        with self._video_lock:
+            self._infos[key] = info
+            while len(self._infos) > 64:
+                self._infos.popitem(last=False)
+        return info
+
+    def _window_frames(
+        self, path: Path, plans: list[WindowPlan]
+    ) -> Iterator[tuple[WindowPlan, PreparedVideo, bool]]:
+        """(plan, frames, from the cache?) per window; a miss decodes all windows in one scan of the file.
+
+        Each window's digest names the window, so the prefix cache keeps one state per window.
+        """
+        base = f"{self._digest(path)}|{self.params!r}|windows"
+        key = (base, tuple((wp.window.start, wp.window.end) for wp in plans))
+        with self._video_lock:
+            hit = self._window_sets.get(key)
+            if hit is not None:
+                self._window_sets.move_to_end(key)
+        if hit is not None:
+            for wp, pv in zip(plans, hit, strict=True):
+                yield wp, pv, True
+            return
+        got: list[PreparedVideo] = []
+        t0 = time.perf_counter()
+        for wp, pv, _ in decode_windows(str(path), plans):
+            pv.digest = f"{base}|{wp.window.start:g}-{wp.window.end:g}"
+            pv.decode_s = time.perf_counter() - t0
+            got.append(pv)
+            yield wp, pv, False
+            t0 = time.perf_counter()
+        with self._video_lock:
+            self._window_sets[key] = got
+            while len(self._window_sets) > self.video_cache_size:
+                self._window_sets.popitem(last=False)
+
+    def _run_windows(
+        self,
+        path: Path,
+        plans: list[WindowPlan],
+        variant: str,
+        prompt: str,
+        max_new_tokens: int,
+        on_text: Callable[[str], None] | None,
+        on_stage: Callable[[Stage], None] | None,
+        logprobs: bool = False,
+    ) -> tuple[list[tuple[WindowPlan, Generation, Metrics, RunInfo]], Metrics, RunInfo]:
+        """Each window through ``_run`` (today's path on that window's frames), in order, one time limit.
+
+        Stages: Prepared (the whole video, the first window's plan), Loaded, then per window a
+        ``Progress("", k, n)`` when it starts (its text follows as Progress with the same k).
+        """
+        n = len(plans)
+        if self._prefix_base > 0:  # room for every window's prefix: a second query reuses them all
+            self.prefixes.size = max(self._prefix_base, n)
+        frames = self._window_frames(path, plans)
+        first = next(frames)  # a decode failure is raised here, before any model is loaded
+        whole = self._info(path)
+        if on_stage is not None:
+            on_stage(Prepared(whole, first[0].plan, first[2]))
+        cold = variant not in self._models
+        loaded = self.load(variant)
+        if on_stage is not None:
+            on_stage(Loaded(variant, cold, loaded.load_s))
+        t_start = time.perf_counter()
+        deadline = t_start + self.settings.request_timeout_s
+        runs: list[tuple[WindowPlan, Generation, Metrics, RunInfo]] = []
+        decode_s = 0.0
+        for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
+            if on_stage is not None:
+                on_stage(Progress("", k, n))
+            decode_s += pv.decode_s if not hit else 0.0
+            gen, m, ri, _ = self._run(
+                pv, variant, prompt, max_new_tokens, on_text, None, cached=hit, deadline=deadline,
+                logprobs=logprobs,
+            )  # fmt: skip
+            runs.append((wp, gen, m, ri))
+        ms = [r[2] for r in runs]
+        tokens = sum(m.output_tokens for m in ms)
+        decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)
+        metrics = Metrics(
+            latency_s=time.perf_counter() - t_start,
+            ttft_s=ms[0].ttft_s,
+            output_tokens=tokens,
+            tokens_per_s=tokens / decode_time if decode_time > 0 else None,
+            video_tokens=sum(m.video_tokens for m in ms),
+            peak_memory_mb=max(m.peak_memory_mb for m in ms),
+            memory_kind=ms[0].memory_kind,
+            load_s=loaded.load_s,
+            device=loaded.device,
+        )
+        infos = [r[3] for r in runs]
+        prefills = [i.prefill_s for i in infos]
+        info = dataclasses.replace(
+            infos[0],
+            duration_s=whole.duration_s,
+            video=whole,
+            decode_s=decode_s,
+            prefill_s=None if None in prefills else sum(p or 0.0 for p in prefills),
+            first_text_s=infos[0].first_text_s,
+            cached_video=all(i.cached_video for i in infos),
+            reused_prefix=all(i.reused_prefix for i in infos),
+            windows=infos,
+        )
+        return runs, metrics, info
+
+    @staticmethod
+    def _raw(runs: list[tuple[WindowPlan, Generation, Metrics, RunInfo]]) -> str:
+        """Each window's answer under a header naming the window (the model's words, unchanged)."""
+        n = len(runs)
+        return "\n\n".join(
+            f"[window {k}/{n}: {wp.window.start:g}-{wp.window.end:g} s]\n{gen.text}"
+            for k, (wp, gen, _, _) in enumerate(runs, 1)
+        )
+
+    def _score(self, gen: Generation, variant: str) -> float | None:
+        """``windows.span_score`` of a find answer (None: no log-probs, or fewer than two numbers)."""
+        if gen.logprobs is None or gen.token_ids is None:
+            return None
+        loaded = self.load(variant)  # already loaded: the request just ran on it
+        ids = gen.token_ids[: len(gen.logprobs)]
+        return win.span_score(scoring.token_texts(loaded.processor.tokenizer, ids), gen.logprobs[: len(ids)])
+
+    def _caption_windows(
+        self,
+        path: Path,
+        plans: list[WindowPlan],
+        variant: str,
+        on_text: Callable[[str], None] | None,
+        on_stage: Callable[[Stage], None] | None,
+    ) -> CaptionResult:
+        """Caption each window, map its events to global time, merge them into one timeline."""
+        runs, metrics, info = self._run_windows(
+            path, plans, variant, contract.CAPTION_PROMPT, self.settings.caption_max_new_tokens, on_text,
+            on_stage,
+        )  # fmt: skip
+        parts = []
+        for wp, gen, _, _ in runs:
+            parsed = contract.parse_caption(gen.text)
+            parts.append((wp.window, win.map_caption(parsed, wp.window, offset=wp.offset_s)))
+        merged = win.merge_captions(parts)
+        info.repairs = [*merged.repairs, *merged.joined]
+        return CaptionResult(
+            variant=variant,
+            model=self.model_label,
+            scene=merged.scene,
+            events=list(merged.events),
+            raw=self._raw(runs),
+            repaired=merged.repaired,
+            metrics=metrics,
+            format_ok=merged.format_ok,
+            info=info,
+            windows=list(merged.windows),
+        )
+
+    def _find_windows(
+        self,
+        path: Path,
+        plans: list[WindowPlan],
+        query: str,
+        prompt: str,
+        variant: str,
+        on_text: Callable[[str], None] | None,
+        on_stage: Callable[[Stage], None] | None,
+    ) -> FindResult:
+        """Find in each window, score and map each span, merge duplicates: the best top_k moments."""
+        runs, metrics, info = self._run_windows(
+            path, plans, variant, prompt, self.settings.find_max_new_tokens, on_text, on_stage, logprobs=True
+        )
+        answers = []
+        for wp, gen, _, _ in runs:
+            mapped = win.map_span(contract.parse_span(gen.text), wp.window, offset=wp.offset_s)
+            answers.append((wp.window, mapped, self._score(gen, variant)))
+        moments = win.merge_moments(answers, max(1, self.settings.top_k))
+        info.repairs = [note for _, p, _ in answers for note in p.repairs]
+        return FindResult(
+            variant=variant,
+            model=self.model_label,
+            query=query,
+            span=win.best_span(moments),
+            format_ok=all(p.format_ok for _, p, _ in answers),
+            raw=self._raw(runs),
+            metrics=metrics,
+            repaired=any(p.repaired for _, p, _ in answers),
+            info=info,
+            moments=moments,
         )
 
     def run(

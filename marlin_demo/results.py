@@ -9,6 +9,7 @@ from marlin_demo.contract import Event
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from marlin_demo.video import SamplingPlan, VideoInfo
+    from marlin_demo.windows import Moment
 
 
 @dataclass
@@ -62,6 +63,8 @@ class RunInfo:
     reused_prefix: bool = False
     #: the probed facts of the video answered about (so cutting a span need not probe it again)
     video: VideoInfo | None = None
+    #: a long video: each window's own run details, in window order (empty for a one-window video)
+    windows: list[RunInfo] = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +78,8 @@ class CaptionResult:
     metrics: Metrics
     format_ok: bool = True
     info: RunInfo = field(default_factory=RunInfo)
+    #: the windows answered, in global seconds, each with its own scene (one entry for a short video)
+    windows: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +90,10 @@ class CaptionResult:
             "raw": self.raw,
             "repaired": self.repaired,
             "metrics": self.metrics.to_dict(),
+            "windows": [
+                {"start": round(w["start"], 3), "end": round(w["end"], 3), "scene": w["scene"]}
+                for w in self.windows
+            ],
         }
 
 
@@ -99,6 +108,8 @@ class FindResult:
     metrics: Metrics
     repaired: bool = False
     info: RunInfo = field(default_factory=RunInfo)
+    #: scored spans in global seconds, best first, at most top_k (``span`` is the first one's)
+    moments: list[Moment] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +120,10 @@ class FindResult:
             "format_ok": self.format_ok,
             "raw": self.raw,
             "metrics": self.metrics.to_dict(),
+            "moments": [
+                {"start": round(m.start, 3), "end": round(m.end, 3), "score": round(m.score, 4)}
+                for m in self.moments
+            ],
         }
 
 

@@ -77,20 +77,26 @@ def stream(
 ) -> Iterator[Stage]:
     """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
 
+    On a long video each window starts with ``Progress("", k, n)`` and its text comes as
+    ``Progress(text, k, n)``: ``text`` is that window's answer so far (the next window starts anew).
+
     The model runs in a worker thread. Closing the generator early (a client that went away)
     stops the generation at its next token, so an abandoned request does not keep the model
     busy for the next one. Errors are raised here, where the caller reads them.
     """
     updates: queue.Queue[tuple[str, Any]] = queue.Queue()
     stop = threading.Event()
+    current: list[int | None] = [None, None]  # the window being answered (a long video), 1-based
 
     def on_text(text: str) -> None:
         if stop.is_set():
             engine.note_cancelled()
             raise Cancelled()
-        updates.put(("stage", Progress(text)))
+        updates.put(("stage", Progress(text, current[0], current[1])))
 
     def on_stage(stage: Stage) -> None:
+        if isinstance(stage, Progress):  # a long video's window k of n starts: its text follows
+            current[:] = [stage.window, stage.windows]
         updates.put(("stage", stage))
 
     def work() -> None:

@@ -94,6 +94,29 @@ class Settings:
     find_max_new_tokens: int = field(
         default=64, metadata={"env": "MARLIN_FIND_MAX_NEW_TOKENS", "help": "token limit for find answers"}
     )
+    caption_window_s: float = field(
+        default=60.0,
+        metadata={
+            "env": "MARLIN_CAPTION_WINDOW_S",
+            "help": "caption window length (s): a longer video is captioned window by window",
+        },
+    )
+    find_window_s: float = field(
+        default=30.0,
+        metadata={"env": "MARLIN_FIND_WINDOW_S", "help": "find window length (s) on a longer video"},
+    )
+    find_overlap_s: float = field(
+        default=5.0,
+        metadata={"env": "MARLIN_FIND_OVERLAP_S", "help": "overlap of consecutive find windows (s)"},
+    )
+    max_windows: int = field(
+        default=72,
+        metadata={
+            "env": "MARLIN_MAX_WINDOWS",
+            "help": "most windows one request may need (a longer video is refused)",
+        },
+    )
+    top_k: int = field(default=5, metadata={"env": "MARLIN_TOP_K", "help": "most moments a find returns"})
     max_upload_mb: float = field(
         default=200.0, metadata={"env": "MARLIN_MAX_UPLOAD_MB", "help": "largest accepted video file (MB)"}
     )

@@ -19,7 +19,7 @@ from marlin_demo.settings import Settings
 pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
 CLIP_S = 12.0
-CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics"}
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
 METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
                "memory_kind", "load_s", "device"}  # fmt: skip
 

@@ -64,7 +64,7 @@ def test_folder_rows_failures_summary_and_rerun(collection: Path, tmp_path: Path
     assert set(got) == {"blue_square.mp4", "sub/ball_rolls.mp4", "notes.mp4", "truncated.mp4"}
     ok = got["blue_square.mp4"]
     assert ok["status"] == "ok" and ok["task"] == "caption"
-    assert {"variant", "model", "scene", "events", "raw", "repaired", "metrics"} <= set(ok)
+    assert {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"} <= set(ok)
     assert ok["duration_s"] == pytest.approx(10.0, abs=0.2)
     assert got["sub/ball_rolls.mp4"]["reason"] == "over_limit"
     assert "at most 11 s" in got["sub/ball_rolls.mp4"]["error"]

@@ -30,7 +30,7 @@ def test_caption_json(variant: str) -> None:
     proc = run_cli("caption", str(CLIP), "--model", "tiny", "--variant", variant, "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
-    assert set(d) == {"variant", "model", "scene", "events", "raw", "repaired", "metrics"}
+    assert set(d) == {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
     assert d["variant"] == variant
     assert d["metrics"]["device"] == "cpu"
 
@@ -40,7 +40,7 @@ def test_find_json_and_readable() -> None:
     proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)
-    assert set(d) == {"variant", "model", "query", "span", "format_ok", "raw", "metrics"}
+    assert set(d) == {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
     assert d["query"] == "the blue square appears"
 
     proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--variant", "bf16")

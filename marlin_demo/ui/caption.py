@@ -94,18 +94,27 @@ def throttled(stages: Iterator[Stage], every: float) -> Iterator[Stage]:
                 if stage.text and now - last >= every:
                     last = now
                     yield stage
+                elif not stage.text and stage.window is not None:  # a long video's next window starts
+                    yield stage
             else:
                 yield stage
 
 
-def stream_message(text: str, result: CaptionResult | None = None) -> dict[str, Any]:
+def stream_message(
+    text: str, result: CaptionResult | None = None, window: int | None = None, windows: int | None = None
+) -> dict[str, Any]:
     """One message of ``/caption_stream``: the text so far; the last one adds the finished result.
 
     The result is exactly ``/caption``'s JSON; ``first_text_s`` (seconds from the request's
-    start to the first visible text) sits beside it so that shape stays the same.
+    start to the first visible text) sits beside it so that shape stays the same. On a long
+    video a message also has ``window`` and ``windows`` (window k of n, 1-based); ``text`` is
+    then that window's answer so far.
     """
     if result is None:
-        return {"done": False, "text": text}
+        msg: dict[str, Any] = {"done": False, "text": text}
+        if window is not None:
+            msg.update(window=window, windows=windows)
+        return msg
     first = result.info.first_text_s
     return {
         "done": True,
@@ -312,7 +321,13 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                         progress(0.35, desc=f"Prefill: reading {frames} frames ({tokens} video tokens)")
                     elif isinstance(stage, Progress):
                         text = stage.text
-                        progress(min(0.98, 0.5 + 0.48 * len(text) / budget), desc="Generating")
+                        if stage.window is not None and stage.windows:  # window k of n of a long video
+                            done = (stage.window - 1 + min(1.0, len(text) / budget)) / stage.windows
+                            progress(
+                                min(0.98, 0.5 + 0.48 * done), desc=f"Window {stage.window} of {stage.windows}"
+                            )
+                        else:
+                            progress(min(0.98, 0.5 + 0.48 * len(text) / budget), desc="Generating")
                         yield (live_html(text, f"{v} is writing…"), skip, skip, skip, skip, skip, text, skip)
                     elif isinstance(stage, Done):
                         assert isinstance(stage.result, CaptionResult)
@@ -390,7 +405,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
             stages = service.stream(ctx.engine, "caption", path, v)
             for stage in throttled(stages, ctx.settings.stream_every_s):
                 if isinstance(stage, Progress):
-                    yield stream_message(stage.text)
+                    yield stream_message(stage.text, window=stage.window, windows=stage.windows)
                 elif isinstance(stage, Done):
                     assert isinstance(stage.result, CaptionResult)
                     yield stream_message(stage.result.raw, stage.result)

@@ -1,0 +1,172 @@
+"""Long videos end to end on the tiny checkpoint: windows, global times, moments, reuse, the CLI.
+
+One generated ~140 s clip (3 caption windows, 6 find windows) is built once per session. The
+engine samples it with a small budget (0.5 fps, small frames) so the suite stays fast; the
+windowing is the same at any budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marlin_demo import cli, contract, service
+from marlin_demo import windows as win
+from marlin_demo.engine import Engine
+from marlin_demo.longclip import build_long_clip
+from marlin_demo.results import CaptionResult, FindResult, Progress
+from marlin_demo.settings import Settings
+from marlin_demo.ui.caption import stream_message
+from marlin_demo.video import probe
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = ROOT / "examples" / "blue_square.mp4"
+VARIANT = "bf16"
+
+pytestmark = pytest.mark.slow  # runs the tiny model
+
+
+@pytest.fixture(scope="session")
+def long_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("long") / "long140.mp4"
+    build_long_clip(path, target_s=140.0)
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    eng = Engine(Settings(model="tiny", caption_max_new_tokens=24, find_max_new_tokens=12))
+    eng.params = contract.VideoParams(fps=0.5, max_pixels=128 * 32 * 32)  # the per-frame minimum
+    return eng
+
+
+def _covers(windows: list[dict[str, float]], duration: float, overlap: float) -> None:
+    assert windows[0]["start"] == 0.0
+    assert windows[-1]["end"] == pytest.approx(duration, abs=1e-3)
+    for a, b in itertools.pairwise(windows):
+        assert b["start"] == pytest.approx(a["end"] - overlap, abs=1e-3)  # no gap between windows
+
+
+def test_long_caption_every_window_on_one_timeline(engine: Engine, long_clip: Path) -> None:
+    duration = probe(long_clip).duration_s
+    stages = list(service.stream(engine, "caption", str(long_clip), VARIANT))
+    res = stages[-1].result
+    assert isinstance(res, CaptionResult)
+    d = res.to_dict()
+    assert len(d["windows"]) == 3
+    _covers(d["windows"], duration, 0.0)
+    assert len(res.info.windows) == 3 and all(r.duration_s > 0 for r in res.info.windows)
+    # every window answered: its own section of the raw answer, with text
+    sections = res.raw.split("[window ")[1:]
+    assert len(sections) == 3 and all(s.split("\n", 1)[1].strip() for s in sections)
+    # events inside the video, each inside a window, windows in order
+    spans = [(w["start"], w["end"]) for w in d["windows"]]
+    order = []
+    for e in res.events:
+        assert 0 <= e.start <= e.end <= duration + 1e-6
+        order.append(next(k for k, (s, t) in enumerate(spans) if s - 1e-6 <= e.start <= t + 1e-6))
+    assert order == sorted(order)
+    # the stream says which window it is on, 1..n in order
+    starts = [s.window for s in stages if isinstance(s, Progress) and not s.text]
+    assert starts == [1, 2, 3]
+    assert all(s.windows == 3 for s in stages if isinstance(s, Progress))
+    # /caption_stream messages carry the window (and only on a long video)
+    last = next(s for s in reversed(stages) if isinstance(s, Progress))
+    msg = stream_message(last.text, window=last.window, windows=last.windows)
+    assert msg == {"done": False, "text": last.text, "window": 3, "windows": 3}
+    assert set(stream_message("x")) == {"done", "text"}
+
+
+def test_long_find_moments_and_second_query_reuses_every_window(engine: Engine, long_clip: Path) -> None:
+    duration = probe(long_clip).duration_s
+    first = engine.find(str(long_clip), "the ball rolls", VARIANT)
+    assert isinstance(first, FindResult)
+    n = len(first.info.windows)
+    assert n == 6
+    assert not any(w.cached_video or w.reused_prefix for w in first.info.windows)
+    d = first.to_dict()
+    scores = [m["score"] for m in d["moments"]]
+    assert scores == sorted(scores, reverse=True)
+    assert len(d["moments"]) <= engine.settings.top_k
+    for m in d["moments"]:
+        assert 0 <= m["start"] <= m["end"] <= duration + 1e-6
+        assert 0.0 <= m["score"] <= 1.0
+    if d["moments"]:
+        assert d["span"] == [d["moments"][0]["start"], d["moments"][0]["end"]]
+    else:
+        assert d["span"] is None
+
+    second = engine.find(str(long_clip), "the lamp turns on", VARIANT)
+    # every window's frames and video prefill were reused: only the new query's text was prefilled
+    assert len(second.info.windows) == n
+    assert all(w.cached_video and w.reused_prefix for w in second.info.windows)
+    assert second.info.decode_s == 0.0 and second.info.prefill_s == 0.0
+    assert first.info.prefill_s and first.info.prefill_s > 0
+
+
+def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
+    assert engine.window_plans(str(SHORT), "caption") is None
+    assert engine.window_plans(str(SHORT), "find") is None
+    # a PreparedVideo is never windowed: the path the engine took before long videos
+    prepared = engine.prepare(str(SHORT))
+    a = engine.caption(str(SHORT), VARIANT)
+    b = engine.caption(prepared, VARIANT)
+    assert a.raw == b.raw and a.events == b.events and a.scene == b.scene
+    parsed = contract.repair_caption(contract.parse_caption(a.raw), prepared.info.duration_s)
+    assert a.events == list(parsed.events)
+    assert a.to_dict()["windows"] == [
+        {"start": 0.0, "end": round(prepared.info.duration_s, 3), "scene": a.scene}
+    ]
+    assert a.info.windows == []
+
+    f = engine.find(str(SHORT), "the blue square appears", VARIANT)
+    g = engine.find(prepared, "the blue square appears", VARIANT)
+    assert f.raw == g.raw and f.span == g.span
+    assert len(f.moments) == (1 if f.span is not None and len(f.moments) else 0)
+    if f.moments:
+        assert (f.moments[0].start, f.moments[0].end) == f.span
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marlin_demo", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_refuses_too_many_windows(long_clip: Path) -> None:
+    proc = run_cli("find", str(long_clip), "the ball rolls", "--model", "tiny", "--max-windows", "3")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: The video is ")
+    assert "at most 3 windows are allowed" in lines[-1]
+    assert proc.stdout == ""
+
+
+def test_cli_json_keys_on_a_long_video(tmp_path: Path) -> None:
+    clip = tmp_path / "long30.mp4"  # a short "long" video: 15 s windows keep the CLI run cheap
+    duration = build_long_clip(clip, target_s=30.0)["duration"]
+    proc = run_cli(
+        "find", str(clip), "the ball rolls", "--model", "tiny", "--variant", VARIANT, "--json",
+        "--find-max-new-tokens", "8", "--find-window-s", "15", "--find-overlap-s", "0",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
+    assert {"span", "moments", "raw"} <= set(d)
+    assert d["raw"].count("[window ") == len(win.find_windows(duration, 15.0, 0.0)) > 1
+    assert all(set(m) == {"start", "end", "score"} for m in d["moments"])
+
+
+def test_readable_output_shows_windows_and_moments(engine: Engine, long_clip: Path) -> None:
+    res = engine.caption(str(long_clip), VARIANT)  # cached windows: cheap after the first test
+    text = cli.format_caption(res)
+    assert "Windows (3, each answered as its own clip):" in text
+    assert "   0.0s -   60.0s" in text
+    found = engine.find(str(long_clip), "the ball rolls", VARIANT)
+    text = cli.format_find(found)
+    assert "Searched 6 windows" in text
+    assert text.count("  score ") == len(found.moments)
