@@ -41,8 +41,8 @@ def build(
     argv: Sequence[str] | None = None, prog: str = "python app.py"
 ) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
     """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
+    from marlin_demo.startup import start_engine
     from marlin_demo.ui.blocks import build_demo
-    from marlin_demo.ui.common import start_engine
 
     settings = settings_mod.from_args(parse_args(argv, prog))
     engine, status = start_engine(settings)

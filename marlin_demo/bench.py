@@ -48,6 +48,7 @@ from marlin_demo.datasets import (
     summarize,
 )
 from marlin_demo.metrics import caption_scores, grounding_scores, precision_recall_f1, temporal_iou
+from marlin_demo.results import CaptionResult
 from marlin_demo.settings import VARIANTS, Settings
 
 EXIT_OK = 0
@@ -230,7 +231,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         raw=res.raw,
         time=_now(),
     )
-    if req.task == "caption":
+    if isinstance(res, CaptionResult):  # the caption task's result
         rec.update(scene=res.scene, events=[e.to_dict() for e in res.events])
     else:
         rec["span"] = None if res.span is None else [float(res.span[0]), float(res.span[1])]
@@ -1158,7 +1159,7 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     qdefs = [d for d in qdefs if any(_get(per[n], "quality", d[0]) for n in names)]
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     labels = [lbl.split(" (")[0] for _, _, lbl in qdefs] + ["Overall"]
-    series = {
+    series: dict[str, list[float | None]] = {
         n: [_get(per[n], "quality", t, k) for t, k, _ in qdefs] + [_get(per[n], "quality", "overall")]
         for n in names
     }
@@ -1171,7 +1172,8 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     # latency: median with the interquartile range
     tasks = [t for t in ("caption", "find", "all") if any(_get(per[n], "speed", t) for n in names)]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    series, err = {}, {}
+    series = {}
+    err: dict[str, list[tuple[float, float]]] = {}
     for n in names:
         series[n], err[n] = [], []
         for t in tasks:
@@ -1207,9 +1209,9 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     _save(fig, out / "memory.png")
 
     # latency distribution: one box per variant, one panel per task
-    panels = [t for t in ("caption", "find") if any(_get(per[n], "speed", t) for n in names)] or ["all"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels) + 1, 5), dpi=100, squeeze=False)
-    for ax, t in zip(axes[0], panels, strict=True):
+    box_tasks = [t for t in ("caption", "find") if any(_get(per[n], "speed", t) for n in names)] or ["all"]
+    fig, axes = plt.subplots(1, len(box_tasks), figsize=(5 * len(box_tasks) + 1, 5), dpi=100, squeeze=False)
+    for ax, t in zip(axes[0], box_tasks, strict=True):
         data = [_get(per[n], "speed", t, "latencies_s") or [math.nan] for n in names]
         box = ax.boxplot(data, patch_artist=True)
         for patch, c in zip(box["boxes"], color, strict=True):

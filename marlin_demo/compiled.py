@@ -63,8 +63,10 @@ def compile_config(device: str) -> Any:
         options = {**INDUCTOR_OPTIONS, "triton.cudagraphs": True}
     else:
         options = dict(INDUCTOR_OPTIONS)
-    config = CompileConfig(fullgraph=False, dynamic=False, mode=None, options=options)
-    config._compile_all_devices = device != "cuda"  # transformers compiles on CUDA only unless told
+    # transformers types mode as str and _compile_all_devices as None, but torch.compile takes
+    # mode=None (needed with options) and transformers reads the flag as a bool
+    config = CompileConfig(fullgraph=False, dynamic=False, mode=None, options=options)  # type: ignore[arg-type]
+    config._compile_all_devices = device != "cuda"  # type: ignore[assignment]  # CUDA only unless told
     return config
 
 

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from marlin_demo import compiled, contract, scoring
 from marlin_demo import windows as win
@@ -48,6 +48,7 @@ from marlin_demo.results import (
 )
 from marlin_demo.settings import Settings
 from marlin_demo.video import (
+    Backend,
     Limits,
     PreparedVideo,
     VideoError,
@@ -402,6 +403,8 @@ class Engine:
                 # a cached prefix for this video: only the prompt's own text is tokenized (no pixels)
                 text = render_prompt(loaded.processor, prompt, str(prepared.info.path))
                 warm = self.prefixes.warm_inputs(loaded, prepared, text)
+                prefix: Prefix | None
+                prefill_s: float | None
                 if warm is not None:
                     inputs, prefix = warm
                     reused_prefix, prefill_s = True, 0.0
@@ -798,12 +801,12 @@ class Engine:
             self.cancelled += 1
 
 
-def _video_backend(settings: Settings) -> str:
+def _video_backend(settings: Settings) -> Backend:
     """Settings.video_backend (MARLIN_VIDEO_BACKEND), checked: auto, reference or fast."""
     value = (settings.video_backend or "auto").strip().lower()
     if value not in VIDEO_BACKENDS:
         raise ValueError(f"MARLIN_VIDEO_BACKEND={value!r} is not one of {', '.join(VIDEO_BACKENDS)}.")
-    return value
+    return cast(Backend, value)  # checked just above
 
 
 def _frames_digest(prepared: PreparedVideo) -> str:

@@ -55,6 +55,9 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.
 class RTNInt8Linear(nn.Module):
     """A linear layer whose weight lives in memory as int8 plus one float32 scale per output row."""
 
+    weight_int8: torch.Tensor  # buffers, registered in __init__
+    weight_scale: torch.Tensor
+
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         if q.dtype != torch.int8 or q.ndim != 2 or scale.shape != (q.shape[0],):

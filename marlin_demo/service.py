@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,7 +74,7 @@ def run(engine: Any, task: str, video: Video, variant: str, query: str | None = 
 
 def stream(
     engine: Engine, task: str, video: Video, variant: str, query: str | None = None
-) -> Iterator[Stage]:
+) -> Generator[Stage, None, None]:
     """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
 
     On a long video each window starts with ``Progress("", k, n)`` and its text comes as

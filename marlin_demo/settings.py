@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 VARIANTS = ("gptq", "bnb4", "bf16")
 
@@ -202,7 +203,7 @@ class Settings:
     def is_tiny(self) -> bool:
         return self.model == "tiny"
 
-    def with_(self, **changes: object) -> Settings:
+    def with_(self, **changes: Any) -> Settings:
         """A copy with some values changed (tests and the CLI use it)."""
         return replace(self, **changes)
 
@@ -221,13 +222,13 @@ def _convert(kind: str, raw: str) -> object:
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``MARLIN_*`` variables (then Gradio's ``GRADIO_SERVER_*``), defaults elsewhere."""
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for f in fields(Settings):
         names = [f.metadata["env"], f.metadata.get("fallback_env")]
         name = next((n for n in names if n and env.get(n, "") != ""), None)
         if name is not None:
             try:
-                values[f.name] = _convert(f.type, env[name])
+                values[f.name] = _convert(str(f.type), env[name])
             except ValueError as exc:
                 raise ValueError(f"{name}={env[name]!r} is not a valid {f.type}") from exc
     return Settings(**values)
@@ -239,7 +240,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
         if only is not None and f.name not in only:
             continue
         flag = "--" + f.name.replace("_", "-")
-        kind = f.type  # a string: annotations are postponed
+        kind = str(f.type)  # already a string: annotations are postponed
         if kind == "bool":
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"]

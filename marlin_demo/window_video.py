@@ -84,7 +84,7 @@ def decode_windows(path: str, plans: Sequence[WindowPlan]) -> Iterator[tuple[Win
         for frame in container.decode(stream):
             n += 1
             if n in need:
-                rgb = frame.to_ndarray(format="rgb24")
+                rgb: np.ndarray[Any, Any] = frame.to_ndarray(format="rgb24")
                 k = (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
                 if k:
                     rgb = np.rot90(rgb, k=k, axes=(0, 1))

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from marlin_demo.contract import CAPTION_PROMPT, VideoParams, find_prompt
 
@@ -112,7 +113,7 @@ def _build_tokenizer(out: Path):
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
     tok = Qwen3_5Tokenizer(
         vocab=model["vocab"],
-        merges=merges,
+        merges=merges,  # type: ignore[arg-type]  # typed list[str]; the BPE model takes pairs too
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         extra_special_tokens={
@@ -280,7 +281,7 @@ EOS_WEIGHT = 4.0
 STRUCT_WEIGHT = 4.0
 
 
-def training_batches(processor, params: VideoParams) -> list[tuple[dict, object]]:
+def training_batches(processor, params: VideoParams) -> list[tuple[dict, Any]]:
     """The format lessons as (model inputs, labels): labels cover the answer and its ``<|im_end|>``."""
     import torch
 
@@ -386,7 +387,8 @@ def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = 
     processor = _build_processor(tok, out, params)
     torch.manual_seed(SEED)
     config = tiny_config(tok)
-    model = Qwen3_5ForConditionalGeneration(config).to(torch.float32)
+    # transformers' wrapped .to() is typed as taking the model itself, not a dtype
+    model = Qwen3_5ForConditionalGeneration(config).to(torch.float32)  # type: ignore[arg-type]
     if train_steps:
         _teach_format(model, processor, params, steps=train_steps)
     model.to(torch.bfloat16)

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import html
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,7 @@ class CaptionTab:
     api_button: gr.Button
     api_out: gr.JSON
     api_stream_button: gr.Button
-    examples: gr.Examples | None = None
+    examples: gr.helpers.Examples | None = None
 
     @property
     def outputs(self) -> list[Any]:
@@ -84,7 +84,7 @@ def live_html(text: str, stage: str) -> str:
     return f'<div class="mc-scene mc-live"><div class="mc-label">{html.escape(stage)}</div>{body}</div>'
 
 
-def throttled(stages: Iterator[Stage], every: float) -> Iterator[Stage]:
+def throttled(stages: Generator[Stage, None, None], every: float) -> Iterator[Stage]:
     """The request's stages with its texts at most every ``every`` s (no redraw per token)."""
     last = 0.0
     with contextlib.closing(stages):  # closing this closes the request: its generation stops
@@ -277,14 +277,17 @@ def render(ctx: UIContext) -> CaptionTab:
     return tab
 
 
-def _examples(ctx: UIContext, tab: CaptionTab) -> gr.Examples | None:
+def _examples(ctx: UIContext, tab: CaptionTab) -> gr.helpers.Examples | None:
     if not ctx.examples:
         return None
 
     def example_fn(video: str, variant: str) -> tuple[Any, ...]:
-        return run_example(
-            ctx, video, variant, lambda path, v: service.run(ctx.engine, "caption", path, v), final_outputs
-        )
+        def run(path: str, v: str) -> CaptionResult:
+            result = service.run(ctx.engine, "caption", path, v)
+            assert isinstance(result, CaptionResult)
+            return result
+
+        return run_example(ctx, video, variant, run, final_outputs)
 
     return gr.Examples(
         examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],

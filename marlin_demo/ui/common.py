@@ -12,14 +12,12 @@ import logging
 import os
 import re
 import shutil
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlparse
 
 import gradio as gr
 from gradio.data_classes import FileData
@@ -27,9 +25,11 @@ from pydantic import model_validator
 
 from marlin_demo import compare as cmp
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.models import ModelLoadError
 from marlin_demo.results import RunInfo
 from marlin_demo.settings import Settings
+from marlin_demo.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
+from marlin_demo.startup import ModelStatus as ModelStatus
+from marlin_demo.startup import start_engine as start_engine
 
 log = logging.getLogger(__name__)
 
@@ -57,85 +57,6 @@ VARIANT_LABELS = {
 def variant_label(variant: str) -> str:
     """The name a visitor reads for a variant (its key when it has none)."""
     return VARIANT_LABELS.get(variant, variant)
-
-
-FALLBACK_FIX = (
-    "To use the real model: connect to the Hugging Face Hub (accept the model's conditions and set HF_TOKEN "
-    "for the gated repo), or download the weights and point MARLIN_MODEL / --model at the folder. "
-    "To start the stand-in on purpose (and skip this check): python app.py --model tiny."
-)
-
-
-# ---------------------------------------------------------------------------
-# Model status and the fallback to the tiny stand-in
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class ModelStatus:
-    """What the visitor must be told about the model: which one was asked for and why another runs."""
-
-    requested: str
-    fallback_reason: str | None = None
-
-    @property
-    def fell_back(self) -> bool:
-        return self.fallback_reason is not None
-
-
-def _hub_unavailable(settings: Settings, variant: str) -> str | None:
-    """A quick reason the first variant cannot come from the Hub, or None when it might.
-
-    Without this a machine with no network spends over a minute in the Hub
-    client's retries before the real load fails.
-    """
-    if settings.model != "marlin":
-        return None
-    repo = settings.gptq_id if variant == "gptq" else settings.bf16_id
-    revision = settings.gptq_revision if variant == "gptq" else settings.revision
-    if Path(repo).expanduser().is_dir():
-        return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(repo, "config.json", revision=revision)
-    except Exception:
-        cached = None
-    if isinstance(cached, str):
-        return None
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}:
-        return f"HF_HUB_OFFLINE is set and {repo} is not in the local Hugging Face cache."
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or 443
-    try:
-        with socket.create_connection((host, port), timeout=3):
-            return None
-    except OSError as exc:
-        why = exc.__class__.__name__
-        return f"The Hugging Face Hub ({host}) is unreachable ({why}) and {repo} is not in the local cache."
-
-
-def start_engine(settings: Settings) -> tuple[Engine, ModelStatus]:
-    """An engine that can answer: the requested model, or the tiny stand-in with the reason why.
-
-    For a real model the first variant is loaded now; a ``ModelLoadError``
-    switches to ``settings.with_(model="tiny")`` and keeps the message for the banner.
-    """
-    status = ModelStatus(requested=settings.model)
-    engine = Engine(settings)
-    if settings.is_tiny or not engine.variants:
-        return engine, status
-    first = engine.variants[0]
-    reason = _hub_unavailable(settings, first)
-    if reason is None:
-        try:
-            engine.load(first)
-            return engine, status
-        except ModelLoadError as exc:
-            reason = str(exc)
-    log.warning("falling back to the tiny stand-in: %s", reason)
-    status.fallback_reason = reason
-    return Engine(settings.with_(model="tiny")), status
 
 
 # ---------------------------------------------------------------------------

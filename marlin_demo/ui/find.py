@@ -59,7 +59,7 @@ class FindTab:
     jump_to: gr.Number
     api_button: gr.Button
     api_out: gr.JSON
-    examples: gr.Examples | None = None
+    examples: gr.helpers.Examples | None = None
 
     @property
     def outputs(self) -> list[Any]:
@@ -222,7 +222,7 @@ def render(ctx: UIContext) -> FindTab:
     return tab
 
 
-def _examples(ctx: UIContext, tab: FindTab) -> gr.Examples | None:
+def _examples(ctx: UIContext, tab: FindTab) -> gr.helpers.Examples | None:
     rows = [(e, q) for e in ctx.examples for q in (e.get("queries") or [])[:1]]
     if not rows:
         return None
