@@ -18,6 +18,7 @@ from typing import Any
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, plan_sampling
+from marlin_demo.video.decode import _resize, _rotation_k, _upright_chw, _video_stream
 from marlin_demo.windows import Window
 
 
@@ -65,10 +66,7 @@ def decode_windows(path: str, plans: Sequence[WindowPlan]) -> Iterator[tuple[Win
     to RGB and resized as the reference PyAV path does (rotation applied, bicubic + antialias).
     """
     import av
-    import numpy as np
     import torch
-    from torchvision.transforms import InterpolationMode
-    from torchvision.transforms import functional as F
 
     need: dict[int, list[tuple[int, int]]] = {}
     for w, wp in enumerate(plans):
@@ -79,21 +77,15 @@ def decode_windows(path: str, plans: Sequence[WindowPlan]) -> Iterator[tuple[Win
     nxt = 0
     n = -1
     with av.open(path) as container:
-        stream = next(s for s in container.streams.video if s.index == plans[0].info.stream_index)
+        stream = _video_stream(container, plans[0].info.stream_index)
         stream.thread_type = "AUTO"
         for frame in container.decode(stream):
             n += 1
             if n in need:
-                rgb: np.ndarray[Any, Any] = frame.to_ndarray(format="rgb24")
-                k = (round(float(getattr(frame, "rotation", 0) or 0)) // 90) % 4
-                if k:
-                    rgb = np.rot90(rgb, k=k, axes=(0, 1))
-                chw = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+                chw = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame))
                 for w, pos in need[n]:
                     p = plans[w].plan
-                    outs[w][pos] = F.resize(
-                        chw, [p.height, p.width], interpolation=InterpolationMode.BICUBIC, antialias=True
-                    )
+                    outs[w][pos] = _resize(chw, p.height, p.width)
             while nxt < len(plans) and n >= last[nxt]:
                 wp = plans[nxt]
                 meta = {
