@@ -436,7 +436,20 @@ def build_tiny_gptq(src: Path, out: Path, device: str = "cpu", samples: int = 16
 def ensure_tiny(cache_dir: Path | None = None, with_gptq: bool = True) -> dict[str, Path]:
     """Build the tiny checkpoints once; later calls return the cached folders."""
     paths = tiny_paths(cache_dir)
-    for kind in ("bf16", "gptq") if with_gptq else ("bf16",):
+    kinds = ("bf16", "gptq") if with_gptq else ("bf16",)
+    if all((paths[k] / ".complete").exists() for k in kinds):
+        return paths
+    from filelock import FileLock  # comes with huggingface_hub
+
+    paths["root"].mkdir(parents=True, exist_ok=True)
+    # one builder at a time: parallel test workers or two app processes share this cache
+    with FileLock(str(paths["root"] / ".build.lock")):
+        _build_missing(paths, kinds)
+    return paths
+
+
+def _build_missing(paths: dict[str, Path], kinds: tuple[str, ...]) -> None:
+    for kind in kinds:
         target = paths[kind]
         if (target / "config.json").exists() and (target / ".complete").exists():
             continue
@@ -450,7 +463,6 @@ def ensure_tiny(cache_dir: Path | None = None, with_gptq: bool = True) -> dict[s
         (tmp / ".complete").write_text(f"built in {time.perf_counter() - t0:.1f}s\n")
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
-    return paths
 
 
 def weights_digest(folder: Path) -> str:
