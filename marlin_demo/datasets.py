@@ -46,7 +46,12 @@ SPAN_TOLERANCE_S = 0.5
 """How far past the video's duration a reference span may end (annotation rounding)."""
 DEFAULT_SET = "default"
 """The set of an entry without ``"set"``: a folder without sets is one set."""
-SET_LABELS = {"real": "Real footage", "rendered": "Rendered", DEFAULT_SET: "All examples"}
+SET_LABELS = {
+    "real": "Real footage",
+    "rendered": "Rendered",
+    "long": "Long videos (rendered clips back to back)",
+    DEFAULT_SET: "All examples",
+}
 
 
 class DatasetError(ValueError):
