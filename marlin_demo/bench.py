@@ -237,7 +237,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         repairs=list(res.info.repairs),
         raw=res.raw,
         time=_now(),
-        **record_fields(res),  # windows, prefill_s, find's moments (long videos)
+        **record_fields(res),  # windows, find's moments (long videos)
     )
     if isinstance(res, CaptionResult):  # the caption task's result
         rec.update(scene=res.scene, events=[e.to_dict() for e in res.events])
@@ -855,7 +855,7 @@ UNITS = {
     "allocated_after_load_mb": "MB",
     "windows": "windows",
     "latency_per_window_s": "s",
-    "prefill_per_window_s": "s",
+    "decode_per_window_s": "s",
 }
 
 

@@ -3,8 +3,8 @@
 Kept apart from ``bench`` so its hooks stay a few lines:
 
 * ``record_fields(result)``: added to each request's record: ``windows`` (how many windows were
-  answered, 1 for a short video), ``prefill_s`` (video + prompt prefill, all windows) and, for find,
-  ``moments`` (``[{"start", "end", "score"}]``, best first);
+  answered, 1 for a short video) and, for find, ``moments`` (``[{"start", "end", "score"}]``, best
+  first);
 * ``record_moments(record)``: a record's ranked moments as spans (without moments, its span);
 * ``window_cost(record)``: one request's cost per window, aggregated by ``bench.speed`` with its
   ``stats`` under the keys of ``WINDOW_COST_KEYS``.
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "prefill_per_window_s")
+WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "decode_per_window_s")
 
 
 def record_fields(result: Any) -> dict[str, Any]:
     """The long-video fields of one request's record (a ``CaptionResult`` or ``FindResult``)."""
     info = result.info
-    out: dict[str, Any] = {"windows": max(1, len(info.windows)), "prefill_s": info.prefill_s}
+    out: dict[str, Any] = {"windows": max(1, len(info.windows))}
     moments = getattr(result, "moments", None)
     if moments is not None:
         out["moments"] = result.to_dict()["moments"]
@@ -43,12 +43,15 @@ def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
 
 
 def window_cost(record: dict[str, Any]) -> dict[str, float | None]:
-    """Windows answered, and the request's latency and prefill divided by them."""
+    """Windows answered, and the request's latency and video read + sample time divided by them.
+
+    (The bench's engine keeps no prefix cache, so it does not time the prefill apart: no prefill row.)
+    """
     n = max(1, int(record.get("windows") or 1))
     latency = (record.get("metrics") or {}).get("latency_s")
-    prefill = record.get("prefill_s")
+    decode = record.get("decode_s")
     return {
         "windows": float(n),
         "latency_per_window_s": None if latency is None else float(latency) / n,
-        "prefill_per_window_s": None if prefill is None else float(prefill) / n,
+        "decode_per_window_s": None if decode is None else float(decode) / n,
     }

@@ -36,8 +36,7 @@ def _rec(query: str, span: Any, moments: list[tuple[float, float, float]], windo
         "repeat": 0,
         "ok": True,
         "metrics": {"latency_s": 2.0 * windows, "memory_kind": "cpu_peak_rss", "device": "cpu"},
-        "decode_s": 0.1,
-        "prefill_s": 1.0 * windows,
+        "decode_s": 0.5 * windows,
         "format_ok": True,
         "raw": "",
         "span": span,
@@ -65,7 +64,7 @@ def test_aggregate_scores_the_best_moment_and_the_top_five() -> None:
     sp = agg["variants"]["gptq"]["speed"]["find"]
     assert sp["windows"]["mean"] == 5.0
     assert sp["latency_per_window_s"]["median"] == pytest.approx(2.0)
-    assert sp["prefill_per_window_s"]["median"] == pytest.approx(1.0)
+    assert sp["decode_per_window_s"]["median"] == pytest.approx(0.5)
     assert [r[0] for r in bench.QUALITY_ROWS].count("find") >= 6
 
 
@@ -77,7 +76,7 @@ def test_record_moments_and_window_cost_of_short_and_old_records() -> None:
         (3.0, 4.0)
     ]
     cost = window_cost({"metrics": {"latency_s": 3.0}})  # a record from before windows: one window
-    assert cost == {"windows": 1.0, "latency_per_window_s": 3.0, "prefill_per_window_s": None}
+    assert cost == {"windows": 1.0, "latency_per_window_s": 3.0, "decode_per_window_s": None}
 
 
 def test_long_set_truth_is_pure_and_rotated() -> None:

@@ -130,7 +130,7 @@ def test_long_find_moments_and_second_query_reuses_every_window(
 
     # the bench's record of it: windows answered, the moments as answered
     rec = longbench.record_fields(first)
-    assert rec["windows"] == n and rec["moments"] == d["moments"] and rec["prefill_s"] == first.info.prefill_s
+    assert rec == {"windows": n, "moments": d["moments"]}
     # every window's frames and video prefill were reused: only the new query's text was prefilled
     assert len(second.info.windows) == n
     assert all(w.cached_video and w.reused_prefix for w in second.info.windows)
