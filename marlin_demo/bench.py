@@ -47,7 +47,9 @@ from marlin_demo.datasets import (
     set_label,
     summarize,
 )
-from marlin_demo.metrics import caption_scores, grounding_scores, precision_recall_f1, temporal_iou
+from marlin_demo.longbench import WINDOW_COST_KEYS, record_fields, record_moments, window_cost
+from marlin_demo.longclip import add_long_set_parser, resolve_data
+from marlin_demo.metrics import best_iou, caption_scores, moment_scores, precision_recall_f1
 from marlin_demo.results import CaptionResult
 from marlin_demo.settings import VARIANTS, Settings
 
@@ -90,6 +92,11 @@ SETTINGS_FLAGS = (
     "cache_dir",
     "caption_max_new_tokens",
     "find_max_new_tokens",
+    "caption_window_s",
+    "find_window_s",
+    "find_overlap_s",
+    "max_windows",
+    "top_k",
     "max_upload_mb",
     "max_duration_s",
     "max_query_chars",
@@ -230,6 +237,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         repairs=list(res.info.repairs),
         raw=res.raw,
         time=_now(),
+        **record_fields(res),  # windows, find's moments (long videos)
     )
     if isinstance(res, CaptionResult):  # the caption task's result
         rec.update(scene=res.scene, events=[e.to_dict() for e in res.events])
@@ -423,6 +431,8 @@ QUALITY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("find", "r1@0.3", "Find R1@0.3"),
     ("find", "r1@0.5", "Find R1@0.5"),
     ("find", "r1@0.7", "Find R1@0.7"),
+    ("find", "r5@0.5", "Find R5@0.5 (any of the top 5 moments)"),
+    ("find", "occurrence_recall@0.5", "Find occurrences found (true spans matched at IoU 0.5)"),
     ("find", "parse_rate", "Find parse rate (a span was read)"),
     ("find", "format_rate", "Find format rate ('From X to Y.')"),
     ("caption", "rouge_l", "Caption score (ROUGE-L)"),
@@ -454,14 +464,15 @@ def quality(
     items: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
     if "find" in tasks and any(ex.queries for ex in examples):
-        preds, refs, fmt = [], [], []
+        preds, refs, fmt, ranked = [], [], [], []
         for ex in examples:
             for q in ex.queries:
                 rec = _scored(idx, variant, "find", ex.name, q.query, repeats)
                 ok = bool(rec and rec.get("ok"))
                 span = rec.get("span") if ok else None
                 preds.append(span)
-                refs.append(q.span)
+                refs.append(q.spans)  # every true span (a long video's query can recur)
+                ranked.append(record_moments(rec) if ok else [])
                 fmt.append(ok and bool(rec.get("format_ok")))
                 items.append(
                     {
@@ -470,13 +481,15 @@ def quality(
                         "video": ex.name,
                         "query": q.query,
                         "reference": list(q.span),
+                        "references": [list(s) for s in q.spans],
                         "span": span,
-                        "iou": temporal_iou(span, q.span),
+                        "moments": ranked[-1],
+                        "iou": best_iou(span, q.spans),
                         "format_ok": fmt[-1],
                         "ok": ok,
                     }
                 )
-        g = grounding_scores(preds, refs)
+        g = moment_scores(preds, ranked, refs)  # one true span each: the same as grounding_scores
         g["format_rate"] = sum(fmt) / len(fmt)
         out["find"] = g
     caption_examples = [ex for ex in examples if ex.has_caption_truth]
@@ -626,6 +639,7 @@ def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "video_tokens": stats(x.get("video_tokens") for x in m),
             "peak_memory_mb": stats(x.get("peak_memory_mb") for x in m),
             "decode_s": stats(r.get("decode_s") for r in recs),
+            **{k: stats(window_cost(r)[k] for r in recs) for k in WINDOW_COST_KEYS},
             "latencies_s": [round(float(x["latency_s"]), 4) for x in m],
         }
     kinds = sorted({r["metrics"].get("memory_kind", "") for r in records})
@@ -839,6 +853,9 @@ UNITS = {
     "peak_memory_mb": "MB",
     "footprint_mb": "MB",
     "allocated_after_load_mb": "MB",
+    "windows": "windows",
+    "latency_per_window_s": "s",
+    "decode_per_window_s": "s",
 }
 
 
@@ -995,6 +1012,19 @@ def render_summary(results: dict[str, Any]) -> str:
                     "f1",
                 ),
             ]
+            if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):  # long videos
+                sp += [
+                    (
+                        f"{task.title()} windows per request, mean",
+                        _getter("speed", task, "windows", "mean"),
+                        "f1",
+                    ),
+                    (
+                        f"{task.title()} latency per window, median (s)",
+                        _getter("speed", task, "latency_per_window_s", "median"),
+                        "s",
+                    ),
+                ]
     sp += [
         ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
         ("Video read + sample, median (s)", _getter("speed", "all", "decode_s", "median"), "s"),
@@ -1489,7 +1519,7 @@ def _bench(args: argparse.Namespace) -> int:
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
     tasks = parse_list(args.tasks, "tasks", TASKS)
     settings = settings.with_(variants=",".join(variants))
-    data_dir = Path(args.data).expanduser() if args.data else DEFAULT_DATA
+    data_dir = resolve_data(args.data) or (Path(args.data).expanduser() if args.data else DEFAULT_DATA)
     if not data_dir.is_dir():
         raise BenchError(
             f"the data folder {data_dir} does not exist: pass --data DIR (a folder with examples.json)."
@@ -1569,7 +1599,9 @@ def register(subparsers: Any) -> None:
         "agreement and retention vs 16-bit)",
     )
     p.add_argument(
-        "--data", default=None, help="folder with examples.json and the videos (default: examples/)"
+        "--data",
+        default=None,
+        help="folder with examples.json and the videos (default: examples/); `long`: the long-video set",
     )
     p.add_argument(
         "--repeats",
@@ -1583,5 +1615,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
     p.set_defaults(func=cmd_bench)
-    sub = p.add_subparsers(dest="bench_command", title="helpers", metavar="{convert-charades}")
+    sub = p.add_subparsers(dest="bench_command", title="helpers", metavar="{convert-charades,build-long-set}")
     add_convert_parser(sub)
+    add_long_set_parser(sub)

@@ -210,16 +210,46 @@ def _video_missing(path: str) -> bool:
     return True
 
 
+def run_with_progress(
+    engine: Any, task: str, video: str, variant: str, query: str | None = None, show: bool = True
+) -> Any:
+    """The request's result; on a long video (``show``) one stderr line per window as it starts.
+
+    The line is ``caption: window k of n`` (or ``find: ...``); a one-window video prints nothing.
+    ``--json`` runs quietly, so stderr holds only what libraries or errors write.
+    """
+    service = _service()
+    if not show:
+        return service.run(engine, task, video, variant, query)
+    from marlin_demo.results import Done, Progress
+
+    with contextlib.closing(service.stream(engine, task, video, variant, query)) as stages:
+        for stage in stages:
+            if isinstance(stage, Progress) and stage.window is not None and not stage.text:
+                print(f"{task}: window {stage.window} of {stage.windows}", file=sys.stderr, flush=True)
+            elif isinstance(stage, Done):
+                return stage.result
+    raise RuntimeError("the request ended without a result")  # pragma: no cover - stream always ends in Done
+
+
 def cmd_caption(args: argparse.Namespace) -> int:
     if _video_missing(args.video):
         return EXIT_BAD_INPUT
-    return _task(args, lambda e: _service().run(e, "caption", args.video, args.variant), format_caption)
+    return _task(
+        args,
+        lambda e: run_with_progress(e, "caption", args.video, args.variant, show=not args.json),
+        format_caption,
+    )
 
 
 def cmd_find(args: argparse.Namespace) -> int:
     if _video_missing(args.video):
         return EXIT_BAD_INPUT
-    return _task(args, lambda e: _service().run(e, "find", args.video, args.variant, args.query), format_find)
+    return _task(
+        args,
+        lambda e: run_with_progress(e, "find", args.video, args.variant, args.query, show=not args.json),
+        format_find,
+    )
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:

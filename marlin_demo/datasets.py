@@ -11,6 +11,8 @@ The format (documented in ``docs/BENCHMARK.md``) is the one of ``examples/exampl
         "scene": "A green field ...",         # reference scene paragraph ("" = none)
         "events": [{"start": 0.0, "end": 2.0, "description": "..."}],
         "queries": [{"query": "the ball rolls", "span": [2.0, 8.0]}]
+                                              # or "spans": [[2.0, 8.0], [40.0, 46.0]]: every
+                                              # occurrence of the event (long videos)
       }
     ]
 
@@ -44,7 +46,12 @@ SPAN_TOLERANCE_S = 0.5
 """How far past the video's duration a reference span may end (annotation rounding)."""
 DEFAULT_SET = "default"
 """The set of an entry without ``"set"``: a folder without sets is one set."""
-SET_LABELS = {"real": "Real footage", "rendered": "Rendered", DEFAULT_SET: "All examples"}
+SET_LABELS = {
+    "real": "Real footage",
+    "rendered": "Rendered",
+    "long": "Long videos (rendered clips back to back)",
+    DEFAULT_SET: "All examples",
+}
 
 
 class DatasetError(ValueError):
@@ -53,11 +60,22 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class Query:
+    """A find query and its true span(s): ``spans`` holds every occurrence (long videos), ``span``
+    the first one (what single-span scores and the Compare tab use)."""
+
     query: str
     span: tuple[float, float]
+    spans: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.spans:
+            object.__setattr__(self, "spans", (self.span,))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "span": [self.span[0], self.span[1]]}
+        out: dict[str, Any] = {"query": self.query, "span": [self.span[0], self.span[1]]}
+        if len(self.spans) > 1:
+            out["spans"] = [[s, e] for s, e in self.spans]
+        return out
 
 
 @dataclass
@@ -177,15 +195,24 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
     queries: list[Query] = []
     for j, q in enumerate(queries_raw):
         what = f"{where} query {j + 1}"
-        if not isinstance(q, dict) or "query" not in q or "span" not in q:
-            raise DatasetError(f"{what} must be an object with 'query' and 'span': [start, end].")
+        if not isinstance(q, dict) or "query" not in q or not ("span" in q or "spans" in q):
+            raise DatasetError(
+                f"{what} must be an object with 'query' and 'span': [start, end] "
+                "(or 'spans': [[start, end], ...] when the event happens several times)."
+            )
         text = q["query"]
         if not isinstance(text, str) or not text.strip():
             raise DatasetError(f"{what} has an empty query: describe the event to find.")
-        span = q["span"]
-        if not isinstance(span, list | tuple) or len(span) != 2:
-            raise DatasetError(f"{what} span is {span!r}: give [start, end] in seconds.")
-        queries.append(Query(text.strip(), _span(span[0], span[1], duration, what)))
+        raw_spans = q["spans"] if "spans" in q else [q["span"]]
+        if not isinstance(raw_spans, list) or not raw_spans:
+            raise DatasetError(f"{what} spans is {raw_spans!r}: give a non-empty list of [start, end].")
+        spans = []
+        for span in raw_spans:
+            if not isinstance(span, list | tuple) or len(span) != 2:
+                raise DatasetError(f"{what} span is {span!r}: give [start, end] in seconds.")
+            spans.append(_span(span[0], span[1], duration, what))
+        spans.sort()
+        queries.append(Query(text.strip(), spans[0], tuple(spans)))
 
     set_raw = raw.get("set", DEFAULT_SET)
     if not isinstance(set_raw, str) or not set_raw.strip():

@@ -4,16 +4,29 @@ Examples are concatenated in a cycle (sorted by name) until ``target_s`` is reac
 once (concat filter, same size and fps as the examples), so segment k starts exactly at the sum of
 the previous examples' durations; events and query spans are shifted by that offset. A query that
 recurs gets one span per occurrence ("every time it happens"). Generated media is never committed.
+
+``build_long_set`` writes a benchmark data folder of such clips (``bench --data long``, or
+``bench build-long-set``): set ``long``, one entry per clip, every query with all its true spans.
+It is built into the user cache (``MARLIN_CACHE_DIR``), and a clip whose truth is unchanged is
+not encoded again.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+LONG_SET = "long"
+LONG_SET_VERSION = 1
+LONG_SET_DURATIONS = (150.0, 360.0)
+"""Two clips: 3 caption / 6 find windows, and the issue's 6-minute clip (6 / 15 windows)."""
 
 
 def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -21,9 +34,13 @@ def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in examples if e.get("set", "rendered") == "rendered"]
 
 
-def long_clip_truth(examples: list[dict[str, Any]], target_s: float) -> dict[str, Any]:
-    """Segments, events and multi-span queries of the concatenation (pure: no media touched)."""
+def long_clip_truth(examples: list[dict[str, Any]], target_s: float, start: int = 0) -> dict[str, Any]:
+    """Segments, events and multi-span queries of the concatenation (pure: no media touched).
+
+    ``start`` rotates the cycle (the sorted examples from that one on), so two clips of a set differ.
+    """
     order = sorted(examples, key=lambda e: e["video"])
+    order = order[start % len(order) :] + order[: start % len(order)]
     segments: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     queries: dict[str, list[list[float]]] = {}
@@ -52,7 +69,12 @@ def build_long_clip(
     ex_dir = Path(examples_dir)
     examples = rendered(json.loads((ex_dir / "examples.json").read_text()))
     truth = long_clip_truth(examples, target_s)
-    out = Path(out_path)
+    _encode(ex_dir, truth, Path(out_path))
+    return truth
+
+
+def _encode(ex_dir: Path, truth: dict[str, Any], out: Path) -> None:
+    """Concatenate the truth's segments into ``out`` and write ``<out>.json`` with the truth."""
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
     for seg in truth["segments"]:
@@ -66,4 +88,120 @@ def build_long_clip(
         raise RuntimeError(f"ffmpeg failed to build the long clip: {proc.stderr.strip()[-300:]}")
     truth["video"] = out.name
     out.with_suffix(".json").write_text(json.dumps(truth, indent=1))
-    return truth
+
+
+def default_long_set_dir() -> Path:
+    """``<user cache>/long-set-v<N>`` (``MARLIN_CACHE_DIR`` overrides the cache, as for the tiny model)."""
+    env = os.environ.get("MARLIN_CACHE_DIR")
+    if env:
+        return Path(env) / f"long-set-v{LONG_SET_VERSION}"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("marlin-demo")) / f"long-set-v{LONG_SET_VERSION}"
+
+
+def long_set_entry(
+    examples: list[dict[str, Any]], target_s: float, start: int = 0, queries_per_example: int | None = None
+) -> dict[str, Any]:
+    """One examples.json entry of the long set (pure): caption truth and every query's true spans.
+
+    The reference scene is each distinct example's scene once, in order of first appearance (the
+    answer's scene joins the windows' scenes, skipping repeats). ``queries_per_example`` keeps the
+    first N queries of each example (None: all).
+    """
+    truth = long_clip_truth(examples, target_s, start)
+    by_video = {e["video"]: e for e in examples}
+    scenes: list[str] = []
+    keep: set[str] = set()
+    for seg in truth["segments"]:
+        ex = by_video[seg["video"]]
+        if ex.get("scene") and ex["scene"] not in scenes:
+            scenes.append(ex["scene"])
+        keep.update(q["query"] for q in ex["queries"][:queries_per_example])
+    return {
+        "video": f"long_{target_s:g}s.mp4",
+        "title": f"{len(truth['segments'])} rendered examples back to back ({truth['duration']:g} s)",
+        "set": LONG_SET,
+        "duration": truth["duration"],
+        "scene": " ".join(scenes),
+        "events": truth["events"],
+        "queries": [
+            {"query": q["query"], "spans": q["spans"]} for q in truth["queries"] if q["query"] in keep
+        ],
+        "segments": truth["segments"],
+    }
+
+
+def build_long_set(
+    out_dir: str | Path | None = None,
+    durations: Sequence[float] = LONG_SET_DURATIONS,
+    queries_per_example: int | None = None,
+    examples_dir: str | Path = EXAMPLES_DIR,
+) -> Path:
+    """Write the long set's clips and ``examples.json`` into ``out_dir``; returns the folder.
+
+    Clip k starts its cycle at example k. A clip already there with the same truth is kept.
+    """
+    ex_dir = Path(examples_dir)
+    examples = rendered(json.loads((ex_dir / "examples.json").read_text()))
+    root = Path(out_dir) if out_dir is not None else default_long_set_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for k, target in enumerate(durations):
+        entry = long_set_entry(examples, float(target), k, queries_per_example)
+        clip = root / entry["video"]
+        truth = long_clip_truth(examples, float(target), k)
+        stamp = clip.with_suffix(".json")
+        known = json.loads(stamp.read_text()) if stamp.is_file() and clip.is_file() else None
+        if not known or known.get("segments") != truth["segments"]:
+            _encode(ex_dir, truth, clip)
+        entries.append(entry)
+    (root / "examples.json").write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    return root
+
+
+def resolve_data(data: str | None) -> Path | None:
+    """``bench --data long``: the long set's folder (built when missing); None for any other value."""
+    return build_long_set(durations=LONG_SET_DURATIONS) if data == LONG_SET else None
+
+
+def add_long_set_parser(sub: Any) -> None:
+    """``build-long-set [--out DIR] [--durations 150,360] [--queries-per-example N]``."""
+    p = sub.add_parser(
+        "build-long-set",
+        help="build the long-video set (concatenated rendered examples, exact truth) for bench --data",
+        description=(
+            "Concatenate the rendered examples into long clips with exact ground truth (events, and "
+            "every occurrence of each query) and write OUT/examples.json for `bench --data OUT`. "
+            "`bench --data long` builds the default set into the user cache and runs it."
+        ),
+    )
+    p.add_argument("--out", default=None, help=f"folder to write (default {default_long_set_dir()})")
+    p.add_argument(
+        "--durations",
+        default=",".join(f"{d:g}" for d in LONG_SET_DURATIONS),
+        help="comma-separated clip lengths in seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--queries-per-example", type=int, default=None, help="keep the first N queries of each example"
+    )
+    p.set_defaults(func=cmd_build_long_set)
+
+
+def cmd_build_long_set(args: argparse.Namespace) -> int:
+    try:
+        durations = [float(x) for x in args.durations.split(",") if x.strip()]
+    except ValueError:
+        durations = []
+    if not durations or any(d <= 0 for d in durations):
+        print(
+            f"error: --durations {args.durations!r}: give clip lengths in seconds, e.g. 150,360.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.queries_per_example is not None and args.queries_per_example < 1:
+        print("error: --queries-per-example must be at least 1.", file=sys.stderr)
+        return 2
+    root = build_long_set(args.out, durations, args.queries_per_example)
+    print(f"Wrote {root / 'examples.json'}: {len(durations)} long clip(s); run `bench --data {root}`.")
+    return 0

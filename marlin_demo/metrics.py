@@ -19,6 +19,13 @@ Edge-case conventions (each is tested):
   ``mean_matched_iou`` is the mean over matched pairs, 0.0 when none.
 * Keyword coverage is 1.0 when the reference has no keywords (nothing to
   cover), which keeps the function total and its type a float.
+
+Several true spans per query (long videos: "every time it happens"), see
+:func:`moment_scores`: a prediction's IoU is its IoU with the nearest true span
+(the largest over the true spans), so one true span gives exactly
+:func:`grounding_scores`. R1@m scores the best moment; Rk@m counts a query as a hit
+when any of its first k moments has IoU >= m with any true span; occurrence recall
+is the share of all true spans matched one-to-one by a moment at IoU >= m.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from marlin_demo.contract import Event
 
 __all__ = [
     "STOPWORDS",
+    "best_iou",
     "caption_scores",
     "caption_text",
     "event_scores",
@@ -39,6 +47,7 @@ __all__ = [
     "keyword_coverage",
     "keywords",
     "match_events",
+    "moment_scores",
     "precision_recall_f1",
     "rouge_l",
     "temporal_iou",
@@ -93,6 +102,49 @@ def grounding_scores(
     return scores
 
 
+def best_iou(pred: Sequence[float] | None, refs: Sequence[Sequence[float]]) -> float:
+    """IoU of ``pred`` with the nearest of several true spans (0.0 for no prediction or no truth)."""
+    return max((temporal_iou(pred, r) for r in refs), default=0.0)
+
+
+def moment_scores(
+    best: Sequence[Sequence[float] | None],
+    moments: Sequence[Sequence[Sequence[float]]],
+    refs: Sequence[Sequence[Sequence[float]]],
+    thresholds: Iterable[float] = (0.3, 0.5, 0.7),
+    k: int = 5,
+    k_iou: float = 0.5,
+) -> dict[str, float | int]:
+    """Grounding with several true spans per query and a ranked list of moments per answer.
+
+    ``best[i]`` is query i's best moment (None: no usable span), ``moments[i]`` its moments
+    best first, ``refs[i]`` its true spans (at least one). Returns :func:`grounding_scores`'
+    keys (mIoU and R1@m on the best moment, against the nearest true span), ``r{k}@{k_iou}``
+    (any of the first k moments hits any true span), ``occurrence_recall@{k_iou}`` (true spans
+    matched one-to-one by the first k moments, over all true spans), parse rate and n.
+    """
+    if not len(best) == len(moments) == len(refs):
+        raise ValueError(
+            f"got {len(best)} best spans, {len(moments)} moment lists and {len(refs)} references; "
+            "they must pair up."
+        )
+    if any(not r for r in refs):
+        raise ValueError("every query needs at least one true span.")
+    n = len(refs)
+    ious = [best_iou(b, r) for b, r in zip(best, refs, strict=True)]
+    scores: dict[str, float | int] = {"miou": sum(ious) / n if n else 0.0}
+    for t in thresholds:
+        scores[f"r1@{t:g}"] = sum(1 for iou in ious if iou >= t) / n if n else 0.0
+    hits = sum(1 for ms, r in zip(moments, refs, strict=True) if any(best_iou(m, r) >= k_iou for m in ms[:k]))
+    scores[f"r{k}@{k_iou:g}"] = hits / n if n else 0.0
+    matched = sum(len(match_events(ms[:k], r, k_iou)) for ms, r in zip(moments, refs, strict=True))
+    total = sum(len(r) for r in refs)
+    scores[f"occurrence_recall@{k_iou:g}"] = matched / total if total else 0.0
+    scores["parse_rate"] = sum(1 for b in best if b is not None) / n if n else 0.0
+    scores["n"] = n
+    return scores
+
+
 # ---------------------------------------------------------------------------
 # Event matching
 # ---------------------------------------------------------------------------
@@ -113,7 +165,9 @@ def _description(item: EventLike) -> str:
 
 
 def match_events(
-    pred: Sequence[EventLike], ref: Sequence[EventLike], min_iou: float = 0.3
+    pred: Sequence[EventLike | Sequence[float]],
+    ref: Sequence[EventLike | Sequence[float]],
+    min_iou: float = 0.3,
 ) -> list[tuple[int, int, float]]:
     """One-to-one matching by temporal IoU; returns (pred_idx, ref_idx, iou) by pred_idx.
 

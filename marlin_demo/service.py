@@ -190,9 +190,18 @@ def compare(
     module's docstring)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
-    prepared, cached = engine.prepare_cached(video)
-    yield Prepared(prepared.info, prepared.plan, cached)
-    out = Comparison(task, clean, prepared.info, list(variants))
+    plans = engine.window_plans(video, task)  # too many windows: refused before anything is decoded
+    if plans is None:
+        prepared, cached = engine.prepare_cached(video)
+        yield Prepared(prepared.info, prepared.plan, cached)
+        info = prepared.info
+    else:  # a long video: each window decoded once (one scan), never the whole clip at one clip's plan
+        path = Path(str(video))
+        hits = [hit for _, _, hit in engine._window_frames(path, plans)]  # every window: then cached
+        cached = all(hits)
+        info = engine._info(path)
+        yield Prepared(info, plans[0].plan, cached)
+    out = Comparison(task, clean, info, list(variants))
     for i, v in enumerate(variants):
         cold = is_cold(engine, v)
         out.cold[v] = cold

@@ -122,7 +122,11 @@ class Settings:
         default=200.0, metadata={"env": "MARLIN_MAX_UPLOAD_MB", "help": "largest accepted video file (MB)"}
     )
     max_duration_s: float = field(
-        default=600.0, metadata={"env": "MARLIN_MAX_DURATION_S", "help": "longest accepted video (s)"}
+        default=1800.0,
+        metadata={
+            "env": "MARLIN_MAX_DURATION_S",
+            "help": "longest accepted video (s); on a Space the default is 600 (space.SPACE_DEFAULTS)",
+        },
     )
     max_width: int = field(
         default=3840, metadata={"env": "MARLIN_MAX_WIDTH", "help": "widest accepted video"}
@@ -223,6 +227,10 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``MARLIN_*`` variables (then Gradio's ``GRADIO_SERVER_*``), defaults elsewhere."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    if env.get("SPACE_ID"):  # a Hugging Face Space: what a visitor's GPU slot can afford
+        from marlin_demo.space import SPACE_DEFAULTS
+
+        values.update(SPACE_DEFAULTS)
     for f in fields(Settings):
         names = [f.metadata["env"], f.metadata.get("fallback_env")]
         name = next((n for n in names if n and env.get(n, "") != ""), None)

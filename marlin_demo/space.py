@@ -25,6 +25,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 MIN_GPU_S = 30
 MAX_GPU_S = 300
 
+SPACE_DEFAULTS: dict[str, float] = {"max_duration_s": 600.0}
+"""Settings whose default differs on a Space (a ``MARLIN_*`` variable or flag still wins): 30 minutes
+of video is 30 caption windows, far past one ZeroGPU slot (``MAX_GPU_S``), so a visitor keeps the
+10-minute limit (10 caption / 24 find windows)."""
+
 
 def on_space() -> bool:
     """True when running as a Hugging Face Space (the platform sets SPACE_ID)."""
@@ -75,11 +80,25 @@ def _first_path(args: Iterable[Any]) -> str | None:
 def estimate_gpu_seconds(video_s: float, runs: int = 1, task: str = "caption") -> int:
     """Seconds of GPU to ask for: a fixed part (load, prefill) plus generation that grows with the clip.
 
-    Marlin samples at most 240 frames (2 minutes at 2 fps), so the clip
-    length stops mattering beyond 120 s. Captions write up to 768 tokens;
-    find answers are one short line.
+    Marlin samples at most 240 frames (2 minutes at 2 fps), so one clip's length stops mattering
+    beyond 120 s. Captions write up to 768 tokens; find answers are one short line. A long video is
+    answered window by window (the default window lengths, ``marlin_demo.windows``), each window
+    costing what a clip of its length does.
     """
-    per_run = (25.0 if task == "caption" else 10.0) + 0.25 * min(max(video_s, 0.0), 120.0)
+    from marlin_demo import windows as win
+
+    video_s = max(video_s, 0.0)
+    try:
+        ws = (
+            win.caption_windows(video_s, max_windows=None)
+            if task == "caption"
+            else win.find_windows(video_s, max_windows=None)
+        )
+        lengths = [w.end - w.start for w in ws] or [video_s]
+    except ValueError:  # no usable duration: size it as one clip
+        lengths = [video_s]
+    fixed = 25.0 if task == "caption" else 10.0
+    per_run = sum(fixed + 0.25 * min(n, 120.0) for n in lengths)
     return int(min(MAX_GPU_S, max(MIN_GPU_S, 15.0 + runs * per_run)))
 
 

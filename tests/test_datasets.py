@@ -161,6 +161,9 @@ def test_project_examples_load() -> None:
         ([_entry(queries=[{"query": "q", "span": [1.0]}])], "give [start, end]"),
         ([_entry(queries=[{"query": "q", "span": [1.0, float("nan")]}])], "finite"),
         ([_entry(queries=[{"query": "  ", "span": [1.0, 2.0]}])], "empty query"),
+        ([_entry(queries=[{"query": "q", "spans": []}])], "non-empty list of [start, end]"),
+        ([_entry(queries=[{"query": "q", "spans": [[1.0, 2.0], [3.0]]}])], "give [start, end]"),
+        ([_entry(queries=[{"query": "q", "spans": [[1.0, 2.0], [4.0, 9.0]]}])], "ends at 9 s"),
         ([_entry(queries=[{"query": "q"}])], "'query' and 'span'"),
         ([_entry(events=[{"start": 0, "end": 1}])], "start, end and description"),
         ([_entry(events=[{"start": 0, "end": 1, "description": ""}])], "empty description"),
@@ -187,6 +190,24 @@ def test_folder_errors(tmp_path: Path) -> None:
     (tmp_path / "examples.json").write_text("[{", encoding="utf-8")
     with pytest.raises(DatasetError, match="not valid JSON"):
         load_dataset(tmp_path)
+
+
+def test_several_true_spans_per_query(folder: Path) -> None:
+    _write(
+        folder,
+        [
+            _entry(
+                queries=[
+                    {"query": "q", "spans": [[3.0, 4.0], [0.5, 1.5]]},
+                    {"query": "r", "span": [1.0, 2.0]},
+                ]
+            )
+        ],
+    )
+    q, r = load_dataset(folder)[0].queries
+    assert q.spans == ((0.5, 1.5), (3.0, 4.0)) and q.span == (0.5, 1.5)  # sorted; span is the first
+    assert q.to_dict() == {"query": "q", "span": [0.5, 1.5], "spans": [[0.5, 1.5], [3.0, 4.0]]}
+    assert r.spans == ((1.0, 2.0),) and r.to_dict() == {"query": "r", "span": [1.0, 2.0]}
 
 
 def test_span_tolerance_allows_rounding(folder: Path) -> None:

@@ -2,24 +2,23 @@
 
 One generated ~140 s clip (3 caption windows, 6 find windows) is built once per session. The
 engine samples it with a small budget (0.5 fps, small frames) so the suite stays fast; the
-windowing is the same at any budget.
+windowing is the same at any budget. The caption and the two finds on it run once per module
+(fixtures) and every test reads them; the CLI runs on a 12 s clip cut into 6 s windows.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from marlin_demo import cli, contract, service
+from marlin_demo import cli, contract, longbench, service
 from marlin_demo import windows as win
 from marlin_demo.engine import Engine
 from marlin_demo.longclip import build_long_clip
-from marlin_demo.results import CaptionResult, FindResult, Progress
+from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage
 from marlin_demo.settings import Settings
 from marlin_demo.ui.caption import stream_message
 from marlin_demo.video import probe
@@ -38,11 +37,37 @@ def long_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def engine() -> Engine:
+@pytest.fixture(scope="session")
+def small_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    """A 12 s clip: two 6 s windows with --find-window-s/--caption-window-s 6 (cheap CLI runs)."""
+    path = tmp_path_factory.mktemp("long") / "long12.mp4"
+    return path, build_long_clip(path, target_s=12.0)["duration"]
+
+
+def _engine() -> Engine:
     eng = Engine(Settings(model="tiny", caption_max_new_tokens=24, find_max_new_tokens=12))
     eng.params = contract.VideoParams(fps=0.5, max_pixels=128 * 32 * 32)  # the per-frame minimum
     return eng
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return _engine()
+
+
+@pytest.fixture(scope="module")
+def caption_stages(engine: Engine, long_clip: Path) -> list[Stage]:
+    """The long clip's caption, streamed once for the module."""
+    return list(service.stream(engine, "caption", str(long_clip), VARIANT))
+
+
+@pytest.fixture(scope="module")
+def finds(engine: Engine, long_clip: Path) -> tuple[FindResult, FindResult]:
+    """Two finds on the long clip, one after the other (the second reuses every window)."""
+    first = engine.find(str(long_clip), "the ball rolls", VARIANT)
+    second = engine.find(str(long_clip), "the lamp turns on", VARIANT)
+    assert isinstance(first, FindResult) and isinstance(second, FindResult)
+    return first, second
 
 
 def _covers(windows: list[dict[str, float]], duration: float, overlap: float) -> None:
@@ -52,9 +77,10 @@ def _covers(windows: list[dict[str, float]], duration: float, overlap: float) ->
         assert b["start"] == pytest.approx(a["end"] - overlap, abs=1e-3)  # no gap between windows
 
 
-def test_long_caption_every_window_on_one_timeline(engine: Engine, long_clip: Path) -> None:
+def test_long_caption_every_window_on_one_timeline(caption_stages: list[Stage], long_clip: Path) -> None:
     duration = probe(long_clip).duration_s
-    stages = list(service.stream(engine, "caption", str(long_clip), VARIANT))
+    stages = caption_stages
+    assert isinstance(stages[-1], Done)
     res = stages[-1].result
     assert isinstance(res, CaptionResult)
     d = res.to_dict()
@@ -82,10 +108,11 @@ def test_long_caption_every_window_on_one_timeline(engine: Engine, long_clip: Pa
     assert set(stream_message("x")) == {"done", "text"}
 
 
-def test_long_find_moments_and_second_query_reuses_every_window(engine: Engine, long_clip: Path) -> None:
+def test_long_find_moments_and_second_query_reuses_every_window(
+    engine: Engine, long_clip: Path, finds: tuple[FindResult, FindResult]
+) -> None:
     duration = probe(long_clip).duration_s
-    first = engine.find(str(long_clip), "the ball rolls", VARIANT)
-    assert isinstance(first, FindResult)
+    first, second = finds
     n = len(first.info.windows)
     assert n == 6
     assert not any(w.cached_video or w.reused_prefix for w in first.info.windows)
@@ -101,7 +128,9 @@ def test_long_find_moments_and_second_query_reuses_every_window(engine: Engine, 
     else:
         assert d["span"] is None
 
-    second = engine.find(str(long_clip), "the lamp turns on", VARIANT)
+    # the bench's record of it: windows answered, the moments as answered
+    rec = longbench.record_fields(first)
+    assert rec == {"windows": n, "moments": d["moments"]}
     # every window's frames and video prefill were reused: only the new query's text was prefilled
     assert len(second.info.windows) == n
     assert all(w.cached_video and w.reused_prefix for w in second.info.windows)
@@ -132,41 +161,77 @@ def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
         assert (f.moments[0].start, f.moments[0].end) == f.span
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "marlin_demo", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-
-
-def test_cli_refuses_too_many_windows(long_clip: Path) -> None:
-    proc = run_cli("find", str(long_clip), "the ball rolls", "--model", "tiny", "--max-windows", "3")
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+def test_cli_refuses_too_many_windows(long_clip: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # in process: the refusal comes before any model is loaded
+    code = cli.main(["find", str(long_clip), "the ball rolls", "--model", "tiny", "--max-windows", "3"])
+    out = capsys.readouterr()
+    assert code == 2
+    lines = out.err.strip().splitlines()
     assert lines[-1].startswith("error: The video is ")
     assert "at most 3 windows are allowed" in lines[-1]
-    assert proc.stdout == ""
+    assert out.out == ""
 
 
-def test_cli_json_keys_on_a_long_video(tmp_path: Path) -> None:
-    clip = tmp_path / "long30.mp4"  # a short "long" video: 15 s windows keep the CLI run cheap
-    duration = build_long_clip(clip, target_s=30.0)["duration"]
-    proc = run_cli(
-        "find", str(clip), "the ball rolls", "--model", "tiny", "--variant", VARIANT, "--json",
-        "--find-max-new-tokens", "8", "--find-window-s", "15", "--find-overlap-s", "0",
+def test_cli_json_keys_on_a_long_video(
+    small_clip: tuple[Path, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    clip, duration = small_clip  # a short "long" video: 6 s windows keep the CLI run cheap
+    # in process (the subprocess CLI is tests/test_cli.py's): the same main(), without a fresh interpreter
+    code = cli.main(
+        ["find", str(clip), "the ball rolls", "--model", "tiny", "--variant", VARIANT, "--json",
+         "--find-max-new-tokens", "8", "--find-window-s", "6", "--find-overlap-s", "0"]
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    d = json.loads(out.out)  # stdout holds the JSON and nothing else
     assert {"span", "moments", "raw"} <= set(d)
-    assert d["raw"].count("[window ") == len(win.find_windows(duration, 15.0, 0.0)) > 1
+    assert d["raw"].count("[window ") == len(win.find_windows(duration, 6.0, 0.0)) == 2
     assert all(set(m) == {"start", "end", "score"} for m in d["moments"])
+    assert "window 1 of" not in out.err  # --json: no progress lines
 
 
-def test_readable_output_shows_windows_and_moments(engine: Engine, long_clip: Path) -> None:
-    res = engine.caption(str(long_clip), VARIANT)  # cached windows: cheap after the first test
-    text = cli.format_caption(res)
+def test_cli_readable_caption_prints_window_progress(
+    small_clip: tuple[Path, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    clip, _ = small_clip
+    code = cli.main(
+        ["caption", str(clip), "--model", "tiny", "--variant", VARIANT, "--caption-window-s", "6",
+         "--caption-max-new-tokens", "8"]
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    progress = [line for line in out.err.splitlines() if line.startswith("caption: window ")]
+    assert progress == ["caption: window 1 of 2", "caption: window 2 of 2"]
+    assert "Windows (2, each answered as its own clip):" in out.out
+    assert "window 1 of" not in out.out  # progress goes to stderr only
+
+
+def test_readable_output_shows_windows_and_moments(
+    caption_stages: list[Stage], finds: tuple[FindResult, FindResult]
+) -> None:
+    done = caption_stages[-1]
+    assert isinstance(done, Done)
+    text = cli.format_caption(done.result)
     assert "Windows (3, each answered as its own clip):" in text
     assert "   0.0s -   60.0s" in text
-    found = engine.find(str(long_clip), "the ball rolls", VARIANT)
+    found = finds[0]
     text = cli.format_find(found)
     assert "Searched 6 windows" in text
     assert text.count("  score ") == len(found.moments)
+
+
+def test_compare_prepares_a_long_video_per_window(long_clip: Path) -> None:
+    """/compare decodes each window once (one scan) and never the whole clip at one clip's plan."""
+    eng = _engine()  # fresh caches; nothing is loaded: Prepared comes before any variant runs
+    plans = eng.window_plans(str(long_clip), "find")
+    assert plans is not None and len(plans) == 6
+    for expect_cached in (False, True):
+        events = service.compare(eng, "find", str(long_clip), [VARIANT], "the ball rolls")
+        first = next(events)
+        events.close()
+        assert isinstance(first, Prepared)
+        assert first.plan == plans[0].plan  # the first window's plan, not the whole clip's
+        assert first.video.duration_s == probe(long_clip).duration_s
+        assert first.cached_video is expect_cached  # the second compare reads every window from the cache
+        assert eng.video_cache_len() == 0  # no whole-clip decode
+    assert eng.loaded() == {}

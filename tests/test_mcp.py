@@ -134,6 +134,13 @@ def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppSer
     # a parameter described over two docstring lines keeps both (Gradio's own parser drops the second)
     assert "(16-bit)" in by_name["find"].inputSchema["properties"]["variant"]["description"]
     assert by_name["compare"].inputSchema["properties"]["task"]["enum"] == ["caption", "find"]
+    # long videos: each tool says how it answers one (windows, scored moments) and the window limit
+    assert '"windows": [{"start"' in by_name["caption"].description
+    assert (
+        '"moments": [{"start"' in by_name["find"].description and "best first" in by_name["find"].description
+    )
+    assert '"moments"' in by_name["compare"].description
+    assert all("windows is refused" in t.description for t in tools)  # the window limit, named
 
     # the page's "Use via API" probes this route; with MCP on it answers (no 404 in the browser console)
     r = httpx.get(f"{app_server.url}gradio_api/mcp/schema", timeout=30)

@@ -288,3 +288,65 @@ def test_caption_scores_accepts_dict_events() -> None:
     ev = [{"start": 0.0, "end": 1.0, "description": "a man waves"}]
     s = caption_scores("A street.", ev, "A street.", [Event(0.0, 1.0, "a man waves")])
     assert s["rouge_l"] == approx(1.0) and s["f1"] == 1.0
+
+
+# ---------------------------------------------------------------------------
+# Several true spans per query, ranked moments (long videos)
+# ---------------------------------------------------------------------------
+
+
+def test_best_iou_takes_the_nearest_true_span() -> None:
+    refs = [(0.0, 10.0), (50.0, 60.0)]
+    assert metrics.best_iou((52.0, 60.0), refs) == approx(0.8)
+    assert metrics.best_iou((5.0, 10.0), refs) == approx(0.5)
+    assert metrics.best_iou(None, refs) == 0.0
+    assert metrics.best_iou((1.0, 2.0), []) == 0.0
+
+
+def test_moment_scores_hand_computed() -> None:
+    refs = [
+        [(0.0, 10.0), (50.0, 60.0)],  # q1: the event happens twice
+        [(20.0, 30.0)],  # q2: once
+        [(5.0, 15.0), (40.0, 44.0)],  # q3: twice
+    ]
+    best = [(51.0, 60.0), (20.0, 24.0), None]
+    moments = [
+        [(51.0, 60.0), (0.0, 8.0), (100.0, 110.0)],  # best IoU 0.9; second moment IoU 0.8 with (0, 10)
+        [(20.0, 24.0), (21.0, 29.0)],  # best IoU 0.4; the second moment 0.8
+        [],  # no usable span
+    ]
+    s = metrics.moment_scores(best, moments, refs)
+    assert s["miou"] == approx((0.9 + 0.4 + 0.0) / 3)
+    assert s["r1@0.3"] == approx(2 / 3)
+    assert s["r1@0.5"] == approx(1 / 3)
+    assert s["r1@0.7"] == approx(1 / 3)
+    assert s["r5@0.5"] == approx(2 / 3)  # q2 is a hit through its second moment
+    # true spans matched one-to-one at IoU >= 0.5: q1 both, q2 one (two moments, one true span), q3 none
+    assert s["occurrence_recall@0.5"] == approx(3 / 5)
+    assert s["parse_rate"] == approx(2 / 3)
+    assert s["n"] == 3
+
+
+def test_moment_scores_k_cuts_the_ranking() -> None:
+    refs = [[(0.0, 10.0)]]
+    moments = [[(30.0, 40.0), (50.0, 60.0), (0.0, 10.0)]]  # the hit is third
+    assert metrics.moment_scores([moments[0][0]], moments, refs, k=2)["r2@0.5"] == 0.0
+    assert metrics.moment_scores([moments[0][0]], moments, refs, k=3)["r3@0.5"] == 1.0
+
+
+def test_moment_scores_one_true_span_equals_grounding_scores() -> None:
+    preds = [(1.0, 9.0), None, (12.0, 18.0), (0.0, 3.0)]
+    refs = [(0.0, 10.0), (5.0, 8.0), (10.0, 20.0), (4.0, 6.0)]
+    multi = metrics.moment_scores(preds, [[p] if p else [] for p in preds], [[r] for r in refs])
+    single = grounding_scores(preds, refs)
+    for key, value in single.items():
+        assert multi[key] == approx(value), key
+
+
+def test_moment_scores_rejects_bad_shapes() -> None:
+    with pytest.raises(ValueError, match="pair up"):
+        metrics.moment_scores([None], [], [[(0.0, 1.0)]])
+    with pytest.raises(ValueError, match="at least one true span"):
+        metrics.moment_scores([None], [[]], [[]])
+    empty = metrics.moment_scores([], [], [])
+    assert empty["n"] == 0 and empty["r5@0.5"] == 0.0 and empty["occurrence_recall@0.5"] == 0.0

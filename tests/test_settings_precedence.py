@@ -55,3 +55,37 @@ def test_help_names_both_variables() -> None:
     settings_mod.add_arguments(parser)
     text = " ".join(parser.format_help().split())  # argparse wraps at the terminal's width
     assert "$MARLIN_PORT or $GRADIO_SERVER_PORT" in text and "$MARLIN_HOST or $GRADIO_SERVER_NAME" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "limit"),
+    [
+        ([], {}, 1800.0),  # locally: 30 minutes
+        ([], {"SPACE_ID": "owner/space"}, 600.0),  # on a Space: what a visitor's GPU slot affords
+        ([], {"SPACE_ID": "owner/space", "MARLIN_MAX_DURATION_S": "900"}, 900.0),
+        (["--max-duration-s", "120"], {"SPACE_ID": "owner/space"}, 120.0),
+    ],
+)
+def test_duration_limit_locally_and_on_a_space(argv: list[str], env: dict[str, str], limit: float) -> None:
+    assert _resolve(argv, env).max_duration_s == limit
+
+
+def test_default_limits_agree_with_the_window_limit() -> None:
+    """The longest accepted video never needs more windows than allowed; 30 min is exactly 72 find windows."""
+    from marlin_demo import space
+    from marlin_demo import windows as win
+
+    for s in (settings_mod.from_env({}), settings_mod.from_env({"SPACE_ID": "owner/space"})):
+        win.caption_windows(s.max_duration_s, s.caption_window_s, s.max_windows)  # raises when over
+        win.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
+    s = settings_mod.Settings()
+    assert (
+        len(win.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, None))
+        == s.max_windows
+        == 72
+    )
+    with pytest.raises(win.WindowLimitError, match=r"needs 73 windows .* at most 72 windows are allowed"):
+        win.find_windows(s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, s.max_windows)
+    # the GPU slot asked on ZeroGPU grows with the windows a long video needs, within the cap
+    assert space.estimate_gpu_seconds(30, task="find") < space.estimate_gpu_seconds(600, task="find")
+    assert space.estimate_gpu_seconds(600, task="caption") == space.MAX_GPU_S

@@ -74,6 +74,7 @@ class ToolSettings:
 
     max_upload_mb: float
     limits: str
+    long_videos: dict[str, str]
 
 
 def limits_text(ctx: UIContext) -> str:
@@ -82,7 +83,8 @@ def limits_text(ctx: UIContext) -> str:
     text = (
         f"Limits on this server: a video of at most {s.max_upload_mb:g} MB, {s.max_duration_s:g} s and "
         f"{s.max_width}x{s.max_height} (either orientation); a query of at most {s.max_query_chars} "
-        f"characters. Variants here: {', '.join(ctx.variants)} (default {ctx.default_variant}). "
+        f"characters; a video needing more than {s.max_windows} windows is refused. "
+        f"Variants here: {', '.join(ctx.variants)} (default {ctx.default_variant}). "
         "One model call runs at a time; when the queue is full the answer is 'Queue is full'."
     )
     if ctx.engine.settings.is_tiny:
@@ -91,6 +93,32 @@ def limits_text(ctx: UIContext) -> str:
             "weights, so they say nothing about the video."
         )
     return text
+
+
+def long_video_notes(ctx: UIContext) -> dict[str, str]:
+    """Per endpoint: how a long video is answered (windows, moments), with this server's window settings."""
+    s = ctx.settings
+    windowed = "each window sampled as if it were uploaded alone, times mapped to the whole video"
+    return {
+        "/caption": (
+            f"Long videos: a video longer than {s.caption_window_s:g} s is captioned in windows of "
+            f"{s.caption_window_s:g} s ({windowed}); the events are on one timeline and the JSON also has "
+            '"windows": [{"start": float, "end": float, "scene": str}], the windows answered with each '
+            'one\'s scene (one entry [0, duration] for a short video); "scene" is their scenes in order.'
+        ),
+        "/find": (
+            f"Long videos: a video longer than {s.find_window_s:g} s is searched in windows of "
+            f"{s.find_window_s:g} s overlapping by {s.find_overlap_s:g} s ({windowed}). The JSON also has "
+            '"moments": [{"start": float, "end": float, "score": float}]: every place the event was '
+            f"found, best first, at most {s.top_k}, duplicates merged; score (0-1) is the model's own "
+            'token probability for the times, for ranking; "span" is the best moment (for a short video '
+            '"moments" holds its one scored span).'
+        ),
+        "/compare": (
+            'Each result is the caption or find JSON with its "windows" or "moments"; a long video is '
+            "decoded once per window and every variant answers the same windows."
+        ),
+    }
 
 
 def enable(demo: gr.Blocks, ctx: UIContext) -> bool:
@@ -105,7 +133,10 @@ def enable(demo: gr.Blocks, ctx: UIContext) -> bool:
     except ImportError:
         log.warning("MARLIN_MCP is on but the mcp package is missing (pip install 'gradio[mcp]')")
         return False
-    setattr(demo, _ATTR, ToolSettings(max_upload_mb=ctx.settings.max_upload_mb, limits=limits_text(ctx)))
+    tool_settings = ToolSettings(
+        max_upload_mb=ctx.settings.max_upload_mb, limits=limits_text(ctx), long_videos=long_video_notes(ctx)
+    )
+    setattr(demo, _ATTR, tool_settings)
     if not issubclass(gradio.mcp.GradioMCPServer, MarlinMCPServer):
         # Gradio 6.31 has no hook for its MCP server class; it looks the name up at launch. The subclass
         # behaves exactly like Gradio's for Blocks that were not marked here.
@@ -186,6 +217,7 @@ class MarlinMCPServer(gradio.mcp.GradioMCPServer):
         parts = [summary]
         if returns:
             parts.append(f"Returns: {returns}")
+        parts.append(self.marlin.long_videos.get(self.get_tool_to_endpoint().get(tool_name, ""), ""))
         parts.append(self.marlin.limits)
         for position in file_positions:
             name = str(position[0])

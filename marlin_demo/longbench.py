@@ -1,0 +1,57 @@
+"""What the benchmark keeps and reports about long videos (pure: no torch; bench.py calls these).
+
+Kept apart from ``bench`` so its hooks stay a few lines:
+
+* ``record_fields(result)``: added to each request's record: ``windows`` (how many windows were
+  answered, 1 for a short video) and, for find, ``moments`` (``[{"start", "end", "score"}]``, best
+  first);
+* ``record_moments(record)``: a record's ranked moments as spans (without moments, its span);
+* ``window_cost(record)``: one request's cost per window, aggregated by ``bench.speed`` with its
+  ``stats`` under the keys of ``WINDOW_COST_KEYS``.
+
+Scores with several true spans per query are ``metrics.moment_scores``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "decode_per_window_s")
+
+
+def record_fields(result: Any) -> dict[str, Any]:
+    """The long-video fields of one request's record (a ``CaptionResult`` or ``FindResult``)."""
+    info = result.info
+    out: dict[str, Any] = {"windows": max(1, len(info.windows))}
+    moments = getattr(result, "moments", None)
+    if moments is not None:
+        out["moments"] = result.to_dict()["moments"]
+    return out
+
+
+def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
+    """The record's moments as (start, end), best first.
+
+    No moments (an older record, or a span the score could not rate: fewer than two numbers in the
+    answer) ranks the record's span alone, so R5 never misses what R1 counts.
+    """
+    moments = record.get("moments") or []
+    if not moments:
+        span = record.get("span")
+        return [] if span is None else [(float(span[0]), float(span[1]))]
+    return [(float(m["start"]), float(m["end"])) for m in moments]
+
+
+def window_cost(record: dict[str, Any]) -> dict[str, float | None]:
+    """Windows answered, and the request's latency and video read + sample time divided by them.
+
+    (The bench's engine keeps no prefix cache, so it does not time the prefill apart: no prefill row.)
+    """
+    n = max(1, int(record.get("windows") or 1))
+    latency = (record.get("metrics") or {}).get("latency_s")
+    decode = record.get("decode_s")
+    return {
+        "windows": float(n),
+        "latency_per_window_s": None if latency is None else float(latency) / n,
+        "decode_per_window_s": None if decode is None else float(decode) / n,
+    }
