@@ -34,7 +34,8 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   app)  exec .venv/bin/python app.py "$@" ;;
-  test) exec .venv/bin/python -m pytest "$@" ;;
+  # two workers, one test file each at a time (module fixtures stay shared); `-n 0` runs serially
+  test) exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@" ;;
   setup) echo "[setup] done" ;;
   *) echo "usage: bash scripts/dev.sh app|test|setup [args...]" >&2; exit 2 ;;
 esac
