@@ -410,26 +410,27 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                     elif isinstance(stage, Progress) and stage.window is not None and stage.windows:
                         k, n = stage.window, stage.windows
                         if not stage.text:  # window k starts: window k-1 is answered, its events join
+                            tl: Any = skip
                             if k > 1 and len(plans) >= k - 1:
                                 wp = plans[k - 2]
                                 parsed = contract.parse_caption(last_text)
                                 mapped = win.map_caption(parsed, wp.window, offset=wp.offset_s)
                                 parts.append((wp.window, mapped))
-                                merged = win.merge_captions(parts)
+                            if plans:
                                 tl = timeline.timeline_html(
                                     duration,
-                                    merged.events,
+                                    win.merge_captions(parts).events if parts else [],
                                     player=f"#{PLAYER_ID}",
                                     windows=[(p.window.start, p.window.end) for p in plans],
                                     windows_done=k - 1,
                                 )
-                                yield (
-                                    skip,
-                                    tl,
-                                    *idle[2:-1],
-                                    progress_html((k - 1) / n, f"Window {k} of {n}"),
-                                    skip,
-                                )
+                            yield (
+                                live_html("", f"{v} is reading window {k} of {n}…"),
+                                tl,
+                                *idle[2:-1],
+                                progress_html((k - 1) / n, f"Window {k} of {n}"),
+                                skip,
+                            )
                             last_text = ""
                             continue
                         last_text = stage.text

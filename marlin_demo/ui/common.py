@@ -527,8 +527,8 @@ def metrics_html(
             ("Kernel", html.escape(info.kernel or "–"), f"attention: {info.attention or '–'}{compiled}")
         )
     body = "".join(
-        f'<div class="md-card"><div class="md-k">{k}</div>'
-        f'<div class="md-v{" md-long" if len(v) > 9 else ""}">{v}</div>'
+        f'<div class="md-card{" md-wide" if len(v) > 9 else ""}"><div class="md-k">{k}</div>'
+        f'<div class="md-v">{v}</div>'
         f'<div class="md-h">{html.escape(h)}</div></div>'
         for k, v, h in cards
     )

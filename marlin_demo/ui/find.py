@@ -163,6 +163,7 @@ def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) ->
         reference=truth,
         player=f"#{VIDEO_ID}",
         no_span_text="No span: the answer gave no usable time range." if result.span is None else None,
+        span_label=f"best {result.moments[0].score:.2f}" if len(result.moments) > 1 else "Marlin",
         windows=_windows(ctx, duration),
         moments=result.moments,
         clips=clips,
