@@ -223,7 +223,9 @@ def test_find_waits_for_a_query_lists_moments_and_says_what_reuse_saved(page) ->
     pg.click("#find-run")
     pg.wait_for_selector("#find-metrics .md-reuse", timeout=RUN_TIMEOUT_MS)
     note = pg.inner_text("#find-metrics .md-reuse-note")
-    assert "already read" in note and "first token in" in note and "instead of" in note, note
+    # (the comparison with the first reading's first token is there when this page's run did that
+    # reading: here the stopped caption may already have read it; see test_ui_pieces for the figures)
+    assert "already read by gptq" in note and "first token in" in note, note
     _shot(pg, "2_find")
     _shot_phone(pg, "2_find_phone")
 
@@ -377,16 +379,16 @@ def test_caption_real_example_shows_its_credit(
 
 
 # ---------------------------------------------------------------------------
-# Long videos: windows, window progress, moments (a server of its own with 5 s windows, so the
-# 12 s example clip is three windows: the page behaves as on a long video at a fraction of the cost)
+# Long videos: windows, window progress, moments (a server of its own with 7 s windows, so the
+# 12 s example clip is two windows: the page behaves as on a long video at a fraction of the cost)
 # ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def windowed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     env = {
-        "MARLIN_CAPTION_WINDOW_S": "5",
-        "MARLIN_FIND_WINDOW_S": "5",
+        "MARLIN_CAPTION_WINDOW_S": "7",
+        "MARLIN_FIND_WINDOW_S": "7",
         "MARLIN_FIND_OVERLAP_S": "1",
         "MARLIN_CACHE_EXAMPLES": "off",
         "MARLIN_STREAM_EVERY_S": "0.3",
@@ -410,18 +412,18 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         pg.wait_for_selector("#caption-run", timeout=60_000)
         _upload(pg, "#caption-video", CLIP)
         pg.wait_for_selector("#caption-status .ms-ok", timeout=60_000)
-        assert "3 windows" in pg.inner_text("#caption-status")
+        assert "2 windows" in pg.inner_text("#caption-status")
         pg.click("#caption-run")
         # window progress: k of n, and the windows on the timeline, answered ones marked as they finish
         pg.wait_for_function(
-            "document.querySelector('#caption-progress')?.innerText.includes('Window 2 of 3')",
+            "document.querySelector('#caption-progress')?.innerText.includes('Window 2 of 2')",
             timeout=RUN_TIMEOUT_MS,
         )
         pg.wait_for_selector("#caption-timeline .mt-win-done", timeout=RUN_TIMEOUT_MS)
-        assert pg.locator("#caption-timeline .mt-win").count() == 3
+        assert pg.locator("#caption-timeline .mt-win").count() == 2
         _shot(pg, "7_long_caption_running")
         pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
-        assert pg.locator("#caption-timeline .mt-win").count() == 3  # the finished timeline keeps them
+        assert pg.locator("#caption-timeline .mt-win").count() == 2  # the finished timeline keeps them
         assert pg.inner_text("#caption-progress").strip() == ""
         for e in pg.locator("#caption-timeline .mt-event").all():
             assert 0 <= float(e.get_attribute("data-start")) <= float(e.get_attribute("data-end")) <= 12.01
@@ -432,11 +434,11 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         pg.locator("#find-query textarea, #find-query input").first.fill("the ball rolls")
         pg.click("#find-run")
         pg.wait_for_function(
-            "/Window [123] of 3/.test(document.querySelector('#find-progress')?.innerText || '')",
+            "/Window [12] of 2/.test(document.querySelector('#find-progress')?.innerText || '')",
             timeout=RUN_TIMEOUT_MS,
         )
         pg.wait_for_selector("#find-metrics .md-card", timeout=RUN_TIMEOUT_MS)
-        assert pg.locator("#find-timeline .mt-win").count() == 3
+        assert pg.locator("#find-timeline .mt-win").count() == 2
         rows = pg.locator("#find-timeline .mt-mlink")
         if rows.count() == 0:  # no window gave a usable span: nothing is drawn, and the page says so
             assert pg.locator("#find-headline .mf-none").count() == 1

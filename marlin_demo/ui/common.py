@@ -128,7 +128,7 @@ class UIContext:
         saved = (
             f"first token in {fmt(ttft_s, ' s')} instead of {fmt(earlier, ' s')} when it was first read"
             if earlier is not None
-            else f"first token in {fmt(ttft_s, ' s')}"
+            else f"first token in {fmt(ttft_s, ' s')}, without reading the video again"
         )
         return (
             f"This video was already read by {variant} for an earlier question: its frames and the "
