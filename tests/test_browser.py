@@ -432,6 +432,10 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         _select_tab(pg, "Find · when")
         _upload(pg, "#find-video", CLIP)
         pg.locator("#find-query textarea, #find-query input").first.fill("the ball rolls")
+        pg.click("#find-run")  # Stop works on Find too, and the run after it answers
+        pg.click("#find-stop")
+        pg.wait_for_function("document.querySelector('#find-headline')?.innerText.includes('Stopped')")
+        pg.wait_for_selector("#find-run", state="visible", timeout=30_000)
         pg.click("#find-run")
         pg.wait_for_function(
             "/Window [12] of 2/.test(document.querySelector('#find-progress')?.innerText || '')",
