@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ui_support import ARTIFACTS, EXAMPLES, AppServer, app_server  # noqa: F401 - fixture
+from ui_support import ARTIFACTS, EXAMPLES, AppServer, app_server, start_app, stop_app  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -63,6 +63,27 @@ def _shot(pg, name: str) -> None:
     pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+def _shot_phone(pg, name: str) -> None:
+    """The same page at a 420 px phone width (then back to the desktop width)."""
+    size = pg.viewport_size
+    pg.set_viewport_size({"width": 420, "height": 900})
+    try:
+        _shot(pg, name)
+    finally:
+        pg.set_viewport_size(size)
+
+
+def _downloads_an_mp4(pg, link: str) -> None:
+    """The link's file comes from the server (loopback) as an MP4."""
+    import httpx
+
+    href = pg.locator(link).first.get_attribute("href")
+    url = pg.evaluate("(h) => new URL(h, document.baseURI).href", href)
+    assert url.startswith("http://127.0.0.1:"), url
+    got = httpx.get(url, timeout=30)
+    assert got.status_code == 200 and got.content[4:8] == b"ftyp", (got.status_code, got.content[:16])
+
+
 def _select_tab(pg, name: str) -> None:
     pg.get_by_role("tab", name=name).click()
 
@@ -72,20 +93,59 @@ def _upload(pg, root: str, path: Path) -> None:
     pg.wait_for_selector(f"{root} video", timeout=60_000)
 
 
-def test_caption_timeline_seeks_the_player(page) -> None:
+def _visible_toasts(pg) -> list[str]:
+    return [t for t in pg.locator(".toast-item:visible").all_inner_texts() if t.strip()]
+
+
+def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
     pg = page
-    _upload(pg, "#caption-video", CLIP)
+    # nothing empty takes room before the first result: no second player, no downloads box, no table
+    for sel in ("#caption-player", "#caption-files", "#caption-table"):
+        assert not pg.is_visible(sel), sel
+    # a bad file is refused on upload, once, under the input: no toast, no second copy after Run
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("this is not a video\n" * 20)
+    pg.set_input_files("#caption-video input[type=file]", str(bad))
+    pg.wait_for_selector("#caption-status .ms-error", timeout=60_000)
+    sentence = pg.inner_text("#caption-status").strip()
+    assert "not a video" in sentence and "MP4" in sentence, sentence
+    pg.click("#caption-run")
+    pg.wait_for_selector("#caption-run", state="visible", timeout=60_000)
+    pg.wait_for_function("!document.querySelector('#caption-progress .mp-progress')", timeout=60_000)
+    assert pg.inner_text("#caption-status").strip() == sentence
+    assert pg.locator(f"text={sentence}").count() == 1
+    assert not _visible_toasts(pg), _visible_toasts(pg)
+
+    pg.reload()  # a fresh page: the bad file's (unplayable) preview holds the upload area
+    pg.wait_for_selector("#caption-run", timeout=60_000)
+    pg.set_input_files("#caption-video input[type=file]", str(CLIP))
+    pg.wait_for_selector("#caption-video video", timeout=60_000)
+    pg.wait_for_selector("#caption-status .ms-ok", timeout=60_000)
+    assert "Ready: 12.0 s" in pg.inner_text("#caption-status")
+    # Stop: the run is cancelled, the page says so, Run comes back; the next run answers (the server
+    # and its one-request-at-a-time lock are fine after a stop)
+    pg.click("#caption-run")
+    pg.click("#caption-stop")
+    pg.wait_for_selector("#caption-scene .mc-stopped", timeout=30_000)
+    pg.wait_for_selector("#caption-run", state="visible", timeout=30_000)
+    assert not pg.is_visible("#caption-stop")
+    assert "Stopped" in pg.inner_text("#caption-progress")
     pg.click("#caption-run")
     pg.wait_for_selector("#caption-timeline .mt-event", timeout=RUN_TIMEOUT_MS)
     assert "SCENE" in pg.inner_text("#caption-scene").upper()
     assert pg.locator("#caption-table tbody tr").count() >= 1
     for name in ("events.json", "events.vtt", "events.srt"):
         pg.wait_for_selector(f'#caption-files td.filename[aria-label="{name}"]', timeout=30_000)
+    assert pg.locator("#caption-files .label-clear-button:visible").count() == 0  # downloads: no × buttons
     # the player carries the events as captions (a WebVTT track)
     pg.wait_for_selector("#caption-player video track", state="attached", timeout=60_000)
     assert "random weights" in pg.inner_text("#marlin-header")
     cards = pg.inner_text("#caption-metrics")
     assert "FIRST TEXT" in cards.upper() and "KERNEL" in cards.upper() and "gated-deltanet:" in cards, cards
+    # every value stays inside its card (the kernel's name, TorchAtenLinear, was cut off)
+    cells = "[...document.querySelectorAll('#caption-metrics .md-v')]"
+    fits = cells + ".every(v => v.scrollWidth <= v.clientWidth + 1)"
+    assert pg.evaluate(fits)
 
     event = pg.locator("#caption-timeline .mt-event").first
     start = float(event.get_attribute("data-start"))
@@ -101,7 +161,10 @@ def test_caption_timeline_seeks_the_player(page) -> None:
         timeout=10_000,
     )
     assert "mt-active" in (event.get_attribute("class") or "")
+    # the bar's full text is readable under the timeline, however narrow the bar
+    assert event.get_attribute("title").split(" · ", 1)[1] in pg.inner_text("#caption-timeline .mt-detail")
     _shot(pg, "1_caption")
+    _shot_phone(pg, "1_caption_phone")
 
 
 def test_caption_cached_example_loads(page, app_server: AppServer) -> None:  # noqa: F811
@@ -115,15 +178,28 @@ def test_caption_cached_example_loads(page, app_server: AppServer) -> None:  # n
     _shot(pg, "1b_caption_example")
 
 
-def test_find_highlights_the_span_jumps_and_offers_the_clip(page) -> None:
+def test_find_waits_for_a_query_lists_moments_and_says_what_reuse_saved(page) -> None:
     pg = page
     _select_tab(pg, "Find · when")
     _upload(pg, "#find-video", CLIP)
     # the clip is a bundled example: its ground-truth queries are offered
     pg.wait_for_selector("#find-suggestions", state="visible", timeout=30_000)
-    pg.locator("#find-query textarea, #find-query input").first.fill("the red ball rolls across the field")
+    query = pg.locator("#find-query textarea, #find-query input").first
+    assert not pg.is_enabled("#find-run")  # the button waits for a query
+    query.fill("   ")
+    assert not pg.is_enabled("#find-run")
+    query.press("Enter")  # a blank query sent with Enter: one sentence under the query, no toast
+    pg.wait_for_selector("#find-query-status .ms-error", timeout=60_000)
+    assert "query is empty" in pg.inner_text("#find-query-status")
+    pg.wait_for_selector("#find-run", state="visible", timeout=30_000)
+    assert not _visible_toasts(pg), _visible_toasts(pg)
+    assert pg.locator("text=The query is empty").count() == 1
+
+    query.fill("the red ball rolls across the field")
     pg.click("#find-run")
     pg.wait_for_selector("#find-headline .mf-head:not(.mf-wait)", timeout=RUN_TIMEOUT_MS)
+    pg.wait_for_selector("#find-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+    assert pg.inner_text("#find-query-status").strip() == ""  # the earlier message is gone
     if pg.locator("#find-headline .mf-none").count():
         assert pg.locator("#find-timeline .mt-span").count() == 0  # never a made-up span
     else:
@@ -131,13 +207,27 @@ def test_find_highlights_the_span_jumps_and_offers_the_clip(page) -> None:
         assert span.count() == 1
         start = float(span.get_attribute("data-start"))
         pg.wait_for_selector("#find-clip a[download$='.mp4']", timeout=60_000)
+        assert pg.locator("#find-clip .label-clear-button:visible").count() == 0  # no × buttons
         # the follow-up update moved the player to the span's start
         pg.wait_for_function(
             f"Math.abs(document.querySelector('#find-video video').currentTime - {start}) < 0.3",
             timeout=30_000,
         )
         assert pg.locator("#find-timeline .mt-ref").count() == 1  # the example's ground truth is drawn too
+        # the moment is listed with its score and its clip, which downloads as an MP4
+        assert pg.locator("#find-timeline .mt-mrow").count() == 1
+        assert "score" in pg.inner_text("#find-timeline .mt-moments")
+        _downloads_an_mp4(pg, "#find-timeline a.mt-dl")
+    # a second question on the same clip reuses the reading of the video, and the page says so
+    query.fill("the ball stops")
+    pg.click("#find-run")
+    pg.wait_for_selector("#find-metrics .md-reuse", timeout=RUN_TIMEOUT_MS)
+    note = pg.inner_text("#find-metrics .md-reuse-note")
+    # (the comparison with the first reading's first token is there when this page's run did that
+    # reading: here the stopped caption may already have read it; see test_ui_pieces for the figures)
+    assert "already read by gptq" in note and "first token in" in note, note
     _shot(pg, "2_find")
+    _shot_phone(pg, "2_find_phone")
 
 
 def test_compare_shows_both_variants_and_charts(page) -> None:
@@ -286,3 +376,93 @@ def test_caption_real_example_shows_its_credit(
         _shot(pg, f"6_caption_real_example_{size}")
     finally:
         context.close()
+
+
+# ---------------------------------------------------------------------------
+# Long videos: windows, window progress, moments (a server of its own with 7 s windows, so the
+# 12 s example clip is two windows: the page behaves as on a long video at a fraction of the cost)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def windowed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    env = {
+        "MARLIN_CAPTION_WINDOW_S": "7",
+        "MARLIN_FIND_WINDOW_S": "7",
+        "MARLIN_FIND_OVERLAP_S": "1",
+        "MARLIN_CACHE_EXAMPLES": "off",
+        "MARLIN_STREAM_EVERY_S": "0.3",
+    }
+    server = start_app(
+        tmp_path_factory.mktemp("marlin-windowed"),
+        "--caption-max-new-tokens", "40", "--find-max-new-tokens", "12", "--variants", "bf16,gptq",
+        extra_env=env,
+    )  # fmt: skip
+    yield server
+    stop_app(server)
+
+
+def test_long_video_window_progress_timeline_and_moments(browser, windowed_server: AppServer) -> None:
+    context = browser.new_context(viewport=DESKTOP)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        pg.goto(windowed_server.url)
+        pg.wait_for_selector("#caption-run", timeout=60_000)
+        _upload(pg, "#caption-video", CLIP)
+        pg.wait_for_selector("#caption-status .ms-ok", timeout=60_000)
+        assert "2 windows" in pg.inner_text("#caption-status")
+        pg.click("#caption-run")
+        # window progress: k of n, and the windows on the timeline, answered ones marked as they finish
+        pg.wait_for_function(
+            "document.querySelector('#caption-progress')?.innerText.includes('Window 2 of 2')",
+            timeout=RUN_TIMEOUT_MS,
+        )
+        pg.wait_for_selector("#caption-timeline .mt-win-done", timeout=RUN_TIMEOUT_MS)
+        assert pg.locator("#caption-timeline .mt-win").count() == 2
+        _shot(pg, "7_long_caption_running")
+        pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+        assert pg.locator("#caption-timeline .mt-win").count() == 2  # the finished timeline keeps them
+        assert pg.inner_text("#caption-progress").strip() == ""
+        for e in pg.locator("#caption-timeline .mt-event").all():
+            assert 0 <= float(e.get_attribute("data-start")) <= float(e.get_attribute("data-end")) <= 12.01
+        _shot(pg, "7_long_caption")
+
+        _select_tab(pg, "Find · when")
+        _upload(pg, "#find-video", CLIP)
+        pg.locator("#find-query textarea, #find-query input").first.fill("the ball rolls")
+        pg.click("#find-run")  # Stop works on Find too, and the run after it answers
+        pg.click("#find-stop")
+        pg.wait_for_function("document.querySelector('#find-headline')?.innerText.includes('Stopped')")
+        pg.wait_for_selector("#find-run", state="visible", timeout=30_000)
+        pg.click("#find-run")
+        pg.wait_for_function(
+            "/Window [12] of 2/.test(document.querySelector('#find-progress')?.innerText || '')",
+            timeout=RUN_TIMEOUT_MS,
+        )
+        pg.wait_for_selector("#find-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+        assert pg.locator("#find-timeline .mt-win").count() == 2
+        rows = pg.locator("#find-timeline .mt-mlink")
+        if rows.count() == 0:  # no window gave a usable span: nothing is drawn, and the page says so
+            assert pg.locator("#find-headline .mf-none").count() == 1
+        else:
+            # every moment is on the timeline, the best one highlighted, and listed best first
+            assert pg.locator("#find-timeline .mt-span.mt-best").count() == 1
+            assert pg.locator("#find-timeline .mt-moment").count() == rows.count() - 1
+            assert pg.locator("#find-timeline .mt-mrow.mt-best").count() == 1
+            last = rows.nth(rows.count() - 1)
+            start = float(last.get_attribute("data-start"))
+            pg.evaluate(f"document.querySelector('#find-video video').currentTime = {(start + 6) % 12}")
+            last.click()  # the player jumps to the moment
+            pg.wait_for_function(
+                f"Math.abs(document.querySelector('#find-video video').currentTime - {start}) < 0.3",
+                timeout=10_000,
+            )
+            assert pg.locator("#find-timeline a.mt-dl").count() == rows.count()  # each moment as a clip
+            _downloads_an_mp4(pg, "#find-timeline .mt-mrow:last-child a.mt-dl")
+        _shot(pg, "8_long_find")
+        _shot_phone(pg, "8_long_find_phone")
+    finally:
+        context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"

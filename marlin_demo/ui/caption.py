@@ -16,24 +16,31 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import service, space, subtitles
+from marlin_demo import contract, service, space, subtitles
+from marlin_demo import windows as win
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Stage
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
+    STATUS_JS,
     UIContext,
-    error_html,
+    clip_status,
     example_cache_kwargs,
     metrics_html,
     notice_html,
     pick_variant,
+    progress_html,
     require_upload,
+    run_buttons,
     run_example,
+    status_html,
     tiny_in_use,
     upload_video,
     user_errors,
+    waiting_outputs,
+    with_buttons,
     write_json,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
@@ -60,8 +67,13 @@ class CaptionTab:
     api_stream_button: gr.Button
     examples: gr.helpers.Examples | None = None
 
+    status: gr.HTML | None = None
+    progress: gr.HTML | None = None
+    stop: gr.Button | None = None
+
     @property
     def outputs(self) -> list[Any]:
+        """What a finished caption fills (also what a cached example stores)."""
         return [
             self.scene,
             self.timeline,
@@ -71,6 +83,7 @@ class CaptionTab:
             self.files,
             self.raw,
             self.notice,
+            self.progress,
         ]
 
 
@@ -85,16 +98,26 @@ def live_html(text: str, stage: str) -> str:
 
 
 def throttled(stages: Generator[Stage, None, None], every: float) -> Iterator[Stage]:
-    """The request's stages with its texts at most every ``every`` s (no redraw per token)."""
+    """The request's stages with its texts at most every ``every`` s (no redraw per token).
+
+    A long video's window always ends on its last text: the text held back by the throttle is
+    sent before the next window starts, so each window's whole answer is seen.
+    """
     last = 0.0
+    held: Progress | None = None
     with contextlib.closing(stages):  # closing this closes the request: its generation stops
         for stage in stages:
             if isinstance(stage, Progress):
                 now = time.monotonic()
                 if stage.text and now - last >= every:
-                    last = now
+                    last, held = now, None
                     yield stage
-                elif not stage.text and stage.window is not None:  # a long video's next window starts
+                elif stage.text:
+                    held = stage
+                elif stage.window is not None:  # a long video's next window starts
+                    if held is not None:
+                        yield held
+                        held = None
                     yield stage
             else:
                 yield stage
@@ -124,6 +147,18 @@ def stream_message(
     }
 
 
+def stopped_html() -> str:
+    return (
+        '<div class="mc-scene mc-stopped"><div class="mc-label">Stopped</div>'
+        "<p>You stopped this caption: the model stops at its next token. "
+        "Run it again for a full answer.</p></div>"
+    )
+
+
+def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
+    return [(w["start"], w["end"]) for w in result.windows] if len(result.windows) > 1 else []
+
+
 def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> tuple[Any, ...]:
     """Every output of a finished caption: also what the cached examples store."""
     folder = ctx.new_run_dir("caption")
@@ -140,7 +175,9 @@ def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool)
     # Plain values only (the captions are attached by the `with_subtitles` follow-up): Gradio 6.31's
     # lazy example caching cannot apply prop updates ("'Video' object has no attribute 'info'").
     if result.events:
-        tl = timeline.timeline_html(duration, result.events, player=f"#{PLAYER_ID}")
+        tl = timeline.timeline_html(
+            duration, result.events, player=f"#{PLAYER_ID}", windows=_windows_of(result)
+        )
     else:
         tl = timeline.placeholder(
             "No timed events could be read from the answer, so there is nothing to draw."
@@ -158,10 +195,17 @@ def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool)
         tl,
         rows,
         video,
-        metrics_html(data["metrics"], cold, result.variant, result.info),
+        metrics_html(
+            data["metrics"],
+            cold,
+            result.variant,
+            result.info,
+            reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
+        ),
         files,
         result.raw,
         notice,
+        "",
     )
 
 
@@ -222,9 +266,9 @@ def render(ctx: UIContext) -> CaptionTab:
         file_count="multiple",
         interactive=False,
         elem_id="caption-files",
-        height=210,
         render=False,
     )
+    progress = gr.HTML("", elem_id="caption-progress", render=False)
     raw = gr.Textbox(
         label="Exactly what the model wrote",
         lines=6,
@@ -236,12 +280,16 @@ def render(ctx: UIContext) -> CaptionTab:
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=320):
             video = upload_video(label="Video", sources=["upload"], elem_id="caption-video", height=280)
+            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="caption-status")
             credit = credit_box("caption-credit")
             video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
+            video.change(functools.partial(clip_status, ctx, task="caption"), video, status, **PRIVATE_UI)
             variant = gr.Radio(
                 ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="caption-variant"
             )
-            run = gr.Button("Caption this video", variant="primary", elem_id="caption-run")
+            with gr.Row(elem_classes="mr-buttons"):
+                run = gr.Button("Caption this video", variant="primary", elem_id="caption-run")
+                stop = gr.Button("Stop", variant="stop", visible=False, elem_id="caption-stop")
             api_button = gr.Button("api", visible=False)
             api_out = gr.JSON(label="caption", visible=False)
             tab = CaptionTab(
@@ -259,9 +307,13 @@ def render(ctx: UIContext) -> CaptionTab:
                 api_button,
                 api_out,
                 gr.Button("api-stream", visible=False),
+                status=status,
+                progress=progress,
+                stop=stop,
             )
             tab.examples = _examples(ctx, tab)
         with gr.Column(scale=7, min_width=360):
+            progress.render()
             player.render()
             tl.render()
             scene.render()
@@ -303,41 +355,110 @@ def _examples(ctx: UIContext, tab: CaptionTab) -> gr.helpers.Examples | None:
 def listen(ctx: UIContext, tab: CaptionTab) -> None:
     """Wire the UI streaming event and the public ``/caption`` endpoint."""
 
-    @space.gpu(space.duration_for("caption"))
-    def caption_ui(video: str | None, variant: str, progress: gr.Progress = gr.Progress()) -> Iterator[Any]:  # noqa: B008
+    def caption_ui_outputs(video: str | None, variant: str) -> Iterator[Any]:
+        """The caption as it is written; a long video's events join the timeline window by window.
+
+        A bad clip or request is said once, in the line under the video (no toast, no error pill).
+        """
         skip = gr.skip()
+        idle = (skip,) * len(tab.outputs)
         try:
             path = require_upload(video, ctx)
             v = pick_variant(variant, ctx)
-            yield (live_html("", "Reading the video…"), skip, skip, skip, "", None, "", "")
+        except gr.Error as exc:
+            yield (*idle[:-1], "", status_html(exc.message, error=True))
+            return
+        yield (
+            live_html("", "Reading the video…"),
+            skip,
+            [],
+            None,
+            "",
+            None,
+            "",
+            "",
+            progress_html(0.02, "Reading the video…"),
+            skip,
+        )
+        budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
+        plans: list[Any] = []
+        parts: list[tuple[win.Window, contract.CaptionParse]] = []
+        last_text = ""
+        duration = 0.0
+        try:
             with user_errors():
-                progress(0.05, desc="Checking and decoding the video")
-                budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
                 stages = service.stream(ctx.engine, "caption", path, v)
                 for stage in throttled(stages, ctx.settings.stream_every_s):
                     if isinstance(stage, Prepared):
                         frames, tokens = stage.plan.nframes, stage.plan.video_tokens
+                        duration = stage.video.duration_s
+                        plans = ctx.engine.window_plans(path, "caption") or []
                         if service.is_cold(ctx.engine, v):
-                            progress(0.2, desc=f"Loading {v} (first use of this variant)")
+                            yield (
+                                *idle[:-1],
+                                progress_html(0.1, f"Loading {v} (first use of this variant)…"),
+                                skip,
+                            )
                     elif isinstance(stage, Loaded):
                         cold = stage.cold
-                        progress(0.35, desc=f"Prefill: reading {frames} frames ({tokens} video tokens)")
-                    elif isinstance(stage, Progress):
-                        text = stage.text
-                        if stage.window is not None and stage.windows:  # window k of n of a long video
-                            done = (stage.window - 1 + min(1.0, len(text) / budget)) / stage.windows
-                            progress(
-                                min(0.98, 0.5 + 0.48 * done), desc=f"Window {stage.window} of {stage.windows}"
+                        what = (
+                            f"window 1 of {len(plans)}"
+                            if plans
+                            else f"{frames} frames ({tokens} video tokens)"
+                        )
+                        yield (*idle[:-1], progress_html(0.15, f"Reading the video: {what}…"), skip)
+                    elif isinstance(stage, Progress) and stage.window is not None and stage.windows:
+                        k, n = stage.window, stage.windows
+                        if not stage.text:  # window k starts: window k-1 is answered, its events join
+                            tl: Any = skip
+                            if k > 1 and len(plans) >= k - 1:
+                                wp = plans[k - 2]
+                                parsed = contract.parse_caption(last_text)
+                                mapped = win.map_caption(parsed, wp.window, offset=wp.offset_s)
+                                parts.append((wp.window, mapped))
+                            if plans:
+                                tl = timeline.timeline_html(
+                                    duration,
+                                    win.merge_captions(parts).events if parts else [],
+                                    player=f"#{PLAYER_ID}",
+                                    windows=[(p.window.start, p.window.end) for p in plans],
+                                    windows_done=k - 1,
+                                )
+                            yield (
+                                live_html("", f"{v} is reading window {k} of {n}…"),
+                                tl,
+                                *idle[2:-1],
+                                progress_html((k - 1) / n, f"Window {k} of {n}"),
+                                skip,
                             )
-                        else:
-                            progress(min(0.98, 0.5 + 0.48 * len(text) / budget), desc="Generating")
-                        yield (live_html(text, f"{v} is writing…"), skip, skip, skip, skip, skip, text, skip)
+                            last_text = ""
+                            continue
+                        last_text = stage.text
+                        done = (k - 1 + min(1.0, len(stage.text) / budget)) / n
+                        yield (
+                            live_html(stage.text, f"{v} is writing (window {k} of {n})…"),
+                            *idle[1:6],
+                            stage.text,
+                            skip,
+                            progress_html(done, f"Window {k} of {n}: writing"),
+                            skip,
+                        )
+                    elif isinstance(stage, Progress):
+                        done = 0.2 + 0.8 * min(1.0, len(stage.text) / budget)
+                        yield (
+                            live_html(stage.text, f"{v} is writing…"),
+                            *idle[1:6],
+                            stage.text,
+                            skip,
+                            progress_html(done, "Writing"),
+                            skip,
+                        )
                     elif isinstance(stage, Done):
                         assert isinstance(stage.result, CaptionResult)
-                        yield final_outputs(ctx, stage.result, path, cold)
-        except gr.Error as exc:
+                        yield (*final_outputs(ctx, stage.result, path, cold), skip)
+        except gr.Error as exc:  # said once, under the video
             yield (
-                error_html(exc.message),
+                "",
                 timeline.placeholder("No result."),
                 skip,
                 skip,
@@ -345,8 +466,9 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                 None,
                 skip,
                 "",
+                "",
+                status_html(exc.message, error=True),
             )
-            raise
 
     @space.gpu(space.duration_for("caption"))
     def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
@@ -370,6 +492,10 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         with user_errors():
             return service.run(ctx.engine, "caption", path, v).to_dict()
 
+    @space.gpu(space.duration_for("caption"))
+    def caption_ui(video: str | None, variant: str) -> Iterator[Any]:
+        yield from with_buttons(caption_ui_outputs(video, variant), len(tab.outputs) + 1)
+
     def subtitles_step(table: Any) -> Any:
         return with_subtitles(ctx, table)
 
@@ -379,14 +505,30 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         "outputs": tab.player,
         **PRIVATE_UI,
     }
-    tab.run.click(
+    assert tab.stop is not None and tab.status is not None and tab.progress is not None
+    buttons = [tab.run, tab.stop]
+    tab.run.click(waiting_outputs, None, [*buttons, tab.progress], **PRIVATE_UI)
+    main = tab.run.click(
         caption_ui,
         [tab.video, tab.variant],
-        tab.outputs,
+        [*tab.outputs, tab.status, *buttons],
         api_visibility="private",
-        show_progress_on=[tab.timeline],
+        show_progress="hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
+        trigger_mode="multiple",  # a run right after a Stop is not dropped while the stopped one ends
         **GPU_EVENT,
-    ).then(**follow_up)
+    )
+    main.then(**follow_up)
+    tab.stop.click(
+        lambda: (
+            *run_buttons(False),
+            stopped_html(),
+            progress_html(0, "Stopped: the model stops at its next token."),
+        ),
+        None,
+        [*buttons, tab.scene, tab.progress],
+        cancels=[main],
+        **PRIVATE_UI,
+    )
     if tab.examples is not None and tab.examples.cache_event is not None:
         tab.examples.cache_event.then(**follow_up)  # cached outputs are plain values: add the captions
     tab.api_button.click(

@@ -45,7 +45,7 @@ PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hid
 
 CacheMode = Literal["eager", "lazy", "off"]
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
-UI_CACHE_VERSION = "ui-4"  # bump when example outputs change shape: old caches are then ignored
+UI_CACHE_VERSION = "ui-5"  # bump when example outputs change shape: old caches are then ignored
 
 VARIANT_LABELS = {
     "gptq": "GPTQ 4-bit",
@@ -75,6 +75,9 @@ class UIContext:
     cache_mode: CacheMode = "eager"
     examples: list[dict[str, Any]] = field(default_factory=list)
     examples_dir: Path = EXAMPLES_DIR
+    #: per (variant, video path): the first token's time when the video was last read in full,
+    #: so a later question that reuses that reading can say what it saved
+    first_reads: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def variants(self) -> list[str]:
@@ -108,6 +111,29 @@ class UIContext:
         if include_bf16 and "bf16" in self.variants:
             chosen.append("bf16")
         return chosen
+
+    def reuse_note(self, variant: str, info: RunInfo, ttft_s: float | None) -> str:
+        """One sentence when this request reused an earlier reading of the video (else ""); a full
+        reading is remembered so a later reuse can compare its first token with it."""
+        key = (variant, str(getattr(info.video, "path", "") or ""))
+        if not info.reused_prefix:
+            if ttft_s is not None and key[1]:
+                self.first_reads[key] = ttft_s
+                while len(self.first_reads) > 256:
+                    self.first_reads.pop(next(iter(self.first_reads)))
+            if info.cached_video:
+                return "Its frames were already decoded for an earlier question: none were decoded again."
+            return ""
+        earlier = self.first_reads.get(key)
+        saved = (
+            f"first token in {fmt(ttft_s, ' s')} instead of {fmt(earlier, ' s')} when it was first read"
+            if earlier is not None
+            else f"first token in {fmt(ttft_s, ' s')}, without reading the video again"
+        )
+        return (
+            f"This video was already read by {variant} for an earlier question: its frames and the "
+            f"model's reading of them (the video prefill) were reused, so only the question was new: {saved}."
+        )
 
 
 def _prune(folder: Path, keep: int) -> None:
@@ -336,6 +362,107 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
+def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
+    """Checked as soon as a clip is chosen: one line saying it will be read (or, once, why not).
+
+    Only the file's facts are probed here (no decoding); the run says the rest in the same place.
+    """
+    from marlin_demo import windows as win
+    from marlin_demo.video import validate
+
+    if not video:
+        return ""
+    try:
+        path = require_upload(video, ctx)
+        with user_errors():
+            info = validate(path, ctx.engine.limits())
+            s = ctx.engine.settings
+            if task == "caption":
+                parts = win.caption_windows(info.duration_s, s.caption_window_s, s.max_windows)
+                size = s.caption_window_s
+            else:
+                parts = win.find_windows(info.duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
+                size = s.find_window_s
+    except gr.Error as exc:
+        return status_html(exc.message, error=True)
+    text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
+    if len(parts) > 1:
+        text += f"; read as {len(parts)} windows of up to {size:g} s"
+    return status_html(text + ".")
+
+
+def status_html(message: str, error: bool = False) -> str:
+    """The line under an input: what is wrong (red) or that it is fine."""
+    cls = "ms-status ms-error" if error else "ms-status ms-ok"
+    role = ' role="alert"' if error else ""
+    return f'<div class="{cls}"{role}>{html.escape(message)}</div>'
+
+
+STATUS_JS = r"""
+// Once per page: the browser's own "Video not playable" toast is replaced by the status line under the
+// input (the server's sentence says what is wrong; a clip the server accepts but this browser cannot
+// preview gets a note there instead), so a bad file is said once, next to the input.
+if (!window.__marlinStatus) {
+  window.__marlinStatus = true;
+  const onlyUnplayable = (item) => {
+    const lines = item.innerText.split('\n').map((l) => l.trim())
+      .filter((l) => l && l !== '×' && !/^(error|\d+)$/i.test(l));
+    return lines.length > 0 && lines.every((l) => l === 'Video not playable');
+  };
+  new MutationObserver(() => {
+    document.querySelectorAll('.toast-item').forEach((item) => {
+      if (item.style.display !== 'none' && onlyUnplayable(item)) item.style.display = 'none';
+    });
+  }).observe(document.body, { childList: true, subtree: true });
+  document.addEventListener('error', (ev) => {
+    const v = ev.target;
+    if (!v || v.tagName !== 'VIDEO') return;
+    const host = v.closest('[id$="-video"]');
+    if (!host) return;
+    const ok = document.querySelector('#' + host.id.replace(/-video$/, '-status') + ' .ms-ok');
+    if (ok && !ok.dataset.nopreview) {
+      ok.dataset.nopreview = '1';
+      ok.textContent += ' This browser cannot preview it; the model can still read it.';
+    }
+  }, true);
+}
+"""
+"""``js_on_load`` of the status line under a tab's video input."""
+
+
+def run_buttons(running: bool) -> tuple[Any, Any]:
+    """(run, stop) while a request runs or when it is over: the Stop button only while it runs."""
+    return gr.update(visible=not running), gr.update(visible=running)
+
+
+def with_buttons(outputs: Iterator[tuple[Any, ...]], n: int) -> Iterator[tuple[Any, ...]]:
+    """A tab's streamed outputs plus its (run, stop) buttons, put back to "not running" at the end.
+
+    Part of the request itself (not a ``.then`` step): a stopped request's late end then cannot
+    reset the buttons of the next one. Closing this closes ``outputs`` (the request stops).
+    """
+    skip = gr.skip()
+    with contextlib.closing(outputs):  # type: ignore[type-var]
+        for out in outputs:
+            yield (*out, skip, skip)
+    yield (*(skip,) * n, *run_buttons(False))
+
+
+def waiting_outputs() -> tuple[Any, Any, str]:
+    """What a Run click shows at once, before the request leaves the queue: (run, stop, progress)."""
+    return (*run_buttons(True), progress_html(0.0, "Waiting for its turn (one request runs at a time)…"))
+
+
+def progress_html(fraction: float, text: str) -> str:
+    """The tab's own progress bar (window k of n on a long video), yielded with the outputs."""
+    pct = max(0.0, min(100.0, 100.0 * fraction))
+    return (
+        f'<div class="mp-progress" role="progressbar" aria-valuenow="{pct:.0f}" aria-valuemin="0" '
+        f'aria-valuemax="100"><div class="mp-bar" style="width:{pct:.1f}%"></div>'
+        f'<span class="mp-text">{html.escape(text)}</span></div>'
+    )
+
+
 R = TypeVar("R")
 
 
@@ -373,10 +500,13 @@ def memory_label(kind: str) -> str:
     }.get(kind, kind)
 
 
-def metrics_html(m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo | None = None) -> str:
+def metrics_html(
+    m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo | None = None, reuse: str = ""
+) -> str:
     """Cost of one request as cards; a first (cold) run says that it included loading the model.
 
-    ``info`` adds what the public JSON leaves out: the first visible text and the kernels that ran.
+    ``info`` adds what the public JSON leaves out: the first visible text and the kernels that ran;
+    ``reuse`` (``UIContext.reuse_note``) says what an earlier reading of the same video saved.
     """
     cards = [
         ("Latency", fmt(m.get("latency_s"), " s"), "request end to end, model load excluded"),
@@ -397,7 +527,8 @@ def metrics_html(m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo |
             ("Kernel", html.escape(info.kernel or "–"), f"attention: {info.attention or '–'}{compiled}")
         )
     body = "".join(
-        f'<div class="md-card"><div class="md-k">{k}</div><div class="md-v">{v}</div>'
+        f'<div class="md-card{" md-wide" if len(v) > 9 else ""}"><div class="md-k">{k}</div>'
+        f'<div class="md-v">{v}</div>'
         f'<div class="md-h">{html.escape(h)}</div></div>'
         for k, v, h in cards
     )
@@ -407,6 +538,11 @@ def metrics_html(m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo |
         if cold
         else f'<span class="md-badge md-warm">warm run: {variant} was already loaded</span>'
     )
+    if reuse:
+        run += (
+            ' <span class="md-badge md-reuse">video already read</span>'
+            f'<div class="md-reuse-note">{html.escape(reuse)}</div>'
+        )
     return f'<div class="md-metrics"><div class="md-run">{run}</div><div class="md-grid">{body}</div></div>'
 
 

@@ -18,24 +18,32 @@ import gradio as gr
 
 from marlin_demo import compare as cmp
 from marlin_demo import service, space
+from marlin_demo import windows as win
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import Done, FindResult, Loaded, Prepared, Progress
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
+    STATUS_JS,
     UIContext,
+    clip_status,
     error_html,
     example_cache_kwargs,
     metrics_html,
     notice_html,
     pick_variant,
+    progress_html,
     require_upload,
+    run_buttons,
     run_example,
     short_name,
+    status_html,
     tiny_in_use,
     upload_video,
     user_errors,
+    waiting_outputs,
+    with_buttons,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
 from marlin_demo.video import VideoError, export_clip
@@ -61,9 +69,24 @@ class FindTab:
     api_out: gr.JSON
     examples: gr.helpers.Examples | None = None
 
+    status: gr.HTML | None = None
+    query_status: gr.HTML | None = None
+    progress: gr.HTML | None = None
+    stop: gr.Button | None = None
+
     @property
     def outputs(self) -> list[Any]:
-        return [self.headline, self.timeline, self.clip, self.metrics, self.raw, self.notice, self.jump_to]
+        """What a finished find fills (also what a cached example stores)."""
+        return [
+            self.headline,
+            self.timeline,
+            self.clip,
+            self.metrics,
+            self.raw,
+            self.notice,
+            self.jump_to,
+            self.progress,
+        ]
 
 
 def _truth(ctx: UIContext, video: str, query: str) -> tuple[float, float] | None:
@@ -82,8 +105,13 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
         )
     s, e = result.span
     extra = ""
+    if len(result.moments) > 1:
+        extra += (
+            f'<div class="mf-h">{len(result.moments)} moments found; this is the best '
+            f"(score {result.moments[0].score:.2f}). All are listed under the timeline.</div>"
+        )
     if truth is not None:
-        extra = (
+        extra += (
             f'<div class="mf-h">Ground truth of this example: {truth[0]:.1f} s → {truth[1]:.1f} s · '
             f"IoU {temporal_iou(result.span, truth):.2f}</div>"
         )
@@ -96,25 +124,49 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
     )
 
 
+def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
+    """A long video's find windows (none for a video that fits one window)."""
+    st = ctx.engine.settings
+    try:
+        parts = win.find_windows(duration, st.find_window_s, st.find_overlap_s, st.max_windows)
+    except ValueError:
+        return []
+    return [(w.start, w.end) for w in parts] if len(parts) > 1 else []
+
+
+def stopped_html() -> str:
+    return (
+        '<div class="mf-head mf-none"><div class="mf-v">Stopped</div><div class="mf-h">You stopped this '
+        "search: the model stops at its next token. Run it again for an answer.</div></div>"
+    )
+
+
 def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) -> tuple[Any, ...]:
-    """Every output of a finished find (also what the cached examples store); the last is the jump target."""
+    """Every output of a finished find (also what the cached examples store); the player jumps to the
+    best moment's start (``jump_to``); every moment is cut as a clip to download."""
     truth = _truth(ctx, video, result.query)
     duration = result.info.duration_s
-    clip = None
-    clip_problem = ""
-    if result.span is not None:
-        s, e = result.span
-        out = ctx.new_run_dir("find") / f"span_{s:.1f}-{e:.1f}s.mp4"
+    clips: list[str | None] = []
+    problems: list[str] = []
+    folder = ctx.new_run_dir("find") if result.moments else None
+    for k, m in enumerate(result.moments, 1):
+        out = folder / f"moment{k}_{m.start:.1f}-{m.end:.1f}s.mp4" if folder else None
         try:
-            clip = str(export_clip(video, s, e, out, info=result.info.video))
+            assert out is not None
+            clips.append(str(export_clip(video, m.start, m.end, out, info=result.info.video)))
         except (VideoError, RuntimeError) as exc:
-            clip_problem = f"The span could not be cut as a clip: {exc}"
+            clips.append(None)
+            problems.append(f"Moment {k} could not be cut as a clip: {exc}")
     tl = timeline.timeline_html(
         duration,
         span=result.span,
         reference=truth,
         player=f"#{VIDEO_ID}",
         no_span_text="No span: the answer gave no usable time range." if result.span is None else None,
+        span_label=f"best {result.moments[0].score:.2f}" if len(result.moments) > 1 else "Marlin",
+        windows=_windows(ctx, duration),
+        moments=result.moments,
+        clips=clips,
     )
     notice = notice_html(
         tiny=tiny_in_use(ctx),
@@ -123,17 +175,25 @@ def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) ->
         repairs=result.info.repairs,
         what="find",
     )
-    if clip_problem:
-        notice += error_html(clip_problem)
+    for problem in problems:
+        notice += error_html(problem)
     jump = None if result.span is None else float(result.span[0])
+    metrics = metrics_html(
+        result.to_dict()["metrics"],
+        cold,
+        result.variant,
+        result.info,
+        reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
+    )
     return (
         headline_html(result, truth),
         tl,
-        clip,
-        metrics_html(result.to_dict()["metrics"], cold, result.variant, result.info),
+        [c for c in clips if c] or None,
+        metrics,
         result.raw,
         notice,
         jump,
+        "",
     )
 
 
@@ -149,12 +209,13 @@ def render(ctx: UIContext) -> FindTab:
         render=False,
     )
     clip = gr.File(
-        label="The span as a clip (MP4, cut frame-accurately)",
+        label="The moments as clips (MP4, cut frame-accurately)",
+        file_count="multiple",
         interactive=False,
         elem_id="find-clip",
-        height=90,
         render=False,
     )
+    progress = gr.HTML("", elem_id="find-progress", render=False)
     notice = gr.HTML("", elem_id="find-notice", render=False)
     metrics = gr.HTML("", elem_id="find-metrics", render=False)
     raw = gr.Textbox(
@@ -170,8 +231,10 @@ def render(ctx: UIContext) -> FindTab:
             video = upload_video(
                 label="Video (also the player)", sources=["upload"], elem_id=VIDEO_ID, height=300
             )
+            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="find-status")
             credit = credit_box("find-credit")
             video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
+            video.change(functools.partial(clip_status, ctx, task="find"), video, status, **PRIVATE_UI)
             query = gr.Textbox(
                 label="What happens? Describe one event",
                 placeholder="e.g. the red ball rolls across the field",
@@ -179,10 +242,11 @@ def render(ctx: UIContext) -> FindTab:
                 lines=1,
                 elem_id="find-query",
             )
-            suggestions = gr.Dropdown(
+            query_status = gr.HTML("", elem_id="find-query-status")
+            suggestions = gr.Radio(
                 choices=[],
                 value=None,
-                label="Queries with ground truth for this example clip",
+                label="This example clip has queries with ground truth: pick one",
                 visible=False,
                 interactive=True,
                 elem_id="find-suggestions",
@@ -190,7 +254,11 @@ def render(ctx: UIContext) -> FindTab:
             variant = gr.Radio(
                 ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="find-variant"
             )
-            run = gr.Button("Find when it happens", variant="primary", elem_id="find-run")
+            with gr.Row(elem_classes="mr-buttons"):
+                run = gr.Button(
+                    "Find when it happens", variant="primary", interactive=False, elem_id="find-run"
+                )
+                stop = gr.Button("Stop", variant="stop", visible=False, elem_id="find-stop")
             api_button = gr.Button("api", visible=False)
             api_out = gr.JSON(label="find", visible=False)
             jump_to = gr.Number(None, visible=False)  # not a State: cached examples store it too
@@ -209,9 +277,14 @@ def render(ctx: UIContext) -> FindTab:
                 jump_to,
                 api_button,
                 api_out,
+                status=status,
+                query_status=query_status,
+                progress=progress,
+                stop=stop,
             )
             tab.examples = _examples(ctx, tab)
         with gr.Column(scale=7, min_width=360):
+            progress.render()
             headline.render()
             tl.render()
             notice.render()
@@ -249,48 +322,84 @@ def _examples(ctx: UIContext, tab: FindTab) -> gr.helpers.Examples | None:
 def listen(ctx: UIContext, tab: FindTab) -> None:
     """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint."""
 
-    @space.gpu(space.duration_for("find"))
-    def find_ui(
-        video: str | None,
-        query: str,
-        variant: str,
-        progress: gr.Progress = gr.Progress(),  # noqa: B008
-    ) -> Iterator[Any]:
+    def find_ui_outputs(video: str | None, query: str, variant: str) -> Iterator[Any]:
+        """The search with its progress (window k of n on a long video); a bad clip or query is said
+        once, under its input (no toast, no error pill)."""
         skip = gr.skip()
+        idle = (skip,) * len(tab.outputs)
         try:
             path = require_upload(video, ctx)
             v = pick_variant(variant, ctx)
+        except gr.Error as exc:
+            yield (*idle[:-1], "", status_html(exc.message, error=True), skip)
+            return
+        try:
             with user_errors():
                 clean = service.check_query(ctx.engine, "find", query)
-                yield (
-                    '<div class="mf-head mf-wait">Looking for the event…</div>',
-                    skip,
-                    None,
-                    "",
-                    "",
-                    "",
-                    None,
-                )
-                progress(0.05, desc="Checking and decoding the video")
-                with contextlib.closing(service.stream(ctx.engine, "find", path, v, clean)) as stages:
-                    for stage in stages:
-                        if isinstance(stage, Prepared):
-                            tokens = stage.plan.video_tokens
-                            if service.is_cold(ctx.engine, v):
-                                progress(0.25, desc=f"Loading {v} (first use of this variant)")
-                        elif isinstance(stage, Loaded):
-                            cold = stage.cold
-                            progress(0.4, desc=f"Prefill: reading {tokens} video tokens")
-                        elif isinstance(stage, Progress):
-                            progress(0.8, desc="Generating")
-                            yield (skip, skip, skip, skip, stage.text, skip, skip)
-                        elif isinstance(stage, Done):
-                            assert isinstance(stage.result, FindResult)
-                            progress(0.95, desc="Cutting the span as a clip")
-                            yield final_outputs(ctx, stage.result, path, cold)
         except gr.Error as exc:
-            yield (error_html(exc.message), timeline.placeholder("No result."), None, "", skip, "", None)
-            raise
+            yield (*idle[:-1], "", skip, status_html(exc.message, error=True))
+            return
+        yield (
+            '<div class="mf-head mf-wait">Looking for the event…</div>',
+            skip,
+            None,
+            "",
+            "",
+            "",
+            None,
+            progress_html(0.02, "Reading the video…"),
+            skip,
+            "",
+        )
+        try:
+            with (
+                user_errors(),
+                contextlib.closing(service.stream(ctx.engine, "find", path, v, clean)) as stages,
+            ):
+                for stage in stages:
+                    if isinstance(stage, Prepared):
+                        tokens = stage.plan.video_tokens
+                        if service.is_cold(ctx.engine, v):
+                            yield (
+                                *idle[:-1],
+                                progress_html(0.1, f"Loading {v} (first use of this variant)…"),
+                                skip,
+                                skip,
+                            )
+                    elif isinstance(stage, Loaded):
+                        cold = stage.cold
+                        yield (
+                            *idle[:-1],
+                            progress_html(0.2, f"Reading the video ({tokens} video tokens)…"),
+                            skip,
+                            skip,
+                        )
+                    elif isinstance(stage, Progress) and stage.window is not None and stage.windows:
+                        k, n = stage.window, stage.windows
+                        bar = progress_html((k - 1 + (0.5 if stage.text else 0.0)) / n, f"Window {k} of {n}")
+                        yield (*idle[:4], stage.text if stage.text else skip, *idle[5:7], bar, skip, skip)
+                    elif isinstance(stage, Progress):
+                        yield (*idle[:4], stage.text, *idle[5:7], progress_html(0.6, "Writing"), skip, skip)
+                    elif isinstance(stage, Done):
+                        assert isinstance(stage.result, FindResult)
+                        yield (*final_outputs(ctx, stage.result, path, cold), skip, skip)
+        except gr.Error as exc:  # said once, under the video
+            yield (
+                "",
+                timeline.placeholder("No result."),
+                None,
+                "",
+                skip,
+                "",
+                None,
+                "",
+                status_html(exc.message, error=True),
+                skip,
+            )
+
+    @space.gpu(space.duration_for("find"))
+    def find_ui(video: str | None, query: str, variant: str) -> Iterator[Any]:
+        yield from with_buttons(find_ui_outputs(video, query, variant), len(tab.outputs) + 2)
 
     def jump(start: float | None) -> Any:
         """Follow-up update: the player seeks to the span's start (it cannot ride on a value update)."""
@@ -301,6 +410,10 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         example = ctx.ground_truth(video)
         queries = [q["query"] for q in (example or {}).get("queries", []) or []]
         return gr.update(choices=queries, value=None, visible=bool(queries))
+
+    def ready(text: str | None) -> Any:
+        """The button waits for a query with words in it."""
+        return gr.update(interactive=bool((text or "").strip()))
 
     @space.gpu(space.duration_for("find"))
     def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
@@ -329,18 +442,37 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         "outputs": tab.video,
         **PRIVATE_UI,
     }
-    gr.on(
-        [tab.run.click, tab.query.submit],
+    assert tab.stop is not None and tab.status is not None and tab.progress is not None
+    assert tab.query_status is not None
+    buttons = [tab.run, tab.stop]
+    triggers = [tab.run.click, tab.query.submit]
+    gr.on(triggers, waiting_outputs, None, [*buttons, tab.progress], **PRIVATE_UI)
+    main = gr.on(
+        triggers,
         find_ui,
         [tab.video, tab.query, tab.variant],
-        tab.outputs,
+        [*tab.outputs, tab.status, tab.query_status, *buttons],
         api_visibility="private",
-        show_progress_on=[tab.timeline],
+        show_progress="hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
+        trigger_mode="multiple",  # a run right after a Stop is not dropped while the stopped one ends
         **GPU_EVENT,
-    ).then(**jump_step)
+    )
+    main.then(**jump_step)
+    tab.stop.click(
+        lambda: (
+            *run_buttons(False),
+            stopped_html(),
+            progress_html(0, "Stopped: the model stops at its next token."),
+        ),
+        None,
+        [*buttons, tab.headline, tab.progress],
+        cancels=[main],
+        **PRIVATE_UI,
+    )
     if tab.examples is not None and tab.examples.cache_event is not None:
         tab.examples.cache_event.then(**jump_step)
     tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
+    tab.query.change(ready, tab.query, tab.run, **PRIVATE_UI)
     tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)
     tab.api_button.click(
         find,

@@ -10,11 +10,13 @@ no bar, only a sentence saying so.
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
-__all__ = ["TIMELINE_CSS", "TIMELINE_JS", "nice_step", "placeholder", "timeline_html"]
+__all__ = ["TIMELINE_CSS", "TIMELINE_JS", "file_url", "nice_step", "placeholder", "timeline_html"]
 
 PALETTE = ("#0ea5e9", "#8b5cf6", "#f59e0b", "#10b981", "#ef4444", "#ec4899", "#14b8a6", "#6366f1")
 
@@ -86,10 +88,18 @@ def timeline_html(
     player: str | None = None,
     span_label: str = "Marlin",
     no_span_text: str | None = None,
+    windows: Sequence[Sequence[float]] = (),
+    windows_done: int | None = None,
+    moments: Sequence[Any] = (),
+    clips: Sequence[str | None] = (),
 ) -> str:
     """Events as bars in lanes, or a find span (plus an optional ground-truth span), on one axis.
 
-    ``player`` is a CSS selector of the element holding the ``<video>`` to seek.
+    ``player`` is a CSS selector of the element holding the ``<video>`` to seek. A long video
+    adds its ``windows`` as a strip under the track (``windows_done``: how many are answered so
+    far, while a caption streams); a find's ``moments`` (start, end, score; best first) are drawn
+    as bars, the best one as the span, and listed under the axis, each with its clip from
+    ``clips`` (server paths in the output folder) to download.
     """
     if not math.isfinite(duration) or duration <= 0:
         ends = [float(_field(e, "end")) for e in events] + ([float(span[1])] if span else [])
@@ -107,12 +117,12 @@ def timeline_html(
     for (start, end, desc, idx), lane in zip(items, lanes, strict=True):
         left, right = _pct(start, duration), _pct(end, duration)
         color = PALETTE[idx % len(PALETTE)]
-        label = f"{_fmt_time(start)}–{_fmt_time(end)} · {desc}"
+        label = f"{idx + 1}. {_fmt_time(start)}–{_fmt_time(end)} · {desc}"
         rows.append(
             f'<button type="button" class="mt-item mt-event" data-start="{start:.3f}" data-end="{end:.3f}" '
             f'data-index="{idx}" title="{html.escape(label)}" aria-label="Play from {start:.1f} s: '
             f'{html.escape(desc)}" style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;'
-            f'top:{lane * 34 + 4}px;--mt-color:{color}"><span>{html.escape(desc)}</span></button>'
+            f'top:{lane * 34 + 4}px;--mt-color:{color}"><span>{idx + 1}. {html.escape(desc)}</span></button>'
         )
     track_h = max(1, n_lanes) * 34 + 8
     if reference is not None:
@@ -124,28 +134,100 @@ def timeline_html(
             f'width:{max(right - left, 0.8):.3f}%;top:4px"><span>ground truth {_fmt_time(s)}–{_fmt_time(e)}'
             "</span></button>"
         )
+    best = _moments(moments)
+    if best:
+        span = best[0][:2]
+    for k, (s, e, score) in enumerate(best[1:], 2):
+        left, right = _pct(s, duration), _pct(e, duration)
+        rows.append(
+            f'<button type="button" class="mt-item mt-moment" data-start="{s:.3f}" data-end="{e:.3f}" '
+            f'data-moment="{k}" title="Moment {k}: {_fmt_time(s)}–{_fmt_time(e)}, score {score:.2f}" '
+            f'aria-label="Play moment {k} from {s:.1f} s" style="left:{left:.3f}%;'
+            f'width:{max(right - left, 0.8):.3f}%;top:{(42 if reference is not None else 4) + 38}px">'
+            f"<span>#{k} {score:.2f}</span></button>"
+        )
     if span is not None:
         s, e = float(span[0]), float(span[1])
         left, right = _pct(s, duration), _pct(e, duration)
         top = 42 if reference is not None else 4
         rows.append(
-            f'<button type="button" class="mt-item mt-span" data-start="{s:.3f}" data-end="{e:.3f}" '
+            f'<button type="button" class="mt-item mt-span{" mt-best" if best else ""}" data-start="{s:.3f}" '
+            f'data-end="{e:.3f}" '
             f'title="{html.escape(span_label)} {_fmt_time(s)}–{_fmt_time(e)}" aria-label="Play the span from '
             f'{s:.1f} s" style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;top:{top}px">'
             f"<span>{html.escape(span_label)} {_fmt_time(s)}–{_fmt_time(e)}</span></button>"
         )
     if span is not None or reference is not None or no_span_text:
         track_h = 80 if (reference is not None and span is not None) else 42
+        if len(best) > 1:
+            track_h += 38
     note = ""
     if span is None and no_span_text:
         note = f'<p class="mt-nospan">{html.escape(no_span_text)}</p>'
     attr = f' data-player="{html.escape(player)}"' if player else ""
+    detail = (
+        '<p class="mt-detail" aria-live="polite">'
+        "Point at an event to read it in full; click it to jump there.</p>"
+        if items
+        else ""
+    )
     return (
         f'<div class="mt-timeline" data-duration="{duration:.3f}"{attr}>'
         f'<div class="mt-track" style="height:{track_h}px">{"".join(rows)}'
         '<div class="mt-playhead" style="left:0%"></div></div>'
-        f"{_axis(duration)}{note}</div>"
+        f"{_windows_strip(windows, duration, windows_done)}{_axis(duration)}{detail}{note}"
+        f"{_moments_list(best, clips)}</div>"
     )
+
+
+def _moments(moments: Sequence[Any]) -> list[tuple[float, float, float]]:
+    return [(float(_field(m, "start")), float(_field(m, "end")), float(_field(m, "score"))) for m in moments]
+
+
+def file_url(path: str) -> str:
+    """The page-relative URL Gradio serves a file of an allowed folder (the output folder) under."""
+    return "gradio_api/file=" + quote(str(path))
+
+
+def _windows_strip(windows: Sequence[Sequence[float]], duration: float, done: int | None) -> str:
+    """A long video's windows under the track (overlapping find windows alternate between two rows)."""
+    if len(windows) < 2:
+        return ""
+    overlap = any(float(b[0]) < float(a[1]) - 1e-6 for a, b in itertools.pairwise(windows))
+    cells = []
+    for k, w in enumerate(windows, 1):
+        s, e = float(w[0]), float(w[1])
+        left, right = _pct(s, duration), _pct(e, duration)
+        state = ""
+        if done is not None:
+            state = " mt-win-done" if k <= done else " mt-win-now" if k == done + 1 else ""
+        top = 12 * ((k - 1) % 2) if overlap else 0
+        cells.append(
+            f'<span class="mt-win{state}" data-window="{k}" '
+            f'title="window {k}: {_fmt_time(s)}–{_fmt_time(e)}" '
+            f'style="left:{left:.3f}%;width:{right - left:.3f}%;top:{top}px">{k}</span>'
+        )
+    height = 24 if overlap else 12
+    return f'<div class="mt-windows" style="height:{height}px">{"".join(cells)}</div>'
+
+
+def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | None]) -> str:
+    """Every moment as a row: click it to jump there; its clip to download when it could be cut."""
+    if not best:
+        return ""
+    rows = []
+    for k, (s, e, score) in enumerate(best, 1):
+        clip = clips[k - 1] if k - 1 < len(clips) else None
+        link = f'<a class="mt-dl" href="{html.escape(file_url(clip))}" download>clip ⤓</a>' if clip else ""
+        label = "best" if k == 1 else f"#{k}"
+        rows.append(
+            f'<li class="mt-mrow{" mt-best" if k == 1 else ""}"><button type="button" class="mt-mlink" '
+            f'data-start="{s:.3f}" data-end="{e:.3f}" data-moment="{k}">'
+            f'<b>{label}</b> {_fmt_time(s)} → {_fmt_time(e)} <span class="mt-score">score {score:.2f}</span>'
+            f"</button>{link}</li>"
+        )
+    title = "Moments (best first; click one to jump there)" if len(best) > 1 else "The moment"
+    return f'<div class="mt-moments"><div class="mt-mtitle">{title}</div><ol>{"".join(rows)}</ol></div>'
 
 
 TIMELINE_JS = r"""
@@ -169,7 +251,15 @@ element.addEventListener('click', (ev) => {
   }
   element.querySelectorAll('.mt-active').forEach((n) => n.classList.remove('mt-active'));
   item.classList.add('mt-active');
+  showDetail(item);
 });
+// the full text of an event whose bar is too narrow for it (issue: labels were cut)
+const showDetail = (item) => {
+  const line = element.querySelector('.mt-detail');
+  if (line && item && item.classList.contains('mt-event')) line.textContent = item.title;
+};
+element.addEventListener('mouseover', (ev) => showDetail(ev.target.closest('.mt-event')));
+element.addEventListener('focusin', (ev) => showDetail(ev.target.closest('.mt-event')));
 setInterval(() => {
   const root = element.querySelector('.mt-timeline');
   const head = element.querySelector('.mt-playhead');
@@ -216,5 +306,28 @@ TIMELINE_CSS = """
 .mt-tick.mt-tick-end { transform: translateX(-100%); }
 .mt-tick.mt-tick-end::before { left: 100%; }
 .mt-nospan { margin: 6px 0 0; color: var(--body-text-color-subdued); font-size: 13px; }
+.mt-detail { margin: 4px 0 0; font-size: 12.5px; color: var(--body-text-color-subdued);
+  overflow-wrap: anywhere; }
+.mt-moment { background: rgba(14,165,233,.55); height: 28px; line-height: 28px; }
+.mt-span.mt-best { box-shadow: 0 0 0 2px #f59e0b; }
+.mt-windows { position: relative; margin-top: 3px; }
+.mt-win { position: absolute; height: 10px; border-radius: 3px; font-size: 8px; line-height: 10px;
+  text-align: center; color: var(--body-text-color-subdued); overflow: hidden;
+  background: rgba(100,116,139,.18); border: 1px solid rgba(100,116,139,.35); box-sizing: border-box; }
+.mt-win.mt-win-done { background: rgba(13,148,136,.35); border-color: #0d9488; }
+.mt-win.mt-win-now { background: rgba(245,158,11,.35); border-color: #f59e0b;
+  animation: mc-blink 1.2s infinite; }
+.mt-moments { margin-top: 8px; font-size: 13px; }
+.mt-mtitle { font-size: 11px; font-weight: 700; letter-spacing: .06em; text-transform: uppercase;
+  color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.mt-moments ol { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; }
+.mt-mrow { display: inline-flex; align-items: center; gap: 6px; padding: 3px 4px 3px 3px; border-radius: 8px;
+  border: 1px solid var(--border-color-primary); background: var(--block-background-fill); }
+.mt-mrow.mt-best { border-color: #f59e0b; }
+.mt-mlink { border: none; background: none; cursor: pointer; font: inherit; color: inherit; padding: 2px 6px;
+  border-radius: 6px; }
+.mt-mlink:hover, .mt-mlink.mt-active { background: var(--background-fill-secondary); }
+.mt-score { color: var(--body-text-color-subdued); font-size: 12px; }
+.mt-dl { font-size: 12px; white-space: nowrap; }
 """
 """Global CSS for the timeline (also used by the Compare tab's per-variant timelines)."""

@@ -1,0 +1,89 @@
+"""The Caption/Find tabs' pure pieces: timeline windows and moments, the stream throttle, the reuse note.
+
+No server and no model: the HTML the tabs yield and the stages they read, checked directly (the
+browser tests drive the same pieces on a real page).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from pathlib import Path
+
+from marlin_demo.results import Progress, RunInfo, Stage
+from marlin_demo.ui import timeline
+from marlin_demo.ui.caption import throttled
+from marlin_demo.ui.common import UIContext, clip_status, progress_html, status_html
+from marlin_demo.video import VideoInfo
+from marlin_demo.windows import Moment
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIP = ROOT / "examples" / "ball_rolls.mp4"
+
+
+def test_moments_are_drawn_best_first_and_listed_with_their_clips() -> None:
+    moments = [Moment(10.0, 12.0, 0.9), Moment(2.0, 5.0, 0.4), Moment(6.0, 7.0, 0.2)]
+    out = timeline.timeline_html(12.0, moments=moments, clips=["/out/m 1.mp4", None, "/out/m3.mp4"])
+    # the best one is the span (highlighted), the others are moment bars
+    assert out.count('class="mt-item mt-span mt-best"') == 1
+    assert re.search(r'mt-span mt-best" data-start="10\.000"', out)
+    assert out.count('class="mt-item mt-moment"') == 2
+    # listed best first, each row seeking to its start; a clip link only where a clip was cut
+    starts = re.findall(r'class="mt-mlink" data-start="([\d.]+)"', out)
+    assert starts == ["10.000", "2.000", "6.000"]
+    links = re.findall(r'class="mt-dl" href="([^"]+)"', out)
+    assert links == ["gradio_api/file=/out/m%201.mp4", "gradio_api/file=/out/m3.mp4"]
+    assert "score 0.90" in out and "score 0.40" in out
+
+
+def test_windows_strip_marks_answered_and_running_windows() -> None:
+    windows = [(0.0, 5.0), (4.0, 9.0), (8.0, 12.0)]
+    out = timeline.timeline_html(12.0, [], windows=windows, windows_done=1)
+    cells = re.findall(r'<span class="mt-win([^"]*)" data-window="(\d)"', out)
+    assert cells == [(" mt-win-done", "1"), (" mt-win-now", "2"), ("", "3")]
+    assert 'style="height:24px"' in out  # overlapping (find) windows alternate between two rows
+    assert "mt-windows" not in timeline.timeline_html(12.0, [], windows=[(0.0, 12.0)])  # one window: none
+
+
+def test_event_labels_are_escaped_and_numbered() -> None:
+    events = [{"start": 0.0, "end": 1.0, "description": "<b>x</b> & y"}]
+    out = timeline.timeline_html(4.0, events)
+    assert "<b>x</b>" not in out and "1. &lt;b&gt;x&lt;/b&gt; &amp; y" in out
+    assert 'class="mt-detail"' in out
+
+
+def _stages(items: list[Stage]) -> Generator[Stage, None, None]:
+    yield from items
+
+
+def test_throttle_keeps_each_windows_last_text() -> None:
+    """Texts are thinned out, but the text a window ended on is always passed on before the next window."""
+    items: list[Stage] = [Progress("", 1, 2), *(Progress("a" * i, 1, 2) for i in range(1, 6))]
+    items += [Progress("", 2, 2), Progress("b", 2, 2)]
+    got = list(throttled(_stages(items), every=3600.0))
+    texts = [(s.window, s.text) for s in got if isinstance(s, Progress)]
+    # "aa".."aaaa" are thinned out; "b" waits too (the Done stage carries the whole answer)
+    assert texts == [(1, ""), (1, "a"), (1, "aaaaa"), (2, "")]
+
+
+def test_reuse_note_compares_with_the_first_reading(tmp_path: Path) -> None:
+    ctx = UIContext(engine=None, settings=None, status=None, output_dir=tmp_path)  # type: ignore[arg-type]
+    video = VideoInfo(str(CLIP), 1, "mp4", 12.0, 10.0, 120, 480, 270, 480, 270, 0, "h264")
+    first = RunInfo(video=video)
+    assert ctx.reuse_note("gptq", first, 1.49) == ""  # a full reading says nothing, but is remembered
+    again = RunInfo(video=video, cached_video=True, reused_prefix=True)
+    note = ctx.reuse_note("gptq", again, 0.05)
+    assert "already read by gptq" in note and "0.05 s instead of 1.49 s" in note
+    other = ctx.reuse_note("bnb4", RunInfo(video=video, reused_prefix=True), 0.07)
+    assert "instead of" not in other and "0.07 s" in other  # no earlier reading of bnb4 to compare with
+
+
+def test_status_and_progress_lines_escape_their_text() -> None:
+    assert "ms-error" in status_html("<bad>", error=True) and "&lt;bad&gt;" in status_html("<bad>")
+    assert 'aria-valuenow="50"' in progress_html(0.5, "Window 2 of 3")
+    assert 'style="width:100.0%"' in progress_html(7, "x")  # clamped
+
+
+def test_clip_status_without_a_clip_is_empty(tmp_path: Path) -> None:
+    ctx = UIContext(engine=None, settings=None, status=None, output_dir=tmp_path)  # type: ignore[arg-type]
+    assert clip_status(ctx, None, "caption") == ""
