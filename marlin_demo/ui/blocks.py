@@ -17,7 +17,7 @@ import gradio as gr
 from marlin_demo import space
 from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
-from marlin_demo.ui import about, caption, compare, find, header, mcp_tools, timeline
+from marlin_demo.ui import about, api_docs, caption, compare, find, header, mcp_tools, one_clip, timeline
 from marlin_demo.ui.common import (
     ModelStatus,
     UIContext,
@@ -110,7 +110,10 @@ def build_demo(
                 cmp_tab = compare.render(ctx)
             with gr.Tab("About", id="about", elem_id="tab-about"):
                 abt = about.render(ctx)
-        header.listen(ctx, demo, head)
+        # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
+        header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.cards])
+        one_clip.follow([cap.video, fnd.video, cmp_tab.video])  # one clip for every tab
+        api_docs.use_local_examples([cap.video, fnd.video, cmp_tab.video], [fnd.query, cmp_tab.query])
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
