@@ -57,7 +57,7 @@ CHARTS = tuple(CHART_TITLES.items())
 METRIC_COLUMNS = ["variant", "run", *COST_KEYS, "video_tokens", "memory", "device"]
 SESSION_COLUMNS = ["#", "time", "video", "task", "query", "variant", "run", *COST_KEYS, "agreement", "score"]
 COLD_WARM_COLUMNS = [
-    "variant",
+    "Variant",
     "cold runs",
     "cold: load + first latency (s)",
     "warm runs",
@@ -105,6 +105,7 @@ class CompareTab:
     session_csv: gr.File
     api_button: gr.Button
     api_out: gr.JSON
+    session_box: gr.Accordion
 
     @property
     def outputs(self) -> list[Any]:
@@ -118,6 +119,7 @@ class CompareTab:
             self.session,
             self.session_table,
             self.session_csv,
+            self.session_box,
         ]
 
 
@@ -528,6 +530,7 @@ def render(ctx: UIContext) -> CompareTab:
         titled(pd.DataFrame(columns=METRIC_COLUMNS)),
         label="Cost of each variant on this request",
         interactive=False,
+        visible=False,  # empty outputs stay hidden until a comparison has run
         elem_id="compare-metrics",
     )
     plots = []
@@ -551,6 +554,7 @@ def render(ctx: UIContext) -> CompareTab:
                         elem_classes=["cs-plot"],
                         elem_id=f"compare-plot-{key}",
                         show_label=False,
+                        visible=False,
                     )
                 )
     with gr.Row(equal_height=False):
@@ -565,9 +569,10 @@ def render(ctx: UIContext) -> CompareTab:
             wrap=True,
             label="Cold vs warm runs (this session)",
             interactive=False,
+            visible=False,
             elem_id="compare-coldwarm",
         )
-    with gr.Accordion("This session's runs", open=True, elem_id="compare-session-acc"):
+    with gr.Accordion("This session's runs", open=True, elem_id="compare-session-acc", visible=False) as acc:
         session = gr.State([])
         session_table = gr.Dataframe(
             titled(pd.DataFrame(columns=SESSION_COLUMNS)),
@@ -596,6 +601,7 @@ def render(ctx: UIContext) -> CompareTab:
         session_csv,
         api_button,
         api_out,
+        acc,
     )
 
 
@@ -686,13 +692,14 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                 yield (
                     summary_html(payload),
                     cards_html(ctx, variants, results, cold, duration, truth),
-                    titled(frame),
-                    *[chart_frame(frame, key) for key, _ in CHARTS],
+                    gr.update(value=titled(frame), visible=True),
+                    *[gr.update(value=chart_frame(frame, key), visible=True) for key, _ in CHARTS],
                     gr.update(value=scores_frame(task, payload) if has_scores else None, visible=has_scores),
-                    cold_warm_frame(new_rows),
+                    gr.update(value=cold_warm_frame(new_rows), visible=True),
                     new_rows,
                     titled(pd.DataFrame(new_rows, columns=SESSION_COLUMNS)),
                     gr.update(value=write_session_csv(ctx, new_rows), visible=True),
+                    gr.update(visible=True),
                 )
         except gr.Error as exc:
             yield (error_html(exc.message), skip, *([skip] * n_rest))
