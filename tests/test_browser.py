@@ -210,6 +210,7 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     assert not pg.is_visible("#compare-stop")
     assert pg.locator("#compare-session tbody tr").count() == rows  # the stopped run added nothing
     _shot(pg, "3b_compare_stopped")
+    assert "Stopped" in pg.inner_text("#compare-summary")  # no late message of the stopped run replaced it
 
 
 def test_about_tab(page) -> None:
@@ -232,7 +233,7 @@ def test_api_page_snippet_uploads_a_local_file(page) -> None:
     failed: list[str] = []
     pg.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
     pg.get_by_text("Use via API").first.click()
-    pg.get_by_role("button", name="Python").first.click()
+    pg.locator("li.snippet", has_text="Python").first.click()  # the page opens on MCP
     pg.wait_for_selector("text=handle_file('clip.mp4')", timeout=30_000)
     code = pg.inner_text("body")
     assert "github.com" not in code and "Hello!!" not in code

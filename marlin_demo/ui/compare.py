@@ -756,16 +756,20 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     )
     # Stop: Gradio closes the running generator, which closes the request: the model stops at its
     # next token. The variants that finished are not shown (their tables need the whole comparison).
+    # The message is sent through the queue, after the stopped run's last messages, so none of
+    # them can overwrite it.
     tab.stop.click(
-        lambda: (
-            summary_html(None, "Stopped: the comparison was cancelled. Press Compare to run it again."),
-            gr.update(visible=True),
-            gr.update(visible=False),
-        ),
+        lambda: (gr.update(visible=True), gr.update(visible=False)),
         None,
-        [tab.summary, tab.run, tab.stop],
+        [tab.run, tab.stop],
         cancels=[running],
         **PRIVATE_UI,
+    ).then(
+        lambda: summary_html(None, "Stopped: the comparison was cancelled. Press Compare to run it again."),
+        None,
+        tab.summary,
+        api_visibility="private",
+        show_progress="hidden",
     )
     tab.api_button.click(
         compare,
