@@ -202,7 +202,7 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     rows = pg.locator("#compare-session tbody tr").count()
     pg.click("#compare-run")
     pg.wait_for_selector("#compare-summary .cs-running", timeout=30_000)
-    pg.click("#compare-stop")
+    pg.click("#compare-stop", force=True)  # at once: a warm tiny run lasts only seconds
     pg.wait_for_function(
         "document.querySelector('#compare-summary').innerText.includes('Stopped')", timeout=30_000
     )
@@ -211,6 +211,13 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     assert pg.locator("#compare-session tbody tr").count() == rows  # the stopped run added nothing
     _shot(pg, "3b_compare_stopped")
     assert "Stopped" in pg.inner_text("#compare-summary")  # no late message of the stopped run replaced it
+    # the same page on a phone: the cards stack, the four tabs stay visible
+    pg.set_viewport_size(PHONE)
+    pg.wait_for_function("document.documentElement.clientWidth <= 420")
+    for name in ("Caption", "Find", "Compare", "About"):
+        tab = pg.locator(".tab-container:not(.visually-hidden) [role=tab]", has_text=name)
+        tab.wait_for(state="visible", timeout=10_000)
+    _shot(pg, "3c_compare_phone")
 
 
 def test_about_tab(page) -> None:
