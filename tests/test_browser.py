@@ -211,13 +211,6 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     assert pg.locator("#compare-session tbody tr").count() == rows  # the stopped run added nothing
     _shot(pg, "3b_compare_stopped")
     assert "Stopped" in pg.inner_text("#compare-summary")  # no late message of the stopped run replaced it
-    # the same page on a phone: the cards stack, the four tabs stay visible
-    pg.set_viewport_size(PHONE)
-    pg.wait_for_function("document.documentElement.clientWidth <= 420")
-    for name in ("Caption", "Find", "Compare", "About"):
-        tab = pg.locator(".tab-container:not(.visually-hidden) [role=tab]", has_text=name)
-        tab.wait_for(state="visible", timeout=10_000)
-    _shot(pg, "3c_compare_phone")
 
 
 def test_about_tab(page) -> None:
@@ -366,5 +359,9 @@ def test_caption_real_example_shows_its_credit(
         for name in ("Caption", "Find", "Compare", "About"):
             assert pg.locator(".tab-container:not(.visually-hidden) [role=tab]", has_text=name).is_visible()
         _shot(pg, f"6_caption_real_example_{size}")
+        # the example's clip followed the visitor into Compare
+        _open_tab(pg, "Compare")
+        pg.wait_for_selector("#compare-video video", timeout=30_000)
+        _shot(pg, f"6b_compare_same_clip_{size}")
     finally:
         context.close()

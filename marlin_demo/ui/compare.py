@@ -765,7 +765,10 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         cancels=[running],
         **PRIVATE_UI,
     ).then(
-        lambda: summary_html(None, "Stopped: the comparison was cancelled. Press Compare to run it again."),
+        lambda: (
+            '<div class="cs-summary cs-stopped" role="status">Stopped: the comparison was cancelled. '
+            "Press Compare to run it again.</div>"
+        ),
         None,
         tab.summary,
         api_visibility="private",
