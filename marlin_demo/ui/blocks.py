@@ -17,7 +17,18 @@ import gradio as gr
 from marlin_demo import space
 from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
-from marlin_demo.ui import about, api_docs, caption, compare, find, header, mcp_tools, one_clip, timeline
+from marlin_demo.ui import (
+    about,
+    api_docs,
+    caption,
+    compare,
+    example_notes,
+    find,
+    header,
+    mcp_tools,
+    one_clip,
+    timeline,
+)
 from marlin_demo.ui.common import (
     ModelStatus,
     UIContext,
@@ -114,6 +125,8 @@ def build_demo(
         header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.cards])
         one_clip.follow([cap.video, fnd.video, cmp_tab.video])  # one clip for every tab
         api_docs.use_local_examples([cap.video, fnd.video, cmp_tab.video], [fnd.query, cmp_tab.query])
+        example_notes.one_progress_area(demo, cap.examples, cap.timeline)
+        example_notes.one_progress_area(demo, fnd.examples, fnd.headline)
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)

@@ -496,7 +496,7 @@ def render(ctx: UIContext) -> CompareTab:
             )
             with gr.Row():
                 run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run", scale=3)
-                stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", visible=False, scale=1)
+                stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=1)
             gr.Markdown(
                 "Each variant runs in turn on the same frames and prompt. A variant's first run is *cold*: "
                 "it includes loading the model, shown apart from *warm* runs.",
@@ -617,6 +617,8 @@ def _runs_for(*args: Any, **kwargs: Any) -> int:
 
 def listen(ctx: UIContext, tab: CompareTab) -> None:
     """Wire the streaming UI comparison and the public ``/compare`` endpoint."""
+    running_in: set[str] = set()  # the sessions whose comparison is running (for Stop's message)
+    stop_state = gr.State(False)
 
     @space.gpu(space.duration_for("caption", _runs_for))
     def compare_ui(
@@ -625,10 +627,13 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         query: str,
         include_bf16: bool,
         rows: list[dict[str, Any]],
+        request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Any]:
         skip = gr.skip()
         n_rest = len(tab.outputs) - 2
+        session = request.session_hash or ""
+        running_in.add(session)
         try:
             path = require_upload(video, ctx)
             with user_errors():
@@ -704,6 +709,8 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         except gr.Error as exc:
             yield (error_html(exc.message), skip, *([skip] * n_rest))
             raise
+        finally:
+            running_in.discard(session)
 
     @space.gpu(space.duration_for("caption", 2))
     def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
@@ -742,8 +749,6 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         **PRIVATE_UI,
     )
     running = tab.run.click(
-        lambda: (gr.update(visible=False), gr.update(visible=True)), None, [tab.run, tab.stop], **PRIVATE_UI
-    ).then(
         compare_ui,
         [tab.video, tab.task, tab.query, tab.include_bf16, tab.session],
         tab.outputs,
@@ -751,28 +756,24 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         show_progress="hidden",  # the progress area (summary) and the cards say what runs
         **GPU_EVENT,
     )
-    running.then(
-        lambda: (gr.update(visible=True), gr.update(visible=False)), None, [tab.run, tab.stop], **PRIVATE_UI
-    )
+
     # Stop: Gradio closes the running generator, which closes the request: the model stops at its
     # next token. The variants that finished are not shown (their tables need the whole comparison).
-    # The message is sent through the queue, after the stopped run's last messages, so none of
-    # them can overwrite it.
-    tab.stop.click(
-        lambda: (gr.update(visible=True), gr.update(visible=False)),
-        None,
-        [tab.run, tab.stop],
-        cancels=[running],
-        **PRIVATE_UI,
-    ).then(
-        lambda: (
+    # Whether a comparison was running is read when Stop is pressed; the message then goes through
+    # the queue, after the stopped run's last messages, so none of them can overwrite it.
+    def was_running(request: gr.Request) -> bool:
+        return (request.session_hash or "") in running_in
+
+    def stopped(was: bool) -> Any:
+        if not was:
+            return gr.skip()
+        return (
             '<div class="cs-summary cs-stopped" role="status">Stopped: the comparison was cancelled. '
             "Press Compare to run it again.</div>"
-        ),
-        None,
-        tab.summary,
-        api_visibility="private",
-        show_progress="hidden",
+        )
+
+    tab.stop.click(was_running, None, stop_state, cancels=[running], **PRIVATE_UI).then(
+        stopped, stop_state, tab.summary, api_visibility="private", show_progress="hidden"
     )
     tab.api_button.click(
         compare,

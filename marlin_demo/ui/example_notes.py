@@ -43,3 +43,14 @@ def cached_badge(metrics: Mapping[str, Any], cold: bool, variant: str) -> str | 
         f"{html.escape(stamp)}, when this answer was cached ({html.escape(how)}); it is now shown from "
         "the cache, without running the model.</span>"
     )
+
+
+def one_progress_area(demo: Any, examples: Any, target: Any) -> None:
+    """An example that runs the model (its first click) shows its progress on ``target`` only.
+
+    Gradio's example event otherwise puts a spinner on every output of the tab (six at once).
+    """
+    event = getattr(examples, "cache_event", None)
+    block_fn = demo.fns.get(event.get("id")) if event is not None else None
+    if block_fn is not None:
+        block_fn.show_progress_on = [target]
