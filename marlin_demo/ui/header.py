@@ -67,8 +67,8 @@ def banners_html(ctx: UIContext) -> str:
         out.append(
             '<div class="mh-banner mh-warn" role="alert" title="It has the architecture of Marlin-2B and '
             'was taught only the answer format, so every tab works offline on a CPU."><b>Tiny stand-in: '
-            "random weights, answers are meaningless.</b> For real answers start with "
-            "<code>--model marlin</code> (the default) where the Hub or local weights are.</div>"
+            'random weights, answers are meaningless.</b> <span class="mh-more">For real answers start with '
+            "<code>--model marlin</code> (the default) where the Hub or local weights are.</span></div>"
         )
     for variant, message in ctx.engine.load_errors().items():
         out.append(
