@@ -215,6 +215,7 @@ def test_about_tab(page) -> None:
     pg = page
     _select_tab(pg, "About")
     pg.wait_for_selector("#about-facts", timeout=30_000)
+    pg.wait_for_selector("#about-run >> text=/caption_stream", timeout=30_000)
     text = pg.inner_text("#tab-about")
     assert "seeds/" not in text and "93%" in text  # the card's claim is explained, not repeated as a fact
     assert pg.get_attribute("#about-facts a[href*='Marlin-2B-GPTQ']", "href").startswith("https://")
