@@ -112,7 +112,8 @@ def build_demo(
     prune_stale_example_cache(cache_root)
     with _examples_cache(cache_root), gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
-        with gr.Tabs(elem_id="marlin-tabs"):
+        # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
+        with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap"):
             with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"):
                 cap = caption.render(ctx)
             with gr.Tab("Find · when", id="find", elem_id="tab-find"):
