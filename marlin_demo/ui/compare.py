@@ -495,8 +495,8 @@ def render(ctx: UIContext) -> CompareTab:
                 elem_id="compare-bf16",
             )
             with gr.Row():
-                run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run", scale=3)
-                stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=1)
+                run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run", scale=4)
+                stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=1, min_width=70)
             gr.Markdown(
                 "Each variant runs in turn on the same frames and prompt. A variant's first run is *cold*: "
                 "it includes loading the model, shown apart from *warm* runs.",
