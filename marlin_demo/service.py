@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -191,7 +191,7 @@ def compare(
     query: str | None = None,
     *,
     live: bool = False,
-) -> Iterator[CompareEvent | Loaded | Progress]:
+) -> Generator[CompareEvent | Loaded | Progress, None, None]:
     """Run ``task`` on each variant in turn: Prepared, then per variant Started/Finished, then the
     Comparison. Bad input raises before any variant runs; a variant's own failure is kept (see the
     module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress`` stages
