@@ -123,7 +123,8 @@ def build_demo(
             with gr.Tab("About", id="about", elem_id="tab-about"):
                 abt = about.render(ctx)
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
-        header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.cards])
+        # (components set once per result, not per streamed token)
+        header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.metrics_table])
         one_clip.follow([cap.video, fnd.video, cmp_tab.video])  # one clip for every tab
         api_docs.use_local_examples([cap.video, fnd.video, cmp_tab.video], [fnd.query, cmp_tab.query])
         example_notes.one_progress_area(demo, cap.examples, cap.timeline)

@@ -137,7 +137,9 @@ def render(ctx: UIContext) -> gr.HTML:
     return gr.HTML(header_html(ctx), elem_id="marlin-header", js_on_load=None)
 
 
-def listen(ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML] = ()) -> None:
+def listen(
+    ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe] = ()
+) -> None:
     """Re-render the header on page load, and whenever one of ``after`` changes (a tab's result: a
     variant may have been loaded or failed for it), so the chips never lag behind the engine."""
     demo.load(lambda: header_html(ctx), None, header, **PRIVATE_UI)
