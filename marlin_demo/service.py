@@ -19,9 +19,10 @@ public ``/compare`` endpoint both use it, so they behave the same):
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,11 +184,18 @@ CompareEvent = Prepared | VariantStarted | VariantFinished | Comparison
 
 
 def compare(
-    engine: Engine, task: str, video: Video, variants: Sequence[str], query: str | None = None
-) -> Iterator[CompareEvent]:
+    engine: Engine,
+    task: str,
+    video: Video,
+    variants: Sequence[str],
+    query: str | None = None,
+    *,
+    live: bool = False,
+) -> Generator[CompareEvent | Loaded | Progress, None, None]:
     """Run ``task`` on each variant in turn: Prepared, then per variant Started/Finished, then the
     Comparison. Bad input raises before any variant runs; a variant's own failure is kept (see the
-    module's docstring)."""
+    module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress`` stages
+    between its Started and Finished (the Compare tab streams the text; closing stops the model)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
     plans = engine.window_plans(video, task)  # too many windows: refused before anything is decoded
@@ -207,7 +215,17 @@ def compare(
         out.cold[v] = cold
         yield VariantStarted(v, i, len(variants), cold)
         try:
-            res = engine.run(task, video, v, clean)
+            if live:
+                res = None
+                with contextlib.closing(stream(engine, task, video, v, clean)) as stages:
+                    for stage in stages:
+                        if isinstance(stage, Done):
+                            res = stage.result
+                        elif isinstance(stage, Loaded | Progress):
+                            yield stage
+                assert res is not None
+            else:
+                res = engine.run(task, video, v, clean)
         except USER_ERRORS as exc:  # one variant failing must not hide the others
             out.errors[v] = str(exc)
             yield VariantFinished(v, cold, error=str(exc))

@@ -47,6 +47,19 @@ def test_compare_keeps_the_answers_of_the_variants_that_ran(engine: Engine) -> N
     run.require_answer()  # one variant answered: no error
 
 
+def test_compare_live_streams_each_variant_between_its_start_and_finish(engine: Engine) -> None:
+    events = list(service.compare(engine, "find", CLIP, ["gptq", "broken"], "the ball rolls", live=True))
+    kinds = [type(e).__name__ for e in events]
+    started = kinds.index("VariantStarted")
+    finished = kinds.index("VariantFinished")
+    between = events[started + 1 : finished]
+    assert isinstance(between[0], Loaded) and between[0].variant == "gptq"
+    texts = [e.text for e in between if isinstance(e, Progress)]
+    run = events[-1]
+    assert isinstance(run, service.Comparison) and texts and texts[-1].strip() == run.results["gptq"].raw
+    assert list(run.errors) == ["broken"]  # a failing variant is still kept, not raised
+
+
 def test_compare_bad_input_fails_before_any_variant(engine: Engine) -> None:
     with pytest.raises(ValueError, match="query is empty"):
         next(service.compare(engine, "find", CLIP, ["gptq", "broken"], "  "))

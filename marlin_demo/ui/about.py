@@ -13,7 +13,8 @@ import gradio as gr
 from marlin_demo.ui.common import UIContext
 from marlin_demo.ui.credits import credits_markdown
 
-SEED_SOURCE = "seeds/marlin-2b-gptq-model-card.txt"
+SEED_SOURCE = "https://huggingface.co/NemoStation/Marlin-2B-GPTQ"
+"""The GPTQ checkpoint's public model card, where the published figures come from."""
 
 MODEL_FACTS = """
 ### Marlin-2B
@@ -34,7 +35,7 @@ MODEL_FACTS = """
 
 SEED_FIGURES = f"""
 ### GPTQ vs bnb4: the published figures
-From the GPTQ checkpoint's model card (`{SEED_SOURCE}`), measured by its author on one GPU. The Compare tab
+From the [GPTQ checkpoint's model card]({SEED_SOURCE}), measured by its author on one GPU. The Compare tab
 measures the same quantities on this machine; expect other absolute numbers.
 
 | | GPTQ 4-bit | bnb4 (nf4) |
@@ -44,8 +45,10 @@ measures the same quantities on this machine; expect other absolute numbers.
 | Dense-caption score (lexical) | **0.4726** | 0.4654 |
 | Keyword coverage | **0.7318** | 0.7091 |
 
-- GPTQ was **~5.3 % faster** per request and kept **~93 %** of bnb4's overall accuracy; it needed ~467 MB
-  more peak memory. Both fit a 6 GB GPU.
+- On these figures GPTQ was **~5.3 % faster** per request and **scored slightly higher** on both caption
+  measures; it needed ~467 MB more peak memory. Both fit a 6 GB GPU.
+- The card also says GPTQ "retains approximately 93%" of bnb4's *overall accuracy*, a summary score it does
+  not break down; it is not one of the figures above, which is why the two statements can both hold.
 - GPTQ recipe: 4-bit, group size 128, `desc_act=True`, symmetric, lm_head kept 16-bit, quantized with
   `gptqmodel`, calibration under a 5 GiB GPU memory cap. bnb4 is the 16-bit checkpoint loaded with
   `BitsAndBytesConfig(load_in_4bit=True)` (nf4, bf16 compute).

@@ -17,7 +17,18 @@ import gradio as gr
 from marlin_demo import space
 from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
-from marlin_demo.ui import about, caption, compare, find, header, mcp_tools, timeline
+from marlin_demo.ui import (
+    about,
+    api_docs,
+    caption,
+    compare,
+    example_notes,
+    find,
+    header,
+    mcp_tools,
+    one_clip,
+    timeline,
+)
 from marlin_demo.ui.common import (
     ModelStatus,
     UIContext,
@@ -101,7 +112,8 @@ def build_demo(
     prune_stale_example_cache(cache_root)
     with _examples_cache(cache_root), gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
-        with gr.Tabs(elem_id="marlin-tabs"):
+        # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
+        with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap"):
             with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"):
                 cap = caption.render(ctx)
             with gr.Tab("Find · when", id="find", elem_id="tab-find"):
@@ -110,7 +122,13 @@ def build_demo(
                 cmp_tab = compare.render(ctx)
             with gr.Tab("About", id="about", elem_id="tab-about"):
                 abt = about.render(ctx)
-        header.listen(ctx, demo, head)
+        # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
+        # (components set once per result, not per streamed token)
+        header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.metrics_table])
+        one_clip.follow([cap.video, fnd.video, cmp_tab.video])  # one clip for every tab
+        api_docs.use_local_examples([cap.video, fnd.video, cmp_tab.video], [fnd.query, cmp_tab.query])
+        example_notes.one_progress_area(demo, cap.examples, cap.timeline)
+        example_notes.one_progress_area(demo, fnd.examples, fnd.headline)
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)

@@ -30,6 +30,7 @@ from marlin_demo.settings import Settings
 from marlin_demo.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
 from marlin_demo.startup import ModelStatus as ModelStatus
 from marlin_demo.startup import start_engine as start_engine
+from marlin_demo.ui import example_notes
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +222,13 @@ def example_cache_root(ctx: UIContext) -> Path:
 _PATH_RE = re.compile(r"""['"]path['"]\s*:\s*['"]([^'"]+)['"]""")
 
 
+EXAMPLE_TIMING = {
+    "lazy": "an example's first click runs the model, then its answer is cached and shows at once",
+    "eager": "cached at start-up: until that is done a click runs the model",
+    "off": "each click runs the model",
+}
+
+
 def example_cache_kwargs(ctx: UIContext) -> dict[str, Any]:
     """The ``gr.Examples`` arguments of a tab whose examples run the model (and are cached unless off)."""
     cached = ctx.cache_mode != "off"
@@ -229,9 +237,9 @@ def example_cache_kwargs(ctx: UIContext) -> dict[str, Any]:
         "cache_mode": "lazy" if ctx.cache_mode == "lazy" else "eager",
         "label": (
             (
-                "Examples (cached answers of the tiny stand-in, not Marlin-2B)"
+                f"Examples (answers of the tiny stand-in, not Marlin-2B; {EXAMPLE_TIMING[ctx.cache_mode]})"
                 if ctx.settings.is_tiny
-                else "Examples (cached: the result shows at once)"
+                else f"Examples ({EXAMPLE_TIMING[ctx.cache_mode]})"
             )
             if cached
             else "Examples"
@@ -478,7 +486,7 @@ def run_example(
     path = require_upload(video, ctx)
     v = pick_variant(variant, ctx)
     cold = v not in ctx.engine.loaded()
-    with user_errors():
+    with user_errors(), example_notes.caching():  # its metrics say they are the cached run's
         return finish(ctx, run(path, v), path, cold)
 
 
@@ -538,7 +546,9 @@ def metrics_html(
         if cold
         else f'<span class="md-badge md-warm">warm run: {variant} was already loaded</span>'
     )
-    if reuse:
+    cached = example_notes.cached_badge(m, cold, variant)
+    run = cached or run
+    if reuse and cached is None:
         run += (
             ' <span class="md-badge md-reuse">video already read</span>'
             f'<div class="md-reuse-note">{html.escape(reuse)}</div>'

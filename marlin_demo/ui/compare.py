@@ -8,6 +8,7 @@ first run (cold: it includes loading the model) is reported apart from warm runs
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import html
@@ -23,7 +24,7 @@ import pandas as pd
 from marlin_demo import compare as cmp
 from marlin_demo import service, space
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import CaptionResult, FindResult, Prepared
+from marlin_demo.results import CaptionResult, FindResult, Loaded, Prepared, Progress
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -43,7 +44,7 @@ from marlin_demo.ui.credits import credit_box, credit_line
 
 VIDEO_ID = "compare-video"
 CHART_TITLES = {
-    "load_s": "Load time (s)",
+    "load_s": "Load time in this request (s)",
     "latency_s": "Latency (s)",
     "ttft_s": "Time to first token (s)",
     "tokens_per_s": "Tokens per second",
@@ -56,13 +57,33 @@ CHARTS = tuple(CHART_TITLES.items())
 METRIC_COLUMNS = ["variant", "run", *COST_KEYS, "video_tokens", "memory", "device"]
 SESSION_COLUMNS = ["#", "time", "video", "task", "query", "variant", "run", *COST_KEYS, "agreement", "score"]
 COLD_WARM_COLUMNS = [
-    "variant",
+    "Variant",
     "cold runs",
     "cold: load + first latency (s)",
     "warm runs",
     "warm: mean latency (s)",
 ]
 TASK_CHOICES = [("What happens (caption)", "caption"), ("When does it happen (find)", "find")]
+COLUMN_TITLES = {
+    **CHART_TITLES,
+    "variant": "Variant",
+    "run": "Run",
+    "video_tokens": "Video tokens",
+    "memory": "Memory measured",
+    "device": "Device",
+    "time": "Time",
+    "video": "Video",
+    "task": "Task",
+    "query": "Query",
+    "agreement": "Agreement",
+    "score": "Score vs truth",
+}
+"""What a visitor reads above a table column (the CSV keeps the keys, which are the API's)."""
+
+
+def titled(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with readable column titles, as the charts have."""
+    return frame.rename(columns=COLUMN_TITLES)
 
 
 @dataclass
@@ -72,6 +93,7 @@ class CompareTab:
     query: gr.Textbox
     include_bf16: gr.Checkbox
     run: gr.Button
+    stop: gr.Button
     summary: gr.HTML
     cards: gr.HTML
     metrics_table: gr.Dataframe
@@ -83,6 +105,7 @@ class CompareTab:
     session_csv: gr.File
     api_button: gr.Button
     api_out: gr.JSON
+    session_box: gr.Accordion
 
     @property
     def outputs(self) -> list[Any]:
@@ -96,6 +119,7 @@ class CompareTab:
             self.session,
             self.session_table,
             self.session_csv,
+            self.session_box,
         ]
 
 
@@ -104,17 +128,28 @@ class CompareTab:
 # ---------------------------------------------------------------------------
 
 
+def _badge(cold: bool | None, will_load: bool) -> str:
+    """cold / warm once the variant has started; before that only what will happen."""
+    if cold is None:
+        hint = "will be loaded first" if will_load else "already loaded"
+        return f'<span class="md-badge cc-queued" title="{hint}">queued · {hint}</span>'
+    if cold:
+        return '<span class="md-badge md-cold" title="loaded for this request">cold</span>'
+    return '<span class="md-badge md-warm" title="was already loaded">warm</span>'
+
+
 def _card(
     variant: str,
     result: Any,
-    cold: bool,
+    cold: bool | None,
     duration: float,
     truth: tuple[float, float] | None,
+    live: str | None = None,
+    will_load: bool = False,
 ) -> str:
+    """One variant's column. ``cold`` is None until the variant starts; ``live`` is its text so far."""
     label = html.escape(variant_label(variant))
-    badge = (
-        '<span class="md-badge md-cold">cold</span>' if cold else '<span class="md-badge md-warm">warm</span>'
-    )
+    badge = _badge(cold, will_load)
     if isinstance(result, str):  # an error message for this variant
         body = error_html(result)
     elif isinstance(result, CaptionResult):
@@ -146,15 +181,20 @@ def _card(
             span_label=variant,
             no_span_text=None,
         )
+    elif live is not None:
+        text = f"<pre>{html.escape(live)}</pre>" if live else ""
+        body = f'<div class="cc-live"><div class="mc-label">writing…</div>{text}</div>'
+    elif cold is not None:
+        body = '<p class="cc-wait">starting…</p>'
     else:
-        body = '<p class="cc-wait">waiting for its turn…</p>'
+        body = '<p class="cc-wait">runs after the variants before it</p>'
     stats = ""
     if isinstance(result, CaptionResult | FindResult):
         m = result.metrics
+        load = f"load {fmt(m.load_s, ' s')} (this request)" if cold else "no load (already loaded)"
         stats = (
             f'<div class="cc-stats">latency {fmt(m.latency_s, " s")} · first token {fmt(m.ttft_s, " s")} · '
-            f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · "
-            f"load {fmt(m.load_s, ' s')}</div>"
+            f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}</div>"
         )
         flags = []
         if not result.format_ok:
@@ -179,8 +219,22 @@ def cards_html(
     cold: Mapping[str, bool],
     duration: float,
     truth: tuple[float, float] | None,
+    live: Mapping[str, str] | None = None,
 ) -> str:
-    cols = "".join(_card(v, results.get(v), cold.get(v, False), duration, truth) for v in variants)
+    """A column per variant; one not started yet (absent from ``cold``) says whether it will load."""
+    live = live or {}
+    cols = "".join(
+        _card(
+            v,
+            results.get(v),
+            cold.get(v),
+            duration,
+            truth,
+            live=live.get(v),
+            will_load=service.is_cold(ctx.engine, v),
+        )
+        for v in variants
+    )
     tiny = (
         '<p class="cc-tiny">Tiny stand-in: random weights, so agreement and scores only exercise the '
         "pipeline.</p>"
@@ -190,9 +244,23 @@ def cards_html(
     return f'{tiny}<div class="cc-grid" style="--cc-cols:{max(1, len(variants))}">{cols}</div>'
 
 
+def progress_html(variant: str | None, index: int, total: int, step: str, chars: int = 0) -> str:
+    """The one progress area: which variant (k of n) and its stage."""
+    steps = "".join(
+        f'<span class="cs-step{" cs-on" if i == index else (" cs-done" if i < index else "")}"></span>'
+        for i in range(total)
+    )
+    who = f"{html.escape(variant)} · variant {index + 1} of {total} · " if variant else ""
+    written = f" · {chars} characters" if chars else ""
+    return (
+        f'<div class="cs-summary cs-running" role="status"><div class="cs-steps">{steps}</div>'
+        f'<div class="cs-stage">{who}<b>{html.escape(step)}</b>{written}</div></div>'
+    )
+
+
 def summary_html(payload: Mapping[str, Any] | None, running: str | None = None) -> str:
     if running:
-        return f'<div class="cs-summary cs-running">{html.escape(running)}</div>'
+        return f'<div class="cs-summary cs-running" role="status">{html.escape(running)}</div>'
     if not payload:
         return ""
     chips = []
@@ -236,9 +304,12 @@ def summary_html(payload: Mapping[str, Any] | None, running: str | None = None) 
 def _cost_row(variant: str, result: CaptionResult | FindResult, cold: Mapping[str, bool]) -> dict[str, Any]:
     """The variant, whether its run was cold, and the cost keys: the part both tables share."""
     m = result.metrics.to_dict()
+    was_cold = bool(cold.get(variant))
+    # load_s is the variant's load whenever it happened: a warm run loaded nothing in this request
+    m["load_s"] = m["load_s"] if was_cold else 0.0
     return {
         "variant": variant,
-        "run": "cold" if cold.get(variant) else "warm",
+        "run": "cold" if was_cold else "warm",
         **{key: m[key] for key in COST_KEYS},
     }
 
@@ -423,7 +494,9 @@ def render(ctx: UIContext) -> CompareTab:
                 visible="bf16" in ctx.variants,
                 elem_id="compare-bf16",
             )
-            run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run")
+            with gr.Row():
+                run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run", scale=4)
+                stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=1, min_width=70)
             gr.Markdown(
                 "Each variant runs in turn on the same frames and prompt. A variant's first run is *cold*: "
                 "it includes loading the model, shown apart from *warm* runs.",
@@ -454,9 +527,10 @@ def render(ctx: UIContext) -> CompareTab:
                 elem_id="compare-cards",
             )
     metrics_table = gr.Dataframe(
-        pd.DataFrame(columns=METRIC_COLUMNS),
+        titled(pd.DataFrame(columns=METRIC_COLUMNS)),
         label="Cost of each variant on this request",
         interactive=False,
+        visible=False,  # empty outputs stay hidden until a comparison has run
         elem_id="compare-metrics",
     )
     plots = []
@@ -480,6 +554,7 @@ def render(ctx: UIContext) -> CompareTab:
                         elem_classes=["cs-plot"],
                         elem_id=f"compare-plot-{key}",
                         show_label=False,
+                        visible=False,
                     )
                 )
     with gr.Row(equal_height=False):
@@ -491,14 +566,19 @@ def render(ctx: UIContext) -> CompareTab:
         )
         cold_warm = gr.Dataframe(
             pd.DataFrame(columns=COLD_WARM_COLUMNS),
+            wrap=True,
             label="Cold vs warm runs (this session)",
             interactive=False,
+            visible=False,
             elem_id="compare-coldwarm",
         )
-    with gr.Accordion("This session's runs", open=True, elem_id="compare-session-acc"):
+    with gr.Accordion("This session's runs", open=True, elem_id="compare-session-acc", visible=False) as acc:
         session = gr.State([])
         session_table = gr.Dataframe(
-            pd.DataFrame(columns=SESSION_COLUMNS), interactive=False, elem_id="compare-session", wrap=False
+            titled(pd.DataFrame(columns=SESSION_COLUMNS)),
+            interactive=False,
+            elem_id="compare-session",
+            wrap=False,
         )
         session_csv = gr.File(
             label="Session as CSV", interactive=False, elem_id="compare-csv", height=90, visible=False
@@ -509,6 +589,7 @@ def render(ctx: UIContext) -> CompareTab:
         query,
         include_bf16,
         run,
+        stop,
         summary,
         cards,
         metrics_table,
@@ -520,6 +601,7 @@ def render(ctx: UIContext) -> CompareTab:
         session_csv,
         api_button,
         api_out,
+        acc,
     )
 
 
@@ -535,6 +617,8 @@ def _runs_for(*args: Any, **kwargs: Any) -> int:
 
 def listen(ctx: UIContext, tab: CompareTab) -> None:
     """Wire the streaming UI comparison and the public ``/compare`` endpoint."""
+    running_in: set[str] = set()  # the sessions whose comparison is running (for Stop's message)
+    stop_state = gr.State(False)
 
     @space.gpu(space.duration_for("caption", _runs_for))
     def compare_ui(
@@ -543,38 +627,67 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         query: str,
         include_bf16: bool,
         rows: list[dict[str, Any]],
+        request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Any]:
         skip = gr.skip()
         n_rest = len(tab.outputs) - 2
+        session = request.session_hash or ""
+        running_in.add(session)
         try:
             path = require_upload(video, ctx)
             with user_errors():
                 variants = ctx.compare_variants(include_bf16)
-                progress(0.02, desc="Checking and decoding the video")
+                n = len(variants)
+                yield (progress_html(None, 0, n, "Reading the video…"), skip, *([skip] * n_rest))
                 results: dict[str, Any] = {}  # a variant's result, or its error message
                 cold: dict[str, bool] = {}
+                live: dict[str, str] = {}
                 duration, truth, example = 0.0, None, None
-                for event in service.compare(ctx.engine, task, path, variants, query):
-                    if isinstance(event, Prepared):
-                        duration = event.video.duration_s
-                        example = ctx.ground_truth(path)
-                        clean = service.check_query(ctx.engine, task, query)
-                        truth = cmp.truth_span(example, clean) if (example and task == "find") else None
-                    elif isinstance(event, service.VariantStarted):
-                        i, n, v = event.index, event.total, event.variant
-                        cold[v] = event.cold
-                        step = "loading + running" if event.cold else "running"
-                        progress((i + 0.1) / n, desc=f"{v}: {step} ({i + 1}/{n})")
-                        yield (
-                            summary_html(None, f"{v}: {step} ({i + 1} of {n})…"),
-                            cards_html(ctx, variants, results, cold, duration, truth),
-                            *([skip] * n_rest),
-                        )
-                    elif isinstance(event, service.VariantFinished):
-                        results[event.variant] = event.result if event.result is not None else event.error
-                    else:
-                        run = event
+                i, v, last = 0, "", 0.0
+                events = service.compare(ctx.engine, task, path, variants, query, live=True)
+                with contextlib.closing(events):  # closing it (Stop) stops the model at its next token
+                    for event in events:
+                        if isinstance(event, Prepared):
+                            duration = event.video.duration_s
+                            example = ctx.ground_truth(path)
+                            clean = service.check_query(ctx.engine, task, query)
+                            truth = cmp.truth_span(example, clean) if (example and task == "find") else None
+                        elif isinstance(event, service.VariantStarted):
+                            i, v = event.index, event.variant
+                            cold[v] = event.cold
+                            step = f"Loading {v} (its first use)…" if event.cold else "Starting…"
+                            progress((i + 0.1) / n, desc=f"{v}: {step} ({i + 1}/{n})")
+                            yield (
+                                progress_html(v, i, n, step),
+                                cards_html(ctx, variants, results, cold, duration, truth, live),
+                                *([skip] * n_rest),
+                            )
+                        elif isinstance(event, Loaded):
+                            live[v] = ""
+                            yield (
+                                progress_html(v, i, n, "Reading the frames (prefill)…"),
+                                cards_html(ctx, variants, results, cold, duration, truth, live),
+                                *([skip] * n_rest),
+                            )
+                        elif isinstance(event, Progress):
+                            now = time.monotonic()
+                            if event.text and now - last >= ctx.settings.stream_every_s:
+                                last = now
+                                live[v] = event.text
+                                step = "Writing…"
+                                if event.window is not None and event.windows:
+                                    step = f"Writing window {event.window} of {event.windows}…"
+                                yield (
+                                    progress_html(v, i, n, step, len(event.text)),
+                                    cards_html(ctx, variants, results, cold, duration, truth, live),
+                                    *([skip] * n_rest),
+                                )
+                        elif isinstance(event, service.VariantFinished):
+                            live.pop(event.variant, None)
+                            results[event.variant] = event.result if event.result is not None else event.error
+                        elif isinstance(event, service.Comparison):
+                            run = event
                 run.require_answer()
                 ok = run.results
                 payload = run.payload(example)
@@ -584,17 +697,20 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                 yield (
                     summary_html(payload),
                     cards_html(ctx, variants, results, cold, duration, truth),
-                    frame,
-                    *[chart_frame(frame, key) for key, _ in CHARTS],
+                    gr.update(value=titled(frame), visible=True),
+                    *[gr.update(value=chart_frame(frame, key), visible=True) for key, _ in CHARTS],
                     gr.update(value=scores_frame(task, payload) if has_scores else None, visible=has_scores),
-                    cold_warm_frame(new_rows),
+                    gr.update(value=cold_warm_frame(new_rows), visible=True),
                     new_rows,
-                    pd.DataFrame(new_rows, columns=SESSION_COLUMNS),
+                    titled(pd.DataFrame(new_rows, columns=SESSION_COLUMNS)),
                     gr.update(value=write_session_csv(ctx, new_rows), visible=True),
+                    gr.update(visible=True),
                 )
         except gr.Error as exc:
             yield (error_html(exc.message), skip, *([skip] * n_rest))
             raise
+        finally:
+            running_in.discard(session)
 
     @space.gpu(space.duration_for("caption", 2))
     def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
@@ -632,13 +748,32 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         tab.run,
         **PRIVATE_UI,
     )
-    tab.run.click(
+    running = tab.run.click(
         compare_ui,
         [tab.video, tab.task, tab.query, tab.include_bf16, tab.session],
         tab.outputs,
         api_visibility="private",
-        show_progress_on=[tab.summary],
+        show_progress="hidden",  # the progress area (summary) and the cards say what runs
         **GPU_EVENT,
+    )
+
+    # Stop: Gradio closes the running generator, which closes the request: the model stops at its
+    # next token. The variants that finished are not shown (their tables need the whole comparison).
+    # Whether a comparison was running is read when Stop is pressed; the message then goes through
+    # the queue, after the stopped run's last messages, so none of them can overwrite it.
+    def was_running(request: gr.Request) -> bool:
+        return (request.session_hash or "") in running_in
+
+    def stopped(was: bool) -> Any:
+        if not was:
+            return gr.skip()
+        return (
+            '<div class="cs-summary cs-stopped" role="status">Stopped: the comparison was cancelled. '
+            "Press Compare to run it again.</div>"
+        )
+
+    tab.stop.click(was_running, None, stop_state, cancels=[running], **PRIVATE_UI).then(
+        stopped, stop_state, tab.summary, api_visibility="private", show_progress="hidden"
     )
     tab.api_button.click(
         compare,

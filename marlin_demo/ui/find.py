@@ -55,7 +55,7 @@ VIDEO_ID = "find-video"
 class FindTab:
     video: gr.Video
     query: gr.Textbox
-    suggestions: gr.Dropdown
+    suggestions: gr.Radio
     variant: gr.Radio
     run: gr.Button
     headline: gr.HTML

@@ -6,6 +6,7 @@ Refreshed on every page load, so variants loaded (or failed) since startup show 
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 
 import gradio as gr
 
@@ -25,8 +26,8 @@ LOGO = (
 """A small timeline glyph (no emoji: headless and minimal systems often lack an emoji font)."""
 
 TAGLINE = (
-    "Marlin-2B watches a video and tells you <b>what happens</b> (a scene paragraph and a timeline of "
-    "timed events) and <b>when something happens</b> (the start–end span of an event you describe)."
+    "A video model that tells you <b>what happens</b> (a scene and timed events) and <b>when</b> "
+    "something happens (the start–end span of an event you describe)."
 )
 
 
@@ -64,10 +65,10 @@ def banners_html(ctx: UIContext) -> str:
         )
     elif tiny_in_use(ctx):
         out.append(
-            '<div class="mh-banner mh-warn" role="alert"><b>Tiny stand-in: random weights, answers are '
-            "meaningless.</b> It has Marlin's architecture and was taught only the answer format, so every "
-            "tab works offline on a CPU. Start with <code>--model marlin</code> (the default) on a machine "
-            "with the Hub or local weights for real answers.</div>"
+            '<div class="mh-banner mh-warn" role="alert" title="It has the architecture of Marlin-2B and '
+            'was taught only the answer format, so every tab works offline on a CPU."><b>Tiny stand-in: '
+            'random weights, answers are meaningless.</b> <span class="mh-more">For real answers start with '
+            "<code>--model marlin</code> (the default) where the Hub or local weights are.</span></div>"
         )
     for variant, message in ctx.engine.load_errors().items():
         out.append(
@@ -77,19 +78,30 @@ def banners_html(ctx: UIContext) -> str:
     return "".join(out)
 
 
+def duration_text(seconds: float) -> str:
+    """600 -> "10 min", 90 -> "90 s": how long a video may be, as a visitor reads it."""
+    if seconds >= 120 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
 def limits_html(ctx: UIContext) -> str:
-    s = ctx.settings
+    """The duration and size limits in one line; the rest folded under it (a ``<details>``)."""
+    s = ctx.engine.settings  # what the engine enforces (the stand-in after a fallback keeps the limits)
     return (
-        '<div class="mh-limits"><b>Limits</b> · videos up to '
-        f"{s.max_upload_mb:g} MB, {s.max_duration_s:g} s and {s.max_width}×{s.max_height} (MP4, WebM, MOV, "
-        f"MKV) · queries up to {s.max_query_chars} characters · each request stops after "
+        '<details class="mh-limits" id="mh-limits"><summary>'
+        f'<span class="mh-k">Limits</span> videos up to '
+        f'<b class="mh-dur">{duration_text(s.max_duration_s)}</b>'
+        f" and {s.max_upload_mb:g} MB · details</summary>"
+        f"<div>Videos up to {s.max_duration_s:g} s, {s.max_upload_mb:g} MB and {s.max_width}×{s.max_height} "
+        f"(MP4, WebM, MOV, MKV) · queries up to {s.max_query_chars} characters · each request stops after "
         f"{s.request_timeout_s:g} s · {s.queue_size} requests can wait, more are turned away (try again) · "
-        "Marlin samples 2 frames/s up to 240 frames: clips over 2 minutes are sampled more sparsely.</div>"
+        "Marlin samples 2 frames/s; a long video is answered window by window.</div></details>"
     )
 
 
-def header_html(ctx: UIContext) -> str:
-    """The whole header as one HTML string."""
+def chips_html(ctx: UIContext) -> str:
+    """One chip per variant: loaded, failed, or loads on first use (live: see ``listen``)."""
     loaded = ctx.engine.loaded()
     failed = ctx.engine.load_errors()
     chips = []
@@ -97,21 +109,26 @@ def header_html(ctx: UIContext) -> str:
         state = "loaded" if v in loaded else ("failed" if v in failed else "loads on first use")
         cls = {"loaded": "mh-ok", "failed": "mh-bad"}.get(state, "")
         chips.append(
-            f'<span class="mh-chip {cls}" title="{html.escape(state)}">'
-            f"{html.escape(variant_label(v))}"
+            f'<span class="mh-chip {cls}" data-variant="{html.escape(v)}" data-state="{html.escape(state)}" '
+            f'title="{html.escape(state)}">{html.escape(variant_label(v))}'
             f"<small>{html.escape(state)}</small></span>"
         )
+    return "".join(chips)
+
+
+def header_html(ctx: UIContext) -> str:
+    """The whole header as one HTML string: a title line, one line of facts, banners."""
     return (
         '<div class="mh-header">'
         f'<div class="mh-title"><span class="mh-logo" aria-hidden="true">{LOGO}</span>'
         "<div><h1>Marlin-2B video demo</h1>"
         f"<p>{TAGLINE}</p></div></div>"
         '<div class="mh-facts">'
-        f'<div><span class="mh-k">Model</span> {html.escape(_source(ctx))}</div>'
-        f'<div><span class="mh-k">Variants</span> {"".join(chips)}</div>'
-        f'<div><span class="mh-k">Device</span> {html.escape(_device(ctx))}</div>'
-        "</div>"
-        f"{banners_html(ctx)}{limits_html(ctx)}</div>"
+        f'<span class="mh-fact"><span class="mh-k">Model</span> {html.escape(_source(ctx))}</span>'
+        f'<span class="mh-fact mh-variants"><span class="mh-k">Variants</span> {chips_html(ctx)}</span>'
+        f'<span class="mh-fact"><span class="mh-k">Device</span> {html.escape(_device(ctx))}</span>'
+        f"{limits_html(ctx)}</div>"
+        f"{banners_html(ctx)}</div>"
     )
 
 
@@ -120,6 +137,11 @@ def render(ctx: UIContext) -> gr.HTML:
     return gr.HTML(header_html(ctx), elem_id="marlin-header", js_on_load=None)
 
 
-def listen(ctx: UIContext, demo: gr.Blocks, header: gr.HTML) -> None:
-    """Re-render the header on page load: load states change while the server runs."""
+def listen(
+    ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe] = ()
+) -> None:
+    """Re-render the header on page load, and whenever one of ``after`` changes (a tab's result: a
+    variant may have been loaded or failed for it), so the chips never lag behind the engine."""
     demo.load(lambda: header_html(ctx), None, header, **PRIVATE_UI)
+    for component in after:
+        component.change(lambda: header_html(ctx), None, header, **PRIVATE_UI)
