@@ -509,8 +509,11 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
             assert 0 <= float(e.get_attribute("data-start")) <= float(e.get_attribute("data-end")) <= 12.01
         _shot(pg, "7_long_caption")
 
-        _select_tab(pg, "Find · when")
-        _upload(pg, "#find-video", CLIP)
+        _select_tab(pg, "Find · when")  # the clip followed the visitor: no second upload
+        pg.wait_for_selector("#find-video video", timeout=30_000)
+        pg.wait_for_function(
+            "/2 windows/.test(document.querySelector('#find-status')?.innerText || '')", timeout=30_000
+        )
         pg.locator("#find-query textarea, #find-query input").first.fill("the ball rolls")
         pg.click("#find-run")  # Stop works on Find too, and the run after it answers
         pg.click("#find-stop")
