@@ -27,14 +27,23 @@ FAST_SCALER = "BICUBIC"
 #: the fast path is used for sources of at most this many bits per component; above it PyAV's
 #: bundled FFmpeg converts to RGB differently from torchcodec's (~2.7 levels on a 10-bit clip)
 FAST_MAX_BIT_DEPTH = 8
-#: codecs whose unplanned non-reference pictures the fast path does not decode. In H.264 a
-#: picture with ``nal_ref_idc == 0`` is never used to predict another (the standard's
-#: definition), so dropping it cannot change any other picture: FFmpeg's
-#: ``skip_frame=NONREF`` is set for exactly the packets that hold no planned frame. On a
-#: default x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
-#: Not HEVC: its "sub-layer non-reference" pictures may still be referenced from higher
-#: temporal layers.
-FAST_SKIP_NONREF = frozenset({"h264"})
+#: codecs whose unplanned non-reference pictures the fast path does not decode (FFmpeg's
+#: ``skip_frame=NONREF`` set for exactly the packets that hold no planned frame; decoders with
+#: one thread decode a packet as it is sent, so the switch applies per packet):
+#:
+#: - H.264: a picture with ``nal_ref_idc == 0`` is never used to predict another (the
+#:   standard's definition), so dropping it cannot change any other picture. On a default
+#:   x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
+#: - HEVC: a "sub-layer non-reference" picture (TRAIL_N, TSA_N, STSA_N, RADL_N, RASL_N) is
+#:   never referenced by pictures of its own temporal sub-layer, but may be by higher ones; so
+#:   the skip is used only when the stream declares one temporal sub-layer
+#:   (``numTemporalLayers == 1`` in its hvcC record: x265's and phones' usual encodes), where
+#:   nothing is higher. See ``_skippable``.
+#:
+#: Not VP9 (FFmpeg's decoder skips only frames that refresh no reference slot; libvpx's encodes
+#: have none: measured, 0 of 180) and not AV1 (libdav1d reads the switch once, when the decoder
+#: opens, so it cannot be set per packet for the frames that are planned).
+FAST_SKIP_NONREF = frozenset({"h264", "hevc"})
 #: ``pick_backend`` uses the fast path when a source frame has at least this many times the
 #: plan's pixels: below it the reference resize is cheap and the fast path saves ~nothing
 FAST_MIN_AREA_RATIO = 2.0
@@ -71,6 +80,18 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
         return None
     where = {p: i for i, p in enumerate(pts)}
     return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts), time_base=tb)
+
+
+def _skippable(codec: Any) -> bool:
+    """Whether this stream's non-reference pictures are referenced by nothing (FAST_SKIP_NONREF)."""
+    if codec.name not in FAST_SKIP_NONREF:
+        return False
+    if codec.name == "hevc":
+        # hvcC (ISO/IEC 14496-15): byte 21 = constantFrameRate(2) numTemporalLayers(3)
+        # temporalIdNested(1) lengthSizeMinusOne(2). Annex B extradata (no hvcC) or 0 (unknown): no.
+        ed = codec.extradata or b""
+        return len(ed) >= 23 and ed[0] == 1 and (ed[21] >> 3) & 7 == 1
+    return True
 
 
 def _fast_workers() -> int:
@@ -128,8 +149,8 @@ def _decode_fast(
     files whose packets lack unique pts fall back to one sequential decode that counts frames
     like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
     scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
-    H.264 pictures that nothing references (``nal_ref_idc`` 0, e.g. most B-frames) are not
-    decoded unless planned: see ``FAST_SKIP_NONREF``.
+    H.264 and HEVC pictures that nothing references (e.g. most B-frames) are not decoded
+    unless planned: see ``FAST_SKIP_NONREF``.
     Returns the frames, their pts in seconds and how many pictures were decoded.
     """
     import threading
@@ -166,8 +187,8 @@ def _decode_fast(
             else:
                 codec.thread_count = 1
             # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
-            # that decodes each packet as it is sent (one thread); H.264 only, see FAST_SKIP_NONREF.
-            skip = by_pts is not None and threads == 1 and codec.name in FAST_SKIP_NONREF
+            # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
+            skip = by_pts is not None and threads == 1 and _skippable(codec)
             mode = codec.skip_frame
             if index is not None and start > 0:
                 container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
