@@ -591,7 +591,7 @@ class Engine:
 
         Each window's digest names the window, so the prefix cache keeps one state per window.
         """
-        base = f"{self._digest(path)}|{self.params!r}|windows"
+        base = f"{self._digest(path)}|{self.params!r}|windows|{self.video_backend}"
         key = (base, tuple((wp.window.start, wp.window.end) for wp in plans))
         with self._video_lock:
             hit = self._window_sets.get(key)
@@ -603,7 +603,7 @@ class Engine:
             return
         got: list[PreparedVideo] = []
         t0 = time.perf_counter()
-        for wp, pv, _ in decode_windows(str(path), plans):
+        for wp, pv, _ in decode_windows(str(path), plans, backend=self.video_backend):
             pv.digest = f"{base}|{wp.window.start:g}-{wp.window.end:g}"
             pv.decode_s = time.perf_counter() - t0
             got.append(pv)

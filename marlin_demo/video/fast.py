@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,72 @@ def _segments(index: _PacketIndex, wanted: list[int], workers: int) -> list[tupl
     return runs
 
 
+def _decode_run(
+    path: str,
+    stream_index: int | None,
+    index: _PacketIndex | None,
+    start: int,
+    want: list[int],
+    threads: int,
+    on_frame: Callable[[int, Any], None],
+) -> int:
+    """Decode one run: seek to frame ``start`` (a keyframe), decode up to the last of ``want``.
+
+    ``on_frame(idx, frame)`` is called once per wanted frame index, in decode order. Without a
+    packet index (``index`` None) the run starts at frame 0 and numbers frames by counting.
+    Returns how many pictures the decoder returned (wanted or not).
+    """
+    import av
+
+    todo = set(want)
+    by_pts = None if index is None else {index.pts[i]: i for i in todo}
+    with av.open(path) as container:
+        stream = _video_stream(container, stream_index)
+        codec = stream.codec_context
+        if threads > 1:
+            stream.thread_type = "AUTO"
+        else:
+            codec.thread_count = 1
+        # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
+        # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
+        skip = by_pts is not None and threads == 1 and _skippable(codec)
+        mode = codec.skip_frame
+        if index is not None and start > 0:
+            container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
+        n = -1
+        try:
+            for packet in container.demux(stream):
+                if skip:
+                    want_mode = "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
+                    if want_mode != mode:
+                        codec.skip_frame = mode = want_mode
+                for frame in codec.decode(packet):
+                    n += 1
+                    if by_pts is None:
+                        idx = n
+                    else:
+                        found = by_pts.get(frame.pts) if frame.pts is not None else None
+                        if found is None:
+                            continue
+                        idx = found
+                    if idx in todo:
+                        on_frame(idx, frame)
+                        todo.discard(idx)
+                if not todo:
+                    break
+        except av.error.FFmpegError as exc:
+            raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+    return n + 1
+
+
+def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _PacketIndex | None:
+    """The packet index, or None when frames must be counted (no unique pts, or not torchcodec's count)."""
+    index = _packet_index(path, stream_index)
+    if index is not None and num_frames is not None and len(index.pts) != num_frames:
+        return None  # the packets do not match torchcodec's count: count decoded frames instead
+    return index
+
+
 def _decode_fast(
     path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
 ) -> tuple[torch.Tensor, list[float], int]:
@@ -156,69 +223,29 @@ def _decode_fast(
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    import av
     import torch
 
-    index = _packet_index(path, stream_index)
-    if index is not None and num_frames is not None and len(index.pts) != num_frames:
-        index = None  # the packets do not match torchcodec's count: count decoded frames instead
+    index = _index_for(path, stream_index, num_frames)
     positions = _positions(plan.indices)
     out: list[Any] = [None] * len(plan.indices)
     times: list[float] = [float("nan")] * len(plan.indices)
     decoded = [0]  # pictures the decoders returned (wanted or not), summed over the runs
     lock = threading.Lock()
 
-    def keep(idx: int, frame: Any, small: torch.Tensor) -> None:
-        t = float(frame.time) if frame.time is not None else float("nan")
-        with lock:
-            for pos in positions[idx]:
-                out[pos] = small
-                times[pos] = t
-
     def run(start: int, want: list[int], threads: int) -> None:
-        todo = set(want)
-        by_pts = None if index is None else {index.pts[i]: i for i in todo}
-        converter = _FastConverter(plan)
-        with av.open(path) as container:
-            stream = _video_stream(container, stream_index)
-            codec = stream.codec_context
-            if threads > 1:
-                stream.thread_type = "AUTO"
-            else:
-                codec.thread_count = 1
-            # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
-            # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
-            skip = by_pts is not None and threads == 1 and _skippable(codec)
-            mode = codec.skip_frame
-            if index is not None and start > 0:
-                container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
-            n = -1
-            try:
-                for packet in container.demux(stream):
-                    if skip:
-                        want_mode = (
-                            "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
-                        )
-                        if want_mode != mode:
-                            codec.skip_frame = mode = want_mode
-                    for frame in codec.decode(packet):
-                        n += 1
-                        if by_pts is None:
-                            idx = n
-                        else:
-                            found = by_pts.get(frame.pts) if frame.pts is not None else None
-                            if found is None:
-                                continue
-                            idx = found
-                        if idx in todo:
-                            keep(idx, frame, converter(frame, idx))
-                            todo.discard(idx)
-                    if not todo:
-                        break
-            except av.error.FFmpegError as exc:
-                raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+        converter = _FastConverter(plan)  # one per run: swscale contexts are per thread
+
+        def keep(idx: int, frame: Any) -> None:
+            small = converter(frame, idx)
+            t = float(frame.time) if frame.time is not None else float("nan")
             with lock:
-                decoded[0] += n + 1
+                for pos in positions[idx]:
+                    out[pos] = small
+                    times[pos] = t
+
+        count = _decode_run(path, stream_index, index, start, want, threads, keep)
+        with lock:
+            decoded[0] += count
 
     wanted = sorted(positions)
     workers = _fast_workers()
