@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 TINY_LABEL = "marlin-tiny (offline stand-in, random weights)"
 
 #: MARLIN_VIDEO_BACKEND values: the reference decode (qwen-vl-utils' pixels), the fast one, or the
-#: choice by clip (video.pick_backend: fast for 8-bit sources >= 2x the plan's pixels per frame)
+#: choice by clip (video.pick_backend: fast for 8-bit sources, where it was measured faster)
 VIDEO_BACKENDS = ("auto", "reference", "fast")
 
 

@@ -12,6 +12,7 @@ so the fast path splits the clip into runs decoded in parallel):
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,20 @@ def test_hevc_skip_needs_a_single_temporal_sub_layer(codec_clips: dict[str, Path
     assert skippable("hevc_b") and skippable("h264_high_b3")
     assert not skippable("hevc_temporal_layers")
     assert not skippable("vp9_altref") and not skippable("av1_svt")
+
+
+def test_auto_rule_per_kind_of_clip(codec_clips: dict[str, Path]) -> None:
+    """auto = fast on every 8-bit source, whatever the codec, size or rate; reference above 8 bits."""
+    for name, path in codec_clips.items():
+        info = V.probe(path)
+        want = "reference" if name == "hevc_10bit" else "fast"
+        assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == want, name
+    base = V.probe(codec_clips["h264_high_b3"])
+    for width, height, fps in [(480, 270, 10.0), (640, 360, 30.0), (1920, 1080, 30.0), (1920, 1080, 60.0),
+                               (1080, 1920, 60.0), (3840, 2160, 30.0)]:  # fmt: skip
+        info = dataclasses.replace(base, width=width, height=height, fps=fps)
+        assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == "fast", (width, height, fps)
+        assert (
+            V.pick_backend(dataclasses.replace(info, bit_depth=10), V.plan_sampling(info, PARAMS))
+            == "reference"
+        )

@@ -59,7 +59,7 @@ def test_window_plan_equals_cut_file_plan(clip: Path, tmp_path: Path) -> None:
 def test_one_pass_decode_matches_reference(clip: Path) -> None:
     info = probe(clip)
     plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
-    got = list(decode_windows(str(clip), plans))
+    got = list(decode_windows(str(clip), plans, backend="reference"))
     assert len(got) == len(plans)
     counts = [c for _, _, c in got]
     assert counts == sorted(counts) and counts[-1] == max(plans[-1].source_indices) + 1 <= info.num_frames
@@ -108,11 +108,12 @@ def test_fast_windows_one_scan_same_frames_as_the_fast_path(
         assert prepared.frame_pts == pytest.approx([all_pts[i] for i in wp.source_indices], abs=1e-9)
 
 
-def test_auto_windows_keep_the_reference_on_small_sources(clip: Path) -> None:
-    info = probe(clip)  # 160x120: planned at a larger size, where the fast path saves nothing
+def test_window_backend_follows_the_video_backend(clip: Path) -> None:
+    info = probe(clip)  # 8-bit: auto takes the fast path (docs/VIDEO_PREP.md); reference: the PyAV scan
     plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
-    assert window_backend(plans, "auto") == "pyav" and window_backend(plans, "reference") == "pyav"
-    assert {pv.backend for _, pv, _ in decode_windows(str(clip), plans[:1])} == {"pyav"}
+    assert window_backend(plans, "auto") == window_backend(plans, "fast") == "fast"
+    assert window_backend(plans, "reference") == "pyav"
+    assert {pv.backend for _, pv, _ in decode_windows(str(clip), plans[:1], backend="reference")} == {"pyav"}
 
 
 def test_second_question_on_a_long_video_decodes_nothing(

@@ -56,8 +56,8 @@ from marlin_demo.video.export import (
     ffmpeg_available,
 )
 from marlin_demo.video.fast import (
+    AUTO_REFERENCE_CODECS,
     FAST_MAX_BIT_DEPTH,
-    FAST_MIN_AREA_RATIO,
     FAST_PLANAR,
     FAST_SCALER,
     FAST_SKIP_NONREF,
@@ -107,9 +107,9 @@ from marlin_demo.video.plan import (
 
 __all__ = [
     "ALLOWED",
+    "AUTO_REFERENCE_CODECS",
     "BACKENDS",
     "FAST_MAX_BIT_DEPTH",
-    "FAST_MIN_AREA_RATIO",
     "FAST_PLANAR",
     "FAST_SCALER",
     "FAST_SKIP_NONREF",

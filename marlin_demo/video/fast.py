@@ -45,9 +45,11 @@ FAST_MAX_BIT_DEPTH = 8
 #: have none: measured, 0 of 180) and not AV1 (libdav1d reads the switch once, when the decoder
 #: opens, so it cannot be set per packet for the frames that are planned).
 FAST_SKIP_NONREF = frozenset({"h264", "hevc"})
-#: ``pick_backend`` uses the fast path when a source frame has at least this many times the
-#: plan's pixels: below it the reference resize is cheap and the fast path saves ~nothing
-FAST_MIN_AREA_RATIO = 2.0
+#: codecs ``auto`` leaves to the reference decoder although the fast path supports them: none,
+#: since on every 8-bit clip measured (H.264, HEVC, VP9, VP8, AV1; 270p to 1080p; 10 to 60 fps)
+#: the fast path was at least as fast as the reference (benchmarks/bench_video_auto.py,
+#: docs/VIDEO_PREP.md). Kept as the one place to send a codec back if a measurement says so.
+AUTO_REFERENCE_CODECS: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -318,13 +320,16 @@ def fast_supported(info: VideoInfo) -> bool:
 
 
 def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
-    """The engine's default choice: ``"fast"`` where it pays and is near-exact, else the reference.
+    """The engine's default choice (``auto``): the faster path whenever both give the same plan and frames.
 
-    Fast when the source is 8-bit and a source frame has at least ``FAST_MIN_AREA_RATIO``
-    times the plan's pixels (there the reference's full-size RGB conversion and bicubic
-    resize dominate); otherwise ``"reference"`` (the reference, bit-exact, and about as fast).
+    Both paths always give the same plan (indices, size, tokens, metadata) and the same source
+    frames; the fast one is measured faster on every 8-bit source (docs/VIDEO_PREP.md: 1.3-2.7x
+    on H.264, HEVC, VP9 and AV1 from 360p to 1080p, 30 and 60 fps), so ``"fast"`` for those;
+    ``"reference"`` above 8 bits (the fast path would decode them the reference's way anyway,
+    ``fast_supported``) and for codecs in ``AUTO_REFERENCE_CODECS``. ``plan`` is part of the
+    signature so a size-dependent rule can come back without changing callers.
     """
-    src = max(plan.source_height, 1) * max(plan.source_width, 1)
-    if fast_supported(info) and src >= FAST_MIN_AREA_RATIO * plan.height * plan.width:
+    del plan  # the measured rule does not depend on the plan's size
+    if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS:
         return "fast"
     return "reference"
