@@ -11,6 +11,7 @@ timestamps start at 0. ``offset_s = i0 / fps`` is the global time of the window'
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,8 +29,10 @@ from marlin_demo.video.fast import (
     fast_supported,
     pick_backend,
 )
-from marlin_demo.video.info import Backend
+from marlin_demo.video.info import Backend, _short
 from marlin_demo.windows import Window
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,12 +99,20 @@ def decode_windows(
     """
     if not plans:
         return
+    done = 0
     if window_backend(plans, backend) == "fast":
-        index = _index_for(path, plans[0].info.stream_index, _source_frames(plans))
-        if index is not None:
-            yield from _decode_windows_fast(path, plans, index)
-            return
-    yield from _decode_windows_scan(path, plans)
+        try:
+            index = _index_for(path, plans[0].info.stream_index, _source_frames(plans))
+            if index is not None:
+                for item in _decode_windows_fast(path, plans, index):
+                    yield item
+                    done += 1
+                return
+        except Exception as exc:  # e.g. a seek that misses on an odd file: the scan is the fallback
+            log.warning("fast window decode failed on %s (%s); scanning with PyAV", path, _short(exc))
+    for k, item in enumerate(_decode_windows_scan(path, plans)):
+        if k >= done:  # windows already handed out are not handed out again
+            yield item
 
 
 def _source_frames(plans: Sequence[WindowPlan]) -> int:

@@ -139,3 +139,16 @@ def test_second_question_on_a_long_video_decodes_nothing(
     second = list(eng._window_frames(bclip, eng.window_plans(bclip, "find") or []))
     assert all(hit for _, _, hit in second) and sum(decoded) == 0 and decoded == []
     assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
+
+
+def test_fast_windows_fall_back_to_the_scan(clip: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast-path failure (here: every run raises) is not a failed request: the PyAV scan runs."""
+
+    def broken(*_a: Any, **_kw: Any) -> int:
+        raise RuntimeError("seek missed")
+
+    monkeypatch.setattr(window_video, "_decode_run", broken)
+    info = probe(clip)
+    plans = [plan_window(info, w) for w in find_windows(info.duration_s)][:1]
+    got = list(decode_windows(str(clip), plans, backend="fast"))
+    assert [wp for wp, _, _ in got] == plans and {pv.backend for _, pv, _ in got} == {"pyav"}
