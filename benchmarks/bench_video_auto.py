@@ -30,7 +30,7 @@ CACHE = ".cache/marlin-demo/prep-bench"
 
 X264 = ["-c:v", "libx264", "-preset", "veryfast"]
 X265 = ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "log-level=error"]
-VP9 = ["-c:v", "libvpx-vp9", "-deadline", "good", "-cpu-used", "5", "-row-mt", "1"]
+VP9 = ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-row-mt", "1"]  # quick to make
 SVT = ["-c:v", "libsvtav1", "-preset", "10", "-crf", "35", "-svtav1-params", "verbosity=0"]
 P8, P10 = ["-pix_fmt", "yuv420p"], ["-pix_fmt", "yuv420p10le"]
 #: name -> (width, height, fps, encoder options)
