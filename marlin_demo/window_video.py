@@ -95,7 +95,8 @@ def decode_windows(
     planned, only planned frames converted, each window's frames scaled to its plan by swscale:
     the same pixels ``sample(..., backend="fast")`` gives for those frames); otherwise one
     sequential PyAV scan converted and resized as the reference PyAV path does. If the fast
-    path cannot index the file (packets without unique pts), the sequential scan runs.
+    path cannot index the file (packets without unique pts) or fails, the sequential scan runs
+    for the windows not yet handed out, and a warning is logged.
     """
     if not plans:
         return
