@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 TINY_LABEL = "marlin-tiny (offline stand-in, random weights)"
 
 #: MARLIN_VIDEO_BACKEND values: the reference decode (qwen-vl-utils' pixels), the fast one, or the
-#: choice by clip (video.pick_backend: fast for 8-bit sources >= 2x the plan's pixels per frame)
+#: choice by clip (video.pick_backend: fast for 8-bit sources, where it was measured faster)
 VIDEO_BACKENDS = ("auto", "reference", "fast")
 
 
@@ -591,7 +591,7 @@ class Engine:
 
         Each window's digest names the window, so the prefix cache keeps one state per window.
         """
-        base = f"{self._digest(path)}|{self.params!r}|windows"
+        base = f"{self._digest(path)}|{self.params!r}|windows|{self.video_backend}"
         key = (base, tuple((wp.window.start, wp.window.end) for wp in plans))
         with self._video_lock:
             hit = self._window_sets.get(key)
@@ -603,7 +603,7 @@ class Engine:
             return
         got: list[PreparedVideo] = []
         t0 = time.perf_counter()
-        for wp, pv, _ in decode_windows(str(path), plans):
+        for wp, pv, _ in decode_windows(str(path), plans, backend=self.video_backend):
             pv.digest = f"{base}|{wp.window.start:g}-{wp.window.end:g}"
             pv.decode_s = time.perf_counter() - t0
             got.append(pv)

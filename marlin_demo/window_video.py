@@ -11,6 +11,7 @@ timestamps start at 0. ``offset_s = i0 / fps`` is the global time of the window'
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -18,8 +19,20 @@ from typing import Any
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, plan_sampling
-from marlin_demo.video.decode import _resize, _rotation_k, _upright_chw, _video_stream
+from marlin_demo.video.decode import _check_complete, _resize, _rotation_k, _upright_chw, _video_stream
+from marlin_demo.video.fast import (
+    _decode_run,
+    _fast_workers,
+    _FastConverter,
+    _index_for,
+    _segments,
+    fast_supported,
+    pick_backend,
+)
+from marlin_demo.video.info import Backend, _short
 from marlin_demo.windows import Window
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,19 +72,144 @@ def plan_window(info: VideoInfo, window: Window, params: VideoParams | None = No
     )
 
 
-def decode_windows(path: str, plans: Sequence[WindowPlan]) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
-    """One sequential PyAV scan of the source; yields (plan, frames, pictures decoded so far) per window.
+def window_backend(plans: Sequence[WindowPlan], backend: Backend = "auto") -> str:
+    """The windows' decoder: ``"fast"`` or ``"pyav"`` (the reference scan), as ``video.sample`` picks."""
+    if not plans:
+        return "pyav"
+    info = plans[0].info
+    if backend == "auto":
+        backend = pick_backend(info, plans[0].plan)
+    return "fast" if backend == "fast" and fast_supported(info) else "pyav"
 
-    Each window is yielded as soon as the scan passes its last planned frame. Frames are converted
-    to RGB and resized as the reference PyAV path does (rotation applied, bicubic + antialias).
+
+def decode_windows(
+    path: str, plans: Sequence[WindowPlan], backend: Backend = "auto"
+) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
+    """One scan of the source for every window; yields (plan, frames, pictures decoded so far) per window.
+
+    Every picture of the file is decoded at most once, whatever the windows (find windows
+    overlap). Windows are yielded in order, each as soon as the scan has passed its last
+    planned frame, so the model can start on the first window while the rest decode.
+    ``backend``: as ``video.sample`` (``"auto"`` picks per clip with ``pick_backend``): the fast
+    path decodes keyframe runs in parallel threads (non-reference pictures skipped unless
+    planned, only planned frames converted, each window's frames scaled to its plan by swscale:
+    the same pixels ``sample(..., backend="fast")`` gives for those frames); otherwise one
+    sequential PyAV scan converted and resized as the reference PyAV path does. If the fast
+    path cannot index the file (packets without unique pts) or fails, the sequential scan runs
+    for the windows not yet handed out, and a warning is logged.
     """
-    import av
-    import torch
+    if not plans:
+        return
+    done = 0
+    if window_backend(plans, backend) == "fast":
+        try:
+            index = _index_for(path, plans[0].info.stream_index, _source_frames(plans))
+            if index is not None:
+                for item in _decode_windows_fast(path, plans, index):
+                    yield item
+                    done += 1
+                return
+        except Exception as exc:  # e.g. a seek that misses on an odd file: the scan is the fallback
+            log.warning("fast window decode failed on %s (%s); scanning with PyAV", path, _short(exc))
+    for k, item in enumerate(_decode_windows_scan(path, plans)):
+        if k >= done:  # windows already handed out are not handed out again
+            yield item
 
+
+def _source_frames(plans: Sequence[WindowPlan]) -> int:
+    """The source's frame count as probed, when the windows reach the end (they do: ``plan_window``).
+
+    If they did not, this is smaller than the packet count, so the fast path is not used (safe).
+    """
+    return max(wp.first_frame + wp.num_frames for wp in plans)
+
+
+def _needs(plans: Sequence[WindowPlan]) -> dict[int, list[tuple[int, int]]]:
+    """Source frame index -> the (window, position) pairs that hold it."""
     need: dict[int, list[tuple[int, int]]] = {}
     for w, wp in enumerate(plans):
         for pos, idx in enumerate(wp.source_indices):
             need.setdefault(idx, []).append((w, pos))
+    return need
+
+
+def _window_result(
+    wp: WindowPlan, frames: list[Any], backend: str, decoded: int, pts: list[float] | None
+) -> PreparedVideo:
+    import torch
+
+    meta = {
+        "fps": wp.plan.source_fps,
+        "frames_indices": list(wp.plan.indices),
+        "total_num_frames": wp.plan.total_frames,
+        "video_backend": backend,
+    }
+    return PreparedVideo(torch.stack(frames), meta, wp.plan, wp.info, frames_decoded=decoded, frame_pts=pts)
+
+
+def _decode_windows_fast(
+    path: str, plans: Sequence[WindowPlan], index: Any
+) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
+    """Fast path for windows: the union of planned frames split into keyframe runs, decoded in parallel."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    need = _needs(plans)
+    outs: list[list[Any]] = [[None] * len(wp.plan.indices) for wp in plans]
+    times: list[list[float]] = [[float("nan")] * len(wp.plan.indices) for wp in plans]
+    lock = threading.Lock()
+    stream_index = plans[0].info.stream_index
+    workers = _fast_workers()
+    # smaller runs than one per worker, in time order, so the first windows are ready early
+    runs = _segments(index, sorted(need), workers * len(plans))
+
+    def run(start: int, want: list[int]) -> int:
+        converters: dict[tuple[int, int], _FastConverter] = {}  # per run: swscale contexts are per thread
+
+        def keep(idx: int, frame: Any) -> None:
+            t = float(frame.time) if frame.time is not None else float("nan")
+            small: dict[tuple[int, int], Any] = {}
+            for w, pos in need[idx]:
+                p = plans[w].plan
+                size = (p.height, p.width)
+                if size not in small:
+                    conv = converters.get(size)
+                    if conv is None:
+                        conv = converters[size] = _FastConverter(p)
+                    small[size] = conv(frame, idx)
+                with lock:
+                    outs[w][pos] = small[size]
+                    times[w][pos] = t
+
+        return _decode_run(path, stream_index, index, start, want, 1, keep)
+
+    last = [max(wp.source_indices) for wp in plans]
+    nxt = 0
+    decoded = 0
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs))), thread_name_prefix="decode-win")
+    try:
+        futures = [(max(want), pool.submit(run, start, want)) for start, want in runs]
+        for done_upto, fut in futures:  # in time order: every frame <= done_upto is in
+            decoded += fut.result()
+            while nxt < len(plans) and last[nxt] <= done_upto:
+                _check_complete(plans[nxt].plan.indices, outs[nxt])
+                pv = _window_result(plans[nxt], outs[nxt], "fast", decoded, times[nxt])
+                outs[nxt] = []
+                yield plans[nxt], pv, decoded
+                nxt += 1
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if nxt < len(plans):  # pragma: no cover - every planned frame lies in some run
+        raise ValueError(f"window {nxt + 1}'s frames were not decoded.")
+
+
+def _decode_windows_scan(
+    path: str, plans: Sequence[WindowPlan]
+) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
+    """One sequential PyAV scan (frame-threaded), frames converted and resized as the reference PyAV path."""
+    import av
+
+    need = _needs(plans)
     outs: list[list[Any]] = [[None] * len(wp.plan.indices) for wp in plans]
     last = [max(wp.source_indices) for wp in plans]
     nxt = 0
@@ -83,22 +221,15 @@ def decode_windows(path: str, plans: Sequence[WindowPlan]) -> Iterator[tuple[Win
             n += 1
             if n in need:
                 chw = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame))
+                resized: dict[tuple[int, int], Any] = {}
                 for w, pos in need[n]:
                     p = plans[w].plan
-                    outs[w][pos] = _resize(chw, p.height, p.width)
+                    size = (p.height, p.width)
+                    if size not in resized:
+                        resized[size] = _resize(chw, p.height, p.width)
+                    outs[w][pos] = resized[size]
             while nxt < len(plans) and n >= last[nxt]:
-                wp = plans[nxt]
-                meta = {
-                    "fps": wp.plan.source_fps,
-                    "frames_indices": list(wp.plan.indices),
-                    "total_num_frames": wp.plan.total_frames,
-                    "video_backend": "pyav",
-                }
-                yield (
-                    wp,
-                    PreparedVideo(torch.stack(outs[nxt]), meta, wp.plan, wp.info, frames_decoded=n + 1),
-                    n + 1,
-                )
+                yield plans[nxt], _window_result(plans[nxt], outs[nxt], "pyav", n + 1, None), n + 1
                 outs[nxt] = []
                 nxt += 1
             if nxt == len(plans):

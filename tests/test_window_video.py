@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from media_factory import ffmpeg
 
-from marlin_demo.video import plan_sampling, probe, sample
-from marlin_demo.window_video import decode_windows, plan_window
+from marlin_demo import window_video
+from marlin_demo.engine import Engine
+from marlin_demo.settings import Settings
+from marlin_demo.video import frame_pts, plan_sampling, probe, sample
+from marlin_demo.video.decode import _decode_torchcodec, _resize
+from marlin_demo.window_video import decode_windows, plan_window, window_backend
 from marlin_demo.windows import find_windows
 
 FIELDS = ("indices", "timestamps", "nframes", "height", "width", "video_tokens", "total_frames", "source_fps")
@@ -52,15 +59,95 @@ def test_window_plan_equals_cut_file_plan(clip: Path, tmp_path: Path) -> None:
 def test_one_pass_decode_matches_reference(clip: Path) -> None:
     info = probe(clip)
     plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
-    got = list(decode_windows(str(clip), plans))
-    assert len(got) == len(plans)
+    got = list(decode_windows(str(clip), plans, backend="reference"))
+    assert len(got) == len(plans) and {pv.backend for _, pv, _ in got} == {"pyav"}
     counts = [c for _, _, c in got]
     assert counts == sorted(counts) and counts[-1] == max(plans[-1].source_indices) + 1 <= info.num_frames
+    union = sorted({i for wp in plans for i in wp.source_indices})
+    full = _decode_torchcodec(str(clip), union)  # the reference decoder, once for every window
+    row = {idx: k for k, idx in enumerate(union)}
     for wp, prepared, _ in got:
-        src_plan = plan_sampling(info)
-        src_plan.indices = wp.source_indices
-        src_plan.height, src_plan.width = wp.plan.height, wp.plan.width
-        ref = sample(clip, src_plan, backend="torchcodec", info=info)
-        assert prepared.frames.shape == ref.frames.shape
-        assert (prepared.frames.int() - ref.frames.int()).abs().float().mean().item() < 0.5
+        ref = _resize(full[[row[i] for i in wp.source_indices]], wp.plan.height, wp.plan.width)
+        assert prepared.frames.shape == ref.shape
+        assert (prepared.frames.int() - ref.int()).abs().float().mean().item() < 0.5
         assert prepared.metadata["frames_indices"][0] == 0
+
+
+@pytest.fixture(scope="module")
+def bclip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """62 s, B-frames, a keyframe every 2 s: windows split into runs, non-reference pictures to skip."""
+    p = tmp_path_factory.mktemp("winb") / "bframes.mp4"
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x180:rate=30", "-t", "62", "-c:v", "libx264",
+           "-preset", "veryfast", "-bf", "3", "-g", "60", "-pix_fmt", "yuv420p", str(p))  # fmt: skip
+    return p
+
+
+def test_fast_windows_one_scan_same_frames_as_the_fast_path(
+    bclip: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Overlapping find windows in one parallel scan: each picture decoded at most once, and each
+    window's frames are bit for bit what ``sample(..., backend="fast")`` gives for those frames."""
+    monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
+    info = probe(bclip)
+    plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
+    assert window_backend(plans, "fast") == "fast"
+    got = list(decode_windows(str(bclip), plans, backend="fast"))
+    assert [wp for wp, _, _ in got] == plans
+    counts = [c for _, _, c in got]
+    assert counts == sorted(counts)
+    # B-frames nothing references are skipped unless planned; overlapping windows decode nothing twice
+    assert counts[-1] < 0.8 * info.num_frames, counts
+    all_pts = frame_pts(bclip, info.stream_index)
+    for wp, prepared, _ in got:
+        assert prepared.backend == "fast" and prepared.metadata["frames_indices"] == wp.plan.indices
+        src_plan = dataclasses.replace(
+            plan_sampling(info), indices=wp.source_indices, height=wp.plan.height, width=wp.plan.width
+        )
+        whole = sample(bclip, src_plan, backend="fast", info=info)
+        assert torch.equal(prepared.frames, whole.frames)
+        assert prepared.frame_pts == pytest.approx([all_pts[i] for i in wp.source_indices], abs=1e-9)
+
+
+def test_window_backend_follows_the_video_backend(clip: Path) -> None:
+    info = probe(clip)  # 8-bit: auto takes the fast path (docs/VIDEO_PREP.md); reference: the PyAV scan
+    plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
+    assert window_backend(plans, "auto") == window_backend(plans, "fast") == "fast"
+    assert window_backend(plans, "reference") == "pyav"
+
+
+def test_second_question_on_a_long_video_decodes_nothing(
+    bclip: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine decodes a long video's windows in one scan, once: the second find decodes 0 pictures."""
+    decoded: list[int] = []
+    real_run = window_video._decode_run
+
+    def counting_run(*args: Any, **kwargs: Any) -> int:
+        n = real_run(*args, **kwargs)
+        decoded.append(n)
+        return n
+
+    monkeypatch.setattr(window_video, "_decode_run", counting_run)
+    eng = Engine(Settings(model="tiny", video_backend="fast"))
+    plans = eng.window_plans(bclip, "find")
+    assert plans is not None and len(plans) == 3
+    first = list(eng._window_frames(bclip, plans))
+    assert not any(hit for _, _, hit in first)
+    assert 0 < sum(decoded) < probe(bclip).num_frames  # one scan: no picture twice
+    decoded.clear()
+    second = list(eng._window_frames(bclip, eng.window_plans(bclip, "find") or []))
+    assert all(hit for _, _, hit in second) and sum(decoded) == 0 and decoded == []
+    assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
+
+
+def test_fast_windows_fall_back_to_the_scan(clip: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast-path failure (here: every run raises) is not a failed request: the PyAV scan runs."""
+
+    def broken(*_a: Any, **_kw: Any) -> int:
+        raise RuntimeError("seek missed")
+
+    monkeypatch.setattr(window_video, "_decode_run", broken)
+    info = probe(clip)
+    plans = [plan_window(info, w) for w in find_windows(info.duration_s)][:1]
+    got = list(decode_windows(str(clip), plans, backend="fast"))
+    assert [wp for wp, _, _ in got] == plans and {pv.backend for _, pv, _ in got} == {"pyav"}

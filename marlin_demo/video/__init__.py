@@ -28,7 +28,7 @@ per core), only the planned frames are converted (to planar RGB at full size, by
 same converter the reference uses) and shrunk by swscale's bicubic scaler instead of
 torchvision's bicubic-antialias resize, the reference's most expensive step on large
 sources. Every reference picture up to the last planned one in its GOP is still decoded;
-H.264 pictures nothing references are skipped unless planned (``FAST_SKIP_NONREF``). That
+H.264 and HEVC pictures nothing references are skipped unless planned (``FAST_SKIP_NONREF``). That
 decode is now most of the cost. Pixels differ from the
 reference by 0.01-0.2 levels on average (tests/test_speed.py,
 benchmarks/bench_video_prep.py); sources above 8 bits keep the reference path.
@@ -56,8 +56,8 @@ from marlin_demo.video.export import (
     ffmpeg_available,
 )
 from marlin_demo.video.fast import (
+    AUTO_REFERENCE_CODECS,
     FAST_MAX_BIT_DEPTH,
-    FAST_MIN_AREA_RATIO,
     FAST_PLANAR,
     FAST_SCALER,
     FAST_SKIP_NONREF,
@@ -107,9 +107,9 @@ from marlin_demo.video.plan import (
 
 __all__ = [
     "ALLOWED",
+    "AUTO_REFERENCE_CODECS",
     "BACKENDS",
     "FAST_MAX_BIT_DEPTH",
-    "FAST_MIN_AREA_RATIO",
     "FAST_PLANAR",
     "FAST_SCALER",
     "FAST_SKIP_NONREF",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,17 +28,28 @@ FAST_SCALER = "BICUBIC"
 #: the fast path is used for sources of at most this many bits per component; above it PyAV's
 #: bundled FFmpeg converts to RGB differently from torchcodec's (~2.7 levels on a 10-bit clip)
 FAST_MAX_BIT_DEPTH = 8
-#: codecs whose unplanned non-reference pictures the fast path does not decode. In H.264 a
-#: picture with ``nal_ref_idc == 0`` is never used to predict another (the standard's
-#: definition), so dropping it cannot change any other picture: FFmpeg's
-#: ``skip_frame=NONREF`` is set for exactly the packets that hold no planned frame. On a
-#: default x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
-#: Not HEVC: its "sub-layer non-reference" pictures may still be referenced from higher
-#: temporal layers.
-FAST_SKIP_NONREF = frozenset({"h264"})
-#: ``pick_backend`` uses the fast path when a source frame has at least this many times the
-#: plan's pixels: below it the reference resize is cheap and the fast path saves ~nothing
-FAST_MIN_AREA_RATIO = 2.0
+#: codecs whose unplanned non-reference pictures the fast path does not decode (FFmpeg's
+#: ``skip_frame=NONREF`` set for exactly the packets that hold no planned frame; decoders with
+#: one thread decode a packet as it is sent, so the switch applies per packet):
+#:
+#: - H.264: a picture with ``nal_ref_idc == 0`` is never used to predict another (the
+#:   standard's definition), so dropping it cannot change any other picture. On a default
+#:   x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
+#: - HEVC: a "sub-layer non-reference" picture (TRAIL_N, TSA_N, STSA_N, RADL_N, RASL_N) is
+#:   never referenced by pictures of its own temporal sub-layer, but may be by higher ones; so
+#:   the skip is used only when the stream declares one temporal sub-layer
+#:   (``numTemporalLayers == 1`` in its hvcC record: x265's and phones' usual encodes), where
+#:   nothing is higher. See ``_skippable``.
+#:
+#: Not VP9 (FFmpeg's decoder skips only frames that refresh no reference slot; libvpx's encodes
+#: have none: measured, 0 of 180) and not AV1 (libdav1d reads the switch once, when the decoder
+#: opens, so it cannot be set per packet for the frames that are planned).
+FAST_SKIP_NONREF = frozenset({"h264", "hevc"})
+#: codecs ``auto`` leaves to the reference decoder although the fast path supports them: none,
+#: since on every 8-bit clip measured (H.264, HEVC, VP9, VP8, AV1; 270p to 1080p; 10 to 60 fps)
+#: the fast path was at least as fast as the reference (benchmarks/bench_video_auto.py,
+#: docs/VIDEO_PREP.md). Kept as the one place to send a codec back if a measurement says so.
+AUTO_REFERENCE_CODECS: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -71,6 +83,18 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
         return None
     where = {p: i for i, p in enumerate(pts)}
     return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts), time_base=tb)
+
+
+def _skippable(codec: Any) -> bool:
+    """Whether this stream's non-reference pictures are referenced by nothing (FAST_SKIP_NONREF)."""
+    if codec.name not in FAST_SKIP_NONREF:
+        return False
+    if codec.name == "hevc":
+        # hvcC (ISO/IEC 14496-15): byte 21 = constantFrameRate(2) numTemporalLayers(3)
+        # temporalIdNested(1) lengthSizeMinusOne(2). Annex B extradata (no hvcC) or 0 (unknown): no.
+        ed = codec.extradata or b""
+        return len(ed) >= 23 and ed[0] == 1 and (ed[21] >> 3) & 7 == 1
+    return True
 
 
 def _fast_workers() -> int:
@@ -116,6 +140,72 @@ def _segments(index: _PacketIndex, wanted: list[int], workers: int) -> list[tupl
     return runs
 
 
+def _decode_run(
+    path: str,
+    stream_index: int | None,
+    index: _PacketIndex | None,
+    start: int,
+    want: list[int],
+    threads: int,
+    on_frame: Callable[[int, Any], None],
+) -> int:
+    """Decode one run: seek to frame ``start`` (a keyframe), decode up to the last of ``want``.
+
+    ``on_frame(idx, frame)`` is called once per wanted frame index, in decode order. Without a
+    packet index (``index`` None) the run starts at frame 0 and numbers frames by counting.
+    Returns how many pictures the decoder returned (wanted or not).
+    """
+    import av
+
+    todo = set(want)
+    by_pts = None if index is None else {index.pts[i]: i for i in todo}
+    with av.open(path) as container:
+        stream = _video_stream(container, stream_index)
+        codec = stream.codec_context
+        if threads > 1:
+            stream.thread_type = "AUTO"
+        else:
+            codec.thread_count = 1
+        # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
+        # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
+        skip = by_pts is not None and threads == 1 and _skippable(codec)
+        mode = codec.skip_frame
+        if index is not None and start > 0:
+            container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
+        n = -1
+        try:
+            for packet in container.demux(stream):
+                if skip:
+                    want_mode = "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
+                    if want_mode != mode:
+                        codec.skip_frame = mode = want_mode
+                for frame in codec.decode(packet):
+                    n += 1
+                    if by_pts is None:
+                        idx = n
+                    else:
+                        found = by_pts.get(frame.pts) if frame.pts is not None else None
+                        if found is None:
+                            continue
+                        idx = found
+                    if idx in todo:
+                        on_frame(idx, frame)
+                        todo.discard(idx)
+                if not todo:
+                    break
+        except av.error.FFmpegError as exc:
+            raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+    return n + 1
+
+
+def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _PacketIndex | None:
+    """The packet index, or None when frames must be counted (no unique pts, or not torchcodec's count)."""
+    index = _packet_index(path, stream_index)
+    if index is not None and num_frames is not None and len(index.pts) != num_frames:
+        return None  # the packets do not match torchcodec's count: count decoded frames instead
+    return index
+
+
 def _decode_fast(
     path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
 ) -> tuple[torch.Tensor, list[float], int]:
@@ -128,76 +218,36 @@ def _decode_fast(
     files whose packets lack unique pts fall back to one sequential decode that counts frames
     like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
     scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
-    H.264 pictures that nothing references (``nal_ref_idc`` 0, e.g. most B-frames) are not
-    decoded unless planned: see ``FAST_SKIP_NONREF``.
+    H.264 and HEVC pictures that nothing references (e.g. most B-frames) are not decoded
+    unless planned: see ``FAST_SKIP_NONREF``.
     Returns the frames, their pts in seconds and how many pictures were decoded.
     """
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    import av
     import torch
 
-    index = _packet_index(path, stream_index)
-    if index is not None and num_frames is not None and len(index.pts) != num_frames:
-        index = None  # the packets do not match torchcodec's count: count decoded frames instead
+    index = _index_for(path, stream_index, num_frames)
     positions = _positions(plan.indices)
     out: list[Any] = [None] * len(plan.indices)
     times: list[float] = [float("nan")] * len(plan.indices)
     decoded = [0]  # pictures the decoders returned (wanted or not), summed over the runs
     lock = threading.Lock()
 
-    def keep(idx: int, frame: Any, small: torch.Tensor) -> None:
-        t = float(frame.time) if frame.time is not None else float("nan")
-        with lock:
-            for pos in positions[idx]:
-                out[pos] = small
-                times[pos] = t
-
     def run(start: int, want: list[int], threads: int) -> None:
-        todo = set(want)
-        by_pts = None if index is None else {index.pts[i]: i for i in todo}
-        converter = _FastConverter(plan)
-        with av.open(path) as container:
-            stream = _video_stream(container, stream_index)
-            codec = stream.codec_context
-            if threads > 1:
-                stream.thread_type = "AUTO"
-            else:
-                codec.thread_count = 1
-            # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
-            # that decodes each packet as it is sent (one thread); H.264 only, see FAST_SKIP_NONREF.
-            skip = by_pts is not None and threads == 1 and codec.name in FAST_SKIP_NONREF
-            mode = codec.skip_frame
-            if index is not None and start > 0:
-                container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
-            n = -1
-            try:
-                for packet in container.demux(stream):
-                    if skip:
-                        want_mode = (
-                            "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
-                        )
-                        if want_mode != mode:
-                            codec.skip_frame = mode = want_mode
-                    for frame in codec.decode(packet):
-                        n += 1
-                        if by_pts is None:
-                            idx = n
-                        else:
-                            found = by_pts.get(frame.pts) if frame.pts is not None else None
-                            if found is None:
-                                continue
-                            idx = found
-                        if idx in todo:
-                            keep(idx, frame, converter(frame, idx))
-                            todo.discard(idx)
-                    if not todo:
-                        break
-            except av.error.FFmpegError as exc:
-                raise _undecodable(f"the fast decoder failed after frame {n}: {_short(exc)}") from exc
+        converter = _FastConverter(plan)  # one per run: swscale contexts are per thread
+
+        def keep(idx: int, frame: Any) -> None:
+            small = converter(frame, idx)
+            t = float(frame.time) if frame.time is not None else float("nan")
             with lock:
-                decoded[0] += n + 1
+                for pos in positions[idx]:
+                    out[pos] = small
+                    times[pos] = t
+
+        count = _decode_run(path, stream_index, index, start, want, threads, keep)
+        with lock:
+            decoded[0] += count
 
     wanted = sorted(positions)
     workers = _fast_workers()
@@ -270,13 +320,16 @@ def fast_supported(info: VideoInfo) -> bool:
 
 
 def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
-    """The engine's default choice: ``"fast"`` where it pays and is near-exact, else the reference.
+    """The engine's default choice (``auto``): the faster path whenever both give the same plan and frames.
 
-    Fast when the source is 8-bit and a source frame has at least ``FAST_MIN_AREA_RATIO``
-    times the plan's pixels (there the reference's full-size RGB conversion and bicubic
-    resize dominate); otherwise ``"reference"`` (the reference, bit-exact, and about as fast).
+    Both paths always give the same plan (indices, size, tokens, metadata) and the same source
+    frames; the fast one is measured faster on every 8-bit source (docs/VIDEO_PREP.md: 1.3-2.7x
+    on H.264, HEVC, VP9 and AV1 from 360p to 1080p, 30 and 60 fps), so ``"fast"`` for those;
+    ``"reference"`` above 8 bits (the fast path would decode them the reference's way anyway,
+    ``fast_supported``) and for codecs in ``AUTO_REFERENCE_CODECS``. ``plan`` is part of the
+    signature so a size-dependent rule can come back without changing callers.
     """
-    src = max(plan.source_height, 1) * max(plan.source_width, 1)
-    if fast_supported(info) and src >= FAST_MIN_AREA_RATIO * plan.height * plan.width:
+    del plan  # the measured rule does not depend on the plan's size
+    if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS:
         return "fast"
     return "reference"

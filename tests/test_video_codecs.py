@@ -1,0 +1,129 @@
+"""The fast video path on every common encoding, against the reference decoder, and the `auto` rule.
+
+No timing is asserted (benchmarks/bench_video_prep.py and bench_video_auto.py measure speed).
+For each codec, on a few-second clip made once per session with ffmpeg (keyframes every second,
+so the fast path splits the clip into runs decoded in parallel):
+- the plan is the reference's (indices, size, tokens, metadata) and each returned frame is the
+  frame torchcodec's index points at (pts error 0); pixels within docs/SPEED.md's tolerance;
+- skipping non-reference pictures (H.264; HEVC with one temporal sub-layer) changes no pixel,
+  and decodes fewer pictures exactly where the codec allows it;
+- ``pick_backend`` (``auto``) follows the documented rule for each kind of clip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from media_factory import ffmpeg
+
+from marlin_demo import video as V
+from marlin_demo.contract import VideoParams
+
+PARAMS = VideoParams()
+SRC = "testsrc2=size=320x180:rate=30:duration=4"
+X265 = ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params"]
+#: name -> ffmpeg encoder options (after the lavfi input)
+ENCODES: dict[str, list[str]] = {
+    "h264_high_b3": ["-c:v", "libx264", "-preset", "veryfast", "-profile:v", "high", "-bf", "3", "-g", "30"],
+    "hevc_b": [*X265, "keyint=30:bframes=3:log-level=error"],
+    "hevc_temporal_layers": [
+        *X265, "keyint=30:bframes=3:b-pyramid=1:temporal-layers=1:log-level=error",
+    ],
+    "vp9_altref": ["-c:v", "libvpx-vp9", "-deadline", "good", "-cpu-used", "8", "-g", "30", "-b:v", "300k",
+                   "-auto-alt-ref", "1", "-lag-in-frames", "16"],
+    "av1_svt": ["-c:v", "libsvtav1", "-preset", "12", "-g", "30", "-svtav1-params", "verbosity=0"],
+    "hevc_10bit": ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "keyint=30:log-level=error",
+                   "-pix_fmt", "yuv420p10le"],
+    "h264_vfr": ["-vf", "setpts='PTS+0.02*sin(N)/TB'", "-fps_mode", "vfr", "-c:v", "libx264", "-preset",
+                 "veryfast", "-g", "30"],
+}  # fmt: skip
+SUFFIX = {"vp9_altref": ".webm", "av1_svt": ".mkv"}
+#: codecs whose unplanned non-reference pictures are skipped on these clips
+SKIPS = {"h264_high_b3", "hevc_b", "h264_vfr"}
+
+
+@pytest.fixture(scope="session")
+def codec_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    if not V.ffmpeg_available():
+        pytest.skip("the ffmpeg binary is not on PATH")
+    root = tmp_path_factory.mktemp("codecs")
+    out = {}
+    for name, opts in ENCODES.items():
+        path = root / (name + SUFFIX.get(name, ".mp4"))
+        pix = [] if "-pix_fmt" in opts else ["-pix_fmt", "yuv420p"]
+        ffmpeg("-f", "lavfi", "-i", SRC, *opts, *pix, str(path))
+        out[name] = path
+    return out
+
+
+def _exact_plan_and_frames(path: Path, fast: V.PreparedVideo, ref: V.PreparedVideo) -> None:
+    plan = fast.plan
+    assert fast.frames.shape == ref.frames.shape == (plan.nframes, 3, plan.height, plan.width)
+    strip = {k: v for k, v in fast.metadata.items() if k != "video_backend"}
+    assert strip == {k: v for k, v in ref.metadata.items() if k != "video_backend"}
+    all_pts = V.frame_pts(path, fast.info.stream_index)
+    assert fast.frame_pts == pytest.approx([all_pts[i] for i in plan.indices], abs=1e-9)  # pts error 0
+    diff = (fast.frames.int() - ref.frames.int()).abs().float()
+    assert diff.mean() <= 0.35, f"{path.name}: mean |diff| {diff.mean():.3f}"
+    assert diff.mean(dim=(1, 2, 3)).max() <= 0.5
+    assert torch.quantile(diff.flatten()[::7], 0.99) <= 6
+
+
+@pytest.mark.parametrize("name", list(ENCODES))
+def test_fast_path_per_codec(
+    codec_clips: dict[str, Path], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
+    path = codec_clips[name]
+    info = V.probe(path)
+    plan = V.plan_sampling(info, PARAMS)
+    ref = V.sample(path, plan, backend="reference", info=info)
+    fast = V.sample(path, plan, backend="fast", info=info)
+    if name == "hevc_10bit":  # above 8 bits the fast path is the reference decode, exactly
+        assert not V.fast_supported(info) and fast.backend == ref.backend == "torchcodec"
+        assert torch.equal(fast.frames, ref.frames)
+        return
+    assert fast.backend == "fast"
+    _exact_plan_and_frames(path, fast, ref)
+    with monkeypatch.context() as m:  # the same decode with every picture decoded
+        m.setattr(V.fast, "FAST_SKIP_NONREF", frozenset())
+        full = V.sample(path, plan, backend="fast", info=info)
+    assert torch.equal(fast.frames, full.frames) and fast.frame_pts == full.frame_pts
+    assert fast.frames_decoded is not None and full.frames_decoded is not None
+    if name in SKIPS:
+        assert fast.frames_decoded < 0.8 * full.frames_decoded, (fast.frames_decoded, full.frames_decoded)
+    else:
+        assert fast.frames_decoded == full.frames_decoded
+
+
+def test_hevc_skip_needs_a_single_temporal_sub_layer(codec_clips: dict[str, Path]) -> None:
+    """Sub-layer non-reference HEVC pictures may be referenced from higher layers: no skip there."""
+    import av
+
+    def skippable(name: str) -> bool:
+        with av.open(str(codec_clips[name])) as c:
+            return V.fast._skippable(c.streams.video[0].codec_context)
+
+    assert skippable("hevc_b") and skippable("h264_high_b3")
+    assert not skippable("hevc_temporal_layers")
+    assert not skippable("vp9_altref") and not skippable("av1_svt")
+
+
+def test_auto_rule_per_kind_of_clip(codec_clips: dict[str, Path]) -> None:
+    """auto = fast on every 8-bit source, whatever the codec, size or rate; reference above 8 bits."""
+    for name, path in codec_clips.items():
+        info = V.probe(path)
+        want = "reference" if name == "hevc_10bit" else "fast"
+        assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == want, name
+    base = V.probe(codec_clips["h264_high_b3"])
+    for width, height, fps in [(480, 270, 10.0), (640, 360, 30.0), (1920, 1080, 30.0), (1920, 1080, 60.0),
+                               (1080, 1920, 60.0), (3840, 2160, 30.0)]:  # fmt: skip
+        info = dataclasses.replace(base, width=width, height=height, fps=fps)
+        assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == "fast", (width, height, fps)
+        assert (
+            V.pick_backend(dataclasses.replace(info, bit_depth=10), V.plan_sampling(info, PARAMS))
+            == "reference"
+        )
