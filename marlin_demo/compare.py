@@ -19,7 +19,6 @@ Conventions (each is tested in ``tests/test_compare.py``):
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import metrics
+from marlin_demo.digest import cached_file_digest
 
 __all__ = [
     "DEFAULT_EXAMPLES_JSON",
@@ -137,20 +137,9 @@ def load_examples(examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON)
     return copy.deepcopy(list(_cached_examples(examples_json)))
 
 
-@lru_cache(maxsize=256)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    del size, mtime_ns  # part of the cache key only: a changed file is hashed again
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _file_digest(path: Path) -> str | None:
     try:
-        st = path.stat()
-        return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+        return cached_file_digest(path)
     except OSError:
         return None
 
