@@ -107,31 +107,7 @@ def format_find(result: Any) -> str:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    settings_mod.add_arguments(
-        p,
-        only=(
-            "model",
-            "variants",
-            "device",
-            "gptq_backend",
-            "gptq_build_dir",
-            "compile",
-            "video_backend",
-            "cache_dir",
-            "caption_max_new_tokens",
-            "find_max_new_tokens",
-            "caption_window_s",
-            "find_window_s",
-            "find_overlap_s",
-            "max_windows",
-            "top_k",
-            "max_upload_mb",
-            "max_duration_s",
-            "max_query_chars",
-            "request_timeout_s",
-            "extra_variants",
-        ),
-    )
+    settings_mod.add_arguments(p, command="run")
     p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
 
 

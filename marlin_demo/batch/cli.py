@@ -11,28 +11,8 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 
-SETTINGS_FLAGS = (
-    "model",
-    "bf16_id",
-    "gptq_id",
-    "revision",
-    "gptq_revision",
-    "extra_variants",
-    "variants",
-    "device",
-    "gptq_backend",
-    "video_backend",
-    "cache_dir",
-    "caption_max_new_tokens",
-    "find_max_new_tokens",
-    "max_upload_mb",
-    "max_duration_s",
-    "max_width",
-    "max_height",
-    "max_query_chars",
-    "request_timeout_s",
-    "trust_remote_code",
-)
+#: The settings ``batch`` takes as flags (``commands`` metadata of ``Settings``).
+SETTINGS_FLAGS = settings_mod.flags_for("batch")
 
 
 def _sigterm(signum: int, frame: Any) -> None:

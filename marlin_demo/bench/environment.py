@@ -7,28 +7,11 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from marlin_demo import settings as settings_mod
 from marlin_demo.settings import Settings
 
-SETTINGS_FLAGS = (
-    "model",
-    "bf16_id",
-    "gptq_id",
-    "revision",
-    "gptq_revision",
-    "extra_variants",
-    "device",
-    "gptq_backend",
-    "compile",
-    "video_backend",
-    "cache_dir",
-    "caption_max_new_tokens",
-    "find_max_new_tokens",
-    "max_upload_mb",
-    "max_duration_s",
-    "max_query_chars",
-    "request_timeout_s",
-    "trust_remote_code",
-)
+#: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
+SETTINGS_FLAGS = settings_mod.flags_for("bench")
 
 #: Settings that change what a request measures: a rerun into the same --out must match them
 #: (the limits on uploads and requests, and where the cache lives, do not).
