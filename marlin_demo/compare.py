@@ -29,6 +29,8 @@ from typing import Any
 
 from marlin_demo import metrics
 from marlin_demo.digest import cached_file_digest
+from marlin_demo.results import TASKS
+from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
 
 __all__ = [
     "DEFAULT_EXAMPLES_JSON",
@@ -43,8 +45,7 @@ __all__ = [
     "truth_span",
 ]
 
-TASKS = ("caption", "find")
-DEFAULT_EXAMPLES_JSON = Path(__file__).resolve().parents[1] / "examples" / "examples.json"
+DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 
 # ---------------------------------------------------------------------------

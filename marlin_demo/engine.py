@@ -42,6 +42,7 @@ from marlin_demo.results import (
     Result,
     RunInfo,
     Stage,
+    Task,
 )
 from marlin_demo.settings import Settings
 from marlin_demo.video import (
@@ -446,7 +447,7 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ long videos
-    def window_plans(self, video: str | Path | PreparedVideo, task: str) -> list[WindowPlan] | None:
+    def window_plans(self, video: str | Path | PreparedVideo, task: Task) -> list[WindowPlan] | None:
         """Each window's sampling plan for a video longer than one ``task`` window; None: answered whole.
 
         Too many windows is a ``WindowLimitError`` (a user error), raised before anything is decoded.

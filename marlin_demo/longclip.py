@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
 
 
 def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -50,7 +50,7 @@ def build_long_clip(
 ) -> dict[str, Any]:
     """Write the concatenated clip (H.264) and ``<out>.json`` with its truth; returns the truth."""
     ex_dir = Path(examples_dir)
-    examples = rendered(json.loads((ex_dir / "examples.json").read_text()))
+    examples = rendered(json.loads((ex_dir / EXAMPLES_FILE).read_text()))
     truth = long_clip_truth(examples, target_s)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

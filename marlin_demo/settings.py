@@ -12,15 +12,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
-VARIANTS = ("gptq", "bnb4", "bf16")
+#: The variants every checkpoint has; ``MARLIN_EXTRA_VARIANTS`` adds more by name, so a variant in a
+#: signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
+BuiltinVariant = Literal["gptq", "bnb4", "bf16"]
+VARIANTS: tuple[BuiltinVariant, ...] = ("gptq", "bnb4", "bf16")
+Variant: TypeAlias = str
 
 #: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
 #: ``run`` is ``caption``/``find``, ``bench`` and ``batch`` the commands of those names. A field's
 #: ``commands`` metadata says which of them offer it: the one list every parser is built from.
 Command = Literal["run", "bench", "batch"]
 COMMANDS: tuple[Command, ...] = ("run", "bench", "batch")
+
+#: The example clips of a source checkout (examples/ beside the package): the one place this path is
+#: computed. An installed package has none there: ``MARLIN_EXAMPLES_DIR`` points at such a folder.
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES_FILE = "examples.json"
 
 DEFAULT_BF16_ID = "NemoStation/Marlin-2B"
 DEFAULT_GPTQ_ID = "NemoStation/Marlin-2B-GPTQ"
@@ -291,6 +300,11 @@ class Settings:
         return out
 
     @property
+    def examples_path(self) -> Path:
+        """The examples folder in use: ``examples_dir`` when set, else the checkout's ``EXAMPLES_DIR``."""
+        return Path(self.examples_dir).expanduser() if self.examples_dir else EXAMPLES_DIR
+
+    @property
     def is_tiny(self) -> bool:
         return self.model == "tiny"
 
@@ -323,6 +337,29 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
             except ValueError as exc:
                 raise ValueError(f"{name}={env[name]!r} is not a valid {f.type}") from exc
     return Settings(**values)
+
+
+#: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read where no Settings is at
+#: hand (the fast decoder's thread count, how the page caches its examples). Read with ``env_value``.
+PROCESS_ENV = {"decode_threads": "MARLIN_DECODE_THREADS", "cache_examples": "MARLIN_CACHE_EXAMPLES"}
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The raw, stripped value ('' when unset) of a setting's variable (``MARLIN_*``, then its fallback)
+    or of a ``PROCESS_ENV`` knob: the one way code outside this module reads a ``MARLIN_*`` variable.
+
+    For code that runs without a ``Settings`` (the tiny checkpoint's cache, GPTQModel's build folder).
+    """
+    env = os.environ if environ is None else environ
+    if name in PROCESS_ENV:
+        return env.get(PROCESS_ENV[name], "").strip()
+    meta = next((f.metadata for f in fields(Settings) if f.name == name), None)
+    if meta is None:
+        raise ValueError(f"unknown setting {name!r}")
+    for var in (meta["env"], meta.get("fallback_env")):
+        if var and env.get(var, "").strip():
+            return env[var].strip()
+    return ""
 
 
 def flags_for(command: Command) -> tuple[str, ...]:

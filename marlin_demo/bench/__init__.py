@@ -42,7 +42,6 @@ from marlin_demo.bench.plan import (
     DEFAULT_REPEATS,
     DEFAULT_VARIANTS,
     SCHEMA,
-    TASKS,
     BenchError,
     Request,
     plan_requests,
@@ -61,6 +60,7 @@ from marlin_demo.bench.records import (
 )
 from marlin_demo.bench.report import render_summary, write_csv, write_outputs
 from marlin_demo.bench.runner import bench_variant, preimport_backends, run_request
+from marlin_demo.results import TASKS
 
 __all__ = [
     "DEFAULT_DATA",

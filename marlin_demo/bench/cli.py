@@ -17,7 +17,6 @@ from marlin_demo.bench.plan import (
     DEFAULT_OUT,
     DEFAULT_REPEATS,
     DEFAULT_VARIANTS,
-    TASKS,
     BenchError,
     plan_requests,
     record_key,
@@ -32,11 +31,9 @@ from marlin_demo.bench.records import (
 )
 from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from marlin_demo.results import TASKS
 from marlin_demo.settings import VARIANTS
-
-EXIT_OK = 0
-EXIT_LOAD_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 
 def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
@@ -136,7 +133,7 @@ def _bench(args: argparse.Namespace) -> int:
         f"latency_distribution.png{', sets.png' if len(results.get('sets') or {}) > 1 else ''} "
         f"(per-request records: {REQUESTS_FILE})"
     )
-    return EXIT_LOAD_FAILED if load_failed else EXIT_OK
+    return EXIT_FAILED if load_failed else EXIT_OK
 
 
 def register(subparsers: Any) -> None:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from marlin_demo.datasets import Example, Query
+from marlin_demo.results import Task
+from marlin_demo.settings import EXAMPLES_DIR, Variant
 
 SCHEMA = 1
-TASKS = ("caption", "find")
 DEFAULT_VARIANTS = "gptq,bnb4"
 DEFAULT_REPEATS = 3
 DEFAULT_OUT = "bench-out"
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "examples"
+DEFAULT_DATA = EXAMPLES_DIR
 
 
 class BenchError(ValueError):
@@ -23,8 +23,8 @@ class BenchError(ValueError):
 
 @dataclass(frozen=True)
 class Request:
-    variant: str
-    task: str
+    variant: Variant
+    task: Task
     example: Example
     query: Query | None
     repeat: int

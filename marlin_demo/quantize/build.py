@@ -27,12 +27,12 @@ from marlin_demo.quantize.artifact import (
 )
 from marlin_demo.quantize.calibration import _VisionProbe, build_calibration, load_pairs
 from marlin_demo.quantize.recipes import RECIPES, QuantizeError, Recipe, parse_memory
+from marlin_demo.settings import EXAMPLES_DIR
 
 log = logging.getLogger(__name__)
 
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CALIBRATION = ROOT / "examples"
+DEFAULT_CALIBRATION = EXAMPLES_DIR
 
 
 @dataclass

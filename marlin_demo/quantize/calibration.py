@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import contract
+from marlin_demo.settings import EXAMPLES_FILE
 
 
 @dataclass
@@ -35,7 +36,7 @@ def load_pairs(folder: Path, samples: int | None = None) -> list[CalibrationPair
     Deterministic: no shuffling; ``samples`` keeps the first N.
     """
     folder = Path(folder)
-    index = folder / "examples.json" if folder.is_dir() else folder
+    index = folder / EXAMPLES_FILE if folder.is_dir() else folder
     if not index.is_file():
         raise ValueError(
             f"No calibration index at {index}: give --calibration a folder holding examples.json "

@@ -8,11 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from marlin_demo.quantize.build import DEFAULT_CALIBRATION, Options, run
 from marlin_demo.quantize.recipes import RECIPES, QuantizeError
-
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
 
 
 def register(subparsers: Any) -> None:
@@ -89,4 +87,4 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             f"  load it: MARLIN_EXTRA_VARIANTS=q={report['out']} "
             "python -m marlin_demo caption VIDEO --variant q"
         )
-    return 0
+    return EXIT_OK
