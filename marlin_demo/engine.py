@@ -44,7 +44,7 @@ from marlin_demo.results import (
     Stage,
     Task,
 )
-from marlin_demo.settings import Settings
+from marlin_demo.settings import Settings, Variant
 from marlin_demo.video import (
     Backend,
     Limits,
@@ -131,7 +131,7 @@ class Engine:
             max_height=s.max_height,
         )
 
-    def load(self, variant: str) -> LoadedModel:
+    def load(self, variant: Variant) -> LoadedModel:
         """Load once; a failure is remembered so the UI can show it and retry is explicit."""
         if variant not in self.variants:
             raise EngineError(f"Unknown variant {variant!r}: choose one of {', '.join(self.variants)}.")
@@ -153,7 +153,7 @@ class Engine:
     def load_errors(self) -> dict[str, str]:
         return dict(self._load_errors)
 
-    def unload(self, variant: str) -> bool:
+    def unload(self, variant: Variant) -> bool:
         """Drop a variant and give its memory back."""
         with self._load_lock:
             loaded = self._models.pop(variant, None)
@@ -258,7 +258,7 @@ class Engine:
     def _run(
         self,
         video: str | Path | PreparedVideo,
-        variant: str,
+        variant: Variant,
         prompt: str,
         max_new_tokens: int,
         on_text: Callable[[str], None] | None,
@@ -373,7 +373,7 @@ class Engine:
     def caption(
         self,
         video: str | Path | PreparedVideo,
-        variant: str,
+        variant: Variant,
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
     ) -> CaptionResult:
@@ -408,7 +408,7 @@ class Engine:
         self,
         video: str | Path | PreparedVideo,
         query: str,
-        variant: str,
+        variant: Variant,
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
     ) -> FindResult:
@@ -485,7 +485,7 @@ class Engine:
                 self._infos.popitem(last=False)
         return info
 
-    def _score(self, gen: Generation, variant: str) -> float | None:
+    def _score(self, gen: Generation, variant: Variant) -> float | None:
         """``windows.span_score`` of a find answer (None: no log-probs, or fewer than two numbers)."""
         if gen.logprobs is None or gen.token_ids is None:
             return None
@@ -494,7 +494,12 @@ class Engine:
         return win.span_score(scoring.token_texts(loaded.processor.tokenizer, ids), gen.logprobs[: len(ids)])
 
     def run(
-        self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None, **kw: Any
+        self,
+        task: str,
+        video: str | Path | PreparedVideo,
+        variant: Variant,
+        query: str | None = None,
+        **kw: Any,
     ) -> Result:
         """Dispatch by task name (the compare tab and the bench use it)."""
         if task == "caption":
@@ -506,7 +511,7 @@ class Engine:
         raise ValueError(f"Unknown task {task!r}: choose caption or find.")
 
     def stream(
-        self, task: str, video: str | Path | PreparedVideo, variant: str, query: str | None = None
+        self, task: str, video: str | Path | PreparedVideo, variant: Variant, query: str | None = None
     ) -> Iterator[str | Result]:
         """The text as the model writes it, then the result: ``service.stream`` without its other stages.
 

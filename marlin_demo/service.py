@@ -30,6 +30,7 @@ from marlin_demo import compare as cmp
 from marlin_demo import contract
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage
+from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -62,18 +63,18 @@ def check_query(engine: Engine, task: str, query: str | None) -> str | None:
     return None
 
 
-def is_cold(engine: Engine, variant: str) -> bool:
+def is_cold(engine: Engine, variant: Variant) -> bool:
     """Whether a request on ``variant`` would load it first (its first use, or after an unload)."""
     return variant not in engine.loaded()
 
 
-def run(engine: Any, task: str, video: Video, variant: str, query: str | None = None) -> Result:
+def run(engine: Any, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:
     """The blocking form: the ``Done`` stage's result (errors raised as they are)."""
     return engine.run(task, video, variant, query)
 
 
 def stream(
-    engine: Engine, task: str, video: Video, variant: str, query: str | None = None
+    engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None
 ) -> Generator[Stage, None, None]:
     """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
 
@@ -135,7 +136,7 @@ def stream(
 class VariantStarted:
     """Variant ``index`` (0-based) of ``total`` starts; ``cold``: it is loaded first."""
 
-    variant: str
+    variant: Variant
     index: int
     total: int
     cold: bool
@@ -145,7 +146,7 @@ class VariantStarted:
 class VariantFinished:
     """A variant's answer, or the one sentence saying why it gave none."""
 
-    variant: str
+    variant: Variant
     cold: bool
     result: Result | None = None
     error: str | None = None
@@ -183,7 +184,7 @@ CompareEvent = Prepared | VariantStarted | VariantFinished | Comparison
 
 
 def compare(
-    engine: Engine, task: str, video: Video, variants: Sequence[str], query: str | None = None
+    engine: Engine, task: str, video: Video, variants: Sequence[Variant], query: str | None = None
 ) -> Iterator[CompareEvent]:
     """Run ``task`` on each variant in turn: Prepared, then per variant Started/Finished, then the
     Comparison. Bad input raises before any variant runs; a variant's own failure is kept (see the

@@ -18,6 +18,7 @@ from marlin_demo import contract
 from marlin_demo import windows as win
 from marlin_demo.generation import Generation
 from marlin_demo.results import CaptionResult, FindResult, Loaded, Metrics, Prepared, Progress, RunInfo, Stage
+from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
 from marlin_demo.window_video import WindowPlan, decode_windows
 
@@ -60,7 +61,7 @@ def run_windows(
     engine: Engine,
     path: Path,
     plans: list[WindowPlan],
-    variant: str,
+    variant: Variant,
     prompt: str,
     max_new_tokens: int,
     on_text: Callable[[str], None] | None,
@@ -140,7 +141,7 @@ def caption_windows(
     engine: Engine,
     path: Path,
     plans: list[WindowPlan],
-    variant: str,
+    variant: Variant,
     on_text: Callable[[str], None] | None,
     on_stage: Callable[[Stage], None] | None,
 ) -> CaptionResult:
@@ -175,7 +176,7 @@ def find_windows(
     plans: list[WindowPlan],
     query: str,
     prompt: str,
-    variant: str,
+    variant: Variant,
     on_text: Callable[[str], None] | None,
     on_stage: Callable[[Stage], None] | None,
 ) -> FindResult:
