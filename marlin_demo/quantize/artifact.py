@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.quantize.recipes import GPTQ_SUFFIXES, Recipe
-from marlin_demo.rtn import SIDECAR
 
 
 def versions() -> dict[str, str]:
@@ -45,6 +44,8 @@ def versions() -> dict[str, str]:
 
 
 def _weight_files(folder: Path) -> list[Path]:
+    from marlin_demo.rtn import SIDECAR  # rtn imports torch: not at import time (the CLI's --help)
+
     return sorted(p for p in Path(folder).glob("*.safetensors") if p.name != SIDECAR)
 
 
@@ -180,6 +181,8 @@ def write_recipe(
     ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
     """
     import yaml
+
+    from marlin_demo.rtn import SIDECAR
 
     if found is None:
         found = inspect_artifact(folder)
