@@ -55,7 +55,7 @@ def build(
 
 
 def _host_configured() -> bool:
-    return any(os.environ.get(name) for name in ("MARLIN_HOST", "GRADIO_SERVER_NAME"))
+    return bool(settings_mod.env_value("host"))  # MARLIN_HOST, then GRADIO_SERVER_NAME
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python app.py") -> None:

@@ -17,9 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-
-EXIT_BAD_INPUT = 2
-EXIT_LOAD_FAILED = 1
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
@@ -107,31 +105,7 @@ def format_find(result: Any) -> str:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    settings_mod.add_arguments(
-        p,
-        only=(
-            "model",
-            "variants",
-            "device",
-            "gptq_backend",
-            "gptq_build_dir",
-            "compile",
-            "video_backend",
-            "cache_dir",
-            "caption_max_new_tokens",
-            "find_max_new_tokens",
-            "caption_window_s",
-            "find_window_s",
-            "find_overlap_s",
-            "max_windows",
-            "top_k",
-            "max_upload_mb",
-            "max_duration_s",
-            "max_query_chars",
-            "request_timeout_s",
-            "extra_variants",
-        ),
-    )
+    settings_mod.add_arguments(p, command="run")
     p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
 
 
@@ -182,7 +156,7 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
             result = run(engine)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_LOAD_FAILED
+        return EXIT_FAILED
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -192,7 +166,7 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
         if engine.settings.is_tiny:
             print(TINY_NOTE)
         print(fmt(result))
-    return 0
+    return EXIT_OK
 
 
 def _service() -> Any:
@@ -262,14 +236,14 @@ def cmd_tiny(args: argparse.Namespace) -> int:
     for kind in ("bf16", "gptq"):
         if (paths[kind] / "config.json").exists():
             print(f"{kind}: {paths[kind]} (weights {weights_digest(paths[kind])})")
-    return 0
+    return EXIT_OK
 
 
 def cmd_app(argv: Sequence[str]) -> int:
     from marlin_demo.app import main as app_main
 
     app_main(argv, prog="marlin-demo app")
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,4 +256,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

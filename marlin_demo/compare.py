@@ -19,7 +19,6 @@ Conventions (each is tested in ``tests/test_compare.py``):
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -29,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import metrics
+from marlin_demo.digest import cached_file_digest
+from marlin_demo.results import TASKS, Task
+from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
 
 __all__ = [
     "DEFAULT_EXAMPLES_JSON",
@@ -43,8 +45,7 @@ __all__ = [
     "truth_span",
 ]
 
-TASKS = ("caption", "find")
-DEFAULT_EXAMPLES_JSON = Path(__file__).resolve().parents[1] / "examples" / "examples.json"
+DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 
 # ---------------------------------------------------------------------------
@@ -77,6 +78,12 @@ def check_task(task: str) -> None:
     """Refuse a task other than caption or find (ValueError: the UI shows its message)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}: choose caption or find.")
+
+
+def as_task(task: str) -> Task:
+    """``task`` as the Task type, once checked (the UI and API pass plain strings)."""
+    check_task(task)
+    return "find" if task == "find" else "caption"
 
 
 # ---------------------------------------------------------------------------
@@ -137,20 +144,9 @@ def load_examples(examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON)
     return copy.deepcopy(list(_cached_examples(examples_json)))
 
 
-@lru_cache(maxsize=256)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    del size, mtime_ns  # part of the cache key only: a changed file is hashed again
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _file_digest(path: Path) -> str | None:
     try:
-        st = path.stat()
-        return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+        return cached_file_digest(path)
     except OSError:
         return None
 

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import Event
+from marlin_demo.settings import EXAMPLES_FILE
 
-EXAMPLES_FILE = "examples.json"
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".mov", ".m4v", ".avi")
 SPAN_TOLERANCE_S = 0.5
 """How far past the video's duration a reference span may end (annotation rounding)."""

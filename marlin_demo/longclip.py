@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
+
 LONG_SET = "long"
 LONG_SET_VERSION = 1
 LONG_SET_DURATIONS = (150.0, 360.0)
@@ -67,7 +68,7 @@ def build_long_clip(
 ) -> dict[str, Any]:
     """Write the concatenated clip (H.264) and ``<out>.json`` with its truth; returns the truth."""
     ex_dir = Path(examples_dir)
-    examples = rendered(json.loads((ex_dir / "examples.json").read_text()))
+    examples = rendered(json.loads((ex_dir / EXAMPLES_FILE).read_text()))
     truth = long_clip_truth(examples, target_s)
     _encode(ex_dir, truth, Path(out_path))
     return truth

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marlin_demo import compare as cmp
-from marlin_demo import contract
+from marlin_demo import contract, window_runs
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage
+from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -63,18 +64,18 @@ def check_query(engine: Engine, task: str, query: str | None) -> str | None:
     return None
 
 
-def is_cold(engine: Engine, variant: str) -> bool:
+def is_cold(engine: Engine, variant: Variant) -> bool:
     """Whether a request on ``variant`` would load it first (its first use, or after an unload)."""
     return variant not in engine.loaded()
 
 
-def run(engine: Any, task: str, video: Video, variant: str, query: str | None = None) -> Result:
+def run(engine: Any, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:
     """The blocking form: the ``Done`` stage's result (errors raised as they are)."""
     return engine.run(task, video, variant, query)
 
 
 def stream(
-    engine: Engine, task: str, video: Video, variant: str, query: str | None = None
+    engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None
 ) -> Generator[Stage, None, None]:
     """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
 
@@ -136,7 +137,7 @@ def stream(
 class VariantStarted:
     """Variant ``index`` (0-based) of ``total`` starts; ``cold``: it is loaded first."""
 
-    variant: str
+    variant: Variant
     index: int
     total: int
     cold: bool
@@ -146,7 +147,7 @@ class VariantStarted:
 class VariantFinished:
     """A variant's answer, or the one sentence saying why it gave none."""
 
-    variant: str
+    variant: Variant
     cold: bool
     result: Result | None = None
     error: str | None = None
@@ -187,7 +188,7 @@ def compare(
     engine: Engine,
     task: str,
     video: Video,
-    variants: Sequence[str],
+    variants: Sequence[Variant],
     query: str | None = None,
     *,
     live: bool = False,
@@ -198,14 +199,15 @@ def compare(
     between its Started and Finished (the Compare tab streams the text; closing stops the model)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
-    plans = engine.window_plans(video, task)  # too many windows: refused before anything is decoded
+    plans = engine.window_plans(video, cmp.as_task(task))  # too many windows: refused, nothing decoded
     if plans is None:
         prepared, cached = engine.prepare_cached(video)
         yield Prepared(prepared.info, prepared.plan, cached)
         info = prepared.info
     else:  # a long video: each window decoded once (one scan), never the whole clip at one clip's plan
         path = Path(str(video))
-        hits = [hit for _, _, hit in engine._window_frames(path, plans)]  # every window: then cached
+        # every window decoded now (then cached)
+        hits = [hit for _, _, hit in window_runs.window_frames(engine, path, plans)]
         cached = all(hits)
         info = engine._info(path)
         yield Prepared(info, plans[0].plan, cached)

@@ -12,9 +12,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
-VARIANTS = ("gptq", "bnb4", "bf16")
+#: The variants every checkpoint has; ``MARLIN_EXTRA_VARIANTS`` adds more by name, so a variant in a
+#: signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
+BuiltinVariant = Literal["gptq", "bnb4", "bf16"]
+VARIANTS: tuple[BuiltinVariant, ...] = ("gptq", "bnb4", "bf16")
+Variant: TypeAlias = str
+
+#: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
+#: ``run`` is ``caption``/``find``, ``bench`` and ``batch`` the commands of those names. A field's
+#: ``commands`` metadata says which of them offer it: the one list every parser is built from.
+Command = Literal["run", "bench", "batch"]
+COMMANDS: tuple[Command, ...] = ("run", "bench", "batch")
+
+#: The example clips of a source checkout (examples/ beside the package): the one place this path is
+#: computed. An installed package has none there: ``MARLIN_EXAMPLES_DIR`` points at such a folder.
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES_FILE = "examples.json"
 
 DEFAULT_BF16_ID = "NemoStation/Marlin-2B"
 DEFAULT_GPTQ_ID = "NemoStation/Marlin-2B-GPTQ"
@@ -22,42 +37,70 @@ DEFAULT_GPTQ_ID = "NemoStation/Marlin-2B-GPTQ"
 
 @dataclass(frozen=True)
 class Settings:
-    """All configuration. ``help`` metadata feeds both the CLI and the README table."""
+    """All configuration. ``help`` metadata feeds both the CLI and the README table; ``commands``
+    which commands besides the app take the setting as a flag (see ``COMMANDS``)."""
 
     model: str = field(
         default="marlin",
         metadata={
             "env": "MARLIN_MODEL",
+            "commands": ("run", "bench", "batch"),
             "help": "marlin (Hub checkpoints), tiny (offline stand-in) or a local dir",
         },
     )
     bf16_id: str = field(
         default=DEFAULT_BF16_ID,
-        metadata={"env": "MARLIN_BF16_ID", "help": "16-bit Hub repo (bf16 and bnb4 variants)"},
+        metadata={
+            "env": "MARLIN_BF16_ID",
+            "commands": ("bench", "batch"),
+            "help": "16-bit Hub repo (bf16 and bnb4 variants)",
+        },
     )
     gptq_id: str = field(
-        default=DEFAULT_GPTQ_ID, metadata={"env": "MARLIN_GPTQ_ID", "help": "GPTQ Hub repo (gptq variant)"}
+        default=DEFAULT_GPTQ_ID,
+        metadata={
+            "env": "MARLIN_GPTQ_ID",
+            "commands": ("bench", "batch"),
+            "help": "GPTQ Hub repo (gptq variant)",
+        },
     )
     revision: str = field(
-        default="main", metadata={"env": "MARLIN_REVISION", "help": "revision of the 16-bit repo"}
+        default="main",
+        metadata={
+            "env": "MARLIN_REVISION",
+            "commands": ("bench", "batch"),
+            "help": "revision of the 16-bit repo",
+        },
     )
     gptq_revision: str = field(
-        default="main", metadata={"env": "MARLIN_GPTQ_REVISION", "help": "revision of the GPTQ repo"}
+        default="main",
+        metadata={
+            "env": "MARLIN_GPTQ_REVISION",
+            "commands": ("bench", "batch"),
+            "help": "revision of the GPTQ repo",
+        },
     )
     extra_variants: str = field(
         default="",
         metadata={
             "env": "MARLIN_EXTRA_VARIANTS",
+            "commands": ("run", "bench", "batch"),
             "help": "more variants as name=DIR pairs, comma-separated (e.g. mixed=/ckpt/mixed)",
         },
     )
     variants: str = field(
-        default="gptq,bnb4,bf16", metadata={"env": "MARLIN_VARIANTS", "help": "variants offered, in order"}
+        default="gptq,bnb4,bf16",
+        metadata={
+            "env": "MARLIN_VARIANTS",
+            "commands": ("run", "batch"),
+            "help": "variants offered, in order",
+        },
     )
     gptq_backend: str = field(
         default="auto",
         metadata={
             "env": "MARLIN_GPTQ_BACKEND",
+            "commands": ("run", "bench", "batch"),
             "help": "GPTQModel kernel: auto, gptq_marlin, gptq_exllama_v2, gptq_triton, gptq_torch...",
         },
     )
@@ -65,6 +108,7 @@ class Settings:
         default="",
         metadata={
             "env": "MARLIN_GPTQ_BUILD_DIR",
+            "commands": ("run",),
             "help": "where GPTQModel's nvcc-built kernels (Marlin) are cached "
             "(default ~/.cache/marlin-demo/gptq-kernels)",
         },
@@ -73,6 +117,7 @@ class Settings:
         default=False,
         metadata={
             "env": "MARLIN_COMPILE",
+            "commands": ("run", "bench"),
             "help": "decode with a static cache and torch.compile (CUDA graphs on GPU); "
             "turns prefix reuse off; off until measured to help",
         },
@@ -81,6 +126,7 @@ class Settings:
         default="auto",
         metadata={
             "env": "MARLIN_VIDEO_BACKEND",
+            "commands": ("run", "bench", "batch"),
             "help": "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast on big 8-bit clips)",
         },
     )
@@ -88,57 +134,105 @@ class Settings:
         default=2,
         metadata={"env": "MARLIN_PREFIX_CACHE", "help": "video prefix states kept for reuse (0: off)"},
     )
-    device: str = field(default="auto", metadata={"env": "MARLIN_DEVICE", "help": "auto, cuda or cpu"})
+    device: str = field(
+        default="auto",
+        metadata={"env": "MARLIN_DEVICE", "commands": ("run", "bench", "batch"), "help": "auto, cuda or cpu"},
+    )
     caption_max_new_tokens: int = field(
-        default=768, metadata={"env": "MARLIN_CAPTION_MAX_NEW_TOKENS", "help": "token limit for captions"}
+        default=768,
+        metadata={
+            "env": "MARLIN_CAPTION_MAX_NEW_TOKENS",
+            "commands": ("run", "bench", "batch"),
+            "help": "token limit for captions",
+        },
     )
     find_max_new_tokens: int = field(
-        default=64, metadata={"env": "MARLIN_FIND_MAX_NEW_TOKENS", "help": "token limit for find answers"}
+        default=64,
+        metadata={
+            "env": "MARLIN_FIND_MAX_NEW_TOKENS",
+            "commands": ("run", "bench", "batch"),
+            "help": "token limit for find answers",
+        },
     )
     caption_window_s: float = field(
         default=60.0,
         metadata={
             "env": "MARLIN_CAPTION_WINDOW_S",
+            "commands": ("run", "bench", "batch"),
             "help": "caption window length (s): a longer video is captioned window by window",
         },
     )
     find_window_s: float = field(
         default=30.0,
-        metadata={"env": "MARLIN_FIND_WINDOW_S", "help": "find window length (s) on a longer video"},
+        metadata={
+            "env": "MARLIN_FIND_WINDOW_S",
+            "commands": ("run", "bench", "batch"),
+            "help": "find window length (s) on a longer video",
+        },
     )
     find_overlap_s: float = field(
         default=5.0,
-        metadata={"env": "MARLIN_FIND_OVERLAP_S", "help": "overlap of consecutive find windows (s)"},
+        metadata={
+            "env": "MARLIN_FIND_OVERLAP_S",
+            "commands": ("run", "bench", "batch"),
+            "help": "overlap of consecutive find windows (s)",
+        },
     )
     max_windows: int = field(
         default=72,
         metadata={
             "env": "MARLIN_MAX_WINDOWS",
+            "commands": ("run", "bench", "batch"),
             "help": "most windows one request may need (a longer video is refused)",
         },
     )
-    top_k: int = field(default=5, metadata={"env": "MARLIN_TOP_K", "help": "most moments a find returns"})
+    top_k: int = field(
+        default=5,
+        metadata={
+            "env": "MARLIN_TOP_K",
+            "commands": ("run", "bench", "batch"),
+            "help": "most moments a find returns",
+        },
+    )
     max_upload_mb: float = field(
-        default=200.0, metadata={"env": "MARLIN_MAX_UPLOAD_MB", "help": "largest accepted video file (MB)"}
+        default=200.0,
+        metadata={
+            "env": "MARLIN_MAX_UPLOAD_MB",
+            "commands": ("run", "bench", "batch"),
+            "help": "largest accepted video file (MB)",
+        },
     )
     max_duration_s: float = field(
         default=1800.0,
         metadata={
             "env": "MARLIN_MAX_DURATION_S",
+            "commands": ("run", "bench", "batch"),
             "help": "longest accepted video (s); on a Space the default is 600 (space.SPACE_DEFAULTS)",
         },
     )
     max_width: int = field(
-        default=3840, metadata={"env": "MARLIN_MAX_WIDTH", "help": "widest accepted video"}
+        default=3840,
+        metadata={"env": "MARLIN_MAX_WIDTH", "commands": ("batch",), "help": "widest accepted video"},
     )
     max_height: int = field(
-        default=2160, metadata={"env": "MARLIN_MAX_HEIGHT", "help": "tallest accepted video"}
+        default=2160,
+        metadata={"env": "MARLIN_MAX_HEIGHT", "commands": ("batch",), "help": "tallest accepted video"},
     )
     max_query_chars: int = field(
-        default=500, metadata={"env": "MARLIN_MAX_QUERY_CHARS", "help": "longest accepted find query"}
+        default=500,
+        metadata={
+            "env": "MARLIN_MAX_QUERY_CHARS",
+            "commands": ("run", "bench", "batch"),
+            "help": "longest accepted find query",
+        },
     )
     request_timeout_s: float = field(
-        default=300.0, metadata={"env": "MARLIN_REQUEST_TIMEOUT_S", "help": "per-request time limit (s)"}
+        default=300.0,
+        metadata={
+            "env": "MARLIN_REQUEST_TIMEOUT_S",
+            "commands": ("run", "bench", "batch"),
+            "help": "per-request time limit (s)",
+        },
     )
     stream_every_s: float = field(
         default=0.15,
@@ -151,7 +245,12 @@ class Settings:
         default=16, metadata={"env": "MARLIN_QUEUE_SIZE", "help": "waiting requests before 'busy'"}
     )
     cache_dir: str = field(
-        default="", metadata={"env": "MARLIN_CACHE_DIR", "help": "where the tiny checkpoint is built"}
+        default="",
+        metadata={
+            "env": "MARLIN_CACHE_DIR",
+            "commands": ("run", "bench", "batch"),
+            "help": "where the tiny checkpoint is built",
+        },
     )
     output_dir: str = field(
         default="", metadata={"env": "MARLIN_OUTPUT_DIR", "help": "where clips and downloads are written"}
@@ -184,6 +283,7 @@ class Settings:
         default=False,
         metadata={
             "env": "MARLIN_TRUST_REMOTE_CODE",
+            "commands": ("bench", "batch"),
             "help": "run the checkpoint's own code (needs a pinned 40-hex revision)",
         },
     )
@@ -202,6 +302,11 @@ class Settings:
                 raise ValueError(f"MARLIN_EXTRA_VARIANTS entry {pair!r} is not name=DIR")
             out[name.strip()] = Path(path.strip()).expanduser()
         return out
+
+    @property
+    def examples_path(self) -> Path:
+        """The examples folder in use: ``examples_dir`` when set, else the checkout's ``EXAMPLES_DIR``."""
+        return Path(self.examples_dir).expanduser() if self.examples_dir else EXAMPLES_DIR
 
     @property
     def is_tiny(self) -> bool:
@@ -242,8 +347,45 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(**values)
 
 
-def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment."""
+#: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read where no Settings is at
+#: hand (the fast decoder's thread count, how the page caches its examples). Read with ``env_value``.
+PROCESS_ENV = {"decode_threads": "MARLIN_DECODE_THREADS", "cache_examples": "MARLIN_CACHE_EXAMPLES"}
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The raw, stripped value ('' when unset) of a setting's variable (``MARLIN_*``, then its fallback)
+    or of a ``PROCESS_ENV`` knob: the one way code outside this module reads a ``MARLIN_*`` variable.
+
+    For code that runs without a ``Settings`` (the tiny checkpoint's cache, GPTQModel's build folder).
+    """
+    env = os.environ if environ is None else environ
+    if name in PROCESS_ENV:
+        return env.get(PROCESS_ENV[name], "").strip()
+    meta = next((f.metadata for f in fields(Settings) if f.name == name), None)
+    if meta is None:
+        raise ValueError(f"unknown setting {name!r}")
+    for var in (meta["env"], meta.get("fallback_env")):
+        if var and env.get(var, "").strip():
+            return env[var].strip()
+    return ""
+
+
+def flags_for(command: Command) -> tuple[str, ...]:
+    """The settings ``command`` takes as flags (field order), from each field's ``commands`` metadata."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}: choose from {', '.join(COMMANDS)}")
+    return tuple(f.name for f in fields(Settings) if command in f.metadata.get("commands", ()))
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, command: Command | None = None
+) -> None:
+    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment.
+
+    ``command``: only the settings that command takes (``flags_for``); ``only``: these names.
+    """
+    if command is not None:
+        only = flags_for(command)
     for f in fields(Settings):
         if only is not None and f.name not in only:
             continue

@@ -108,7 +108,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
     import marlin_demo.engine
 
     monkeypatch.setattr(marlin_demo.engine, "Engine", FakeEngine)
-    monkeypatch.setattr(bench, "preimport_backends", lambda variants, settings: {"fake": 0.0})
+    monkeypatch.setattr(bench.runner, "preimport_backends", lambda variants, settings: {"fake": 0.0})
     FakeEngine.fail_once = set()
     FakeEngine.fail_load = set()
     FakeEngine.calls = []
@@ -273,7 +273,7 @@ def test_bench_load_failure_continues(
     rc = cli.main(
         ["bench", "--variants", "gptq,bnb4", "--data", str(data), "--repeats", "1", "--out", str(out)]
     )
-    assert rc == cli.EXIT_LOAD_FAILED
+    assert rc == cli.EXIT_FAILED
     assert "cannot load bnb4" in capsys.readouterr().err
     res = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert res["variants"]["bnb4"]["load"]["error"]

@@ -17,8 +17,8 @@ CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
 def test_logprobs_match_forward_and_score_in_unit_interval() -> None:
     import torch
 
-    from marlin_demo.engine import encode, render_prompt
     from marlin_demo.models import load_variant
+    from marlin_demo.prompt import encode, render_prompt
     from marlin_demo.settings import Settings
     from marlin_demo.video import plan_sampling, probe, sample
 

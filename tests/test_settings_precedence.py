@@ -89,3 +89,25 @@ def test_default_limits_agree_with_the_window_limit() -> None:
     # the GPU slot asked on ZeroGPU grows with the windows a long video needs, within the cap
     assert space.estimate_gpu_seconds(30, task="find") < space.estimate_gpu_seconds(600, task="find")
     assert space.estimate_gpu_seconds(600, task="caption") == space.MAX_GPU_S
+
+
+def _settings_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """The ``Settings`` field names a parser offers as flags (``--max-upload-mb`` -> max_upload_mb)."""
+    names = {f.name for f in settings_mod.fields(settings_mod.Settings)}
+    opts = {o[2:].replace("-", "_") for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    return opts & names
+
+
+@pytest.mark.parametrize(
+    ("command", "group"), [("caption", "run"), ("find", "run"), ("bench", "bench"), ("batch", "batch")]
+)
+def test_command_flags_come_from_settings_metadata(command: str, group: settings_mod.Command) -> None:
+    """Every command offers exactly the settings whose ``commands`` metadata names it: one list, no copies."""
+    from marlin_demo import cli
+
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    wanted = set(settings_mod.flags_for(group))
+    assert wanted, group
+    own = {"bench": {"variants"}}.get(command, set())  # bench's --variants is its own list to compare
+    assert _settings_flags(sub.choices[command]) - own == wanted
+    assert "model" in wanted and "cache_dir" in wanted  # every command picks its model and cache

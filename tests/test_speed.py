@@ -256,7 +256,7 @@ def test_video_cache_bounds_and_no_second_decode(
     gop_clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = {"sample": 0, "digest": 0}
-    real_sample, real_digest = engine_mod.sample, engine_mod._file_digest
+    real_sample, real_digest = engine_mod.sample, engine_mod.file_digest
 
     def counting_sample(*a: object, **kw: object) -> V.PreparedVideo:
         calls["sample"] += 1
@@ -267,7 +267,7 @@ def test_video_cache_bounds_and_no_second_decode(
         return real_digest(path)
 
     monkeypatch.setattr(engine_mod, "sample", counting_sample)
-    monkeypatch.setattr(engine_mod, "_file_digest", counting_digest)
+    monkeypatch.setattr(engine_mod, "file_digest", counting_digest)
     eng = Engine(Settings(model="tiny"), video_cache_size=2)
     first = eng.prepare(gop_clips["bframes"])
     assert eng.prepare(gop_clips["bframes"]) is first

@@ -10,29 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
-SETTINGS_FLAGS = (
-    "model",
-    "bf16_id",
-    "gptq_id",
-    "revision",
-    "gptq_revision",
-    "extra_variants",
-    "variants",
-    "device",
-    "gptq_backend",
-    "video_backend",
-    "cache_dir",
-    "caption_max_new_tokens",
-    "find_max_new_tokens",
-    "max_upload_mb",
-    "max_duration_s",
-    "max_width",
-    "max_height",
-    "max_query_chars",
-    "request_timeout_s",
-    "trust_remote_code",
-)
+#: The settings ``batch`` takes as flags (``commands`` metadata of ``Settings``).
+SETTINGS_FLAGS = settings_mod.flags_for("batch")
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -56,12 +37,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
         pending = writer.pending(items)
     except (InputError, BatchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     if writer.repaired:
         print("note: a torn last line of results.jsonl (an interrupted write) was removed.", file=sys.stderr)
     if args.workers < 1:
         print("error: --workers must be at least 1.", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     mode = "local" if args.ray is None else "ray"
     signal.signal(signal.SIGTERM, _sigterm)
     bar = tqdm(
@@ -94,7 +75,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                     )
     except _LoadFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     finally:
         bar.close()
         summary = writer.finish(items, mode, args.workers if args.ray is not None else 1)
@@ -102,7 +83,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         f"{summary['rows']} of {summary['items']} rows in {args.out}: {summary['ok']} ok, "
         f"{summary['error']} failed, {summary['pending']} pending (summary.json)"
     )
-    return 0
+    return EXIT_OK
 
 
 class _LoadFailed(RuntimeError):

@@ -34,12 +34,11 @@ def failure(exc: BaseException) -> tuple[str, str]:
 
 def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]:
     """The API's caption/find JSON plus id, video, task, status (and error, reason) and duration_s."""
+    from marlin_demo import service  # the one request path (imported late: the CLI's --help stays fast)
+
     row: dict[str, Any] = {"id": item.id, "video": item.video, "task": task}
     try:
-        if task == "caption":
-            result = engine.caption(item.path, variant)
-        else:
-            result = engine.find(item.path, item.query, variant)
+        result = service.run(engine, task, item.path, variant, item.query if task == "find" else None)
     except Exception as exc:
         reason, sentence = failure(exc)
         row.update(status="error", reason=reason, error=sentence, variant=variant)

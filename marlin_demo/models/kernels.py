@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from marlin_demo.settings import env_value
+
 #: The ops transformers may bind to ``fla`` (module-level names in the Qwen3.5 modeling module).
 FLA_OPS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
 
@@ -149,7 +151,7 @@ def gptq_kernel_plan(device: str, available: Iterable[str], setting: str) -> lis
 
 def gptq_build_dir(setting: str = "") -> Path:
     """The folder GPTQModel's JIT kernels are built into and loaded from (MARLIN_GPTQ_BUILD_DIR)."""
-    raw = setting or os.environ.get("MARLIN_GPTQ_BUILD_DIR", "")
+    raw = setting or env_value("gptq_build_dir")
     return Path(raw).expanduser() if raw else DEFAULT_GPTQ_BUILD_DIR
 
 

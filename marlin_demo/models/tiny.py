@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import CAPTION_PROMPT, VideoParams, find_prompt
+from marlin_demo.settings import env_value
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +360,7 @@ def _teach_format(model, processor, params: VideoParams, steps: int = TRAIN_STEP
 
 def default_cache_dir() -> Path:
     """Per-user cache (``MARLIN_CACHE_DIR`` overrides), so the build happens once per machine."""
-    env = os.environ.get("MARLIN_CACHE_DIR")
+    env = env_value("cache_dir")
     if env:
         return Path(env)
     from platformdirs import user_cache_dir

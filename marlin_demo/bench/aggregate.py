@@ -1,0 +1,271 @@
+"""Every figure of results.json from the records (pure: records + ground truth -> figures).
+
+Per variant: speed, quality, stability; per example set; GPTQ vs bnb4.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from marlin_demo.bench.plan import Request, plan_requests, record_key
+from marlin_demo.bench.quality import _ratio, agreement, quality, retention
+from marlin_demo.datasets import Example, example_sets, set_label, summarize
+from marlin_demo.longbench import WINDOW_COST_KEYS, window_cost
+from marlin_demo.results import TASKS
+
+
+def stats(values: Iterable[float | None]) -> dict[str, float] | None:
+    """n, mean, median, min, max, stdev and quartiles (p25/p75) of the non-None values."""
+    xs = sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
+    if not xs:
+        return None
+    if len(xs) >= 2:
+        p25, _, p75 = statistics.quantiles(xs, n=4, method="inclusive")
+        sd = statistics.stdev(xs)
+    else:
+        p25 = p75 = xs[0]
+        sd = 0.0
+    return {
+        "n": len(xs),
+        "mean": statistics.fmean(xs),
+        "median": statistics.median(xs),
+        "min": xs[0],
+        "max": xs[-1],
+        "stdev": sd,
+        "p25": p25,
+        "p75": p75,
+    }
+
+
+def _index(records: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Latest record per key, a successful one winning over any failure."""
+    idx: dict[tuple, dict[str, Any]] = {}
+    for rec in records:
+        try:
+            key = record_key(rec)
+        except (KeyError, TypeError, ValueError):
+            continue
+        old = idx.get(key)
+        if old is None or rec.get("ok") or not old.get("ok"):
+            idx[key] = rec
+    return idx
+
+
+def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per task and over all requests: latency, TTFT, decode tok/s, tokens, memory, video decode."""
+    out: dict[str, Any] = {}
+    groups = {"all": list(records)}
+    for task in TASKS:
+        sel = [r for r in records if r["task"] == task]
+        if sel:
+            groups[task] = sel
+    for name, recs in groups.items():
+        m = [r["metrics"] for r in recs]
+        out[name] = {
+            "requests": len(recs),
+            "latency_s": stats(x["latency_s"] for x in m),
+            "ttft_s": stats(x.get("ttft_s") for x in m),
+            "first_text_s": stats(r.get("first_text_s") for r in recs),
+            "tokens_per_s": stats(x.get("tokens_per_s") for x in m),
+            "output_tokens": stats(x.get("output_tokens") for x in m),
+            "video_tokens": stats(x.get("video_tokens") for x in m),
+            "peak_memory_mb": stats(x.get("peak_memory_mb") for x in m),
+            "decode_s": stats(r.get("decode_s") for r in recs),
+            **{k: stats(window_cost(r)[k] for r in recs) for k in WINDOW_COST_KEYS},
+            "latencies_s": [round(float(x["latency_s"]), 4) for x in m],
+        }
+    kinds = sorted({r["metrics"].get("memory_kind", "") for r in records})
+    out["memory_kind"] = kinds[0] if len(kinds) == 1 else ",".join(kinds) or None
+    devices = sorted({r["metrics"].get("device", "") for r in records})
+    out["device"] = devices[0] if len(devices) == 1 else ",".join(devices) or None
+    return out
+
+
+def _stability(idx: dict[tuple, dict[str, Any]], plan: Sequence[Request]) -> float | None:
+    """Share of requests (with >= 2 successful repeats) whose raw answer was identical in every repeat."""
+    raws: dict[tuple, set[str]] = {}
+    counts: dict[tuple, int] = {}
+    for req in plan:
+        rec = idx.get(req.key)
+        if rec and rec.get("ok"):
+            k = req.key[:4]
+            raws.setdefault(k, set()).add(rec.get("raw", ""))
+            counts[k] = counts.get(k, 0) + 1
+    multi = [k for k, c in counts.items() if c >= 2]
+    if not multi:
+        return None
+    return sum(1 for k in multi if len(raws[k]) == 1) / len(multi)
+
+
+def by_set(
+    examples: Sequence[Example],
+    idx: dict[tuple, dict[str, Any]],
+    variants: Sequence[str],
+    tasks: Sequence[str],
+    repeats: int,
+) -> dict[str, Any]:
+    """Quality and cost per example set: real footage and rendered clips measure different things."""
+    out: dict[str, Any] = {}
+    for name, exs in example_sets(examples).items():
+        per: dict[str, Any] = {}
+        for v in variants:
+            plan = plan_requests(exs, v, tasks, repeats)
+            ok = [idx[r.key] for r in plan if r.key in idx and idx[r.key].get("ok")]
+            per[v] = {
+                "quality": quality(exs, idx, v, tasks, repeats)[0] if ok else {"overall": None},
+                "speed": speed(ok),
+                "requests": {"planned": len(plan), "ok": len(ok)},
+            }
+        out[name] = {"label": set_label(name), "data": summarize(exs), "variants": per}
+    return out
+
+
+def aggregate(
+    examples: Sequence[Example],
+    variants: Sequence[str],
+    tasks: Sequence[str],
+    repeats: int,
+    records: Iterable[dict[str, Any]],
+    variant_records: Iterable[dict[str, Any]],
+    reference: str = "bf16",
+) -> dict[str, Any]:
+    """Every figure of results.json's ``variants``, ``comparison`` and ``items`` from the records."""
+    idx = _index(records)
+    loads: dict[str, dict[str, Any]] = {}
+    imports: dict[str, float] = {}
+    for rec in variant_records:
+        if rec.get("kind") == "load":
+            loads[rec["variant"]] = rec  # the latest load of a variant wins
+        elif rec.get("kind") == "imports":
+            imports.update(rec.get("import_s") or {})
+    per: dict[str, Any] = {}
+    items: list[dict[str, Any]] = []
+    for v in variants:
+        plan = plan_requests(examples, v, tasks, repeats)
+        recs = [idx[r.key] for r in plan if r.key in idx]
+        ok = [r for r in recs if r.get("ok")]
+        errors = [r for r in recs if not r.get("ok")]
+        if ok:
+            q, its = quality(examples, idx, v, tasks, repeats)
+            items.extend(its)
+        else:  # never answered (e.g. the load failed): no score rather than a row of zeros
+            q = {"overall": None}
+        load = loads.get(v, {})
+        per[v] = {
+            "load": {
+                k: load.get(k)
+                for k in (
+                    "load_s",
+                    "footprint_mb",
+                    "kernel",
+                    "attention",
+                    "compile",
+                    "device",
+                    "allocated_after_load_mb",
+                    "source",
+                    "revision",
+                    "quantized",
+                    "warmup_s",
+                    "error",
+                )
+            },
+            "requests": {
+                "planned": len(plan),
+                "ok": len(ok),
+                "failed": len(errors),
+                "missing": len(plan) - len(recs),
+            },
+            "complete": len(recs) == len(plan),
+            "errors": sorted({r.get("error", "") for r in errors})[:5],
+            "speed": speed(ok),
+            "quality": q,
+            "stability": _stability(idx, plan),
+        }
+    if reference in per:
+        for v in variants:
+            if v == reference:
+                continue
+            per[v]["agreement_with_" + reference] = agreement(examples, idx, v, reference, tasks, repeats)
+            per[v]["retention_vs_" + reference] = retention(per[v]["quality"], per[reference]["quality"])
+    comparison: dict[str, Any] = {}
+    if "gptq" in per and "bnb4" in per:
+        comparison["gptq_vs_bnb4"] = {
+            name: _rel(get(per["gptq"]), get(per["bnb4"]))
+            for name, _, get, _ in _seed_rows(per)
+            if name != "retention_vs_bnb4"
+        }
+        comparison["gptq_vs_bnb4"]["overall_retention"] = _ratio(
+            per["gptq"]["quality"]["overall"], per["bnb4"]["quality"]["overall"]
+        )
+    return {
+        "variants": per,
+        "sets": by_set(examples, idx, variants, tasks, repeats),
+        "comparison": comparison,
+        "library_import_s": imports,
+        "items": items,
+    }
+
+
+def _rel(a: Any, b: Any) -> float | None:
+    """(a - b) / b: the relative difference of a against b."""
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or b == 0:
+        return None
+    return (a - b) / b
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _memory_label(per: dict[str, Any]) -> str:
+    kinds = {_get(v, "speed", "memory_kind") for v in per.values()} - {None}
+    if kinds == {"cuda_peak_allocated"}:
+        return "Peak allocated VRAM (MB)"
+    if kinds == {"cpu_peak_rss"}:
+        return "Peak process RSS (MB, CPU: not per variant)"
+    return "Peak memory (MB)"
+
+
+def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
+    """(key, label, getter, format) rows of the seed card's table, in its order."""
+    bnb_overall = _get(per.get("bnb4"), "quality", "overall")
+    return [
+        (
+            "latency_mean_s",
+            "Latency per request, mean (s)",
+            lambda v: _get(v, "speed", "all", "latency_s", "mean"),
+            "s",
+        ),
+        (
+            "latency_median_s",
+            "Latency per request, median (s)",
+            lambda v: _get(v, "speed", "all", "latency_s", "median"),
+            "s",
+        ),
+        (
+            "peak_memory_mb",
+            _memory_label(per),
+            lambda v: _get(v, "speed", "all", "peak_memory_mb", "max"),
+            "mb",
+        ),
+        (
+            "retention_vs_bnb4",
+            "Accuracy retention vs bnb4 (overall score)",
+            lambda v: _ratio(_get(v, "quality", "overall"), bnb_overall),
+            "pct",
+        ),
+        ("caption_score", "Caption score (ROUGE-L)", lambda v: _get(v, "quality", "caption", "rouge_l"), "q"),
+        (
+            "keyword_coverage",
+            "Keyword coverage",
+            lambda v: _get(v, "quality", "caption", "keyword_coverage"),
+            "q",
+        ),
+    ]

@@ -1,0 +1,176 @@
+"""``python -m marlin_demo bench``: arguments, the run from plan to summary, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from marlin_demo import settings as settings_mod
+from marlin_demo.bench import runner
+from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
+from marlin_demo.bench.plan import (
+    DEFAULT_DATA,
+    DEFAULT_OUT,
+    DEFAULT_REPEATS,
+    DEFAULT_VARIANTS,
+    BenchError,
+    plan_requests,
+    record_key,
+)
+from marlin_demo.bench.records import (
+    REQUESTS_FILE,
+    VARIANTS_FILE,
+    _now,
+    append_jsonl,
+    prepare_out,
+    read_jsonl,
+)
+from marlin_demo.bench.report import render_summary, write_outputs
+from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from marlin_demo.longclip import add_long_set_parser, resolve_data
+from marlin_demo.results import TASKS
+from marlin_demo.settings import VARIANTS
+
+
+def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
+    """Comma-separated names, deduplicated in order; ``hint`` is appended to the unknown-name error."""
+    names: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if name and name not in names:
+            names.append(name)
+    if not names:
+        raise BenchError(f"--{what} is empty: give a comma-separated list.")
+    if allowed is not None:
+        bad = [n for n in names if n not in allowed]
+        if bad:
+            raise BenchError(f"unknown {what[:-1]} {bad[0]!r}: choose from {', '.join(allowed)}.{hint}")
+    return names
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        return _bench(args)
+    except (BenchError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        raise BenchError("--repeats must be at least 1.")
+    if args.limit is not None and args.limit < 1:
+        raise BenchError("--limit must be at least 1.")
+    try:
+        settings = settings_mod.from_args(args)
+        extra = settings.extra_variant_dirs
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
+    allowed = [*VARIANTS, *extra]
+    variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
+    tasks = parse_list(args.tasks, "tasks", TASKS)
+    settings = settings.with_(variants=",".join(variants))
+    data_dir = resolve_data(args.data) or (Path(args.data).expanduser() if args.data else DEFAULT_DATA)
+    if not data_dir.is_dir():
+        raise BenchError(
+            f"the data folder {data_dir} does not exist: pass --data DIR (a folder with examples.json)."
+        )
+    examples = load_dataset(data_dir)
+    if args.limit:  # the first N clips of each set, so a quick run still covers every set
+        examples = [ex for exs in example_sets(examples).values() for ex in exs[: args.limit]]
+    plans = {v: plan_requests(examples, v, tasks, args.repeats) for v in variants}
+    if not any(plans.values()):
+        raise BenchError(
+            f"nothing to run: the data has no {' or '.join(tasks)} ground truth for --tasks {args.tasks}."
+        )
+
+    out = Path(args.out).expanduser()
+    run = prepare_out(out, fingerprint(settings, dataset_digest(data_dir)), args.fresh)
+    done = {record_key(r) for r in read_jsonl(out / REQUESTS_FILE) if r.get("ok")}
+    pending = {v: [r for r in plan if r.key not in done] for v, plan in plans.items()}
+    total = sum(len(p) for p in pending.values())
+    skipped = sum(len(p) for p in plans.values()) - total
+    if skipped:
+        print(f"Resuming in {out}: {skipped} request(s) already recorded, {total} to run.", file=sys.stderr)
+
+    from tqdm import tqdm
+
+    load_failed = False
+    model_label = "?"
+    with contextlib.redirect_stdout(sys.stderr):
+        from marlin_demo.engine import Engine
+
+        import_s = runner.preimport_backends([v for v in variants if pending[v]], settings) if total else {}
+
+        # video_cache_size=0: every request reads and samples its video, the same for all variants
+        engine = Engine(settings, video_cache_size=0)
+        model_label = engine.model_label
+        with tqdm(
+            total=total,
+            desc="bench",
+            unit="req",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=not total,
+        ) as bar:
+            for v in variants:
+                if not pending[v]:
+                    continue
+                load_failed |= not runner.bench_variant(engine, v, pending[v], out, bar)
+        if import_s:
+            append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})
+        results = write_outputs(
+            out, examples, data_dir, variants, tasks, args.repeats, settings, run, model_label
+        )
+    print(render_summary(results).split("## Speed and memory")[0].rstrip())
+    print()
+    print(
+        f"Wrote {out}/: results.json, results.csv, summary.md, quality.png, latency.png, memory.png, "
+        f"latency_distribution.png{', sets.png' if len(results.get('sets') or {}) > 1 else ''} "
+        f"(per-request records: {REQUESTS_FILE})"
+    )
+    return EXIT_FAILED if load_failed else EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bench`` (and its ``convert-charades`` helper) to the CLI."""
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark the variants (speed, memory, quality) on a data folder",
+        description=(
+            "Run every request of --data on each variant (one warm-up each, then --repeats passes), "
+            "write results.json/.csv, summary.md and plots to --out. Rerunning with the same --out resumes. "
+            "See docs/BENCHMARK.md."
+        ),
+    )
+    p.add_argument(
+        "--variants",
+        default=DEFAULT_VARIANTS,
+        help=f"comma-separated variants to compare (default {DEFAULT_VARIANTS}; add bf16 for "
+        "agreement and retention vs 16-bit)",
+    )
+    p.add_argument(
+        "--data",
+        default=None,
+        help="folder with examples.json and the videos (default: examples/); `long`: the long-video set",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help=f"passes over the data per variant (default {DEFAULT_REPEATS})",
+    )
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
+    p.add_argument("--tasks", default="caption,find", help="caption, find or both (default caption,find)")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N clips of each example set")
+    p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+    settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
+    p.set_defaults(func=cmd_bench)
+    sub = p.add_subparsers(dest="bench_command", title="helpers", metavar="{convert-charades,build-long-set}")
+    add_convert_parser(sub)
+    add_long_set_parser(sub)

@@ -1,0 +1,121 @@
+"""Machine, package versions and the run's fingerprint: what a rerun into the same --out must match."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from marlin_demo import settings as settings_mod
+from marlin_demo.settings import Settings
+
+#: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
+SETTINGS_FLAGS = settings_mod.flags_for("bench")
+
+#: Settings that change what a request measures: a rerun into the same --out must match them
+#: (the limits on uploads and requests, and where the cache lives, do not).
+FINGERPRINT_FIELDS = tuple(
+    name
+    for name in SETTINGS_FLAGS
+    if name not in ("cache_dir", "max_upload_mb", "max_duration_s", "request_timeout_s")
+)
+
+ENV_PACKAGES = (
+    "torch",
+    "transformers",
+    "gptqmodel",
+    "bitsandbytes",
+    "accelerate",
+    "torchcodec",
+    "qwen-vl-utils",
+    "av",
+    "rouge-score",
+)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mem_total_mb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def environment() -> dict[str, Any]:
+    """Machine and package versions (the GPU part only when CUDA is visible)."""
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for pkg in ENV_PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "memory_total_mb": _mem_total_mb(),
+        "packages": versions,
+        "cuda": None,
+        "cudnn": None,
+        "gpu": None,
+        "gpu_memory_mb": None,
+        "gpu_count": 0,
+    }
+    try:
+        import torch
+
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            env.update(
+                gpu=torch.cuda.get_device_name(0),
+                gpu_memory_mb=round(props.total_memory / 2**20, 1),
+                gpu_count=torch.cuda.device_count(),
+                cudnn=torch.backends.cudnn.version(),
+            )
+    except Exception:
+        pass
+    return env
+
+
+def stack_fingerprint(settings: Settings) -> dict[str, Any]:
+    """What runs, decided before any load: device, Gated DeltaNet kernel, GPTQ kernel order, compile."""
+    import importlib.util
+
+    from marlin_demo.models import ModelLoadError, pick_device
+    from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
+
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        device = settings.device
+    fla = device == "cuda" and importlib.util.find_spec("fla") is not None
+    return {
+        "device": device,
+        "gated_deltanet": "fla" if fla else "torch",
+        "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
+        "compile": settings.compile,
+    }
+
+
+def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:
+    fp: dict[str, Any] = {name: getattr(settings, name) for name in FINGERPRINT_FIELDS}
+    fp["data_digest"] = data_digest
+    fp["stack"] = stack_fingerprint(settings)  # kernels and compile state: set-ups never mix silently
+    return fp

@@ -1,0 +1,58 @@
+"""What a bench run asks: one request per (variant, task, clip, query, repeat)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marlin_demo.datasets import Example, Query
+from marlin_demo.results import Task
+from marlin_demo.settings import EXAMPLES_DIR, Variant
+
+SCHEMA = 1
+DEFAULT_VARIANTS = "gptq,bnb4"
+DEFAULT_REPEATS = 3
+DEFAULT_OUT = "bench-out"
+DEFAULT_DATA = EXAMPLES_DIR
+
+
+class BenchError(ValueError):
+    """Bad arguments or an unusable --out: one line for the user."""
+
+
+@dataclass(frozen=True)
+class Request:
+    variant: Variant
+    task: Task
+    example: Example
+    query: Query | None
+    repeat: int
+
+    @property
+    def key(self) -> tuple[str, str, str, str | None, int]:
+        return (
+            self.variant,
+            self.task,
+            self.example.name,
+            self.query.query if self.query else None,
+            self.repeat,
+        )
+
+
+def record_key(rec: dict[str, Any]) -> tuple[str, str, str, str | None, int]:
+    return (rec["variant"], rec["task"], rec["video"], rec.get("query"), int(rec["repeat"]))
+
+
+def plan_requests(
+    examples: Sequence[Example], variant: str, tasks: Sequence[str], repeats: int
+) -> list[Request]:
+    """Repeats are whole passes over the data (not back-to-back copies of one request)."""
+    out: list[Request] = []
+    for rep in range(repeats):
+        for ex in examples:
+            if "caption" in tasks and ex.has_caption_truth:
+                out.append(Request(variant, "caption", ex, None, rep))
+            if "find" in tasks:
+                out.extend(Request(variant, "find", ex, q, rep) for q in ex.queries)
+    return out

@@ -1,0 +1,171 @@
+"""The bench's plots (matplotlib, Agg backend): quality, latency, memory, per set."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.bench.aggregate import _get, _memory_label
+from marlin_demo.bench.quality import QUALITY_ROWS
+
+
+def write_plots(out: Path, agg: dict[str, Any]) -> None:
+    """quality.png, latency.png, memory.png, latency_distribution.png (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    per = agg["variants"]
+    names = list(per)
+    colors = {"gptq": "#1f77b4", "bnb4": "#ff7f0e", "bf16": "#2ca02c"}
+    palette = plt.get_cmap("tab10")
+    color = [colors.get(n, palette(3 + i)) for i, n in enumerate(names)]
+    width = 0.8 / max(1, len(names))
+
+    def bars(
+        ax: Any,
+        labels: Sequence[str],
+        series: dict[str, list[float | None]],
+        err: dict[str, list[tuple[float, float]]] | None = None,
+    ) -> None:
+        xs = range(len(labels))
+        for i, n in enumerate(names):
+            vals = [0.0 if x is None else x for x in series[n]]
+            pos = [x + (i - (len(names) - 1) / 2) * width for x in xs]
+            yerr = None
+            if err is not None:
+                yerr = [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
+            ax.bar(pos, vals, width, label=n, color=color[i], yerr=yerr, capsize=3)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(labels, rotation=20, ha="right")
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+
+    # quality
+    qdefs = [(t, k, lbl) for t, k, lbl in QUALITY_ROWS if k not in ("format_rate",)]
+    qdefs = [d for d in qdefs if any(_get(per[n], "quality", d[0]) for n in names)]
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
+    labels = [lbl.split(" (")[0] for _, _, lbl in qdefs] + ["Overall"]
+    series: dict[str, list[float | None]] = {
+        n: [_get(per[n], "quality", t, k) for t, k, _ in qdefs] + [_get(per[n], "quality", "overall")]
+        for n in names
+    }
+    bars(ax, labels, series)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Quality against the ground truth (higher is better)")
+    fig.tight_layout()
+    _save(fig, out / "quality.png")
+
+    # latency: median with the interquartile range
+    tasks = [t for t in ("caption", "find", "all") if any(_get(per[n], "speed", t) for n in names)]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    series = {}
+    err: dict[str, list[tuple[float, float]]] = {}
+    for n in names:
+        series[n], err[n] = [], []
+        for t in tasks:
+            st = _get(per[n], "speed", t, "latency_s")
+            if st:
+                series[n].append(st["median"])
+                err[n].append((st["median"] - st["p25"], st["p75"] - st["median"]))
+            else:
+                series[n].append(None)
+                err[n].append((0.0, 0.0))
+    bars(ax, [f"{t} requests" for t in tasks], series, err)
+    ax.set_ylabel("seconds per request (median, bars: p25-p75)")
+    ax.set_title("Latency per request (lower is better)")
+    fig.tight_layout()
+    _save(fig, out / "latency.png")
+
+    # memory: weights and peak side by side, each on its own scale
+    mem_label = _memory_label(per)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5), dpi=100)
+    panels = [
+        ("Weight footprint (MB)", [_get(per[n], "load", "footprint_mb") for n in names]),
+        (mem_label, [_get(per[n], "speed", "all", "peak_memory_mb", "max") for n in names]),
+    ]
+    for ax, (title, vals) in zip(axes, panels, strict=True):
+        heights = [0.0 if x is None else x for x in vals]
+        rects = ax.bar(names, heights, color=color)
+        ax.bar_label(rects, labels=["n/a" if x is None else f"{x:.1f}" for x in vals], padding=2)
+        ax.set_title(title)
+        ax.set_ylabel("MB")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Memory (lower is better)")
+    fig.tight_layout()
+    _save(fig, out / "memory.png")
+
+    # latency distribution: one box per variant, one panel per task
+    box_tasks = [t for t in ("caption", "find") if any(_get(per[n], "speed", t) for n in names)] or ["all"]
+    fig, axes = plt.subplots(1, len(box_tasks), figsize=(5 * len(box_tasks) + 1, 5), dpi=100, squeeze=False)
+    for ax, t in zip(axes[0], box_tasks, strict=True):
+        data = [_get(per[n], "speed", t, "latencies_s") or [math.nan] for n in names]
+        box = ax.boxplot(data, patch_artist=True)
+        for patch, c in zip(box["boxes"], color, strict=True):
+            patch.set_facecolor(c)
+            patch.set_alpha(0.6)
+        ax.set_xticks(range(1, len(names) + 1))
+        ax.set_xticklabels(names)
+        ax.set_title(f"{t} requests")
+        ax.set_ylabel("latency per request (s)")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Per-request latency over all repeats")
+    fig.tight_layout()
+    _save(fig, out / "latency_distribution.png")
+    _set_plot(out, agg.get("sets") or {}, names, color)
+
+
+def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequence[Any]) -> None:
+    """sets.png: quality (top) and median latency (bottom), one column per example set."""
+    import matplotlib.pyplot as plt
+
+    (out / "sets.png").unlink(missing_ok=True)
+    if len(sets) < 2:
+        return
+    groups = list(sets.values())
+    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups) + 1, 8), dpi=100, squeeze=False)
+    width = 0.8 / max(1, len(names))
+    parts = [
+        ("find", "miou", "Find mIoU"),
+        ("caption", "rouge_l", "ROUGE-L"),
+        ("caption", "event_f1", "Event F1"),
+    ]
+    for col, group in enumerate(groups):
+        per = group["variants"]
+        rows = [
+            (
+                [lbl for _, _, lbl in parts] + ["Overall"],
+                lambda v: [_get(v, "quality", t, k) for t, k, _ in parts] + [_get(v, "quality", "overall")],
+            ),
+            (
+                ["caption", "find"],
+                lambda v: [_get(v, "speed", t, "latency_s", "median") for t in ("caption", "find")],
+            ),
+        ]
+        for row, (labels, get) in enumerate(rows):
+            ax = axes[row][col]
+            for i, n in enumerate(names):
+                vals = [0.0 if x is None else x for x in get(per[n])]
+                pos = [x + (i - (len(names) - 1) / 2) * width for x in range(len(labels))]
+                ax.bar(pos, vals, width, label=n, color=color[i])
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels(labels, rotation=20, ha="right")
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend()
+        axes[0][col].set_ylim(0, 1.05)
+        axes[0][col].set_title(f"{group['label']} ({group['data']['examples']} clips): quality")
+        axes[1][col].set_title(f"{group['label']}: latency median")
+        axes[1][col].set_ylabel("seconds per request")
+    fig.suptitle("By example set (higher quality, lower latency is better)")
+    fig.tight_layout()
+    _save(fig, out / "sets.png")
+
+
+def _save(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,221 @@
+"""Scores against the ground truth and agreement between variants (pure: records -> figures)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from marlin_demo.compare import agreement as pair_agreement
+from marlin_demo.contract import Event
+from marlin_demo.datasets import Example
+from marlin_demo.longbench import record_moments
+from marlin_demo.metrics import best_iou, caption_scores, moment_scores, precision_recall_f1
+
+
+def _scored(
+    idx: dict[tuple, dict[str, Any]], variant: str, task: str, name: str, query: str | None, repeats: int
+):
+    """The record quality is scored on: the first successful repeat (greedy decoding: repeats agree)."""
+    first = None
+    for rep in range(repeats):
+        rec = idx.get((variant, task, name, query, rep))
+        if rec is None:
+            continue
+        if rec.get("ok"):
+            return rec
+        first = first or rec
+    return first
+
+
+QUALITY_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("find", "miou", "Find mIoU"),
+    ("find", "r1@0.3", "Find R1@0.3"),
+    ("find", "r1@0.5", "Find R1@0.5"),
+    ("find", "r1@0.7", "Find R1@0.7"),
+    ("find", "r5@0.5", "Find R5@0.5 (any of the top 5 moments)"),
+    ("find", "occurrence_recall@0.5", "Find occurrences found (true spans matched at IoU 0.5)"),
+    ("find", "parse_rate", "Find parse rate (a span was read)"),
+    ("find", "format_rate", "Find format rate ('From X to Y.')"),
+    ("caption", "rouge_l", "Caption score (ROUGE-L)"),
+    ("caption", "keyword_coverage", "Keyword coverage"),
+    ("caption", "event_mean_iou", "Event mean matched IoU"),
+    ("caption", "event_precision", "Event precision"),
+    ("caption", "event_recall", "Event recall"),
+    ("caption", "event_f1", "Event F1"),
+    ("caption", "parse_rate", "Caption parse rate (>= 1 event read)"),
+    ("caption", "format_rate", "Caption format rate (Scene/Events)"),
+)
+OVERALL_PARTS = (
+    ("find", "miou"),
+    ("find", "r1@0.5"),
+    ("caption", "rouge_l"),
+    ("caption", "keyword_coverage"),
+    ("caption", "event_f1"),
+)
+
+
+def quality(
+    examples: Sequence[Example],
+    idx: dict[tuple, dict[str, Any]],
+    variant: str,
+    tasks: Sequence[str],
+    repeats: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Scores against ground truth, and one row per scored item (results.json ``items``)."""
+    items: list[dict[str, Any]] = []
+    out: dict[str, Any] = {}
+    if "find" in tasks and any(ex.queries for ex in examples):
+        preds, refs, fmt, ranked = [], [], [], []
+        for ex in examples:
+            for q in ex.queries:
+                rec = _scored(idx, variant, "find", ex.name, q.query, repeats)
+                ok = bool(rec and rec.get("ok"))
+                span = rec.get("span") if ok else None
+                preds.append(span)
+                refs.append(q.spans)  # every true span (a long video's query can recur)
+                ranked.append(record_moments(rec) if ok else [])
+                fmt.append(ok and bool(rec.get("format_ok")))
+                items.append(
+                    {
+                        "variant": variant,
+                        "task": "find",
+                        "video": ex.name,
+                        "query": q.query,
+                        "reference": list(q.span),
+                        "references": [list(s) for s in q.spans],
+                        "span": span,
+                        "moments": ranked[-1],
+                        "iou": best_iou(span, q.spans),
+                        "format_ok": fmt[-1],
+                        "ok": ok,
+                    }
+                )
+        g = moment_scores(preds, ranked, refs)  # one true span each: the same as grounding_scores
+        g["format_rate"] = sum(fmt) / len(fmt)
+        out["find"] = g
+    caption_examples = [ex for ex in examples if ex.has_caption_truth]
+    if "caption" in tasks and caption_examples:
+        rl, kw, fmt, parsed, rep = [], [], [], [], []
+        tp = n_pred = n_ref = 0
+        matched: list[float] = []
+        for ex in caption_examples:
+            rec = _scored(idx, variant, "caption", ex.name, None, repeats)
+            ok = bool(rec and rec.get("ok"))
+            scene = rec.get("scene", "") if ok else ""
+            events = [Event.from_dict(e) for e in rec.get("events", [])] if ok else []
+            sc = caption_scores(scene, events, ex.scene, ex.events)
+            rl.append(sc["rouge_l"])
+            kw.append(sc["keyword_coverage"])
+            fmt.append(ok and bool(rec.get("format_ok")))
+            parsed.append(bool(events))
+            rep.append(ok and bool(rec.get("repaired")))
+            n_pred += sc["n_pred"]
+            n_ref += sc["n_ref"]
+            tp_ex = round(sc["recall"] * sc["n_ref"]) if sc["n_ref"] else 0
+            tp += tp_ex
+            if tp_ex:
+                matched.extend([sc["mean_matched_iou"]] * tp_ex)
+            items.append(
+                {
+                    "variant": variant,
+                    "task": "caption",
+                    "video": ex.name,
+                    "ok": ok,
+                    "rouge_l": sc["rouge_l"],
+                    "keyword_coverage": sc["keyword_coverage"],
+                    "event_precision": sc["precision"],
+                    "event_recall": sc["recall"],
+                    "event_f1": sc["f1"],
+                    "event_mean_iou": sc["mean_matched_iou"],
+                    "n_pred": sc["n_pred"],
+                    "n_ref": sc["n_ref"],
+                    "format_ok": fmt[-1],
+                }
+            )
+        precision, recall, f1 = precision_recall_f1(tp, n_pred, n_ref)
+        n = len(caption_examples)
+        out["caption"] = {
+            "rouge_l": statistics.fmean(rl),
+            "keyword_coverage": statistics.fmean(kw),
+            "event_mean_iou": statistics.fmean(matched) if matched else 0.0,
+            "event_precision": precision,
+            "event_recall": recall,
+            "event_f1": f1,
+            "parse_rate": sum(parsed) / n,
+            "format_rate": sum(fmt) / n,
+            "repaired_rate": sum(rep) / n,
+            "n": n,
+            "n_pred_events": n_pred,
+            "n_ref_events": n_ref,
+        }
+    parts = [out[t][k] for t, k in OVERALL_PARTS if t in out]
+    out["overall"] = statistics.fmean(parts) if parts else None
+    return out, items
+
+
+def agreement(
+    examples: Sequence[Example],
+    idx: dict[tuple, dict[str, Any]],
+    variant: str,
+    reference: str,
+    tasks: Sequence[str],
+    repeats: int,
+) -> dict[str, Any]:
+    """How close a variant's answers are to the reference variant's (bf16), request by request."""
+    out: dict[str, Any] = {}
+    if "find" in tasks:
+        ious, same = [], []
+        for ex in examples:
+            for q in ex.queries:
+                a = _scored(idx, variant, "find", ex.name, q.query, repeats)
+                b = _scored(idx, reference, "find", ex.name, q.query, repeats)
+                if not (a and a.get("ok") and b and b.get("ok")):
+                    continue
+                ious.append(pair_agreement("find", {"a": a, "b": b})["a|b"]["span_iou"])
+                same.append(a.get("raw") == b.get("raw"))
+        if ious:
+            out["find"] = {
+                "span_iou": statistics.fmean(ious),
+                "same_answer_rate": sum(same) / len(same),
+                "n": len(ious),
+            }
+    if "caption" in tasks:
+        ev_iou, ev_f1, rl, same = [], [], [], []
+        for ex in examples:
+            if not ex.has_caption_truth:
+                continue
+            a = _scored(idx, variant, "caption", ex.name, None, repeats)
+            b = _scored(idx, reference, "caption", ex.name, None, repeats)
+            if not (a and a.get("ok") and b and b.get("ok")):
+                continue
+            pair = pair_agreement("caption", {"a": a, "b": b})["a|b"]
+            ev_iou.append(pair["event_iou"])
+            ev_f1.append(pair["event_f1"])
+            rl.append(pair["rouge_l"])
+            same.append(a.get("raw") == b.get("raw"))
+        if rl:
+            out["caption"] = {
+                "event_iou": statistics.fmean(ev_iou),
+                "event_f1": statistics.fmean(ev_f1),
+                "rouge_l": statistics.fmean(rl),
+                "same_answer_rate": sum(same) / len(same),
+                "n": len(rl),
+            }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def retention(q: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    """quantized score / reference score for every quality metric (None where the reference is 0)."""
+    out: dict[str, Any] = {}
+    for task, key, _ in QUALITY_ROWS:
+        if task in q and task in ref:
+            out.setdefault(task, {})[key] = _ratio(q[task].get(key), ref[task].get(key))
+    out["overall"] = _ratio(q.get("overall"), ref.get("overall"))
+    return out

@@ -1,0 +1,404 @@
+"""The aggregate files: results.json, results.csv and summary.md (the plots: ``plots.py``)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.bench.aggregate import _get, _rel, _seed_rows, aggregate
+from marlin_demo.bench.environment import environment
+from marlin_demo.bench.plan import SCHEMA
+from marlin_demo.bench.plots import write_plots
+from marlin_demo.bench.quality import QUALITY_ROWS
+from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, read_jsonl
+from marlin_demo.datasets import Example, summarize
+from marlin_demo.settings import Settings
+
+UNITS = {
+    "latency_s": "s",
+    "ttft_s": "s",
+    "first_text_s": "s",
+    "decode_s": "s",
+    "load_s": "s",
+    "warmup_s": "s",
+    "tokens_per_s": "tok/s",
+    "output_tokens": "tokens",
+    "video_tokens": "tokens",
+    "peak_memory_mb": "MB",
+    "footprint_mb": "MB",
+    "allocated_after_load_mb": "MB",
+    "windows": "windows",
+    "latency_per_window_s": "s",
+    "decode_per_window_s": "s",
+}
+
+
+def _flatten(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(d, list):
+        return
+    else:
+        yield prefix, d
+
+
+def _unit(path: str) -> str:
+    parts = path.split(".")
+    if parts[0].startswith("retention"):
+        return "ratio"
+    if parts[-1] == "n" or parts[-1] in ("requests", "planned", "ok", "failed", "missing"):
+        return "count"
+    for p in reversed(parts):
+        if p in UNITS:
+            return UNITS[p]
+    return ""
+
+
+def write_csv(path: Path, agg: dict[str, Any]) -> None:
+    """Long format: one row per (variant, metric); metric is the dotted path in results.json."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["variant", "metric", "value", "unit"])
+        for v, data in agg["variants"].items():
+            for name, value in _flatten(data):
+                if name.startswith("errors"):
+                    continue
+                w.writerow([v, name, "" if value is None else value, _unit(name)])
+        for cmp_name, data in agg["comparison"].items():
+            for name, value in _flatten(data):
+                w.writerow(
+                    [
+                        cmp_name,
+                        name,
+                        "" if value is None else value,
+                        "relative" if name != "overall_retention" else "ratio",
+                    ]
+                )
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    if kind == "s":
+        return f"{value:.3f}" if value < 1 else f"{value:.2f}"
+    if kind == "mb":
+        return f"{value:.2f}"
+    if kind == "pct":
+        return f"{100 * value:.1f}%"
+    if kind == "int":
+        return f"{value:.0f}"
+    if kind == "f1":
+        return f"{value:.1f}"
+    return f"{value:.4f}"
+
+
+def _table(per: dict[str, Any], rows: Sequence[tuple[str, Any, str]], rel: bool) -> list[str]:
+    names = list(per)
+    head = ["Metric", *names] + (["GPTQ vs bnb4"] if rel else [])
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for label, get, kind in rows:
+        cells = [_fmt(get(per[n]), kind) for n in names]
+        if rel:
+            d = _rel(get(per["gptq"]), get(per["bnb4"])) if kind not in ("pct", "str") else None
+            cells.append("—" if d is None else f"{100 * d:+.1f}%")
+        out.append("| " + " | ".join([label, *cells]) + " |")
+    return out
+
+
+def render_summary(results: dict[str, Any]) -> str:
+    per = results["variants"]
+    rel = "gptq" in per and "bnb4" in per
+    env = results["environment"]
+    s = results["settings"]
+    data = results["data"]
+    imports = ", ".join(f"{k} {v:.1f} s" for k, v in results.get("library_import_s", {}).items()) or "—"
+    lines = [
+        "# Marlin-2B benchmark",
+        "",
+        f"- Model: `{results['model_label']}` · variants: {', '.join(per)} · "
+        f"data: `{data['dir']}` ({data['examples']} clips, {data['queries']} queries, "
+        f"{data['caption_examples']} with reference captions)",
+        f"- Repeats: {results['run']['repeats']} per request after 1 warm-up per variant · "
+        f"caption max_new_tokens {s['caption_max_new_tokens']}, find {s['find_max_new_tokens']} · greedy",
+        f"- Machine: {env.get('gpu') or 'no GPU'} · {env.get('cpu')} · torch {env['packages'].get('torch')} "
+        f"(CUDA {env.get('cuda')}) · transformers {env['packages'].get('transformers')} · "
+        f"gptqmodel {env['packages'].get('gptqmodel')} · bitsandbytes {env['packages'].get('bitsandbytes')}",
+        f"- Library imports, once per process and not in the load times: {imports}",
+        f"- Written {results['timestamp']}",
+        "",
+    ]
+    if s.get("model") == "tiny":
+        lines += [
+            "> The tiny offline stand-in has random weights: its quality figures are meaningless; the "
+            "table only shows that every figure is produced.",
+            "",
+        ]
+    lines += ["## The seed card's table", ""]
+    seed = [(label, get, kind) for _, label, get, kind in _seed_rows(per)]
+    lines += _table(per, seed, rel)
+    lines += [
+        "",
+        "Overall score = mean of find mIoU, find R1@0.5, caption ROUGE-L, keyword coverage and event F1 "
+        "(those measured). GPTQ vs bnb4 = (gptq − bnb4) / bnb4.",
+        "",
+        "## Speed and memory",
+        "",
+    ]
+    sp = [
+        ("Model load (s)", lambda v: _get(v, "load", "load_s"), "s"),
+        ("Weight footprint (MB)", lambda v: _get(v, "load", "footprint_mb"), "mb"),
+        ("Allocated after load (MB, CUDA)", lambda v: _get(v, "load", "allocated_after_load_mb"), "mb"),
+        ("Kernel", lambda v: _get(v, "load", "kernel"), "str"),
+        ("Attention / linear-attention path", lambda v: _get(v, "load", "attention"), "str"),
+        ("Compiled decoding (MARLIN_COMPILE)", lambda v: _get(v, "load", "compile"), "str"),
+        ("Device", lambda v: _get(v, "speed", "device"), "str"),
+    ]
+    for task in ("caption", "find"):
+        if any(_get(v, "speed", task) for v in per.values()):
+            sp += [
+                (f"{task.title()} latency median (s)", _getter("speed", task, "latency_s", "median"), "s"),
+                (f"{task.title()} latency p25 (s)", _getter("speed", task, "latency_s", "p25"), "s"),
+                (f"{task.title()} latency p75 (s)", _getter("speed", task, "latency_s", "p75"), "s"),
+                (f"{task.title()} latency min (s)", _getter("speed", task, "latency_s", "min"), "s"),
+                (f"{task.title()} latency max (s)", _getter("speed", task, "latency_s", "max"), "s"),
+                (f"{task.title()} latency stdev (s)", _getter("speed", task, "latency_s", "stdev"), "s"),
+                (
+                    f"{task.title()} time to first token, median (s)",
+                    _getter("speed", task, "ttft_s", "median"),
+                    "s",
+                ),
+                (
+                    f"{task.title()} time to first visible text, median (s)",
+                    _getter("speed", task, "first_text_s", "median"),
+                    "s",
+                ),
+                (
+                    f"{task.title()} decode tokens/s, median",
+                    _getter("speed", task, "tokens_per_s", "median"),
+                    "f1",
+                ),
+                (
+                    f"{task.title()} output tokens, mean",
+                    _getter("speed", task, "output_tokens", "mean"),
+                    "f1",
+                ),
+            ]
+            if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):  # long videos
+                sp += [
+                    (
+                        f"{task.title()} windows per request, mean",
+                        _getter("speed", task, "windows", "mean"),
+                        "f1",
+                    ),
+                    (
+                        f"{task.title()} latency per window, median (s)",
+                        _getter("speed", task, "latency_per_window_s", "median"),
+                        "s",
+                    ),
+                ]
+    sp += [
+        ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
+        ("Video read + sample, median (s)", _getter("speed", "all", "decode_s", "median"), "s"),
+        ("Peak memory, median over requests (MB)", _getter("speed", "all", "peak_memory_mb", "median"), "mb"),
+        ("Memory measure", _getter("speed", "memory_kind"), "str"),
+        ("Requests ok / planned", lambda v: f"{v['requests']['ok']} / {v['requests']['planned']}", "str"),
+    ]
+    lines += _table(per, sp, rel)
+    lines += ["", "## Quality against the ground truth", ""]
+    qrows = [
+        (label, _getter("quality", task, key), "q")
+        for task, key, label in QUALITY_ROWS
+        if any(_get(v, "quality", task) for v in per.values())
+    ]
+    qrows += [
+        ("Overall score", _getter("quality", "overall"), "q"),
+        ("Same answer in every repeat", _getter("stability"), "pct"),
+    ]
+    lines += _table(per, qrows, rel)
+    lines += _set_tables(results.get("sets") or {}, rel)
+    quantized = [v for v in per if "retention_vs_bf16" in per[v]]
+    if quantized:
+        sub = {v: per[v] for v in quantized}
+        lines += ["", "## Agreement with bf16 and retention (quantized / bf16)", ""]
+        arows = [
+            ("Find span IoU vs bf16", _getter("agreement_with_bf16", "find", "span_iou"), "q"),
+            ("Find: same answer as bf16", _getter("agreement_with_bf16", "find", "same_answer_rate"), "pct"),
+            ("Caption event IoU vs bf16", _getter("agreement_with_bf16", "caption", "event_iou"), "q"),
+            ("Caption event F1 vs bf16", _getter("agreement_with_bf16", "caption", "event_f1"), "q"),
+            ("Caption ROUGE-L vs bf16", _getter("agreement_with_bf16", "caption", "rouge_l"), "q"),
+            (
+                "Caption: same answer as bf16",
+                _getter("agreement_with_bf16", "caption", "same_answer_rate"),
+                "pct",
+            ),
+        ]
+        arows += [
+            (f"Retention: {label}", _getter("retention_vs_bf16", task, key), "pct")
+            for task, key, label in QUALITY_ROWS
+            if any(_get(v, "retention_vs_bf16", task) for v in sub.values())
+        ]
+        arows.append(("Retention: overall score", _getter("retention_vs_bf16", "overall"), "pct"))
+        lines += _table(sub, arows, "gptq" in sub and "bnb4" in sub)
+    notes = []
+    if _get(next(iter(per.values()), {}), "speed", "memory_kind") == "cpu_peak_rss":
+        notes.append(
+            "On CPU the engine reports the process's peak resident memory (ru_maxrss) since it started: it "
+            "never goes down, so later variants inherit earlier peaks and libraries dominate it. Use the "
+            "weight footprint to compare variants on CPU; on CUDA the figure is torch's peak allocated "
+            "memory, reset before each request."
+        )
+    for v, data in per.items():
+        if data["load"].get("error"):
+            notes.append(f"{v}: could not be loaded: {data['load']['error']}")
+        if data["requests"]["failed"]:
+            notes.append(
+                f"{v}: {data['requests']['failed']} request(s) failed (scored as no answer): "
+                + "; ".join(data["errors"])
+            )
+        if data["requests"]["missing"]:
+            notes.append(
+                f"{v}: {data['requests']['missing']} planned request(s) not run yet (rerun to resume); "
+                "the quality figures count them as no answer."
+            )
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += [
+        "",
+        "Latency is end to end per request (video read and sampling included, model load excluded). "
+        "Definitions: docs/BENCHMARK.md.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _getter(*path: str):
+    return lambda v: _get(v, *path)
+
+
+def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
+    """One quality-and-cost table per example set; nothing when the data is one set."""
+    if len(sets) < 2:
+        return []
+    lines = ["", "## By example set", ""]
+    lines.append(
+        "The same figures for each set alone. Real footage is a handful of clips: a smoke test of "
+        "quality on real video, not a benchmark score (docs/BENCHMARK.md)."
+    )
+    for group in sets.values():
+        per, d = group["variants"], group["data"]
+        lines += [
+            "",
+            f"### {group['label']}",
+            "",
+            f"{d['examples']} clips, {d['queries']} find queries, {d['caption_examples']} captions "
+            f"with {d['events']} reference events.",
+            "",
+        ]
+        rows = [
+            (label, _getter("quality", task, key), "q")
+            for task, key, label in QUALITY_ROWS
+            if any(_get(v, "quality", task) for v in per.values())
+        ]
+        rows.append(("Overall score", _getter("quality", "overall"), "q"))
+        for task in ("caption", "find"):
+            if any(_get(v, "speed", task) for v in per.values()):
+                rows += [
+                    (
+                        f"{task.title()} latency median (s)",
+                        _getter("speed", task, "latency_s", "median"),
+                        "s",
+                    ),
+                    (
+                        f"{task.title()} output tokens, mean",
+                        _getter("speed", task, "output_tokens", "mean"),
+                        "f1",
+                    ),
+                ]
+        rows += [
+            ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
+            ("Requests ok / planned", lambda v: f"{v['requests']['ok']} / {v['requests']['planned']}", "str"),
+        ]
+        lines += _table(per, rows, rel)
+    return lines
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, set | tuple):
+        return list(obj)
+    return str(obj)
+
+
+def _finite(obj: Any) -> Any:
+    """NaN/inf -> None so results.json is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_outputs(
+    out: Path,
+    examples: Sequence[Example],
+    data_dir: Path,
+    variants: Sequence[str],
+    tasks: Sequence[str],
+    repeats: int,
+    settings: Settings,
+    run: dict[str, Any],
+    model_label: str,
+) -> dict[str, Any]:
+    """Recompute every aggregate file from requests.jsonl / variants.jsonl."""
+    agg = aggregate(
+        examples, variants, tasks, repeats, read_jsonl(out / REQUESTS_FILE), read_jsonl(out / VARIANTS_FILE)
+    )
+    results = {
+        "schema": SCHEMA,
+        "timestamp": _now(),
+        "first_run": run.get("created"),
+        "model_label": model_label,
+        "models": {
+            "model": settings.model,
+            "bf16_id": settings.bf16_id,
+            "revision": settings.revision,
+            "gptq_id": settings.gptq_id,
+            "gptq_revision": settings.gptq_revision,
+            "extra_variants": settings.extra_variants,
+            "sources": {
+                v: {k: _get(agg["variants"][v], "load", k) for k in ("source", "revision", "quantized")}
+                for v in variants
+            },
+        },
+        "settings": dataclasses.asdict(settings),
+        "environment": environment(),
+        "environment_first_run": run.get("environment"),
+        "data": {"dir": str(data_dir), "digest": run["fingerprint"]["data_digest"], **summarize(examples)},
+        "run": {
+            "variants": list(variants),
+            "tasks": list(tasks),
+            "repeats": repeats,
+            "warmup_requests": 1,
+            "video_cache": "off: every request reads and samples its video",
+        },
+        **agg,
+    }
+    results = _finite(results)
+    (out / "results.json").write_text(
+        json.dumps(results, indent=2, ensure_ascii=False, default=_json_default) + "\n", encoding="utf-8"
+    )
+    write_csv(out / "results.csv", agg)
+    (out / "summary.md").write_text(render_summary(results), encoding="utf-8")
+    write_plots(out, agg)
+    return results

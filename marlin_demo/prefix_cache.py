@@ -1,0 +1,230 @@
+"""The video prefix cache: the model state after a prompt's chat header and whole timestamped video.
+
+Later requests on the same video (a second find, a caption) prefill only their own text on a
+copy of that state (docs/SPEED.md). Used by ``engine.Engine`` under its gpu_lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from marlin_demo.models import LoadedModel
+from marlin_demo.video import PreparedVideo
+
+
+def _cache_kwarg(model: Any) -> str:
+    """The name generate()/forward() take the cache under (``cache`` in transformers >= 5.2x)."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes held by the tensors reachable from a cache object (for the memory figures)."""
+    import torch
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_tensor_bytes(v, seen) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return sum(_tensor_bytes(v, seen) for v in vars(obj).values())
+    return 0
+
+
+@dataclass
+class Prefix:
+    """The model state after a prompt's shared start: the chat header and the whole timestamped video.
+
+    ``cache`` holds the full-attention keys/values and the Gated DeltaNet conv and recurrent
+    states after ``length`` tokens; ``rope_deltas`` the M-RoPE offset of the text that follows
+    the video (Qwen3.5 keeps it on the model between calls). It is never used directly:
+    every request generates on a deep copy, so the stored state stays as the prefix left it.
+    ``ids``/``mm_types`` are the prefix's token ids and modality types; ``tail_ok`` says that
+    the processor's ids for the first prompt were exactly these followed by the tokenizer's ids
+    of the text after the video, so later prompts can skip the processor (and its pixels).
+    """
+
+    variant: str
+    length: int
+    cache: Any
+    rope_deltas: Any
+    nbytes: int
+    prefill_s: float
+    ids: Any = None
+    mm_types: Any = None
+    tail_ok: bool = False
+
+    def generate_kwargs(self, model: Any, inputs: Any) -> dict[str, Any]:
+        """generate() arguments for the whole prompt on a copy of this state.
+
+        The pixels are left out: the cache covers every video token, so the vision tower
+        must not run again (generate would pass them to the first forward, which would
+        look for video tokens among the new ones). ``mm_token_type_ids`` stays so generate
+        sees that no vision tokens follow the cached part and uses the stored rope deltas.
+        """
+        kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids") if k in inputs}
+        kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache)
+        model.model.rope_deltas = self.rope_deltas.clone()
+        return kwargs
+
+
+class PrefixCache:
+    """A bounded LRU of ``Prefix`` states keyed by (variant, model, video content, templated header).
+
+    Each entry holds one video's keys/values on the model's device (for Marlin-2B about 12 KB a
+    token: ~0.28 GB for a 2-minute clip's ~23,500 tokens, plus ~20 MB of linear-attention
+    state), so the default keeps two. Only used under the engine's gpu_lock.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[Any, ...], Prefix] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def drop(self, variant: str) -> None:
+        for key in [k for k, e in self._entries.items() if e.variant == variant]:
+            del self._entries[key]
+
+    @staticmethod
+    def _split(loaded: LoadedModel, text: str) -> tuple[str, str] | None:
+        """The templated prompt cut after the video's ``<|vision_end|>``: (header + video, the rest)."""
+        end_id = getattr(loaded.model.config, "vision_end_token_id", None)
+        if end_id is None:
+            return None
+        marker = loaded.processor.tokenizer.convert_ids_to_tokens(int(end_id))
+        cut = text.rfind(marker) if isinstance(marker, str) and marker else -1
+        if cut < 0:
+            return None
+        cut += len(marker)
+        return text[:cut], text[cut:]
+
+    def _key(self, loaded: LoadedModel, prepared: PreparedVideo, head: str) -> tuple[Any, ...]:
+        if not prepared.digest:  # Engine._prepare always sets it; without it videos would share a key
+            raise ValueError("PrefixCache needs a video prepared by Engine.prepare (it has no digest).")
+        return (loaded.variant, id(loaded.model), prepared.digest, head)
+
+    def _usable(self, loaded: LoadedModel) -> bool:
+        return self.size > 0 and hasattr(getattr(loaded.model, "model", None), "rope_deltas")
+
+    def warm_inputs(
+        self, loaded: LoadedModel, prepared: PreparedVideo, text: str
+    ) -> tuple[dict[str, Any], Prefix] | None:
+        """Inputs for ``text`` built from a cached prefix without the processor, or None (no usable entry).
+
+        The prefix's ids plus the tokenizer's ids for the text after the video: the same ids
+        the processor gives (checked on the entry's first, cold, request: ``tail_ok``).
+        """
+        import torch
+
+        if not self._usable(loaded):
+            return None
+        parts = self._split(loaded, text)
+        if parts is None:
+            return None
+        key = self._key(loaded, prepared, parts[0])
+        entry = self._entries.get(key)
+        if entry is None or not entry.tail_ok:
+            return None
+        self._entries.move_to_end(key)
+        tail = _tail_ids(loaded, parts[1]).to(entry.ids.device)
+        inputs: dict[str, Any] = {
+            "input_ids": torch.cat([entry.ids, tail], dim=1),
+        }
+        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        if entry.mm_types is not None:
+            inputs["mm_token_type_ids"] = torch.cat([entry.mm_types, torch.zeros_like(tail)], dim=1)
+        return inputs, entry
+
+    def lookup(
+        self, loaded: LoadedModel, prepared: PreparedVideo, text: str, inputs: Any
+    ) -> tuple[Prefix | None, bool, float | None]:
+        """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``.
+
+        (None, False, None) when reuse is off or does not apply (no video in the prompt).
+        """
+        if not self._usable(loaded):
+            return None, False, None
+        parts = self._split(loaded, text)
+        ids = inputs["input_ids"]
+        length = _boundary(loaded.model, ids)
+        if parts is None or length == 0 or length >= ids.shape[1] or ids.shape[0] != 1:
+            return None, False, None
+        key = self._key(loaded, prepared, parts[0])
+        hit = self._entries.get(key)
+        if hit is not None and hit.length == length and bool((hit.ids == ids[:, :length]).all()):
+            self._entries.move_to_end(key)
+            return hit, True, 0.0
+        entry = self._compute(loaded, inputs, length)
+        tail = _tail_ids(loaded, parts[1]).to(ids.device)
+        entry.tail_ok = tail.shape[1] == ids.shape[1] - length and bool((tail == ids[:, length:]).all())
+        mm = inputs.get("mm_token_type_ids")
+        entry.tail_ok = entry.tail_ok and (mm is None or not bool(mm[:, length:].any()))
+        self._entries[key] = entry
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return entry, False, entry.prefill_s
+
+    @staticmethod
+    def _compute(loaded: LoadedModel, inputs: Any, length: int) -> Prefix:
+        """One forward over the prefix (vision tower included), keeping its cache and rope deltas."""
+        import torch
+        from transformers import DynamicCache
+
+        model = loaded.model
+        t0 = time.perf_counter()
+        kwargs = dict(inputs)
+        for name in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"):
+            if name in kwargs and kwargs[name] is not None:
+                kwargs[name] = kwargs[name][:, :length]
+        cache = DynamicCache(config=model.config)
+        model.model.rope_deltas = None  # recomputed from this prompt's video grid
+        with torch.inference_mode():
+            # logits_to_keep=1: the prefix's logits are never used (all of them would be 23k x vocab)
+            model(**kwargs, **{_cache_kwarg(model): cache}, use_cache=True, logits_to_keep=1)
+        deltas = model.model.rope_deltas
+        if deltas is None:
+            raise RuntimeError("the model did not compute M-RoPE deltas for the prefix")
+        mm = kwargs.get("mm_token_type_ids")
+        return Prefix(
+            variant=loaded.variant,
+            length=length,
+            cache=cache,
+            rope_deltas=deltas.clone(),
+            nbytes=_tensor_bytes(cache),
+            prefill_s=time.perf_counter() - t0,
+            ids=kwargs["input_ids"].clone(),
+            mm_types=None if mm is None else mm.clone(),
+        )
+
+
+def _boundary(model: Any, input_ids: Any) -> int:
+    """Tokens in the shared prefix: everything through the last ``<|vision_end|>`` (0: no video)."""
+    end_id = getattr(model.config, "vision_end_token_id", None)
+    if end_id is None:
+        return 0
+    hits = (input_ids[0] == end_id).nonzero()
+    return int(hits.max()) + 1 if hits.numel() else 0
+
+
+def _tail_ids(loaded: LoadedModel, tail: str) -> Any:
+    """The tokenizer's ids for the prompt text after the video (special tokens split it from the video)."""
+    return loaded.processor.tokenizer(tail, add_special_tokens=False, return_tensors="pt")["input_ids"]

@@ -1,0 +1,200 @@
+"""Calibration data: video-caption pairs through the exact inference processor path."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marlin_demo import contract
+from marlin_demo.settings import EXAMPLES_FILE
+
+
+@dataclass
+class CalibrationPair:
+    """One (video, prompt, answer) row: the answer is what Marlin should say for the prompt."""
+
+    video: Path
+    prompt: str
+    answer: str
+    kind: str  # "caption" | "find"
+
+
+def caption_answer(scene: str, events: list[dict[str, Any]]) -> str:
+    """The trained caption format: ``Scene: ...`` then ``Events:`` and ``<s - e> text`` lines."""
+    lines = [f"Scene: {scene.strip()}", "", "Events:"]
+    for e in events:
+        lines.append(f"<{float(e['start']):.1f} - {float(e['end']):.1f}> {str(e['description']).strip()}")
+    return "\n".join(lines)
+
+
+def load_pairs(folder: Path, samples: int | None = None) -> list[CalibrationPair]:
+    """Pairs from ``folder/examples.json`` in file order: every caption pair, then every find pair.
+
+    Deterministic: no shuffling; ``samples`` keeps the first N.
+    """
+    folder = Path(folder)
+    index = folder / EXAMPLES_FILE if folder.is_dir() else folder
+    if not index.is_file():
+        raise ValueError(
+            f"No calibration index at {index}: give --calibration a folder holding examples.json "
+            "(a list of {video, scene, events[, queries]}) and its videos."
+        )
+    try:
+        items = json.loads(index.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{index} is not valid JSON: {exc}") from None
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"{index} must hold a non-empty list of clips.")
+    captions: list[CalibrationPair] = []
+    finds: list[CalibrationPair] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not {"video", "scene", "events"} <= set(item):
+            raise ValueError(f"{index} entry {i} needs video, scene and events.")
+        video = (index.parent / item["video"]).resolve()
+        if not video.is_file():
+            raise ValueError(f"{index} entry {i}: no video file at {video}.")
+        captions.append(
+            CalibrationPair(
+                video, contract.CAPTION_PROMPT, caption_answer(item["scene"], item["events"]), "caption"
+            )
+        )
+        for q in item.get("queries", []) or []:
+            s, e = q["span"]
+            finds.append(
+                CalibrationPair(video, contract.find_prompt(q["query"]), f"From {s:.1f} to {e:.1f}.", "find")
+            )
+    pairs = captions + finds
+    if samples is not None:
+        if samples < 1:
+            raise ValueError("--samples must be at least 1.")
+        pairs = pairs[:samples]
+    return pairs
+
+
+def _turn_end(tokenizer: Any) -> str:
+    vocab = tokenizer.get_vocab()
+    return "<|im_end|>" if "<|im_end|>" in vocab else str(tokenizer.eos_token or "")
+
+
+def encode_pair(processor: Any, pair: CalibrationPair, prepared: Any | None) -> dict[str, Any]:
+    """Processor tensors for prompt + answer, by the engine's exact path (Engine.build_inputs).
+
+    ``prepared`` None gives the text-only fallback (same text, no video).
+    """
+    from marlin_demo.prompt import encode, render_prompt
+
+    text = render_prompt(processor, pair.prompt, str(pair.video) if prepared is not None else None)
+    enc = encode(processor, text + pair.answer + _turn_end(processor.tokenizer), prepared)
+    return {k: v for k, v in dict(enc).items() if v is not None}
+
+
+def build_calibration(
+    processor: Any, pairs: list[CalibrationPair], mode: str = "video"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Encoded rows (batch 1, in order) plus one description row per sample for the report."""
+    from marlin_demo.video import prepare
+
+    rows, info = [], []
+    cache: dict[Path, Any] = {}
+    for pair in pairs:
+        prepared = None
+        if mode == "video":
+            if pair.video not in cache:
+                cache[pair.video] = prepare(pair.video, contract.VideoParams())
+            prepared = cache[pair.video]
+        enc = encode_pair(processor, pair, prepared)
+        ids = enc["input_ids"]
+        video_token_id = getattr(processor, "video_token_id", None)
+        n_video = int((ids == video_token_id).sum()) if video_token_id is not None else 0
+        text = processor.tokenizer.decode(ids[0])
+        rows.append(enc)
+        info.append(
+            {
+                "video": pair.video.name,
+                "kind": pair.kind,
+                "tokens": int(ids.shape[-1]),
+                "video_tokens": n_video,
+                "timestamps": len(re.findall(r"<\d+(?:\.\d+)? seconds>", text)),
+                "keys": sorted(enc),
+            }
+        )
+    return rows, info
+
+
+class _VisionProbe:
+    """Forward hooks proving that vision features, at M-RoPE positions, reach the decoder layers.
+
+    On every calibration forward it records: the vision tower ran, how many rows of the
+    first decoder layer's input (``inputs_embeds``) at video-token positions differ from the
+    pad token's own embedding (i.e. were replaced by vision features), and whether the
+    position ids are 3-axis M-RoPE ids that differ between the axes.
+    """
+
+    def __init__(self, hf_model: Any, video_token_id: int | None) -> None:
+        self.model = hf_model
+        self.video_token_id = video_token_id
+        self.handles: list[Any] = []
+        self.vision_calls = 0
+        self.vision_rows = 0
+        self.samples: list[dict[str, Any]] = []
+        self._ids: Any = None
+
+    def __enter__(self) -> _VisionProbe:
+        core = getattr(self.model, "model", self.model)
+        self.handles.append(self.model.register_forward_pre_hook(self._top, with_kwargs=True))
+        if hasattr(core, "visual"):
+            self.handles.append(core.visual.register_forward_hook(self._visual))
+        if hasattr(core, "language_model"):
+            self.handles.append(core.language_model.register_forward_pre_hook(self._lm, with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def _top(self, module: Any, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self._ids = None if ids is None else ids.detach()
+
+    def _visual(self, module: Any, args: tuple, output: Any) -> None:
+        self.vision_calls += 1
+        pooled = getattr(output, "pooler_output", None)
+        if pooled is None and isinstance(output, tuple):
+            pooled = output[0]
+        if pooled is not None and hasattr(pooled, "shape"):
+            self.vision_rows += int(pooled.shape[0])
+
+    def _lm(self, module: Any, args: tuple, kwargs: dict) -> None:
+        import torch
+
+        emb = kwargs.get("inputs_embeds")
+        pos = kwargs.get("position_ids")
+        row: dict[str, Any] = {"seq_len": None, "video_positions": 0, "vision_rows_in_layer_input": 0}
+        if emb is not None:
+            row["seq_len"] = int(emb.shape[1])
+        if emb is not None and self._ids is not None and self.video_token_id is not None:
+            mask = self._ids.to(emb.device) == self.video_token_id
+            row["video_positions"] = int(mask.sum())
+            if row["video_positions"]:
+                with torch.no_grad():
+                    pad = module.embed_tokens(torch.tensor([self.video_token_id], device=emb.device))[0]
+                    replaced = (emb[mask] != pad.to(emb.dtype)).any(-1)
+                row["vision_rows_in_layer_input"] = int(replaced.sum())
+        if pos is not None and pos.ndim == 3:
+            row["position_axes"] = int(pos.shape[0])
+            row["mrope_axes_differ"] = bool((pos[-2] != pos[-1]).any() or (pos[-3] != pos[-2]).any())
+        self.samples.append(row)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "vision_tower_calls": self.vision_calls,
+            "vision_feature_rows": self.vision_rows,
+            "first_layer_inputs": self.samples,
+            "video_rows_reaching_layers": sum(s["vision_rows_in_layer_input"] for s in self.samples),
+        }
+
+
+# --------------------------------------------------------------------------- artifact inspection
