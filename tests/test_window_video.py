@@ -10,7 +10,7 @@ import pytest
 import torch
 from media_factory import ffmpeg
 
-from marlin_demo import window_video
+from marlin_demo import window_runs, window_video
 from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
 from marlin_demo.video import frame_pts, plan_sampling, probe, sample
@@ -131,11 +131,11 @@ def test_second_question_on_a_long_video_decodes_nothing(
     eng = Engine(Settings(model="tiny", video_backend="fast"))
     plans = eng.window_plans(bclip, "find")
     assert plans is not None and len(plans) == 3
-    first = list(eng._window_frames(bclip, plans))
+    first = list(window_runs.window_frames(eng, bclip, plans))
     assert not any(hit for _, _, hit in first)
     assert 0 < sum(decoded) < probe(bclip).num_frames  # one scan: no picture twice
     decoded.clear()
-    second = list(eng._window_frames(bclip, eng.window_plans(bclip, "find") or []))
+    second = list(window_runs.window_frames(eng, bclip, eng.window_plans(bclip, "find") or []))
     assert all(hit for _, _, hit in second) and sum(decoded) == 0 and decoded == []
     assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
 
