@@ -12,7 +12,7 @@ import gradio as gr
 from gradio_client.snippet import generate_code_snippets
 
 from marlin_demo.ui import api_docs, example_notes, header, one_clip
-from marlin_demo.ui.compare import COLUMN_TITLES, SESSION_COLUMNS, titled
+from marlin_demo.ui.compare_view import COLUMN_TITLES, SESSION_COLUMNS, titled
 
 CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
 

@@ -31,19 +31,16 @@ from marlin_demo.ui.common import (
     metrics_html,
     notice_html,
     pick_variant,
-    progress_html,
     require_upload,
-    run_buttons,
     run_example,
     status_html,
     tiny_in_use,
     upload_video,
     user_errors,
-    waiting_outputs,
-    with_buttons,
     write_json,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
+from marlin_demo.ui.running import progress_html, wire_run_and_stop, with_buttons
 
 PLAYER_ID = "caption-player"
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
@@ -483,9 +480,12 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
             JSON {"variant": str, "model": str, "scene": str, "events": [{"start": float, "end": float,
             "description": str}], "raw": str, "repaired": bool, "metrics": {"latency_s": float,
             "ttft_s": float, "output_tokens": int, "tokens_per_s": float, "video_tokens": int,
-            "peak_memory_mb": float, "memory_kind": str, "load_s": float|null, "device": str}}.
+            "peak_memory_mb": float, "memory_kind": str, "load_s": float|null, "device": str},
+            "windows": [{"start": float, "end": float, "scene": str}]}.
             Times are seconds from the start of the clip and lie inside it; "raw" is exactly what the
             model wrote; "repaired" is true when events were clamped into the clip or de-duplicated.
+            A video longer than one caption window is captioned window by window: "windows" lists
+            them (one entry for a short clip) and the events of all windows share one timeline.
         """
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
@@ -507,28 +507,17 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
     }
     assert tab.stop is not None and tab.status is not None and tab.progress is not None
     buttons = [tab.run, tab.stop]
-    tab.run.click(waiting_outputs, None, [*buttons, tab.progress], **PRIVATE_UI)
-    main = tab.run.click(
+    main = wire_run_and_stop(
+        [tab.run.click],
         caption_ui,
         [tab.video, tab.variant],
         [*tab.outputs, tab.status, *buttons],
-        api_visibility="private",
-        show_progress="hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
-        trigger_mode="multiple",  # a run right after a Stop is not dropped while the stopped one ends
-        **GPU_EVENT,
+        buttons,
+        tab.progress,
+        stopped_html,
+        tab.scene,
     )
     main.then(**follow_up)
-    tab.stop.click(
-        lambda: (
-            *run_buttons(False),
-            stopped_html(),
-            progress_html(0, "Stopped: the model stops at its next token."),
-        ),
-        None,
-        [*buttons, tab.scene, tab.progress],
-        cancels=[main],
-        **PRIVATE_UI,
-    )
     if tab.examples is not None and tab.examples.cache_event is not None:
         tab.examples.cache_event.then(**follow_up)  # cached outputs are plain values: add the captions
     tab.api_button.click(

@@ -24,9 +24,10 @@ from gradio.data_classes import FileData
 from pydantic import model_validator
 
 from marlin_demo import compare as cmp
+from marlin_demo import settings as settings_mod
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import RunInfo
-from marlin_demo.settings import Settings
+from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
 from marlin_demo.startup import ModelStatus as ModelStatus
 from marlin_demo.startup import start_engine as start_engine
@@ -34,9 +35,7 @@ from marlin_demo.ui import example_notes
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES_DIR = ROOT / "examples"
-EXAMPLES_JSON = EXAMPLES_DIR / "examples.json"
+EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": 1}
 """Every event that runs the model shares one slot: one request on the GPU at a time."""
@@ -160,7 +159,7 @@ def cache_mode_from_env(on_space: bool) -> CacheMode:
     after 99 s but the 24 examples took until 707 s, and a visitor's request waits behind
     them. Lazy caches an example the first time someone clicks it.
     """
-    raw = os.environ.get(CACHE_ENV, "").strip().lower()
+    raw = settings_mod.env_value("cache_examples").lower()
     if raw in ("eager", "lazy", "off"):
         return raw  # type: ignore[return-value]
     if raw:
@@ -172,7 +171,7 @@ def cache_mode_from_env(on_space: bool) -> CacheMode:
 def examples_dir_for(settings: Settings) -> Path:
     """``--examples-dir`` when given, else the source checkout's ``examples/`` (absent when pip-installed:
     the app then runs without examples)."""
-    return Path(settings.examples_dir).expanduser() if settings.examples_dir else EXAMPLES_DIR
+    return settings.examples_path
 
 
 def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
@@ -436,39 +435,6 @@ if (!window.__marlinStatus) {
 }
 """
 """``js_on_load`` of the status line under a tab's video input."""
-
-
-def run_buttons(running: bool) -> tuple[Any, Any]:
-    """(run, stop) while a request runs or when it is over: the Stop button only while it runs."""
-    return gr.update(visible=not running), gr.update(visible=running)
-
-
-def with_buttons(outputs: Iterator[tuple[Any, ...]], n: int) -> Iterator[tuple[Any, ...]]:
-    """A tab's streamed outputs plus its (run, stop) buttons, put back to "not running" at the end.
-
-    Part of the request itself (not a ``.then`` step): a stopped request's late end then cannot
-    reset the buttons of the next one. Closing this closes ``outputs`` (the request stops).
-    """
-    skip = gr.skip()
-    with contextlib.closing(outputs):  # type: ignore[type-var]
-        for out in outputs:
-            yield (*out, skip, skip)
-    yield (*(skip,) * n, *run_buttons(False))
-
-
-def waiting_outputs() -> tuple[Any, Any, str]:
-    """What a Run click shows at once, before the request leaves the queue: (run, stop, progress)."""
-    return (*run_buttons(True), progress_html(0.0, "Waiting for its turn (one request runs at a time)…"))
-
-
-def progress_html(fraction: float, text: str) -> str:
-    """The tab's own progress bar (window k of n on a long video), yielded with the outputs."""
-    pct = max(0.0, min(100.0, 100.0 * fraction))
-    return (
-        f'<div class="mp-progress" role="progressbar" aria-valuenow="{pct:.0f}" aria-valuemin="0" '
-        f'aria-valuemax="100"><div class="mp-bar" style="width:{pct:.1f}%"></div>'
-        f'<span class="mp-text">{html.escape(text)}</span></div>'
-    )
 
 
 R = TypeVar("R")

@@ -33,19 +33,16 @@ from marlin_demo.ui.common import (
     metrics_html,
     notice_html,
     pick_variant,
-    progress_html,
     require_upload,
-    run_buttons,
     run_example,
     short_name,
     status_html,
     tiny_in_use,
     upload_video,
     user_errors,
-    waiting_outputs,
-    with_buttons,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
+from marlin_demo.ui.running import progress_html, wire_run_and_stop, with_buttons
 from marlin_demo.video import VideoError, export_clip
 
 VIDEO_ID = "find-video"
@@ -427,9 +424,13 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
 
         Returns:
             JSON {"variant": str, "model": str, "query": str, "span": [start, end] or null,
-            "format_ok": bool, "raw": str, "metrics": {...as for caption}}. The span is in seconds
+            "format_ok": bool, "raw": str, "metrics": {...as for caption},
+            "moments": [{"start": float, "end": float, "score": float}]}. The span is in seconds
             from the start of the clip and lies inside it; null when the answer gave no usable span;
-            "format_ok" says the answer was in the trained "From <start> to <end>." form.
+            "format_ok" says the answer was in the trained "From <start> to <end>." form. "moments"
+            are every span found, best first, scored in [0, 1] from the model's token probabilities
+            (a long video is searched window by window, so an event that recurs gives several);
+            "span" is the best one.
         """
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
@@ -446,29 +447,17 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
     assert tab.query_status is not None
     buttons = [tab.run, tab.stop]
     triggers = [tab.run.click, tab.query.submit]
-    gr.on(triggers, waiting_outputs, None, [*buttons, tab.progress], **PRIVATE_UI)
-    main = gr.on(
+    main = wire_run_and_stop(
         triggers,
         find_ui,
         [tab.video, tab.query, tab.variant],
         [*tab.outputs, tab.status, tab.query_status, *buttons],
-        api_visibility="private",
-        show_progress="hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
-        trigger_mode="multiple",  # a run right after a Stop is not dropped while the stopped one ends
-        **GPU_EVENT,
+        buttons,
+        tab.progress,
+        stopped_html,
+        tab.headline,
     )
     main.then(**jump_step)
-    tab.stop.click(
-        lambda: (
-            *run_buttons(False),
-            stopped_html(),
-            progress_html(0, "Stopped: the model stops at its next token."),
-        ),
-        None,
-        [*buttons, tab.headline, tab.progress],
-        cancels=[main],
-        **PRIVATE_UI,
-    )
     if tab.examples is not None and tab.examples.cache_event is not None:
         tab.examples.cache_event.then(**jump_step)
     tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from marlin_demo.settings import env_value
 from marlin_demo.video.decode import _check_complete, _positions, _rotation_k, _upright_chw, _video_stream
 from marlin_demo.video.info import Backend, VideoInfo, _short, _undecodable
 from marlin_demo.video.plan import SamplingPlan
@@ -99,7 +100,7 @@ def _skippable(codec: Any) -> bool:
 
 def _fast_workers() -> int:
     """Decoder threads for the fast path: one single-threaded decoder per available core (at most 16)."""
-    env = os.environ.get("MARLIN_DECODE_THREADS", "").strip()
+    env = env_value("decode_threads")
     if env:
         return max(1, int(env))
     try:
