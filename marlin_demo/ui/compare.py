@@ -230,6 +230,12 @@ def render(ctx: UIContext) -> CompareTab:
     )
 
 
+def _chart_update(frame: Any, key: str) -> Any:
+    """A bar chart's new data; an all-zero chart (every load warm) gets a 0-1 axis, not "0.000000"."""
+    flat = not (frame[key] > 0).any()
+    return gr.update(value=frame, visible=True, y_lim=[0, 1] if flat else [0, None])
+
+
 def run_label(ctx: UIContext, include_bf16: bool) -> str:
     """The Compare button names the variants it will run."""
     return "Compare: " + " vs ".join(variant_label(v) for v in ctx.compare_variants(include_bf16))
@@ -323,7 +329,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                     summary_html(payload),
                     cards_html(ctx, variants, results, cold, duration, truth),
                     gr.update(value=titled(frame), visible=True),
-                    *[gr.update(value=chart_frame(frame, key), visible=True) for key, _ in CHARTS],
+                    *[_chart_update(chart_frame(frame, key), key) for key, _ in CHARTS],
                     gr.update(value=scores_frame(task, payload) if has_scores else None, visible=has_scores),
                     gr.update(value=cold_warm_frame(new_rows), visible=True),
                     new_rows,
