@@ -314,7 +314,8 @@ def upload_video(**kwargs: Any) -> gr.Video:
     return video
 
 
-def _inside(path: Path, folder: Path) -> bool:
+def is_inside(path: Path, folder: Path) -> bool:
+    """``path`` lies in ``folder`` once links are resolved (only uploads and examples are served)."""
     try:
         path.resolve().relative_to(folder.resolve())
     except (ValueError, OSError):
@@ -331,7 +332,7 @@ def require_upload(video: str | None, ctx: UIContext) -> str:
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(name)), print_exception=False)
     path = Path(str(video))
     allowed = [Path(gr.utils.get_upload_folder()), ctx.examples_dir, ctx.output_dir]
-    if not any(_inside(path, folder) for folder in allowed):
+    if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)
     if not path.is_file():
         raise gr.Error(

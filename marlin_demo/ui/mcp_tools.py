@@ -42,7 +42,7 @@ import httpx
 from gradio import processing_utils, route_utils
 from gradio_client import handle_file
 
-from marlin_demo.ui.common import NOT_UPLOADED, UIContext
+from marlin_demo.ui.common import NOT_UPLOADED, UIContext, is_inside
 
 log = logging.getLogger(__name__)
 
@@ -187,14 +187,6 @@ def parse_docstring(fn: Any) -> tuple[str, dict[str, str], str]:
 # ---------------------------------------------------------------------------
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except (ValueError, OSError):
-        return False
-    return True
-
-
 class MarlinMCPServer(gradio.mcp.GradioMCPServer):
     """Gradio's MCP server with this app's tool list, descriptions, video checks and JSON results."""
 
@@ -316,7 +308,7 @@ class MarlinMCPServer(gradio.mcp.GradioMCPServer):
             raise ValueError(NO_URLS)
         path = Path(unquote(raw_path[len(prefix) :]))
         uploads = Path(gr.utils.get_upload_folder())
-        if not path.is_absolute() or not _inside(path, uploads) or not path.is_file():
+        if not path.is_absolute() or not is_inside(path, uploads) or not path.is_file():
             raise ValueError(NOT_UPLOADED.format(name=html.escape(path.name or str(path))))
         return str(path)
 
