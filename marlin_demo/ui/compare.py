@@ -404,7 +404,12 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         )
 
     tab.stop.click(was_running, None, stop_state, cancels=[running], **PRIVATE_UI).then(
-        stopped, stop_state, tab.summary, api_visibility="private", show_progress="hidden"
+        stopped,
+        stop_state,
+        tab.summary,
+        api_visibility="private",
+        show_progress="hidden",
+        concurrency_limit=None,
     )
     tab.api_button.click(
         compare,

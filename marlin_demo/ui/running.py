@@ -61,16 +61,16 @@ def wire_run_and_stop(
         trigger_mode="multiple",  # a run right after a Stop is not dropped while the stopped one ends
         **GPU_EVENT,
     )
-    buttons[1].click(
-        lambda: (
-            *run_buttons(False),
-            stopped(),
-            progress_html(0, "Stopped: the model stops at its next token."),
-        ),
+    # Stop puts the buttons back at once and cancels the run; its sentence comes in a queued
+    # step after it, over the page's one message stream, so a message the stopped run sent
+    # before the cancel reached the server cannot land after it and overwrite "Stopped".
+    buttons[1].click(lambda: run_buttons(False), None, buttons, cancels=[main], **PRIVATE_UI).then(
+        lambda: (stopped(), progress_html(0, "Stopped: the model stops at its next token.")),
         None,
-        [*buttons, stopped_target, progress],
-        cancels=[main],
-        **PRIVATE_UI,
+        [stopped_target, progress],
+        api_visibility="private",
+        show_progress="hidden",
+        concurrency_limit=None,  # never waits behind another session's step
     )
     return main
 
