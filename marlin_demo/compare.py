@@ -19,7 +19,6 @@ Conventions (each is tested in ``tests/test_compare.py``):
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Mapping
 from functools import lru_cache
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import metrics
+from marlin_demo.datasets import read_examples
 from marlin_demo.digest import cached_file_digest
 from marlin_demo.results import TASKS, Task
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
@@ -120,13 +120,7 @@ def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> di
 @lru_cache(maxsize=16)
 def _parsed_examples(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], ...]:
     del size, mtime_ns  # part of the cache key only: a changed file is read again
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ()
-    if not isinstance(data, list):
-        return ()
-    return tuple(item for item in data if isinstance(item, dict) and item.get("video"))
+    return tuple(example.to_dict() for example in read_examples(path))
 
 
 def _cached_examples(examples_json: str | os.PathLike[str]) -> tuple[dict[str, Any], ...]:

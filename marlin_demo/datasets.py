@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
@@ -40,6 +41,8 @@ from typing import Any
 
 from marlin_demo.contract import Event
 from marlin_demo.settings import EXAMPLES_FILE
+
+logger = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".mov", ".m4v", ".avi")
 SPAN_TOLERANCE_S = 0.5
@@ -90,6 +93,8 @@ class Example:
     events: list[Event] = field(default_factory=list)
     queries: list[Query] = field(default_factory=list)
     set: str = DEFAULT_SET
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys the benchmark does not read (``credit``, ``fps``...), kept for the app's example pages."""
 
     @property
     def has_caption_truth(self) -> bool:
@@ -97,7 +102,8 @@ class Example:
         return bool(self.scene.strip() or self.events)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
+            **self.extra,
             "video": self.name,
             "title": self.title,
             "set": self.set,
@@ -106,6 +112,9 @@ class Example:
             "events": [e.to_dict() for e in self.events],
             "queries": [q.to_dict() for q in self.queries],
         }
+        if not math.isfinite(self.duration):  # a lenient read of an entry whose clip is absent
+            del out["duration"]
+        return out
 
 
 # ---------------------------------------------------------------------------
@@ -143,7 +152,10 @@ def probe_duration(path: Path) -> float:
     return float(probe(path).duration_s)
 
 
-def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
+_KNOWN_KEYS = frozenset({"video", "title", "set", "duration", "scene", "events", "queries"})
+
+
+def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: bool = False) -> Example:
     where = f"examples.json entry {index + 1}"
     if not isinstance(raw, dict):
         raise DatasetError(f"{where} is a {type(raw).__name__}, not an object with a 'video' key.")
@@ -157,11 +169,17 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
     video = Path(name).expanduser()
     if not video.is_absolute():
         video = root / video
-    if not video.is_file():
-        raise DatasetError(f"{where}: the video {video} does not exist: put the file there or fix the path.")
+    present = video.is_file()
+    if not present and not missing_ok:
+        raise DatasetError(
+            f"{where}: the video {video} does not exist (no video file there): put the file there "
+            "or fix the path."
+        )
 
     duration_raw = raw.get("duration")
-    if duration_raw is None:
+    if duration_raw is None and not present:
+        duration = math.inf  # nothing to probe: spans are only checked for order
+    elif duration_raw is None:
         try:
             duration = probe_duration(video)
         except ValueError as exc:  # VideoError
@@ -231,6 +249,7 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str]) -> Example:
         events=events,
         queries=queries,
         set=set_raw.strip(),
+        extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
     )
 
 
@@ -258,12 +277,7 @@ def load_dataset(directory: str | os.PathLike[str]) -> list[Example]:
             f"{root} has no {EXAMPLES_FILE}: add one (format in docs/BENCHMARK.md) "
             "or convert annotations with `python -m marlin_demo bench convert-charades`."
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path} is not valid JSON ({exc}): fix the file.") from None
-    if not isinstance(data, list):
-        raise DatasetError(f"{path} must hold a JSON list of examples, not a {type(data).__name__}.")
+    data = _read_list(path)
     if not data:
         raise DatasetError(f"{path} lists no examples: add at least one.")
     seen: set[str] = set()
@@ -271,6 +285,38 @@ def load_dataset(directory: str | os.PathLike[str]) -> list[Example]:
     if not any(ex.queries or ex.has_caption_truth for ex in examples):
         raise DatasetError(f"{path} has no queries and no reference captions: there is nothing to score.")
     return examples
+
+
+def read_examples(path: str | os.PathLike[str]) -> list[Example]:
+    """The app's lenient read of an examples.json: the entries that parse, clips present or not.
+
+    Examples are optional in the app: an absent or broken file gives [] and a bad entry is left
+    out (logged) instead of failing the page. An entry whose clip is absent is kept (an upload
+    with its name can still be matched), without a duration unless the entry gives one.
+    """
+    path = Path(path).expanduser()
+    try:
+        data = _read_list(path)
+    except (OSError, DatasetError):
+        return []
+    seen: set[str] = set()
+    out = []
+    for i, raw in enumerate(data):
+        try:
+            out.append(_parse_entry(raw, i, path.parent, seen, missing_ok=True))
+        except DatasetError as exc:
+            logger.warning("Example left out: %s", exc)
+    return out
+
+
+def _read_list(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path} is not valid JSON ({exc}): fix the file.") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path} must hold a JSON list of examples, not a {type(data).__name__}.")
+    return data
 
 
 def dataset_digest(directory: str | os.PathLike[str]) -> str:

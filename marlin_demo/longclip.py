@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
+from marlin_demo.datasets import load_dataset
+from marlin_demo.settings import EXAMPLES_DIR
 
 LONG_SET = "long"
 LONG_SET_VERSION = 1
@@ -33,6 +34,11 @@ LONG_SET_DURATIONS = (150.0, 360.0)
 def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rendered set only: same size and fps, so the concat filter keeps their times exact."""
     return [e for e in examples if e.get("set", "rendered") == "rendered"]
+
+
+def _rendered_examples(ex_dir: Path) -> list[dict[str, Any]]:
+    """The rendered examples of ``ex_dir``, read by the benchmark's loader (validated)."""
+    return rendered([ex.to_dict() for ex in load_dataset(ex_dir)])
 
 
 def long_clip_truth(examples: list[dict[str, Any]], target_s: float, start: int = 0) -> dict[str, Any]:
@@ -68,7 +74,7 @@ def build_long_clip(
 ) -> dict[str, Any]:
     """Write the concatenated clip (H.264) and ``<out>.json`` with its truth; returns the truth."""
     ex_dir = Path(examples_dir)
-    examples = rendered(json.loads((ex_dir / EXAMPLES_FILE).read_text()))
+    examples = _rendered_examples(ex_dir)
     truth = long_clip_truth(examples, target_s)
     _encode(ex_dir, truth, Path(out_path))
     return truth
@@ -144,7 +150,7 @@ def build_long_set(
     Clip k starts its cycle at example k. A clip already there with the same truth is kept.
     """
     ex_dir = Path(examples_dir)
-    examples = rendered(json.loads((ex_dir / "examples.json").read_text()))
+    examples = _rendered_examples(ex_dir)
     root = Path(out_dir) if out_dir is not None else default_long_set_dir()
     root.mkdir(parents=True, exist_ok=True)
     entries = []

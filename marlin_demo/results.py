@@ -16,6 +16,19 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 Task = Literal["caption", "find"]
 TASKS: tuple[Task, ...] = ("caption", "find")
 
+#: What ``Metrics.peak_memory_mb`` measured: the GPU's peak allocation in the request (reset per
+#: request), or on CPU the process's peak RSS (all of the process, since it started).
+MemoryKind = Literal["cuda_peak_allocated", "cpu_peak_rss"]
+MEMORY_KIND_LABELS: dict[str, str] = {
+    "cuda_peak_allocated": "GPU peak allocated",
+    "cpu_peak_rss": "process peak RSS (CPU)",
+}
+
+
+def memory_label(kind: str) -> str:
+    """How a memory figure is named next to its value (the UI's cards and tables)."""
+    return MEMORY_KIND_LABELS.get(kind, kind)
+
 
 @dataclass
 class Metrics:
@@ -27,7 +40,7 @@ class Metrics:
     tokens_per_s: float | None
     video_tokens: int
     peak_memory_mb: float
-    memory_kind: str  # "cuda_peak_allocated" (reset per request) | "cpu_peak_rss" (process peak)
+    memory_kind: MemoryKind
     load_s: float
     device: str
 

@@ -346,3 +346,29 @@ def test_convert_charades_subprocess(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ")
+
+
+def test_app_read_is_lenient_and_keeps_display_keys(tmp_path: Path, clip5: Path) -> None:
+    """The app's read (compare.load_examples) goes through the same parser, but a bad entry is left out
+    instead of failing the page, a clip not there yet is kept, and credit-like keys survive."""
+    from marlin_demo.datasets import read_examples
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    shutil.copy(clip5, folder / "five.mp4")
+    good = _entry(credit={"author": "A. Person", "license": "CC BY 4.0"})
+    absent = _entry(video="later.mp4", queries=[{"query": "it ends", "span": [1.0, 2.0]}])
+    absent.pop("duration", None)
+    bad = _entry(video="bad.mp4", events=[{"start": 3.0, "end": 1.0, "description": "backwards"}])
+    _write(folder, [good, absent, bad])
+    with pytest.raises(DatasetError, match="later.mp4 does not exist"):
+        load_dataset(folder)  # the benchmark's read stays strict
+    got = read_examples(folder / "examples.json")
+    assert [e.name for e in got] == ["five.mp4", "later.mp4"]
+    first = got[0].to_dict()
+    assert first["credit"] == {"author": "A. Person", "license": "CC BY 4.0"}
+    assert first["events"] == good["events"] and first["video"] == "five.mp4"
+    assert "duration" not in got[1].to_dict()  # unknown until the clip is there: not made up
+    assert read_examples(tmp_path / "none.json") == []
+    (folder / "examples.json").write_text("{not json", encoding="utf-8")
+    assert read_examples(folder / "examples.json") == []

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from marlin_demo import contract
+from marlin_demo.contract import Event
+from marlin_demo.datasets import DatasetError, load_dataset
 from marlin_demo.settings import EXAMPLES_FILE
 
 
@@ -22,56 +24,43 @@ class CalibrationPair:
     kind: str  # "caption" | "find"
 
 
-def caption_answer(scene: str, events: list[dict[str, Any]]) -> str:
+def caption_answer(scene: str, events: Sequence[Event]) -> str:
     """The trained caption format: ``Scene: ...`` then ``Events:`` and ``<s - e> text`` lines."""
     lines = [f"Scene: {scene.strip()}", "", "Events:"]
     for e in events:
-        lines.append(f"<{float(e['start']):.1f} - {float(e['end']):.1f}> {str(e['description']).strip()}")
+        lines.append(f"<{e.start:.1f} - {e.end:.1f}> {e.description.strip()}")
     return "\n".join(lines)
 
 
 def load_pairs(folder: Path, samples: int | None = None) -> list[CalibrationPair]:
-    """Pairs from ``folder/examples.json`` in file order: every caption pair, then every find pair.
+    """Pairs from ``folder/examples.json`` (the benchmark's format and loader) in file order: every
+    caption pair, then every find pair (a query's first span).
 
     Deterministic: no shuffling; ``samples`` keeps the first N.
     """
+    if samples is not None and samples < 1:
+        raise ValueError("--samples must be at least 1.")
     folder = Path(folder)
-    index = folder / EXAMPLES_FILE if folder.is_dir() else folder
-    if not index.is_file():
-        raise ValueError(
-            f"No calibration index at {index}: give --calibration a folder holding examples.json "
-            "(a list of {video, scene, events[, queries]}) and its videos."
-        )
+    if folder.is_file() and folder.name == EXAMPLES_FILE:
+        folder = folder.parent
     try:
-        items = json.loads(index.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{index} is not valid JSON: {exc}") from None
-    if not isinstance(items, list) or not items:
-        raise ValueError(f"{index} must hold a non-empty list of clips.")
+        examples = load_dataset(folder)
+    except DatasetError as exc:
+        raise DatasetError(f"Calibration data: {exc}") from None
     captions: list[CalibrationPair] = []
     finds: list[CalibrationPair] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not {"video", "scene", "events"} <= set(item):
-            raise ValueError(f"{index} entry {i} needs video, scene and events.")
-        video = (index.parent / item["video"]).resolve()
-        if not video.is_file():
-            raise ValueError(f"{index} entry {i}: no video file at {video}.")
-        captions.append(
-            CalibrationPair(
-                video, contract.CAPTION_PROMPT, caption_answer(item["scene"], item["events"]), "caption"
-            )
-        )
-        for q in item.get("queries", []) or []:
-            s, e = q["span"]
+    for ex in examples:
+        video = ex.video.resolve()
+        if ex.has_caption_truth:
+            answer = caption_answer(ex.scene, ex.events)
+            captions.append(CalibrationPair(video, contract.CAPTION_PROMPT, answer, "caption"))
+        for q in ex.queries:
+            s, e = q.span
             finds.append(
-                CalibrationPair(video, contract.find_prompt(q["query"]), f"From {s:.1f} to {e:.1f}.", "find")
+                CalibrationPair(video, contract.find_prompt(q.query), f"From {s:.1f} to {e:.1f}.", "find")
             )
     pairs = captions + finds
-    if samples is not None:
-        if samples < 1:
-            raise ValueError("--samples must be at least 1.")
-        pairs = pairs[:samples]
-    return pairs
+    return pairs if samples is None else pairs[:samples]
 
 
 def _turn_end(tokenizer: Any) -> str:

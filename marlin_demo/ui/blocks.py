@@ -16,7 +16,7 @@ import gradio as gr
 
 from marlin_demo import space
 from marlin_demo.engine import Engine
-from marlin_demo.settings import Settings
+from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
     about,
     api_docs,
@@ -94,7 +94,7 @@ def make_context(engine: Engine, settings: Settings, status: ModelStatus | None 
         status=status,
         output_dir=out,
         cache_mode=cache_mode_from_env(space.on_space()),
-        examples=available_examples(examples_dir / "examples.json"),
+        examples=available_examples(examples_dir / EXAMPLES_FILE),
         examples_dir=examples_dir,
     )
 

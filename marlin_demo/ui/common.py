@@ -26,7 +26,7 @@ from pydantic import model_validator
 from marlin_demo import compare as cmp
 from marlin_demo import settings as settings_mod
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.results import RunInfo
+from marlin_demo.results import RunInfo, memory_label
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
 from marlin_demo.startup import ModelStatus as ModelStatus
@@ -95,7 +95,7 @@ class UIContext:
 
     def ground_truth(self, video: str | os.PathLike[str] | None) -> dict[str, Any] | None:
         """The example this clip is (see ``compare.ground_truth_for``), or None."""
-        return cmp.ground_truth_for(video, self.examples_dir / "examples.json")
+        return cmp.ground_truth_for(video, self.examples_dir / EXAMPLES_FILE)
 
     def new_run_dir(self, kind: str) -> Path:
         """A fresh folder for one request's downloads; old ones are pruned."""
@@ -466,13 +466,6 @@ def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     if value is None:
         return "–"
     return f"{value:.{digits}f}{unit}"
-
-
-def memory_label(kind: str) -> str:
-    return {
-        "cuda_peak_allocated": "GPU peak allocated",
-        "cpu_peak_rss": "process peak RSS (CPU)",
-    }.get(kind, kind)
 
 
 def metrics_html(

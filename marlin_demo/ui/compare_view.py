@@ -16,13 +16,12 @@ import pandas as pd
 
 from marlin_demo import service
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import CaptionResult, FindResult
+from marlin_demo.results import CaptionResult, FindResult, memory_label
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     UIContext,
     error_html,
     fmt,
-    memory_label,
     tiny_in_use,
     variant_label,
 )
