@@ -68,6 +68,8 @@ def _shot_phone(pg, name: str) -> None:
     size = pg.viewport_size
     pg.set_viewport_size({"width": 420, "height": 900})
     try:
+        # nothing widens the page past the phone's width (wide tables scroll in their own box)
+        pg.wait_for_function("document.documentElement.scrollWidth <= window.innerWidth", timeout=10_000)
         _shot(pg, name)
     finally:
         pg.set_viewport_size(size)
@@ -284,6 +286,19 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     metrics = pg.inner_text("#compare-metrics")
     assert "Load time in this request (s)" in metrics and "load_s" not in metrics, metrics
     _shot(pg, "3_compare")
+    # on a phone the page stays phone-wide: the tables and charts scroll in their own boxes
+    desktop = pg.viewport_size
+    pg.set_viewport_size({"width": 420, "height": 900})
+    try:
+        pg.wait_for_function("document.documentElement.scrollWidth <= window.innerWidth", timeout=10_000)
+        widths = pg.evaluate(
+            "['compare-metrics', 'compare-plot-latency_s', 'compare-scores'].map("
+            "i => document.getElementById(i).getBoundingClientRect().right)"
+        )
+        assert all(w <= 420 for w in widths), widths
+        _shot(pg, "3_compare_phone")
+    finally:
+        pg.set_viewport_size(desktop)
     session = pg.inner_text("#compare-session")
     assert "gptq" in session and "bnb4" in session and "ttft_s" not in session, session
 
