@@ -28,14 +28,16 @@ per core), only the planned frames are converted (to planar RGB at full size, by
 same converter the reference uses) and shrunk by swscale's bicubic scaler instead of
 torchvision's bicubic-antialias resize, the reference's most expensive step on large
 sources. Every reference picture up to the last planned one in its GOP is still decoded;
-H.264 and HEVC pictures nothing references are skipped unless planned (``FAST_SKIP_NONREF``). That
+H.264 and HEVC pictures nothing references are skipped unless planned (``FAST_SKIP_NONREF``),
+and so are AV1 temporal units that refresh no reference slot (``FAST_DROP_AV1``, ``av1``). That
 decode is now most of the cost. Pixels differ from the
 reference by 0.01-0.2 levels on average (tests/test_speed.py,
 benchmarks/bench_video_prep.py); sources above 8 bits keep the reference path.
 
 The package splits the job by step: ``info`` (probe, validate), ``plan`` (the sampling plan),
-``decode`` (the reference decode), ``fast`` (the fast decode), ``pipeline`` (sample, prepare) and
-``export`` (clip export). Everything is re-exported here; patch a name in the module that uses it.
+``decode`` (the reference decode), ``fast`` (the fast decode), ``av1`` (which AV1 packets
+nothing references), ``pipeline`` (sample, prepare) and ``export`` (clip export). Everything is
+re-exported here; patch a name in the module that uses it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from marlin_demo.video.export import (
 )
 from marlin_demo.video.fast import (
     AUTO_REFERENCE_CODECS,
+    FAST_DROP_AV1,
     FAST_MAX_BIT_DEPTH,
     FAST_PLANAR,
     FAST_SCALER,
@@ -109,6 +112,7 @@ __all__ = [
     "ALLOWED",
     "AUTO_REFERENCE_CODECS",
     "BACKENDS",
+    "FAST_DROP_AV1",
     "FAST_MAX_BIT_DEPTH",
     "FAST_PLANAR",
     "FAST_SCALER",

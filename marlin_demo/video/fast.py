@@ -43,9 +43,12 @@ FAST_MAX_BIT_DEPTH = 8
 #:   nothing is higher. See ``_skippable``.
 #:
 #: Not VP9 (FFmpeg's decoder skips only frames that refresh no reference slot; libvpx's encodes
-#: have none: measured, 0 of 180) and not AV1 (libdav1d reads the switch once, when the decoder
-#: opens, so it cannot be set per packet for the frames that are planned).
+#: have none: measured, 0 of 180). AV1 is skipped another way (FAST_DROP_AV1).
 FAST_SKIP_NONREF = frozenset({"h264", "hevc"})
+#: AV1 decoders whose unplanned temporal units that refresh no reference slot are not sent to the
+#: decoder at all (``video.av1``): libdav1d reads ``skip_frame`` once, when it opens, so it cannot
+#: be switched per packet, but a frame that refreshes no slot changes nothing a later frame reads.
+FAST_DROP_AV1 = frozenset({"libdav1d"})
 #: codecs ``auto`` leaves to the reference decoder although the fast path supports them: none,
 #: since on every 8-bit clip measured (H.264, HEVC, VP9, VP8, AV1; 270p to 1080p; 10 to 60 fps)
 #: the fast path was at least as fast as the reference (benchmarks/bench_video_auto.py,
@@ -171,11 +174,14 @@ def _decode_run(
         # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
         skip = by_pts is not None and threads == 1 and _skippable(codec)
         mode = codec.skip_frame
+        drop = _Av1Drop(codec.extradata) if by_pts is not None and codec.name in FAST_DROP_AV1 else None
         if index is not None and start > 0:
             container.seek(index.pts[start], stream=stream, backward=True, any_frame=False)
         n = -1
         try:
             for packet in container.demux(stream):
+                if drop is not None and drop.droppable(packet, by_pts or {}):
+                    continue  # never decoded: not counted
                 if skip:
                     want_mode = "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
                     if want_mode != mode:
@@ -199,6 +205,25 @@ def _decode_run(
     return n + 1
 
 
+class _Av1Drop:
+    """Which AV1 packets a run leaves out: unplanned and referenced by nothing (FAST_DROP_AV1)."""
+
+    def __init__(self, extradata: bytes | None) -> None:
+        from marlin_demo.video import av1
+
+        self._av1 = av1
+        self.seq = av1.sequence_header_from_extradata(extradata)
+
+    def droppable(self, packet: Any, planned: dict[int, int]) -> bool:
+        if packet.size == 0:
+            return False
+        data = bytes(packet)
+        self.seq = self._av1.sequence_header_in(data) or self.seq  # a key frame may bring a new one
+        if packet.pts is None or packet.pts in planned:
+            return False
+        return self._av1.references_nothing(data, self.seq)
+
+
 def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _PacketIndex | None:
     """The packet index, or None when frames must be counted (no unique pts, or not torchcodec's count)."""
     index = _packet_index(path, stream_index)
@@ -219,8 +244,9 @@ def _decode_fast(
     files whose packets lack unique pts fall back to one sequential decode that counts frames
     like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
     scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
-    H.264 and HEVC pictures that nothing references (e.g. most B-frames) are not decoded
-    unless planned: see ``FAST_SKIP_NONREF``.
+    H.264 and HEVC pictures that nothing references (e.g. most B-frames) and AV1 temporal units
+    that refresh no reference slot are not decoded unless planned: see ``FAST_SKIP_NONREF`` and
+    ``FAST_DROP_AV1``.
     Returns the frames, their pts in seconds and how many pictures were decoded.
     """
     import threading
