@@ -371,6 +371,14 @@ def measure_long(root: Path, reps: int, backend: str) -> dict[str, Any]:
     med = {k: statistics.median(r["s"] for r in v) for k, v in runs.items()}
     cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
     first = {k: statistics.median(r["first_window_s"] for r in v) for k, v in runs.items()}
+    pictures = {k: v[0]["pictures_decoded"] for k, v in runs.items()}
+    per_picture = {k: 1000 * cpu[k] / max(1, pictures[k]) for k in runs}  # the decode's unit cost
+    print(
+        f"  10 min / 2 min: {med['10min'] / med['2min']:.2f}x wall, {cpu['10min'] / cpu['2min']:.2f}x cpu, "
+        f"{pictures['10min'] / max(1, pictures['2min']):.2f}x pictures to decode; cpu per picture "
+        f"{per_picture['2min']:.2f} vs {per_picture['10min']:.2f} ms",
+        flush=True,
+    )
     return {
         "clips": {"2min": two.name, "10min": ten.name},
         "backend": backend,
@@ -380,6 +388,8 @@ def measure_long(root: Path, reps: int, backend: str) -> dict[str, Any]:
         "ratio_10min_to_2min": med["10min"] / med["2min"],
         "median_cpu_s": cpu,
         "ratio_cpu_10min_to_2min": cpu["10min"] / cpu["2min"],
+        "ratio_pictures_10min_to_2min": pictures["10min"] / max(1, pictures["2min"]),
+        "cpu_ms_per_picture": per_picture,
     }
 
 
