@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
+import math
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ def throttled(stages: Generator[Stage, None, None], every: float) -> Iterator[St
     A long video's window always ends on its last text: the text held back by the throttle is
     sent before the next window starts, so each window's whole answer is seen.
     """
-    last = 0.0
+    last = -math.inf  # the first text always passes (monotonic time may start near 0 after a boot)
     held: Progress | None = None
     with contextlib.closing(stages):  # closing this closes the request: its generation stops
         for stage in stages:
