@@ -88,3 +88,15 @@ def test_status_and_progress_lines_escape_their_text() -> None:
 def test_clip_status_without_a_clip_is_empty(tmp_path: Path) -> None:
     ctx = UIContext(engine=None, settings=None, status=None, output_dir=tmp_path)  # type: ignore[arg-type]
     assert clip_status(ctx, None, "caption") == ""
+
+
+def test_compare_charts_leave_headroom_and_a_flat_chart_gets_a_unit_axis() -> None:
+    import pandas as pd
+
+    from marlin_demo.ui.compare import CHART_HEADROOM, _chart_update
+
+    frame = pd.DataFrame({"variant": ["gptq", "bnb4"], "latency_s": [2.0, 4.0]})
+    upd = _chart_update(frame, "latency_s")
+    assert upd["visible"] and upd["y_lim"] == [0, 4.0 * CHART_HEADROOM] and CHART_HEADROOM > 1
+    warm = pd.DataFrame({"variant": ["gptq", "bnb4"], "load_s": [0.0, 0.0]})
+    assert _chart_update(warm, "load_s")["y_lim"] == [0, 1]

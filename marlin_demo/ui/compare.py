@@ -54,6 +54,9 @@ from marlin_demo.ui.compare_view import (
 )
 from marlin_demo.ui.credits import credit_box, credit_line
 
+#: the charts' y axis ends this far above the tallest bar
+CHART_HEADROOM = 1.15
+
 
 @dataclass
 class CompareTab:
@@ -231,9 +234,10 @@ def render(ctx: UIContext) -> CompareTab:
 
 
 def _chart_update(frame: Any, key: str) -> Any:
-    """A bar chart's new data; an all-zero chart (every load warm) gets a 0-1 axis, not "0.000000"."""
-    flat = not (frame[key] > 0).any()
-    return gr.update(value=frame, visible=True, y_lim=[0, 1] if flat else [0, None])
+    """A bar chart's new data, with headroom above the tallest bar (its tooltip and top stay visible);
+    an all-zero chart (every load warm) gets a 0-1 axis, not "0.000000"."""
+    top = float(frame[key].max()) if len(frame) else 0.0
+    return gr.update(value=frame, visible=True, y_lim=[0, top * CHART_HEADROOM if top > 0 else 1])
 
 
 def run_label(ctx: UIContext, include_bf16: bool) -> str:
