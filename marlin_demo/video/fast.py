@@ -17,13 +17,14 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
 
-# The fast path's two swscale steps per planned frame: (1) YUV -> planar RGB at the stored size
-# with the same unscaled converter the reference's RGB conversion uses (bit-identical for 8-bit
-# sources), (2) planar RGB at the plan's size, bicubic (swscale widens the kernel when shrinking,
-# i.e. it antialiases), packed by numpy. Step 2 replaces torchvision's bicubic+antialias resize,
-# the reference's most expensive step on large sources: mean |diff| 0.02-0.2 levels on the
-# example clips, the shared media and a 1080p clip (docs/SPEED.md). Scaling straight from YUV in
-# one step is cheaper by ~2 ms a frame but ~1.1-1.4 levels off (swscale scales the YUV planes).
+# The fast path's two swscale steps per planned frame: (1) YUV -> RGB at the stored size, bit for
+# bit the reference's rgb24 conversion (planar where that is exact, else packed rgb24:
+# ``_FastConverter._full_size_rgb``), (2) that RGB at the plan's size, bicubic, into planar RGB
+# (swscale widens the kernel when shrinking, i.e. it antialiases), packed by numpy. Step 2
+# replaces torchvision's bicubic+antialias resize, the reference's most expensive step on large
+# sources: mean |diff| 0.02-0.2 levels on the example clips, the shared media and a 1080p clip
+# (docs/SPEED.md). Scaling straight from YUV in one step is cheaper by ~2 ms a frame but ~1.1-1.4
+# levels off (swscale scales the YUV planes).
 FAST_PLANAR = "gbrp"
 FAST_SCALER = "BICUBIC"
 #: the fast path is used for sources of at most this many bits per component; above it PyAV's
@@ -294,14 +295,40 @@ def _decode_fast(
 
 
 class _FastConverter:
-    """One planned frame -> uint8 CHW RGB at the plan's size (two cached swscale contexts per thread)."""
+    """One planned frame -> uint8 CHW RGB at the plan's size (cached swscale contexts per thread)."""
 
     def __init__(self, plan: SamplingPlan) -> None:
         from av.video.reformatter import Interpolation, VideoReformatter
 
         self.plan = plan
         self.interpolation = Interpolation[FAST_SCALER]
-        self.to_planar, self.to_small = VideoReformatter(), VideoReformatter()
+        self.to_planar, self.to_packed, self.to_small = (
+            VideoReformatter(),
+            VideoReformatter(),
+            VideoReformatter(),
+        )
+
+    def _full_size_rgb(self, frame: Any) -> Any:
+        """The frame in RGB at its stored size: planar when that is exactly the packed RGB the
+        reference converts to (checked once per pixel format and size), else packed rgb24.
+
+        The planar route is ~1.3 ms a 1080p frame cheaper, but PyAV's bundled swscale gets it
+        wrong in places: 4:2:0 and 4:2:2 frames whose width is 1-8 past a multiple of 16 (854,
+        1080, 1366...) came out with their last columns black, and NV12 and 4:4:0 round
+        differently. Both routes then scale with the same bicubic scaler into planar RGB.
+        """
+        key = (frame.format.name, frame.width, frame.height)
+        exact = _PLANAR_EXACT.get(key)
+        if exact is None:
+            import numpy as np
+
+            planar = self.to_planar.reformat(frame, format=FAST_PLANAR, threads=1)
+            packed = self.to_packed.reformat(frame, format="rgb24", threads=1)
+            exact = _PLANAR_EXACT[key] = bool(np.array_equal(planar.to_ndarray(), packed.to_ndarray()))
+            return planar if exact else packed
+        if exact:
+            return self.to_planar.reformat(frame, format=FAST_PLANAR, threads=1)
+        return self.to_packed.reformat(frame, format="rgb24", threads=1)
 
     def __call__(self, frame: Any, idx: int) -> torch.Tensor:
         plan = self.plan
@@ -312,12 +339,21 @@ class _FastConverter:
             raise RuntimeError(f"frame {idx} is {src[0]}x{src[1]}, the plan expected {want}")
         # scale in the stored orientation, then rotate the small frame upright
         w, h = (plan.height, plan.width) if k % 2 else (plan.width, plan.height)
-        planar = self.to_planar.reformat(frame, format=FAST_PLANAR, threads=1)
         small = self.to_small.reformat(
-            planar, width=w, height=h, format=FAST_PLANAR, interpolation=self.interpolation, threads=1
+            self._full_size_rgb(frame),
+            width=w,
+            height=h,
+            format=FAST_PLANAR,
+            interpolation=self.interpolation,
+            threads=1,
         )
         # PyAV returns planar gbrp as (h, w, 3) in R, G, B order
         return _upright_chw(small.to_ndarray(), k)
+
+
+#: (pixel format, width, height) -> whether swscale's YUV -> planar RGB equals its YUV -> rgb24
+#: there (``_FastConverter._full_size_rgb``); filled on first use, per process
+_PLANAR_EXACT: dict[tuple[str, int, int], bool] = {}
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
