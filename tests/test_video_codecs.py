@@ -209,3 +209,26 @@ def test_auto_rule_per_kind_of_clip(codec_clips: dict[str, Path]) -> None:
             V.pick_backend(dataclasses.replace(info, bit_depth=10), V.plan_sampling(info, PARAMS))
             == "reference"
         )
+
+
+def test_a_clip_cut_without_re_encoding_is_read_like_the_reference(tmp_path: Path) -> None:
+    """``ffmpeg -ss 1.3 -c copy`` keeps the frames from the keyframe before the cut, hidden by an
+    edit list: not a truncated file, and its frames are numbered from the cut, as torchcodec does."""
+    if not V.ffmpeg_available():
+        pytest.skip("the ffmpeg binary is not on PATH")
+    full, cut = tmp_path / "full.mp4", tmp_path / "cut.mp4"
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x180:rate=30:duration=6", *ENCODES["h264_high_b3"],
+           "-pix_fmt", "yuv420p", "-movflags", "+faststart", str(full))  # fmt: skip
+    ffmpeg("-ss", "1.3", "-i", str(full), "-c", "copy", str(cut))
+    info = V.probe(cut)
+    assert info.num_frames == len(V.frame_pts(cut)) == 141 and V.frame_pts(cut)[0] == 0.0
+    plan = V.plan_sampling(info, PARAMS)
+    ref = V.sample(cut, plan, backend="reference", info=info)
+    fast = V.sample(cut, plan, backend="fast", info=info)
+    _exact_plan_and_frames(cut, fast, ref)
+    assert fast.frames_decoded is not None and fast.frames_decoded < info.num_frames  # indexed, skipping
+    # a file cut short still reads as truncated: its frames stop before the header's duration
+    short = tmp_path / "short.mp4"
+    short.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(V.VideoError, match="looks truncated"):
+        V.probe(short)

@@ -76,7 +76,7 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
         stream = _video_stream(container, stream_index)
         tb = float(stream.time_base)
         for packet in container.demux(stream):
-            if packet.size == 0:
+            if packet.size == 0 or packet.is_discard:  # discard: before an edit list's start, never shown
                 continue
             if packet.pts is None:
                 return None
@@ -371,7 +371,7 @@ def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> 
         tb = float(stream.time_base)
         for packet in container.demux(stream):
             ts = packet.pts if packet.pts is not None else packet.dts
-            if ts is None or packet.size == 0:
+            if ts is None or packet.size == 0 or packet.is_discard:
                 continue
             times.append(ts * tb)
     return sorted(times)

@@ -161,7 +161,7 @@ def _scan_packets(container: Any, stream: Any) -> tuple[int, float | None, float
     tb = float(stream.time_base)
     for packet in container.demux(stream):
         ts = packet.pts if packet.pts is not None else packet.dts
-        if ts is None or packet.size == 0:
+        if ts is None or packet.size == 0 or packet.is_discard:  # hidden by an edit list
             continue
         count += 1
         start = ts * tb
@@ -169,6 +169,28 @@ def _scan_packets(container: Any, stream: Any) -> tuple[int, float | None, float
         begin = start if begin is None else min(begin, start)
         end = stop if end is None else max(end, stop)
     return count, begin, end
+
+
+def _looks_truncated(
+    scanned: int | None,
+    header_frames: int,
+    content_end: float | None,
+    header_duration: float | None,
+    fps: float,
+) -> bool:
+    """Fewer frames than the header counts, and the frames stop before the header's duration.
+
+    A clip cut without re-encoding (``ffmpeg -ss 1.3 -c copy``, a phone's trim) keeps the frames
+    from the keyframe before the cut and an edit list that hides them: its header counts those
+    frames too, but the frames that play still reach the header's duration. A file cut short
+    (an interrupted upload or copy) stops early.
+    """
+    if scanned is None or header_frames <= 0 or scanned >= header_frames - 1:
+        return False
+    if content_end is None or not header_duration:
+        return True
+    slack = max(0.1, 2.0 / fps) if fps > 0 else 0.1  # two frames, or 0.1 s
+    return content_end < header_duration - slack
 
 
 def _container_name(path: Path, fmt: Any) -> str:
@@ -276,12 +298,15 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         header_frames = int(stream.frames or 0)
         header_duration = float(stream.duration * stream.time_base) if stream.duration else None
         container_duration = container.duration / 1e6 if container.duration else None
+        content_end: float | None = None
         if tc_meta is not None:
             num_frames = int(tc_meta.num_frames or 0)
             fps = float(tc_meta.average_fps or 0.0)
             duration = float(tc_meta.duration_seconds or 0.0)
             scanned = tc_meta.num_frames_from_content
             header_frames = int(tc_meta.num_frames_from_header or header_frames or 0)
+            header_duration = getattr(tc_meta, "duration_seconds_from_header", None) or header_duration
+            content_end = getattr(tc_meta, "end_stream_seconds_from_content", None)
             source = "torchcodec"
         else:
             try:
@@ -290,6 +315,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             except av.error.FFmpegError as exc:
                 raise _undecodable(f"reading packets failed: {_short(exc)}") from exc
             num_frames = scanned
+            content_end = end
             if begin is not None and end is not None and end > begin:
                 duration = end - begin
             else:
@@ -301,7 +327,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             )
             source = "pyav"
 
-    if scanned is not None and header_frames > 0 and scanned < header_frames - 1:
+    if _looks_truncated(scanned, header_frames, content_end, header_duration, fps):
         raise _undecodable(f"the file looks truncated: {scanned} of {header_frames} frames are present")
     if num_frames <= 0 or duration <= 0 or fps <= 0:
         raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
