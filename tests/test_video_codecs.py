@@ -45,6 +45,9 @@ ENCODES: dict[str, list[str]] = {
     # 4:2:0 180 px wide (4 past a multiple of 16, like 854 or 1080): PyAV's swscale left the last
     # columns black when converting such frames straight to planar RGB
     "h264_width_180": ["-vf", "crop=180:100", "-c:v", "libx264", "-preset", "veryfast", "-g", "30"],
+    # fields woven into frames (tff), coded as interlaced: the reference decode, like 10-bit
+    "h264_interlaced": ["-vf", "tinterlace=interleave_top,fieldorder=tff", "-c:v", "libx264", "-flags",
+                        "+ildct+ilme", "-x264opts", "tff=1", "-g", "30"],
     "h264_vfr": ["-vf", "setpts='PTS+0.02*sin(N)/TB'", "-fps_mode", "vfr", "-c:v", "libx264", "-preset",
                  "veryfast", "-g", "30"],
 }  # fmt: skip
@@ -60,6 +63,8 @@ SKIPS = {
     "av1_aom_model": 1.0,
 }
 AV1 = [name for name in ENCODES if name.startswith("av1_")]
+#: clips the fast path leaves to the reference decode (``fast_supported``)
+REFERENCE_ONLY = {"hevc_10bit", "h264_interlaced"}
 
 
 @pytest.fixture(scope="session")
@@ -101,7 +106,7 @@ def test_fast_path_per_codec(
     plan = V.plan_sampling(info, PARAMS)
     ref = V.sample(path, plan, backend="reference", info=info)
     fast = V.sample(path, plan, backend="fast", info=info)
-    if name == "hevc_10bit":  # above 8 bits the fast path is the reference decode, exactly
+    if name in REFERENCE_ONLY:  # above 8 bits or interlaced: the fast path is the reference decode
         assert not V.fast_supported(info) and fast.backend == ref.backend == "torchcodec"
         assert torch.equal(fast.frames, ref.frames)
         return
@@ -198,7 +203,7 @@ def test_auto_rule_per_kind_of_clip(codec_clips: dict[str, Path]) -> None:
     """auto = fast on every 8-bit source, whatever the codec, size or rate; reference above 8 bits."""
     for name, path in codec_clips.items():
         info = V.probe(path)
-        want = "reference" if name == "hevc_10bit" else "fast"
+        want = "reference" if name in REFERENCE_ONLY else "fast"
         assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == want, name
     base = V.probe(codec_clips["h264_high_b3"])
     for width, height, fps in [(480, 270, 10.0), (640, 360, 30.0), (1920, 1080, 30.0), (1920, 1080, 60.0),

@@ -378,8 +378,13 @@ def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> 
 
 
 def fast_supported(info: VideoInfo) -> bool:
-    """True when the fast path reproduces the reference's RGB conversion (8-bit sources)."""
-    return not (info.bit_depth and info.bit_depth > FAST_MAX_BIT_DEPTH)
+    """True when the fast path reproduces the reference's RGB conversion: 8-bit, progressive sources.
+
+    Interlaced frames (fields woven into one picture) are converted to RGB differently by PyAV's
+    bundled FFmpeg and torchcodec's (2.3 levels on average, up to 224, at full size), so they
+    keep the reference decode, like sources above 8 bits.
+    """
+    return not (info.bit_depth and info.bit_depth > FAST_MAX_BIT_DEPTH) and not info.interlaced
 
 
 def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
@@ -388,9 +393,10 @@ def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
     Both paths always give the same plan (indices, size, tokens, metadata) and the same source
     frames; the fast one is measured faster on every 8-bit source (docs/VIDEO_PREP.md: 1.3-2.7x
     on H.264, HEVC, VP9 and AV1 from 360p to 1080p, 30 and 60 fps), so ``"fast"`` for those;
-    ``"reference"`` above 8 bits (the fast path would decode them the reference's way anyway,
-    ``fast_supported``) and for codecs in ``AUTO_REFERENCE_CODECS``. ``plan`` is part of the
-    signature so a size-dependent rule can come back without changing callers.
+    ``"reference"`` above 8 bits and for interlaced sources (the fast path would decode them the
+    reference's way anyway, ``fast_supported``) and for codecs in ``AUTO_REFERENCE_CODECS``.
+    ``plan`` is part of the signature so a size-dependent rule can come back without changing
+    callers.
     """
     del plan  # the measured rule does not depend on the plan's size
     if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS:

@@ -56,6 +56,7 @@ class VideoInfo:
     codec: str
     pix_fmt: str | None = None
     bit_depth: int | None = None
+    interlaced: bool = False  # the first frame is coded as interlaced (fields)
     audio_streams: int = 0
     video_streams: int = 1
     stream_index: int = 0
@@ -292,6 +293,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)
         )
         rotation %= 360
+        interlaced = bool(getattr(first, "interlaced_frame", False))
         width = width or first.width
         height = height or first.height
 
@@ -348,6 +350,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         codec=codec,
         pix_fmt=pix_fmt,
         bit_depth=bit_depth,
+        interlaced=interlaced,
         audio_streams=audio_streams,
         video_streams=len(videos),
         stream_index=stream_index,
