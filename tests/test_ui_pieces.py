@@ -26,8 +26,9 @@ def test_moments_are_drawn_best_first_and_listed_with_their_clips() -> None:
     moments = [Moment(10.0, 12.0, 0.9), Moment(2.0, 5.0, 0.4), Moment(6.0, 7.0, 0.2)]
     out = timeline.timeline_html(12.0, moments=moments, clips=["/out/m 1.mp4", None, "/out/m3.mp4"])
     # the best one is the span (highlighted), the others are moment bars
-    assert out.count('class="mt-item mt-span mt-best"') == 1
-    assert re.search(r'mt-span mt-best" data-start="10\.000"', out)
+    # 10-12 s of 12 s is too narrow for its label: the label goes beside it, left (near the end)
+    assert out.count('class="mt-item mt-span mt-best mt-out mt-out-left"') == 1
+    assert re.search(r'mt-span mt-best mt-out mt-out-left" data-start="10\.000"', out)
     assert out.count('class="mt-item mt-moment"') == 2
     # listed best first, each row seeking to its start; a clip link only where a clip was cut
     starts = re.findall(r'class="mt-mlink" data-start="([\d.]+)"', out)
@@ -35,6 +36,17 @@ def test_moments_are_drawn_best_first_and_listed_with_their_clips() -> None:
     links = re.findall(r'class="mt-dl" href="([^"]+)"', out)
     assert links == ["gradio_api/file=/out/m%201.mp4", "gradio_api/file=/out/m3.mp4"]
     assert "score 0.90" in out and "score 0.40" in out
+
+
+def test_a_narrow_span_has_its_label_beside_it() -> None:
+    def span_class(start: float, end: float) -> str:
+        m = re.search(r'class="mt-item (mt-span[^"]*)"', timeline.timeline_html(100.0, span=(start, end)))
+        assert m
+        return m.group(1)
+
+    assert span_class(10, 60) == "mt-span"  # wide: the label fits inside
+    assert span_class(10, 12) == "mt-span mt-out"  # narrow, early: to its right
+    assert span_class(90, 95) == "mt-span mt-out mt-out-left"  # narrow, late: to its left
 
 
 def test_windows_strip_marks_answered_and_running_windows() -> None:

@@ -19,6 +19,8 @@ from urllib.parse import quote
 __all__ = ["TIMELINE_CSS", "TIMELINE_JS", "file_url", "nice_step", "placeholder", "timeline_html"]
 
 PALETTE = ("#0ea5e9", "#8b5cf6", "#f59e0b", "#10b981", "#ef4444", "#ec4899", "#14b8a6", "#6366f1")
+#: a span narrower than this (percent of the clip) has its label beside it: inside, it would be cut
+NARROW_SPAN_PCT = 22.0
 
 
 def nice_step(duration: float, target_ticks: int = 8) -> float:
@@ -151,7 +153,8 @@ def timeline_html(
         left, right = _pct(s, duration), _pct(e, duration)
         top = 42 if reference is not None else 4
         rows.append(
-            f'<button type="button" class="mt-item mt-span{" mt-best" if best else ""}" data-start="{s:.3f}" '
+            f'<button type="button" class="mt-item mt-span{" mt-best" if best else ""}'
+            f'{_outside_label(left, right)}" data-start="{s:.3f}" '
             f'data-end="{e:.3f}" '
             f'title="{html.escape(span_label)} {_fmt_time(s)}–{_fmt_time(e)}" aria-label="Play the span from '
             f'{s:.1f} s" style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;top:{top}px">'
@@ -209,6 +212,13 @@ def _windows_strip(windows: Sequence[Sequence[float]], duration: float, done: in
         )
     height = 24 if overlap else 12
     return f'<div class="mt-windows" style="height:{height}px">{"".join(cells)}</div>'
+
+
+def _outside_label(left: float, right: float) -> str:
+    """Classes that put a narrow span's label beside it (right of it, or left near the end), not cut."""
+    if right - left >= NARROW_SPAN_PCT:
+        return ""
+    return " mt-out mt-out-left" if right > 70 else " mt-out"
 
 
 def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | None]) -> str:
@@ -291,6 +301,9 @@ TIMELINE_CSS = """
 .mt-item.mt-active { box-shadow: 0 0 0 2px var(--body-text-color); z-index: 3; }
 .mt-span { background: linear-gradient(90deg, #0d9488, #0ea5e9); font-weight: 600; height: 32px;
   line-height: 32px; }
+.mt-span.mt-out { overflow: visible; }
+.mt-span.mt-out > span { position: absolute; top: 0; left: calc(100% + 6px); color: var(--body-text-color); }
+.mt-span.mt-out.mt-out-left > span { left: auto; right: calc(100% + 6px); }
 .mt-ref { background: repeating-linear-gradient(45deg, rgba(245,158,11,.25), rgba(245,158,11,.25) 6px,
   rgba(245,158,11,.12) 6px, rgba(245,158,11,.12) 12px); color: var(--body-text-color);
   border: 1.5px dashed #f59e0b; }
