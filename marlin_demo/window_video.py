@@ -147,6 +147,29 @@ def _window_result(
     return PreparedVideo(torch.stack(frames), meta, wp.plan, wp.info, frames_decoded=decoded, frame_pts=pts)
 
 
+def _window_groups(index: Any, wanted: list[int], lasts: list[int]) -> list[list[int]]:
+    """The wanted frames (sorted) grouped by the first window that needs them, in time order.
+
+    A group runs to the end of the GOP holding its window's last planned frame (the next
+    keyframe), so no GOP is split between groups: each picture is still decoded once.
+    """
+    import bisect
+
+    keys = index.keyframes
+    groups: list[list[int]] = []
+    i = 0
+    for last in lasts:
+        k = bisect.bisect_right(keys, last)
+        end = keys[k] if k < len(keys) else len(index.pts)  # where the next GOP starts
+        j = bisect.bisect_left(wanted, end, lo=i)
+        if j > i:
+            groups.append(wanted[i:j])
+            i = j
+    if i < len(wanted):
+        groups.append(wanted[i:])
+    return groups
+
+
 def _decode_windows_fast(
     path: str, plans: Sequence[WindowPlan], index: Any
 ) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
@@ -160,8 +183,12 @@ def _decode_windows_fast(
     lock = threading.Lock()
     stream_index = plans[0].info.stream_index
     workers = _fast_workers()
-    # smaller runs than one per worker, in time order, so the first windows are ready early
-    runs = _segments(index, sorted(need), workers * len(plans))
+    last = [max(wp.source_indices) for wp in plans]
+    # each window's new frames split across the workers, in time order, so that window 1 is
+    # decoded by every worker at once and is ready first (the model starts on it meanwhile)
+    runs = [
+        run for group in _window_groups(index, sorted(need), last) for run in _segments(index, group, workers)
+    ]
 
     def run(start: int, want: list[int]) -> int:
         converters: dict[tuple[int, int], _FastConverter] = {}  # per run: swscale contexts are per thread
@@ -183,7 +210,6 @@ def _decode_windows_fast(
 
         return _decode_run(path, stream_index, index, start, want, 1, keep)
 
-    last = [max(wp.source_indices) for wp in plans]
     nxt = 0
     decoded = 0
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs))), thread_name_prefix="decode-win")

@@ -151,3 +151,28 @@ def test_fast_windows_fall_back_to_the_scan(clip: Path, monkeypatch: pytest.Monk
     plans = [plan_window(info, w) for w in find_windows(info.duration_s)][:1]
     got = list(decode_windows(str(clip), plans, backend="fast"))
     assert [wp for wp, _, _ in got] == plans and {pv.backend for _, pv, _ in got} == {"pyav"}
+
+
+def test_the_first_window_waits_only_for_its_own_pictures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows are decoded in order by every worker at once: window 1 is handed out once the GOPs up
+    to the one holding its last planned frame are decoded, before any later GOP is waited for."""
+    from marlin_demo.video.fast import _packet_index
+    from marlin_demo.windows import caption_windows
+
+    monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
+    p = tmp_path / "long.mp4"
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=160x90:rate=10", "-t", "130", "-c:v", "libx264",
+           "-preset", "ultrafast", "-g", "45", "-pix_fmt", "yuv420p", str(p))  # fmt: skip
+    info = probe(p)
+    plans = [plan_window(info, w) for w in caption_windows(info.duration_s)]
+    assert len(plans) == 3
+    index = _packet_index(str(p), info.stream_index)
+    assert index is not None
+    next_key = min(k for k in index.keyframes if k > max(plans[0].source_indices))
+    got = decode_windows(str(p), plans, backend="fast")
+    first_plan, _, decoded_at_first = next(got)
+    assert first_plan == plans[0] and decoded_at_first <= next_key  # all-P: pictures = frames decoded
+    rest = list(got)
+    assert [wp for wp, _, _ in rest] == plans[1:] and rest[-1][2] <= info.num_frames  # each picture once
