@@ -3,6 +3,7 @@
     python benchmarks/bench_video_prep.py                      # the realistic 2-minute clips
     python benchmarks/bench_video_prep.py --reps 3 --long --json docs/video_prep_bench.json
     python benchmarks/bench_video_prep.py --clips hevc_1080p30,default --backend fast
+    python benchmarks/bench_video_prep.py --long --clips ""                # the long-video case alone
 
 Clips are made once with ffmpeg and kept in ``--cache-dir`` (default: $MARLIN_BENCH_CACHE or
 ``~/.cache/marlin-demo/prep-bench``; never committed):
@@ -427,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     chosen = [e.strip() for e in (args.encodings or args.clips).split(",") if e.strip()]
     unknown = [e for e in chosen if e not in names or e.endswith("_10min")]
-    if unknown or not chosen:
+    if unknown or not (chosen or args.long):  # --long --clips '': the long-video case alone
         ap.error(f"--clips takes {', '.join(n for n in names if not n.endswith('_10min'))}, not {unknown!r}")
 
     import torch
