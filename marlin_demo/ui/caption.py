@@ -232,7 +232,7 @@ def with_subtitles(ctx: UIContext, table: Any) -> Any:
 def render(ctx: UIContext) -> CaptionTab:
     """Lay out the tab (inside the caller's ``gr.Tab``); outputs are made first so examples can name them."""
     player = gr.Video(
-        label="Playback, with the events as captions",
+        label="Playback · events as captions",  # short: a phone fits it beside the download button
         interactive=False,
         elem_id=PLAYER_ID,
         height=300,
