@@ -40,6 +40,9 @@ ENCODES: dict[str, list[str]] = {
     "av1_aom_model": ["-c:v", "libaom-av1", "-cpu-used", "8", "-g", "30", "-lag-in-frames", "16",
                       "-aom-params", "timing-info=model"],
     "av1_rav1e": ["-c:v", "librav1e", "-speed", "10", "-g", "30"],
+    # error-resilient frames with frame ids, and no order hints: other branches of the frame header
+    "av1_aom_resilient": ["-c:v", "libaom-av1", "-cpu-used", "8", "-g", "30", "-lag-in-frames", "16",
+                          "-aom-params", "error-resilient=1:enable-order-hint=0"],
     "hevc_10bit": ["-c:v", "libx265", "-preset", "ultrafast", "-x265-params", "keyint=30:log-level=error",
                    "-pix_fmt", "yuv420p10le"],
     # 4:2:0 180 px wide (4 past a multiple of 16, like 854 or 1080): PyAV's swscale left the last
@@ -51,7 +54,13 @@ ENCODES: dict[str, list[str]] = {
     "h264_vfr": ["-vf", "setpts='PTS+0.02*sin(N)/TB'", "-fps_mode", "vfr", "-c:v", "libx264", "-preset",
                  "veryfast", "-g", "30"],
 }  # fmt: skip
-SUFFIX = {"vp9_altref": ".webm", "av1_svt": ".mkv", "av1_aom_model": ".mkv", "av1_rav1e": ".webm"}
+SUFFIX = {
+    "vp9_altref": ".webm",
+    "av1_svt": ".mkv",
+    "av1_aom_model": ".mkv",
+    "av1_rav1e": ".webm",
+    "av1_aom_resilient": ".mkv",
+}
 #: clips whose unplanned pictures that nothing references are not decoded -> at most this share of
 #: the pictures a full decode returns is decoded (1.0: strictly fewer); the others decode them all
 SKIPS = {
@@ -61,6 +70,7 @@ SKIPS = {
     "h264_width_180": 0.8,
     "av1_svt": 0.85,
     "av1_aom_model": 1.0,
+    "av1_aom_resilient": 1.0,
 }
 AV1 = [name for name in ENCODES if name.startswith("av1_")]
 #: clips the fast path leaves to the reference decode (``fast_supported``)
@@ -175,9 +185,11 @@ def test_av1_reader_agrees_with_ffmpeg(codec_clips: dict[str, Path], name: str) 
     with av.open(str(codec_clips[name])) as c:
         stream = c.streams.video[0]
         seq = av1.sequence_header_from_extradata(stream.codec_context.extradata)
-        assert seq is not None and seq.single_layer and seq.order_hint_bits > 0
+        assert seq is not None and seq.single_layer
         if name == "av1_aom_model":
             assert seq.decoder_model_info_present and seq.buffer_removal_time_length > 0
+        if name == "av1_aom_resilient":
+            assert seq.frame_id_length > 0 and seq.order_hint_bits == 0
         for packet in c.demux(stream):
             if packet.size:
                 data = bytes(packet)
