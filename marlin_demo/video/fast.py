@@ -243,8 +243,9 @@ def _decode_fast(
     CPU than FFmpeg's frame threading, and the runs use every core. Frames are identified by
     their pts against the packet index, which is how torchcodec's exact mode numbers them;
     files whose packets lack unique pts fall back to one sequential decode that counts frames
-    like ``_decode_pyav``. Each planned frame is converted to planar RGB at its stored size and
-    scaled to the plan's size by swscale, then rotated upright (as torchcodec rotates).
+    like ``_decode_pyav``. Each planned frame is converted to RGB at its stored size (exactly the
+    reference's conversion) and scaled to the plan's size by swscale, then rotated upright (as
+    torchcodec rotates).
     H.264 and HEVC pictures that nothing references (e.g. most B-frames) and AV1 temporal units
     that refresh no reference slot are not decoded unless planned: see ``FAST_SKIP_NONREF`` and
     ``FAST_DROP_AV1``.
