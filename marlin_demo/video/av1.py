@@ -18,8 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OBU_SEQUENCE_HEADER = 1
+OBU_TEMPORAL_DELIMITER = 2
 OBU_FRAME_HEADER = 3
+OBU_TILE_GROUP = 4
+OBU_METADATA = 5
 OBU_FRAME = 6
+OBU_REDUNDANT_FRAME_HEADER = 7
+OBU_PADDING = 15
+#: OBUs that belong to the frame before them (or to none) and change no decoder state
+_FRAME_PARTS = frozenset(
+    {OBU_TEMPORAL_DELIMITER, OBU_TILE_GROUP, OBU_METADATA, OBU_REDUNDANT_FRAME_HEADER, OBU_PADDING}
+)
 KEY_FRAME, INTRA_ONLY_FRAME, SWITCH_FRAME = 0, 2, 3
 SELECT = 2  # SELECT_SCREEN_CONTENT_TOOLS / SELECT_INTEGER_MV
 
@@ -187,11 +196,13 @@ def _leb128(data: bytes, pos: int) -> tuple[int, int]:
     raise ValueError("leb128 longer than 8 bytes")
 
 
-def obus(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    """The OBUs of a low-overhead-format temporal unit: (type, temporal_id, spatial_id, payload)."""
+def obus(data: bytes) -> list[tuple[int, int, int, bytes, int]]:
+    """The OBUs of a low-overhead-format temporal unit: (type, temporal_id, spatial_id, payload,
+    byte offset of the OBU's header)."""
     out = []
     pos = 0
     while pos < len(data):
+        start = pos
         header = data[pos]
         obu_type, extension, has_size = (header >> 3) & 15, (header >> 2) & 1, (header >> 1) & 1
         pos += 1
@@ -205,7 +216,7 @@ def obus(data: bytes) -> list[tuple[int, int, int, bytes]]:
             size = len(data) - pos
         if pos + size > len(data):
             raise ValueError("OBU runs past the packet")
-        out.append((obu_type, temporal_id, spatial_id, data[pos : pos + size]))
+        out.append((obu_type, temporal_id, spatial_id, data[pos : pos + size], start))
         pos += size
     return out
 
@@ -221,7 +232,7 @@ def sequence_header_in(data: bytes) -> SequenceHeader | None:
     """The last sequence header among a packet's OBUs, or None (or unreadable)."""
     seq = None
     try:
-        for obu_type, _t, _s, payload in obus(data):
+        for obu_type, _t, _s, payload, _at in obus(data):
             if obu_type == OBU_SEQUENCE_HEADER:
                 seq = parse_sequence_header(payload)
     except (IndexError, ValueError):
@@ -229,23 +240,38 @@ def sequence_header_in(data: bytes) -> SequenceHeader | None:
     return seq
 
 
-def references_nothing(data: bytes, seq: SequenceHeader | None) -> bool:
-    """Whether no later frame can reference anything in this temporal unit.
+def unreferenced_from(data: bytes, seq: SequenceHeader | None) -> int | None:
+    """The byte offset from which nothing in this temporal unit is referenced by a later frame.
 
-    True only when every frame in it refreshes no reference slot, it carries no sequence
-    header, and the stream has a single operating point. Anything unreadable: False.
+    0: the whole unit (every frame in it refreshes no reference slot); k > 0: its last frames
+    from byte k on (e.g. a shown frame after a hidden alternate reference that must be decoded);
+    None: every frame is needed. The frames kept before k decode the same without the ones
+    after them. A sequence header, a ``show_existing_frame``, an OBU this reader does not know,
+    several operating points or anything unreadable: None.
     """
     if seq is None or not seq.single_layer:
-        return False
-    frames = 0
+        return None
     try:
-        for obu_type, temporal_id, spatial_id, payload in obus(data):
-            if obu_type == OBU_SEQUENCE_HEADER:
-                return False
+        units = obus(data)
+        cut: int | None = None  # where the current run of frames that refresh nothing began
+        cut_is_first = False
+        frames = 0
+        for obu_type, temporal_id, spatial_id, payload, start in units:
             if obu_type in (OBU_FRAME, OBU_FRAME_HEADER):
-                frames += 1
                 if refresh_frame_flags(payload, seq, temporal_id, spatial_id) != 0:
-                    return False
+                    cut = None
+                elif cut is None:
+                    cut, cut_is_first = start, frames == 0
+                frames += 1
+            elif obu_type not in _FRAME_PARTS:  # a sequence header, a tile list, unknown
+                return None
     except (IndexError, ValueError):
-        return False
-    return frames > 0
+        return None
+    if cut is None:
+        return None
+    return 0 if cut_is_first else cut
+
+
+def references_nothing(data: bytes, seq: SequenceHeader | None) -> bool:
+    """Whether no later frame can reference anything in this temporal unit (see ``unreferenced_from``)."""
+    return unreferenced_from(data, seq) == 0

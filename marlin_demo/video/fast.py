@@ -181,8 +181,10 @@ def _decode_run(
         n = -1
         try:
             for packet in container.demux(stream):
-                if drop is not None and drop.droppable(packet, by_pts or {}):
-                    continue  # never decoded: not counted
+                if drop is not None:
+                    packet = drop.needed_part(packet, by_pts or {})
+                    if packet is None:
+                        continue  # never decoded: not counted
                 if skip:
                     want_mode = "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
                     if want_mode != mode:
@@ -207,7 +209,8 @@ def _decode_run(
 
 
 class _Av1Drop:
-    """Which AV1 packets a run leaves out: unplanned and referenced by nothing (FAST_DROP_AV1)."""
+    """What of an AV1 packet a run decodes: all of it if planned, else only what a later frame
+    references (FAST_DROP_AV1)."""
 
     def __init__(self, extradata: bytes | None) -> None:
         from marlin_demo.video import av1
@@ -215,14 +218,24 @@ class _Av1Drop:
         self._av1 = av1
         self.seq = av1.sequence_header_from_extradata(extradata)
 
-    def droppable(self, packet: Any, planned: dict[int, int]) -> bool:
+    def needed_part(self, packet: Any, planned: dict[int, int]) -> Any | None:
+        """The packet, None (nothing in it is needed), or a new packet holding its needed head."""
         if packet.size == 0:
-            return False
+            return packet
         data = bytes(packet)
         self.seq = self._av1.sequence_header_in(data) or self.seq  # a key frame may bring a new one
         if packet.pts is None or packet.pts in planned:
-            return False
-        return self._av1.references_nothing(data, self.seq)
+            return packet
+        cut = self._av1.unreferenced_from(data, self.seq)
+        if cut is None:
+            return packet
+        if cut == 0:
+            return None
+        import av
+
+        head = av.Packet(data[:cut])  # the frames others reference; its shown frame is left out
+        head.pts, head.dts, head.time_base = packet.pts, packet.dts, packet.time_base
+        return head
 
 
 def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _PacketIndex | None:
