@@ -1,7 +1,7 @@
-"""benchmarks/bench_video_prep.py's long-video measure runs the engine's one-scan window decode.
+"""The video benchmarks run on small clips: bench_video_prep.py's long-video measure (the engine's
+one-scan window decode) and bench_av1_drop.py's three modes.
 
-Only the shape of its figures is asserted (timing is the benchmark's own business): a small
-synthetic clip long enough for three 60 s caption windows.
+Only the shape of their figures is asserted (timing is the benchmarks' own business).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from marlin_demo import video as V
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench() -> object:
-    spec = importlib.util.spec_from_file_location("bench_video_prep", ROOT / "benchmarks/bench_video_prep.py")
+def _bench(name: str = "bench_video_prep") -> object:
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"benchmarks/{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_video_prep", module)
+    sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)
     return module
 
@@ -38,3 +38,16 @@ def test_measure_windows_reports_one_scan(tmp_path: Path) -> None:
     assert r["source_frames"] == 1300
     assert 0 < r["pictures_decoded"] < r["source_frames"]  # unplanned B-frames are not decoded
     assert 0 < r["first_window_s"] <= r["s"] and r["cpu_s"] > 0
+
+
+def test_av1_drop_modes_give_the_same_frames_from_fewer_pictures(tmp_path: Path) -> None:
+    if not V.ffmpeg_available():
+        pytest.skip("the ffmpeg binary is not on PATH")
+    clip = tmp_path / "av1.mkv"
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x180:rate=30:duration=4", "-c:v", "libsvtav1", "-preset",
+           "12", "-g", "30", "-svtav1-params", "verbosity=0", "-pix_fmt", "yuv420p", str(clip))  # fmt: skip
+    r = _bench("bench_av1_drop").measure(clip, 1)  # type: ignore[attr-defined]
+    assert r["same_frames"]
+    n = r["pictures_decoded"]
+    assert n["partial"] < n["whole"] < n["none"], n
+    assert V.fast.FAST_DROP_AV1 == frozenset({"libdav1d"})  # the app's setting is restored
