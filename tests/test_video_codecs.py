@@ -66,6 +66,7 @@ SUFFIX = {
 SKIPS = {
     "h264_high_b3": 0.8,
     "hevc_b": 0.8,
+    "hevc_temporal_layers": 0.8,  # the highest of its two sub-layers only
     "h264_vfr": 0.8,
     "h264_width_180": 0.8,
     "av1_svt": 0.85,
@@ -135,17 +136,30 @@ def test_fast_path_per_codec(
         assert fast.frames_decoded == full.frames_decoded
 
 
-def test_hevc_skip_needs_a_single_temporal_sub_layer(codec_clips: dict[str, Path]) -> None:
-    """Sub-layer non-reference HEVC pictures may be referenced from higher layers: no skip there."""
+def test_hevc_skip_only_where_no_higher_sub_layer_exists(codec_clips: dict[str, Path]) -> None:
+    """Sub-layer non-reference HEVC pictures may be referenced from higher sub-layers: with several
+    sub-layers, only packets of the highest one may be skipped; in a single-layer stream, all."""
     import av
 
-    def skippable(name: str) -> bool:
+    def rule_per_packet(name: str) -> tuple[bool, list[int | None], list[bool]]:
         with av.open(str(codec_clips[name])) as c:
-            return V.fast._skippable(c.streams.video[0].codec_context)
+            stream = c.streams.video[0]
+            rule = V.fast._nonref_rule(stream.codec_context)
+            if rule is None:
+                return False, [], []
+            size = (stream.codec_context.extradata[21] & 3) + 1
+            packets = [p for p in c.demux(stream) if p.size]
+            tids = [V.fast._hevc_temporal_id(bytes(p), size) for p in packets]
+            return True, tids, [rule(p) for p in packets]
 
-    assert skippable("hevc_b") and skippable("h264_high_b3")
-    assert not skippable("hevc_temporal_layers")
-    assert not skippable("vp9_altref") and not skippable("av1_svt")
+    for name in ("hevc_b", "h264_high_b3"):
+        found, _, allowed = rule_per_packet(name)
+        assert found and all(allowed)
+    found, tids, allowed = rule_per_packet("hevc_temporal_layers")
+    assert found and set(tids) == {0, 1}  # x265: two temporal sub-layers
+    assert allowed == [t == 1 for t in tids]
+    for name in ("vp9_altref", "av1_svt"):
+        assert not rule_per_packet(name)[0]
 
 
 def _unreferenced_frames(flags: list[int | None]) -> int:

@@ -39,9 +39,10 @@ FAST_MAX_BIT_DEPTH = 8
 #:   x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
 #: - HEVC: a "sub-layer non-reference" picture (TRAIL_N, TSA_N, STSA_N, RADL_N, RASL_N) is
 #:   never referenced by pictures of its own temporal sub-layer, but may be by higher ones; so
-#:   the skip is used only when the stream declares one temporal sub-layer
-#:   (``numTemporalLayers == 1`` in its hvcC record: x265's and phones' usual encodes), where
-#:   nothing is higher. See ``_skippable``.
+#:   the skip is used for every packet when the stream declares one temporal sub-layer
+#:   (``numTemporalLayers == 1`` in its hvcC record: x265's usual encodes), and with several
+#:   only for packets whose picture is in the highest sub-layer, where nothing is higher.
+#:   See ``_nonref_rule``.
 #:
 #: Not VP9 (FFmpeg's decoder skips only frames that refresh no reference slot; libvpx's encodes
 #: have none: measured, 0 of 180). AV1 is skipped another way (FAST_DROP_AV1).
@@ -90,16 +91,39 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
     return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts), time_base=tb)
 
 
-def _skippable(codec: Any) -> bool:
-    """Whether this stream's non-reference pictures are referenced by nothing (FAST_SKIP_NONREF)."""
+def _nonref_rule(codec: Any) -> Callable[[Any], bool] | None:
+    """Which unplanned packets may be decoded with ``skip_frame=NONREF`` (FAST_SKIP_NONREF); None: none.
+
+    H.264: all of them. HEVC: all when the stream declares one temporal sub-layer; with several,
+    only those whose picture is in the highest one (a sub-layer non-reference picture there has
+    no higher sub-layer to be referenced from). The count is read from the hvcC record (ISO/IEC
+    14496-15: byte 21 = constantFrameRate(2) numTemporalLayers(3) temporalIdNested(1)
+    lengthSizeMinusOne(2)); Annex B extradata (no hvcC) or a count of 0 (unknown): none.
+    """
     if codec.name not in FAST_SKIP_NONREF:
-        return False
-    if codec.name == "hevc":
-        # hvcC (ISO/IEC 14496-15): byte 21 = constantFrameRate(2) numTemporalLayers(3)
-        # temporalIdNested(1) lengthSizeMinusOne(2). Annex B extradata (no hvcC) or 0 (unknown): no.
-        ed = codec.extradata or b""
-        return len(ed) >= 23 and ed[0] == 1 and (ed[21] >> 3) & 7 == 1
-    return True
+        return None
+    if codec.name != "hevc":
+        return lambda _packet: True
+    ed = codec.extradata or b""
+    if len(ed) < 23 or ed[0] != 1:
+        return None
+    layers, size = (ed[21] >> 3) & 7, (ed[21] & 3) + 1
+    if layers == 0:
+        return None
+    if layers == 1:
+        return lambda _packet: True
+    return lambda packet: _hevc_temporal_id(bytes(packet), size) == layers - 1
+
+
+def _hevc_temporal_id(data: bytes, size: int) -> int | None:
+    """TemporalId of the first picture (VCL) NAL unit of a length-prefixed HEVC packet, or None."""
+    pos = 0
+    while pos + size + 2 <= len(data):
+        nal = pos + size
+        if (data[nal] >> 1) & 63 < 32:  # nal_unit_type: 0-31 are VCL
+            return (data[nal + 1] & 7) - 1  # nuh_temporal_id_plus1 - 1
+        pos = nal + int.from_bytes(data[pos:nal], "big")
+    return None
 
 
 def _fast_workers() -> int:
@@ -173,7 +197,7 @@ def _decode_run(
             codec.thread_count = 1
         # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
         # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
-        skip = by_pts is not None and threads == 1 and _skippable(codec)
+        skip = _nonref_rule(codec) if by_pts is not None and threads == 1 else None
         mode = codec.skip_frame
         drop = _Av1Drop(codec.extradata) if by_pts is not None and codec.name in FAST_DROP_AV1 else None
         if index is not None and start > 0:
@@ -185,8 +209,9 @@ def _decode_run(
                     packet = drop.needed_part(packet, by_pts or {})
                     if packet is None:
                         continue  # never decoded: not counted
-                if skip:
-                    want_mode = "DEFAULT" if packet.pts is None or packet.pts in (by_pts or ()) else "NONREF"
+                if skip is not None:
+                    planned = packet.pts is None or packet.pts in (by_pts or ())
+                    want_mode = "NONREF" if not planned and skip(packet) else "DEFAULT"
                     if want_mode != mode:
                         codec.skip_frame = mode = want_mode
                 for frame in codec.decode(packet):
