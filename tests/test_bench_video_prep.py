@@ -6,12 +6,11 @@ Only the shape of their figures is asserted (timing is the benchmarks' own busin
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from media_factory import ffmpeg
+from script_loader import load_script
 
 from marlin_demo import video as V
 
@@ -19,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(name: str = "bench_video_prep") -> object:
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"benchmarks/{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / f"{name}.py")
 
 
 def test_measure_windows_reports_one_scan(tmp_path: Path) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +10,7 @@ from types import ModuleType
 import av
 import numpy as np
 import pytest
+from script_loader import load_script
 
 from marlin_demo.video import probe
 
@@ -38,15 +37,7 @@ def rendered(examples: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def renderer(examples_dir: Path) -> ModuleType:
     """examples/render_examples.py imported as a module (it renders nothing on import)."""
-    spec = importlib.util.spec_from_file_location("render_examples", examples_dir / "render_examples.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["render_examples"] = module  # dataclasses resolve their module by name
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("render_examples", None)
-    return module
+    return load_script(examples_dir / "render_examples.py")
 
 
 def test_every_example_validates(examples: list[dict], examples_dir: Path) -> None:
