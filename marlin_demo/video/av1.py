@@ -61,8 +61,6 @@ class SequenceHeader:
     """The sequence header fields a frame header's first bits depend on."""
 
     reduced_still_picture_header: bool
-    operating_points: int
-    operating_point_idc0: int
     decoder_model_info_present: bool
     equal_picture_interval: bool
     buffer_removal_time_length: int
@@ -77,7 +75,7 @@ class SequenceHeader:
     @property
     def single_layer(self) -> bool:
         """One operating point holding every layer: a decoder drops no OBU by layer."""
-        return self.operating_points == 1 and self.operating_point_idc0 == 0
+        return self.operating_point_idc == (0,)
 
 
 def parse_sequence_header(payload: bytes) -> SequenceHeader:
@@ -136,8 +134,6 @@ def parse_sequence_header(payload: bytes) -> SequenceHeader:
             order_bits = b.f(3) + 1
     return SequenceHeader(
         reduced_still_picture_header=reduced,
-        operating_points=len(idcs),
-        operating_point_idc0=idcs[0],
         decoder_model_info_present=decoder_model,
         equal_picture_interval=equal_interval,
         buffer_removal_time_length=removal_len,
