@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from marlin_demo.settings import env_value
 from marlin_demo.video.decode import _check_complete, _positions, _rotation_k, _upright_chw, _video_stream
-from marlin_demo.video.info import Backend, VideoInfo, _short, _undecodable
+from marlin_demo.video.info import Backend, VideoInfo, _short, _shown_packets, _undecodable
 from marlin_demo.video.plan import SamplingPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -76,9 +76,7 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
     with av.open(path) as container:
         stream = _video_stream(container, stream_index)
         tb = float(stream.time_base)
-        for packet in container.demux(stream):
-            if packet.size == 0 or packet.is_discard:  # discard: before an edit list's start, never shown
-                continue
+        for packet in _shown_packets(container, stream):
             if packet.pts is None:
                 return None
             pts.append(int(packet.pts))
@@ -408,11 +406,10 @@ def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> 
     with av.open(str(path)) as container:
         stream = _video_stream(container, stream_index)
         tb = float(stream.time_base)
-        for packet in container.demux(stream):
+        for packet in _shown_packets(container, stream):
             ts = packet.pts if packet.pts is not None else packet.dts
-            if ts is None or packet.size == 0 or packet.is_discard:
-                continue
-            times.append(ts * tb)
+            if ts is not None:
+                times.append(ts * tb)
     return sorted(times)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -154,15 +155,23 @@ def _torchcodec_metadata(path: str) -> Any:
         return None
 
 
+def _shown_packets(container: Any, stream: Any) -> Iterator[Any]:
+    """The stream's packets as torchcodec's scan counts frames: not empty, and not hidden by an
+    edit list (``is_discard``: decoded as references, never shown; e.g. a clip cut with ``-c copy``)."""
+    for packet in container.demux(stream):
+        if packet.size and not packet.is_discard:
+            yield packet
+
+
 def _scan_packets(container: Any, stream: Any) -> tuple[int, float | None, float | None]:
     """Count packets and find the pts range like torchcodec's exact scan (demux only, no decoding)."""
     count = 0
     begin: float | None = None
     end: float | None = None
     tb = float(stream.time_base)
-    for packet in container.demux(stream):
+    for packet in _shown_packets(container, stream):
         ts = packet.pts if packet.pts is not None else packet.dts
-        if ts is None or packet.size == 0 or packet.is_discard:  # hidden by an edit list
+        if ts is None:
             continue
         count += 1
         start = ts * tb
