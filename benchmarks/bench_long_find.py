@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine
-from marlin_demo.longclip import build_long_clip
 from marlin_demo.settings import Settings
 from marlin_demo.video import probe
 

@@ -335,9 +335,9 @@ def measure_windows(path: Path, backend: str) -> dict[str, Any]:
     frames from ``decode_windows``; the seconds until the first window is ready (the model can start
     there: the scan goes on in the background) and until the last.
     """
+    from marlin_demo.longvideo.plan import caption_windows
     from marlin_demo.video import Limits, validate
-    from marlin_demo.window_video import decode_windows, plan_window
-    from marlin_demo.windows import caption_windows
+    from marlin_demo.video.windows import decode_windows, plan_window
 
     gc.collect()
     t0, c0 = time.perf_counter(), cpu_s()

@@ -17,7 +17,7 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from marlin_demo import space
+from marlin_demo.service import space
 
 if space.zero_gpu():
     import spaces  # noqa: F401
@@ -41,7 +41,7 @@ def build(
     argv: Sequence[str] | None = None, prog: str = "python app.py"
 ) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
     """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
-    from marlin_demo.startup import start_engine
+    from marlin_demo.service.startup import start_engine
     from marlin_demo.ui.blocks import build_demo
 
     settings = settings_mod.from_args(parse_args(argv, prog))

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from marlin_demo.contract import Event
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from marlin_demo.longvideo.plan import Moment
     from marlin_demo.video import SamplingPlan, VideoInfo
-    from marlin_demo.windows import Moment
 
 #: Marlin's two tasks: ``caption`` (what happens: scene + timed events) and ``find`` (when: a span).
 #: Values from outside (API, CLI) are strings checked against ``TASKS`` before they are used as one.

@@ -333,7 +333,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     if env.get("SPACE_ID"):  # a Hugging Face Space: what a visitor's GPU slot can afford
-        from marlin_demo.space import SPACE_DEFAULTS
+        from marlin_demo.service.space import SPACE_DEFAULTS
 
         values.update(SPACE_DEFAULTS)
     for f in fields(Settings):

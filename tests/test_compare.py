@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo import compare
+from marlin_demo import agreement as compare
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, FindResult, Metrics
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from marlin_demo import bench, cli, longclip
+from marlin_demo import bench, cli
+from marlin_demo.bench import longset as longclip
+from marlin_demo.bench.longrecords import record_moments, window_cost
 from marlin_demo.datasets import Example, Query, load_dataset
-from marlin_demo.longbench import record_moments, window_cost
 
 needs_examples = pytest.mark.skipif(
     not (longclip.EXAMPLES_DIR / "examples.json").is_file(), reason="examples/examples.json is not rendered"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo import cli, contract, longbench, service
-from marlin_demo import windows as win
+from marlin_demo import cli, contract, service
+from marlin_demo.bench import longrecords as longbench
+from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine
-from marlin_demo.longclip import build_long_clip
+from marlin_demo.longvideo import plan as win
 from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage
 from marlin_demo.settings import Settings
 from marlin_demo.ui.caption import stream_message

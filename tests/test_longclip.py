@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo.longclip import EXAMPLES_DIR, build_long_clip, long_clip_truth, rendered
+from marlin_demo.bench.longset import EXAMPLES_DIR, build_long_clip, long_clip_truth, rendered
 from marlin_demo.video import probe
 
 

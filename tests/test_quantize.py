@@ -16,8 +16,9 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from marlin_demo import contract, quantize, rtn
+from marlin_demo import contract, quantize
 from marlin_demo.cli import main
+from marlin_demo.models import rtn
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "ball_rolls.mp4"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from marlin_demo import contract
-from marlin_demo.scoring import generated_logprobs, token_texts
-from marlin_demo.windows import span_score
+from marlin_demo.engine.scoring import generated_logprobs, token_texts
+from marlin_demo.longvideo.plan import span_score
 
 pytestmark = pytest.mark.slow
 CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
@@ -17,8 +17,8 @@ CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
 def test_logprobs_match_forward_and_score_in_unit_interval() -> None:
     import torch
 
+    from marlin_demo.engine.prompt import encode, render_prompt
     from marlin_demo.models import load_variant
-    from marlin_demo.prompt import encode, render_prompt
     from marlin_demo.settings import Settings
     from marlin_demo.video import plan_sampling, probe, sample
 

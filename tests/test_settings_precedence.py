@@ -72,8 +72,8 @@ def test_duration_limit_locally_and_on_a_space(argv: list[str], env: dict[str, s
 
 def test_default_limits_agree_with_the_window_limit() -> None:
     """The longest accepted video never needs more windows than allowed; 30 min is exactly 72 find windows."""
-    from marlin_demo import space
-    from marlin_demo import windows as win
+    from marlin_demo.longvideo import plan as win
+    from marlin_demo.service import space
 
     for s in (settings_mod.from_env({}), settings_mod.from_env({"SPACE_ID": "owner/space"})):
         win.caption_windows(s.max_duration_s, s.caption_window_s, s.max_windows)  # raises when over

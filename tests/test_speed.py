@@ -19,10 +19,10 @@ import torch
 from media_factory import ffmpeg, run_ffmpeg
 
 from marlin_demo import contract
-from marlin_demo import engine as engine_mod
 from marlin_demo import video as V
 from marlin_demo.contract import VideoParams
-from marlin_demo.engine import Engine, PrefixCache
+from marlin_demo.engine import core as engine_mod
+from marlin_demo.engine.core import Engine, PrefixCache
 from marlin_demo.settings import Settings, from_env
 
 ROOT = Path(__file__).resolve().parents[1]

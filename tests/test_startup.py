@@ -1,4 +1,4 @@
-"""Engine start-up (marlin_demo.startup): importable without gradio, falls back to the tiny stand-in."""
+"""Engine start-up (marlin_demo.service.startup): importable without gradio, falls back to the tiny stand-in."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from marlin_demo import startup
+from marlin_demo.service import startup
 from marlin_demo.settings import Settings
 
 
 def test_startup_imports_no_gradio() -> None:
-    code = "import sys, marlin_demo.startup; sys.exit('gradio' in sys.modules)"
+    code = "import sys, marlin_demo.service.startup; sys.exit('gradio' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"marlin_demo.startup pulled in gradio\n{done.stderr}"
+    assert done.returncode == 0, f"marlin_demo.service.startup pulled in gradio\n{done.stderr}"
 
 
 def test_ui_common_still_exports_the_startup_names() -> None:

@@ -10,13 +10,13 @@ import re
 from collections.abc import Generator
 from pathlib import Path
 
+from marlin_demo.longvideo.plan import Moment
 from marlin_demo.results import Progress, RunInfo, Stage
 from marlin_demo.ui import timeline
 from marlin_demo.ui.caption import throttled
 from marlin_demo.ui.common import UIContext, clip_status, status_html
 from marlin_demo.ui.running import progress_html
 from marlin_demo.video import VideoInfo
-from marlin_demo.windows import Moment
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "ball_rolls.mp4"

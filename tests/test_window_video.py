@@ -10,13 +10,14 @@ import pytest
 import torch
 from media_factory import ffmpeg
 
-from marlin_demo import window_runs, window_video
 from marlin_demo.engine import Engine
+from marlin_demo.longvideo import runner as window_runs
+from marlin_demo.longvideo.plan import find_windows
 from marlin_demo.settings import Settings
 from marlin_demo.video import frame_pts, plan_sampling, probe, sample
+from marlin_demo.video import windows as window_video
 from marlin_demo.video.decode import _decode_torchcodec, _resize
-from marlin_demo.window_video import decode_windows, plan_window, window_backend
-from marlin_demo.windows import find_windows
+from marlin_demo.video.windows import decode_windows, plan_window, window_backend
 
 FIELDS = ("indices", "timestamps", "nframes", "height", "width", "video_tokens", "total_frames", "source_fps")
 
@@ -158,8 +159,8 @@ def test_the_first_window_waits_only_for_its_own_pictures(
 ) -> None:
     """Windows are decoded in order by every worker at once: window 1 is handed out once the GOPs up
     to the one holding its last planned frame are decoded, before any later GOP is waited for."""
+    from marlin_demo.longvideo.plan import caption_windows
     from marlin_demo.video.fast import _packet_index
-    from marlin_demo.windows import caption_windows
 
     monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
     p = tmp_path / "long.mp4"

@@ -9,7 +9,7 @@ import pytest
 
 from marlin_demo import contract
 from marlin_demo.contract import CaptionParse, Event, SpanParse
-from marlin_demo.windows import (
+from marlin_demo.longvideo.plan import (
     Window,
     WindowLimitError,
     best_span,

@@ -10,10 +10,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from marlin_demo.bench.longrecords import WINDOW_COST_KEYS, window_cost
 from marlin_demo.bench.plan import Request, plan_requests, record_key
 from marlin_demo.bench.quality import _ratio, agreement, quality, retention
 from marlin_demo.datasets import Example, example_sets, set_label, summarize
-from marlin_demo.longbench import WINDOW_COST_KEYS, window_cost
 from marlin_demo.results import TASKS
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from marlin_demo import settings as settings_mod
 from marlin_demo.bench import runner
 from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
+from marlin_demo.bench.longset import add_long_set_parser, resolve_data
 from marlin_demo.bench.plan import (
     DEFAULT_DATA,
     DEFAULT_OUT,
@@ -32,7 +33,6 @@ from marlin_demo.bench.records import (
 from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from marlin_demo.longclip import add_long_set_parser, resolve_data
 from marlin_demo.results import TASKS
 from marlin_demo.settings import VARIANTS
 

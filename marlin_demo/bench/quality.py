@@ -6,10 +6,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from marlin_demo.compare import agreement as pair_agreement
+from marlin_demo.agreement import agreement as pair_agreement
+from marlin_demo.bench.longrecords import record_moments
 from marlin_demo.contract import Event
 from marlin_demo.datasets import Example
-from marlin_demo.longbench import record_moments
 from marlin_demo.metrics import best_iou, caption_scores, moment_scores, precision_recall_f1
 
 

@@ -297,7 +297,7 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
         else:
             model, keep, kernel = _load_transformers(source, device, trust)
         if source.is_local:  # a quantize-built mixed variant keeps vision linears as int8 in a sidecar
-            from marlin_demo.rtn import apply_sidecar
+            from marlin_demo.models.rtn import apply_sidecar
 
             if apply_sidecar(model, Path(source.location)):
                 kernel += "+rtn-int8"

@@ -8,7 +8,7 @@ Three recipes (see docs/QUANTIZE.md):
   and Gated DeltaNet stay 16-bit through gptqmodel ``dynamic`` negative rules.
 - ``mixed-w4-vision-int8``: the text linears as ``seed-w4g128`` plus the vision encoder
   linears RTN INT8 per output channel, stored as real int8 in ``rtn_int8.safetensors``
-  (:mod:`marlin_demo.rtn`); the projector/merger stays 16-bit.
+  (:mod:`marlin_demo.models.rtn`); the projector/merger stays 16-bit.
 
 Calibration runs the exact inference processor path (chat template, real frames,
 ``<t seconds>`` timestamps, ``video_metadata``) on video-caption pairs, so the layers

@@ -44,7 +44,7 @@ def versions() -> dict[str, str]:
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    from marlin_demo.rtn import SIDECAR  # rtn imports torch: not at import time (the CLI's --help)
+    from marlin_demo.models.rtn import SIDECAR  # rtn imports torch: not at import time (the CLI's --help)
 
     return sorted(p for p in Path(folder).glob("*.safetensors") if p.name != SIDECAR)
 
@@ -53,7 +53,7 @@ def inspect_artifact(folder: Path) -> dict[str, Any]:
     """What the saved tensors say: GPTQ modules, int8 RTN modules, 16-bit weights (no model load)."""
     from safetensors import safe_open
 
-    from marlin_demo.rtn import read_sidecar
+    from marlin_demo.models.rtn import read_sidecar
 
     dtypes: dict[str, str] = {}
     for f in _weight_files(folder):
@@ -182,7 +182,7 @@ def write_recipe(
     """
     import yaml
 
-    from marlin_demo.rtn import SIDECAR
+    from marlin_demo.models.rtn import SIDECAR
 
     if found is None:
         found = inspect_artifact(folder)
@@ -202,7 +202,7 @@ def write_recipe(
     }
     if recipe.vision_rtn_int8:
         methods["rtn_int8"] = {
-            "tool": "marlin_demo.rtn",
+            "tool": "marlin_demo.models.rtn",
             "bits": 8,
             "granularity": "per-output-channel",
             "sym": True,

@@ -105,7 +105,7 @@ def _vision_rtn(model: Any, source: str, progress: bool) -> tuple[dict[str, Any]
     gptqmodel loads lazily (weights stay on the meta device until a layer is needed), so
     the weights are read from the checkpoint files, which is also exactly what was shipped.
     """
-    from marlin_demo.rtn import checkpoint_weights, quantize_modules, vision_linear_names
+    from marlin_demo.models.rtn import checkpoint_weights, quantize_modules, vision_linear_names
 
     names = vision_linear_names(model.model)
     if not names:
@@ -238,7 +238,7 @@ def run(opts: Options) -> dict[str, Any]:
             model.save(str(partial))
         processor.save_pretrained(str(partial))
         if rtn_tensors:
-            from marlin_demo.rtn import save_sidecar
+            from marlin_demo.models.rtn import save_sidecar
 
             _strip_weights(
                 partial, [k[: -len(".weight_int8")] for k in rtn_tensors if k.endswith(".weight_int8")]

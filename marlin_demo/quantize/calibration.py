@@ -73,7 +73,7 @@ def encode_pair(processor: Any, pair: CalibrationPair, prepared: Any | None) -> 
 
     ``prepared`` None gives the text-only fallback (same text, no video).
     """
-    from marlin_demo.prompt import encode, render_prompt
+    from marlin_demo.engine.prompt import encode, render_prompt
 
     text = render_prompt(processor, pair.prompt, str(pair.video) if prepared is not None else None)
     enc = encode(processor, text + pair.answer + _turn_end(processor.tokenizer), prepared)

@@ -14,8 +14,8 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import space
 from marlin_demo.engine import Engine
+from marlin_demo.service import space
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
     about,

@@ -17,10 +17,11 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import contract, service, space, subtitles
-from marlin_demo import windows as win
+from marlin_demo import contract, service, subtitles
 from marlin_demo.contract import Event
+from marlin_demo.longvideo import plan as win
 from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Stage
+from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,

@@ -23,14 +23,14 @@ import gradio as gr
 from gradio.data_classes import FileData
 from pydantic import model_validator
 
-from marlin_demo import compare as cmp
+from marlin_demo import agreement as cmp
 from marlin_demo import settings as settings_mod
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import RunInfo, memory_label
+from marlin_demo.service.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
+from marlin_demo.service.startup import ModelStatus as ModelStatus
+from marlin_demo.service.startup import start_engine as start_engine
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
-from marlin_demo.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
-from marlin_demo.startup import ModelStatus as ModelStatus
-from marlin_demo.startup import start_engine as start_engine
 from marlin_demo.ui import example_notes
 
 log = logging.getLogger(__name__)
@@ -375,7 +375,7 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
 
     Only the file's facts are probed here (no decoding); the run says the rest in the same place.
     """
-    from marlin_demo import windows as win
+    from marlin_demo.longvideo import plan as win
     from marlin_demo.video import validate
 
     if not video:

@@ -18,9 +18,10 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from marlin_demo import compare as cmp
-from marlin_demo import service, space
+from marlin_demo import agreement as cmp
+from marlin_demo import service
 from marlin_demo.results import Loaded, Prepared, Progress
+from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,

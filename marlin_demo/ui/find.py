@@ -16,11 +16,12 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import compare as cmp
-from marlin_demo import service, space
-from marlin_demo import windows as win
+from marlin_demo import agreement as cmp
+from marlin_demo import service
+from marlin_demo.longvideo import plan as win
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import Done, FindResult, Loaded, Prepared, Progress
+from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,

@@ -28,9 +28,9 @@ from typing import Any
 
 from marlin_demo import metrics
 from marlin_demo.datasets import read_examples
-from marlin_demo.digest import cached_file_digest
 from marlin_demo.results import TASKS, Task
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
+from marlin_demo.video.digest import cached_file_digest
 
 __all__ = [
     "DEFAULT_EXAMPLES_JSON",

@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from marlin_demo import compiled, contract, scoring, window_runs
-from marlin_demo import windows as win
-from marlin_demo.digest import file_digest, frames_digest
-from marlin_demo.generation import Generation, free_memory, generate, trim_heap
+from marlin_demo import contract
+from marlin_demo.engine import compiled, scoring
+from marlin_demo.engine.generation import Generation, free_memory, generate, trim_heap
+from marlin_demo.engine.prefix_cache import Prefix, PrefixCache
+from marlin_demo.engine.prompt import compact_pads, encode, render_prompt
+from marlin_demo.longvideo import plan as win
+from marlin_demo.longvideo import runner as window_runs
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
-from marlin_demo.prefix_cache import Prefix, PrefixCache
-from marlin_demo.prompt import compact_pads, encode, render_prompt
 from marlin_demo.results import (
     CaptionResult,
     FindResult,
@@ -56,7 +57,8 @@ from marlin_demo.video import (
     sample,
     validate,
 )
-from marlin_demo.window_video import WindowPlan, plan_window
+from marlin_demo.video.digest import file_digest, frames_digest
+from marlin_demo.video.windows import WindowPlan, plan_window
 
 log = logging.getLogger(__name__)
 

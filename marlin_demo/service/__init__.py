@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marlin_demo import compare as cmp
-from marlin_demo import contract, window_runs
+from marlin_demo import agreement as cmp
+from marlin_demo import contract
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
+from marlin_demo.longvideo import runner as window_runs
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage
 from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marlin_demo import contract
-from marlin_demo import windows as win
-from marlin_demo.generation import Generation
+from marlin_demo.engine.generation import Generation
+from marlin_demo.longvideo import plan as win
 from marlin_demo.results import CaptionResult, FindResult, Loaded, Metrics, Prepared, Progress, RunInfo, Stage
 from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
-from marlin_demo.window_video import WindowPlan, decode_windows
+from marlin_demo.video.windows import WindowPlan, decode_windows
 
 if TYPE_CHECKING:
     from marlin_demo.engine import Engine

@@ -85,7 +85,7 @@ def estimate_gpu_seconds(video_s: float, runs: int = 1, task: str = "caption") -
     answered window by window (the default window lengths, ``marlin_demo.windows``), each window
     costing what a clip of its length does.
     """
-    from marlin_demo import windows as win
+    from marlin_demo.longvideo import plan as win
 
     video_s = max(video_s, 0.0)
     try:

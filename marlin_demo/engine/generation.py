@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marlin_demo import compiled, scoring
+from marlin_demo.engine import compiled, scoring
+from marlin_demo.engine.prefix_cache import Prefix
 from marlin_demo.models import LoadedModel
-from marlin_demo.prefix_cache import Prefix
 
 
 @dataclass
