@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from marlin_demo import service
 from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine
 from marlin_demo.settings import Settings
@@ -45,7 +46,7 @@ def main() -> None:
     rows = []
     for query in ("the ball rolls across the floor", "the lamp turns on"):
         t0 = time.perf_counter()
-        res = engine.find(str(clip), query, args.variant)
+        res = service.run(engine, "find", str(clip), args.variant, query)
         wall = time.perf_counter() - t0
         wins = res.info.windows
         rows.append(

@@ -335,7 +335,8 @@ def measure_windows(path: Path, backend: str) -> dict[str, Any]:
     frames from ``decode_windows``; the seconds until the first window is ready (the model can start
     there: the scan goes on in the background) and until the last.
     """
-    from marlin_demo.longvideo.plan import caption_windows
+    from marlin_demo.longvideo.plan import plan_for
+    from marlin_demo.settings import Settings
     from marlin_demo.video import Limits, validate
     from marlin_demo.video.windows import decode_windows, plan_window
 
@@ -343,7 +344,7 @@ def measure_windows(path: Path, backend: str) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), cpu_s()
     limits = Limits(max_file_mb=1e6, max_duration_s=1e6, max_width=10**5, max_height=10**5)
     info = validate(path, limits)
-    plans = [plan_window(info, w) for w in caption_windows(info.duration_s)]
+    plans = [plan_window(info, w) for w in plan_for("caption", info.duration_s, Settings())]
     decoded, used, first = 0, "", None
     for _, pv, so_far in decode_windows(str(path), plans, backend=backend):  # type: ignore[arg-type]
         decoded, used = so_far, pv.backend

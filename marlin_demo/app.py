@@ -41,7 +41,7 @@ def build(
     argv: Sequence[str] | None = None, prog: str = "python app.py"
 ) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
     """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
-    from marlin_demo.service.startup import start_engine
+    from marlin_demo.service.startup import preload, start_engine
     from marlin_demo.ui.blocks import build_demo
 
     settings = settings_mod.from_args(parse_args(argv, prog))
@@ -49,7 +49,7 @@ def build(
     if status.fell_back:
         log.warning("Marlin-2B unavailable, serving the tiny stand-in: %s", status.fallback_reason)
     if space.on_space():
-        space.preload(engine)  # on a Space the first visitor must not wait for the load
+        preload(engine)  # on a Space the first visitor must not wait for the load
     demo, launch_kwargs = build_demo(engine, settings, status)
     return demo, launch_kwargs, settings
 

@@ -1,15 +1,107 @@
-"""Result objects: one shape feeds the UI, the API, the CLI and the benchmark."""
+"""The plain data every layer passes around: a video's facts and sampling plan, windows and moments,
+metrics, the caption/find results and the stages of a request. One shape feeds the UI, the API, the CLI
+and the benchmark; nothing here imports torch or any other module of the package but ``contract``."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from marlin_demo.contract import Event
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from marlin_demo.longvideo.plan import Moment
-    from marlin_demo.video import SamplingPlan, VideoInfo
+
+@dataclass
+class VideoInfo:
+    """What the file holds, as the sampler will see it.
+
+    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's
+    ``average_fps`` / ``num_frames`` when torchcodec can open the file
+    (``metadata_source == "torchcodec"``), otherwise the same quantities from a
+    PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after
+    applying ``rotation`` (degrees counter-clockwise, 0/90/180/270).
+    """
+
+    path: str
+    size_bytes: int
+    container: str
+    duration_s: float
+    fps: float
+    num_frames: int
+    width: int
+    height: int
+    display_width: int
+    display_height: int
+    rotation: int
+    codec: str
+    pix_fmt: str | None = None
+    bit_depth: int | None = None
+    interlaced: bool = False  # the first frame is coded as interlaced (fields)
+    audio_streams: int = 0
+    video_streams: int = 1
+    stream_index: int = 0
+    metadata_source: str = "pyav"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class SamplingPlan:
+    """Which frames are sampled, at what size, and what they cost in vision tokens.
+
+    ``indices`` are absolute source-frame indices; ``timestamps[i] = indices[i] / source_fps``.
+    ``total_frames`` is the number of frames in the sampled range (the whole video
+    unless ``start_s``/``end_s`` were given), as qwen-vl-utils reports it.
+    ``source_height``/``source_width`` are the upright decoded size the resize starts from.
+    """
+
+    indices: list[int]
+    timestamps: list[float]
+    nframes: int
+    sample_fps: float
+    height: int
+    width: int
+    video_tokens: int
+    source_fps: float
+    total_frames: int
+    source_height: int = 0
+    source_width: int = 0
+    min_pixels: int = 0
+    max_pixels: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of the source video, in global seconds."""
+
+    index: int
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict[str, float]:
+        return {"start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A scored span in global seconds; ``window`` is the index of the window that answered it."""
+
+    start: float
+    end: float
+    score: float
+    window: int = 0
+
+    def to_dict(self) -> dict[str, float]:
+        return {"start": self.start, "end": self.end, "score": self.score}
+
 
 #: Marlin's two tasks: ``caption`` (what happens: scene + timed events) and ``find`` (when: a span).
 #: Values from outside (API, CLI) are strings checked against ``TASKS`` before they are used as one.
@@ -160,6 +252,8 @@ class Prepared:
     video: VideoInfo
     plan: SamplingPlan
     cached_video: bool
+    #: the windows a long video is answered in (empty: answered whole); ``plan`` is the first one's
+    windows: tuple[Window, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,5 +281,16 @@ class Done:
     result: Result
 
 
-Stage = Prepared | Loaded | Progress | Done
+@dataclass(frozen=True)
+class WindowDone:
+    """A long video's window ``window`` (1-based) of ``windows`` is answered. ``result`` holds every
+    window answered so far, already merged (a caption's one timeline, a find's moments), so no caller
+    merges windows itself."""
+
+    window: int
+    windows: int
+    result: CaptionResult | FindResult
+
+
+Stage = Prepared | Loaded | Progress | WindowDone | Done
 """What ``service.stream`` yields, in this order: Prepared, Loaded, Progress* , Done."""

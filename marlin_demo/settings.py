@@ -14,10 +14,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-#: The variants every checkpoint has; ``MARLIN_EXTRA_VARIANTS`` adds more by name, so a variant in a
-#: signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
+from marlin_demo import variants
+
+#: The variants every checkpoint has (``variants``' table); ``MARLIN_EXTRA_VARIANTS`` adds more by name, so
+#: a variant in a signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
 BuiltinVariant = Literal["gptq", "bnb4", "bf16"]
-VARIANTS: tuple[BuiltinVariant, ...] = ("gptq", "bnb4", "bf16")
+VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 
 #: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
@@ -33,6 +35,12 @@ EXAMPLES_FILE = "examples.json"
 
 DEFAULT_BF16_ID = "NemoStation/Marlin-2B"
 DEFAULT_GPTQ_ID = "NemoStation/Marlin-2B-GPTQ"
+
+
+SPACE_DEFAULTS: dict[str, float] = {"max_duration_s": 600.0}
+"""Settings whose default differs on a Space (a ``MARLIN_*`` variable or flag still wins): 30 minutes
+of video is 30 caption windows, far past one ZeroGPU slot (``space.MAX_GPU_S``), so a visitor keeps the
+10-minute limit (10 caption / 24 find windows)."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +215,7 @@ class Settings:
         metadata={
             "env": "MARLIN_MAX_DURATION_S",
             "commands": ("run", "bench", "batch"),
-            "help": "longest accepted video (s); on a Space the default is 600 (space.SPACE_DEFAULTS)",
+            "help": "longest accepted video (s); on a Space the default is 600 (SPACE_DEFAULTS)",
         },
     )
     max_width: int = field(
@@ -333,8 +341,6 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     if env.get("SPACE_ID"):  # a Hugging Face Space: what a visitor's GPU slot can afford
-        from marlin_demo.service.space import SPACE_DEFAULTS
-
         values.update(SPACE_DEFAULTS)
     for f in fields(Settings):
         names = [f.metadata["env"], f.metadata.get("fallback_env")]

@@ -204,10 +204,9 @@ def set_fla(on: bool) -> str:
     """Turn the fla-bound Gated DeltaNet ops on or off for the next load (returns what is bound)."""
     import importlib
 
-    from marlin_demo.models import QWEN35_MODELING, _import_real_kernels
-    from marlin_demo.models.kernels import FLA_OPS, bind_linear_kernels
+    from marlin_demo.models.kernels import FLA_OPS, QWEN35_MODELING, bind_linear_kernels, import_real_kernels
 
-    _import_real_kernels()
+    import_real_kernels()
     module = importlib.import_module(QWEN35_MODELING)
     saved = module.__dict__.setdefault("_gpu_check_fla", {})
     for name in FLA_OPS:

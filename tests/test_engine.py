@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from marlin_demo import contract
+from marlin_demo import contract, service
 from marlin_demo.engine import Engine, EngineError
 from marlin_demo.models import ModelLoadError
+from marlin_demo.results import Done, Progress, Result
 from marlin_demo.settings import Settings
 from marlin_demo.video import VideoError
 
@@ -34,6 +37,16 @@ METRIC_KEYS = {
 @pytest.fixture(scope="module")
 def engine() -> Engine:
     return Engine(Settings(model="tiny"))
+
+
+def _stream(engine: Engine, task: str, video: Path, variant: str) -> Iterator[str | Result]:
+    """``service.stream`` as the text pieces, then the result (closing it stops the model)."""
+    with contextlib.closing(service.stream(engine, task, video, variant)) as stages:
+        for stage in stages:
+            if isinstance(stage, Progress):
+                yield stage.text
+            elif isinstance(stage, Done):
+                yield stage.result
 
 
 def _check_metrics(m: dict, prepared_tokens: int) -> None:
@@ -93,7 +106,7 @@ def test_prompt_identical_across_variants(engine: Engine) -> None:
 
 
 def test_streaming_yields_partial_text_then_result(engine: Engine) -> None:
-    items = list(engine.stream("caption", CLIP, "gptq"))
+    items = list(_stream(engine, "caption", CLIP, "gptq"))
     texts = [i for i in items if isinstance(i, str)]
     result = items[-1]
     assert len(texts) >= 2, "the text did not arrive in pieces"
@@ -102,7 +115,7 @@ def test_streaming_yields_partial_text_then_result(engine: Engine) -> None:
 
 
 def test_stream_reports_first_visible_text(engine: Engine) -> None:
-    result = list(engine.stream("caption", CLIP, "gptq"))[-1]
+    result = list(_stream(engine, "caption", CLIP, "gptq"))[-1]
     ttft, first = result.metrics.ttft_s, result.info.first_text_s
     assert ttft is not None and first is not None
     assert 0 < ttft <= first <= result.metrics.latency_s
@@ -111,7 +124,7 @@ def test_stream_reports_first_visible_text(engine: Engine) -> None:
 def test_closing_a_stream_stops_the_generation(engine: Engine) -> None:
     """A caller that goes away (a closed browser tab) does not keep the model busy."""
     before = engine.cancelled
-    stream = engine.stream("caption", CLIP, "gptq")
+    stream = _stream(engine, "caption", CLIP, "gptq")
     assert isinstance(next(stream), str)  # the model is writing
     stream.close()
     with engine.gpu_lock:  # taken once the worker has left the model

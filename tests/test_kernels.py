@@ -96,10 +96,9 @@ def test_fla_runs_only_on_cuda_tensors() -> None:
 
     import torch
 
-    from marlin_demo.models import QWEN35_MODELING, _import_real_kernels
-    from marlin_demo.models.kernels import FLA_OPS, linear_kernel_for
+    from marlin_demo.models.kernels import FLA_OPS, QWEN35_MODELING, import_real_kernels, linear_kernel_for
 
-    _import_real_kernels()
+    import_real_kernels()
     module = importlib.import_module(QWEN35_MODELING)
     for name in FLA_OPS:
         assert linear_kernel_for(module, name, "cuda") == "fla"

@@ -19,6 +19,7 @@ from marlin_demo.bench import longrecords as longbench
 from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import plan as win
+from marlin_demo.longvideo import runner
 from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage
 from marlin_demo.settings import Settings
 from marlin_demo.ui.caption import stream_message
@@ -65,8 +66,8 @@ def caption_stages(engine: Engine, long_clip: Path) -> list[Stage]:
 @pytest.fixture(scope="module")
 def finds(engine: Engine, long_clip: Path) -> tuple[FindResult, FindResult]:
     """Two finds on the long clip, one after the other (the second reuses every window)."""
-    first = engine.find(str(long_clip), "the ball rolls", VARIANT)
-    second = engine.find(str(long_clip), "the lamp turns on", VARIANT)
+    first = service.run(engine, "find", str(long_clip), VARIANT, "the ball rolls")
+    second = service.run(engine, "find", str(long_clip), VARIANT, "the lamp turns on")
     assert isinstance(first, FindResult) and isinstance(second, FindResult)
     return first, second
 
@@ -140,8 +141,8 @@ def test_long_find_moments_and_second_query_reuses_every_window(
 
 
 def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
-    assert engine.window_plans(str(SHORT), "caption") is None
-    assert engine.window_plans(str(SHORT), "find") is None
+    assert runner.window_plans(engine, str(SHORT), "caption") is None
+    assert runner.window_plans(engine, str(SHORT), "find") is None
     # a PreparedVideo is never windowed: the path the engine took before long videos
     prepared = engine.prepare(str(SHORT))
     a = engine.caption(str(SHORT), VARIANT)
@@ -186,7 +187,7 @@ def test_cli_json_keys_on_a_long_video(
     assert code == 0, out.err[-2000:]
     d = json.loads(out.out)  # stdout holds the JSON and nothing else
     assert {"span", "moments", "raw"} <= set(d)
-    assert d["raw"].count("[window ") == len(win.find_windows(duration, 6.0, 0.0)) == 2
+    assert d["raw"].count("[window ") == len(win.find_windows(duration, 6.0, 0.0, None)) == 2
     assert all(set(m) == {"start", "end", "score"} for m in d["moments"])
     assert "window 1 of" not in out.err  # --json: no progress lines
 
@@ -224,7 +225,7 @@ def test_readable_output_shows_windows_and_moments(
 def test_compare_prepares_a_long_video_per_window(long_clip: Path) -> None:
     """/compare decodes each window once (one scan) and never the whole clip at one clip's plan."""
     eng = _engine()  # fresh caches; nothing is loaded: Prepared comes before any variant runs
-    plans = eng.window_plans(str(long_clip), "find")
+    plans = runner.window_plans(eng, str(long_clip), "find")
     assert plans is not None and len(plans) == 6
     for expect_cached in (False, True):
         events = service.compare(eng, "find", str(long_clip), [VARIANT], "the ball rolls")

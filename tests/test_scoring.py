@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from marlin_demo import contract
-from marlin_demo.engine.scoring import generated_logprobs, token_texts
-from marlin_demo.longvideo.plan import span_score
+from marlin_demo.engine.scoring import generated_logprobs, span_score, token_texts
 
 pytestmark = pytest.mark.slow
 CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"

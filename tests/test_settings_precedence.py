@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -87,8 +88,8 @@ def test_default_limits_agree_with_the_window_limit() -> None:
     with pytest.raises(win.WindowLimitError, match=r"needs 73 windows .* at most 72 windows are allowed"):
         win.find_windows(s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, s.max_windows)
     # the GPU slot asked on ZeroGPU grows with the windows a long video needs, within the cap
-    assert space.estimate_gpu_seconds(30, task="find") < space.estimate_gpu_seconds(600, task="find")
-    assert space.estimate_gpu_seconds(600, task="caption") == space.MAX_GPU_S
+    assert space.estimate_gpu_seconds(30, s, task="find") < space.estimate_gpu_seconds(600, s, task="find")
+    assert space.estimate_gpu_seconds(600, s, task="caption") == space.MAX_GPU_S
 
 
 def _settings_flags(parser: argparse.ArgumentParser) -> set[str]:
@@ -111,3 +112,29 @@ def test_command_flags_come_from_settings_metadata(command: str, group: settings
     own = {"bench": {"variants"}}.get(command, set())  # bench's --variants is its own list to compare
     assert _settings_flags(sub.choices[command]) - own == wanted
     assert "model" in wanted and "cache_dir" in wanted  # every command picks its model and cache
+
+
+def test_gpu_estimate_follows_the_window_settings() -> None:
+    """The ZeroGPU request is sized from the windows the settings give, not from default lengths."""
+    from marlin_demo.service import space
+
+    s = settings_mod.Settings()
+    # 200 s: four 60 s caption windows by default, ten with 20 s windows (each window's fixed part)
+    assert space.estimate_gpu_seconds(200, s.with_(caption_window_s=20.0)) > space.estimate_gpu_seconds(
+        200, s
+    )
+    # 100 s: four find windows with 5 s overlap, six with 15 s
+    more = space.estimate_gpu_seconds(100, s.with_(find_overlap_s=15.0), task="find")
+    assert more > space.estimate_gpu_seconds(100, s, task="find")
+
+
+def test_readme_configuration_table_lists_every_setting() -> None:
+    """The README's table names every setting's variable and flag (``settings_table`` is its source)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| `MARLIN_")]
+    missing = [
+        (env, flag)
+        for env, flag, _default, _help in settings_mod.settings_table()
+        if not any(f"`{env}`" in row and f"`{flag}" in row for row in rows)
+    ]
+    assert missing == []

@@ -21,8 +21,9 @@ from media_factory import ffmpeg, run_ffmpeg
 from marlin_demo import contract
 from marlin_demo import video as V
 from marlin_demo.contract import VideoParams
-from marlin_demo.engine import core as engine_mod
-from marlin_demo.engine.core import Engine, PrefixCache
+from marlin_demo.engine import Engine, EngineError
+from marlin_demo.engine import store as engine_mod
+from marlin_demo.engine.prefix_cache import PrefixCache
 from marlin_demo.settings import Settings, from_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -314,7 +315,8 @@ QUERIES = ["the ball stops", "(1) lamp turns on", 'someone says "hi"']
 
 
 def _tokens(eng: Engine, clip: Path, variant: str, prompt: str, max_new: int = 16) -> tuple[list[int], Any]:
-    gen, _, info, _ = eng._run(clip, variant, prompt, max_new, None)
+    run = eng.run_clip(clip, variant, prompt, max_new, None)
+    gen, info = run.gen, run.info
     return gen.token_ids, info
 
 
@@ -396,7 +398,7 @@ def test_prefix_cache_bounds(gop_clips: dict[str, Path]) -> None:
     assert not eng.find(clips[0], "again", "bf16").info.reused_prefix
     assert eng.find(clips[2], "again", "bf16").info.reused_prefix
     eng.faults.add("oom")  # an out-of-memory error drops every cached state
-    with pytest.raises(engine_mod.EngineError):
+    with pytest.raises(EngineError):
         eng.find(clips[2], "again", "bf16")
     assert eng.prefix_cache_len() == 0
     eng.find(clips[1], "again", "bf16")

@@ -1,4 +1,4 @@
-"""Engine start-up (marlin_demo.service.startup): importable without gradio, falls back to the tiny stand-in."""
+"""Engine start-up (service.startup): importable without gradio, falls back to the tiny stand-in."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ import re
 from collections.abc import Generator
 from pathlib import Path
 
-from marlin_demo.longvideo.plan import Moment
-from marlin_demo.results import Progress, RunInfo, Stage
+from marlin_demo.results import Moment, Progress, RunInfo, Stage
 from marlin_demo.ui import timeline
 from marlin_demo.ui.caption import throttled
 from marlin_demo.ui.common import UIContext, clip_status, status_html

@@ -12,7 +12,7 @@ from media_factory import ffmpeg
 
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import runner as window_runs
-from marlin_demo.longvideo.plan import find_windows
+from marlin_demo.longvideo.plan import plan_for
 from marlin_demo.settings import Settings
 from marlin_demo.video import frame_pts, plan_sampling, probe, sample
 from marlin_demo.video import windows as window_video
@@ -32,7 +32,7 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_window_plan_equals_cut_file_plan(clip: Path, tmp_path: Path) -> None:
     info = probe(clip)
-    ws = find_windows(info.duration_s)
+    ws = plan_for("find", info.duration_s, Settings())
     assert [(w.start, w.end) for w in ws] == [(0, 30), (25, 55), (50, 62)]
     for w in ws:
         wp = plan_window(info, w)
@@ -59,7 +59,7 @@ def test_window_plan_equals_cut_file_plan(clip: Path, tmp_path: Path) -> None:
 
 def test_one_pass_decode_matches_reference(clip: Path) -> None:
     info = probe(clip)
-    plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
+    plans = [plan_window(info, w) for w in plan_for("find", info.duration_s, Settings())]
     got = list(decode_windows(str(clip), plans, backend="reference"))
     assert len(got) == len(plans) and {pv.backend for _, pv, _ in got} == {"pyav"}
     counts = [c for _, _, c in got]
@@ -90,7 +90,7 @@ def test_fast_windows_one_scan_same_frames_as_the_fast_path(
     window's frames are bit for bit what ``sample(..., backend="fast")`` gives for those frames."""
     monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
     info = probe(bclip)
-    plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
+    plans = [plan_window(info, w) for w in plan_for("find", info.duration_s, Settings())]
     assert window_backend(plans, "fast") == "fast"
     got = list(decode_windows(str(bclip), plans, backend="fast"))
     assert [wp for wp, _, _ in got] == plans
@@ -111,7 +111,7 @@ def test_fast_windows_one_scan_same_frames_as_the_fast_path(
 
 def test_window_backend_follows_the_video_backend(clip: Path) -> None:
     info = probe(clip)  # 8-bit: auto takes the fast path (docs/VIDEO_PREP.md); reference: the PyAV scan
-    plans = [plan_window(info, w) for w in find_windows(info.duration_s)]
+    plans = [plan_window(info, w) for w in plan_for("find", info.duration_s, Settings())]
     assert window_backend(plans, "auto") == window_backend(plans, "fast") == "fast"
     assert window_backend(plans, "reference") == "pyav"
 
@@ -130,13 +130,13 @@ def test_second_question_on_a_long_video_decodes_nothing(
 
     monkeypatch.setattr(window_video, "_decode_run", counting_run)
     eng = Engine(Settings(model="tiny", video_backend="fast"))
-    plans = eng.window_plans(bclip, "find")
+    plans = window_runs.window_plans(eng, bclip, "find")
     assert plans is not None and len(plans) == 3
-    first = list(window_runs.window_frames(eng, bclip, plans))
+    first = list(eng.window_frames(bclip, plans))
     assert not any(hit for _, _, hit in first)
     assert 0 < sum(decoded) < probe(bclip).num_frames  # one scan: no picture twice
     decoded.clear()
-    second = list(window_runs.window_frames(eng, bclip, eng.window_plans(bclip, "find") or []))
+    second = list(eng.window_frames(bclip, window_runs.window_plans(eng, bclip, "find") or []))
     assert all(hit for _, _, hit in second) and sum(decoded) == 0 and decoded == []
     assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
 
@@ -149,7 +149,7 @@ def test_fast_windows_fall_back_to_the_scan(clip: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(window_video, "_decode_run", broken)
     info = probe(clip)
-    plans = [plan_window(info, w) for w in find_windows(info.duration_s)][:1]
+    plans = [plan_window(info, w) for w in plan_for("find", info.duration_s, Settings())][:1]
     got = list(decode_windows(str(clip), plans, backend="fast"))
     assert [wp for wp, _, _ in got] == plans and {pv.backend for _, pv, _ in got} == {"pyav"}
 
@@ -159,7 +159,6 @@ def test_the_first_window_waits_only_for_its_own_pictures(
 ) -> None:
     """Windows are decoded in order by every worker at once: window 1 is handed out once the GOPs up
     to the one holding its last planned frame are decoded, before any later GOP is waited for."""
-    from marlin_demo.longvideo.plan import caption_windows
     from marlin_demo.video.fast import _packet_index
 
     monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
@@ -167,7 +166,7 @@ def test_the_first_window_waits_only_for_its_own_pictures(
     ffmpeg("-f", "lavfi", "-i", "testsrc2=size=160x90:rate=10", "-t", "130", "-c:v", "libx264",
            "-preset", "ultrafast", "-g", "45", "-pix_fmt", "yuv420p", str(p))  # fmt: skip
     info = probe(p)
-    plans = [plan_window(info, w) for w in caption_windows(info.duration_s)]
+    plans = [plan_window(info, w) for w in plan_for("caption", info.duration_s, Settings())]
     assert len(plans) == 3
     index = _packet_index(str(p), info.stream_index)
     assert index is not None

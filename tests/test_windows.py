@@ -9,20 +9,37 @@ import pytest
 
 from marlin_demo import contract
 from marlin_demo.contract import CaptionParse, Event, SpanParse
+from marlin_demo.engine.scoring import span_score
+from marlin_demo.longvideo import plan as win
 from marlin_demo.longvideo.plan import (
     Window,
     WindowLimitError,
     best_span,
-    caption_windows,
     description_similarity,
-    find_windows,
     map_caption,
     map_span,
     merge_captions,
     merge_moments,
     plan_windows,
-    span_score,
 )
+from marlin_demo.settings import Settings
+
+D = Settings()  # the window defaults live in the settings alone
+
+
+def caption_windows(
+    duration: float, length: float = D.caption_window_s, max_windows: int | None = D.max_windows
+):
+    return win.caption_windows(duration, length, max_windows)
+
+
+def find_windows(
+    duration: float,
+    length: float = D.find_window_s,
+    overlap: float = D.find_overlap_s,
+    max_windows: int | None = D.max_windows,
+):
+    return win.find_windows(duration, length, overlap, max_windows)
 
 
 def _b(ws: list[Window]) -> list[tuple[float, float]]:
@@ -144,13 +161,13 @@ def test_find_merge_duplicates_in_overlap_and_missing_window() -> None:
         (ws[2], map_span(SpanParse(None, False), ws[2]), 0.9),  # no usable span
         (ws[3], map_span(SpanParse((10.0, 40.0), True), ws[3]), 0.2),  # 85-100, clamped
     ]
-    moments = merge_moments(answers)
+    moments = merge_moments(answers, D.top_k)
     assert [m.to_dict() for m in moments] == [
         {"start": 26.0, "end": 31.0, "score": 0.7},
         {"start": 85.0, "end": 100.0, "score": 0.2},
     ]
     assert best_span(moments) == (26.0, 31.0)
-    assert best_span(merge_moments([(ws[2], SpanParse(None, False), 0.9)])) is None
+    assert best_span(merge_moments([(ws[2], SpanParse(None, False), 0.9)], D.top_k)) is None
 
 
 def test_find_merge_top_k_and_sorted() -> None:

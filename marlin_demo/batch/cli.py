@@ -25,7 +25,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     from marlin_demo.batch.inputs import InputError, collect
     from marlin_demo.batch.writer import BatchError, ResultsWriter
-    from marlin_demo.bench import fingerprint
+    from marlin_demo.models.fingerprint import fingerprint
 
     try:
         settings = settings_mod.from_args(args)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
+from marlin_demo import variants as registry
 from marlin_demo.bench import runner
 from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
@@ -34,7 +35,6 @@ from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from marlin_demo.results import TASKS
-from marlin_demo.settings import VARIANTS
 
 
 def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
@@ -71,7 +71,7 @@ def _bench(args: argparse.Namespace) -> int:
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None
-    allowed = [*VARIANTS, *extra]
+    allowed = [*(k.name for k in registry.kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
     tasks = parse_list(args.tasks, "tasks", TASKS)
     settings = settings.with_(variants=",".join(variants))

@@ -8,18 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.settings import Settings
+from marlin_demo.models.fingerprint import FINGERPRINT_FIELDS, fingerprint, stack_fingerprint
 
 #: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
 SETTINGS_FLAGS = settings_mod.flags_for("bench")
-
-#: Settings that change what a request measures: a rerun into the same --out must match them
-#: (the limits on uploads and requests, and where the cache lives, do not).
-FINGERPRINT_FIELDS = tuple(
-    name
-    for name in SETTINGS_FLAGS
-    if name not in ("cache_dir", "max_upload_mb", "max_duration_s", "request_timeout_s")
-)
 
 ENV_PACKAGES = (
     "torch",
@@ -94,28 +86,4 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def stack_fingerprint(settings: Settings) -> dict[str, Any]:
-    """What runs, decided before any load: device, Gated DeltaNet kernel, GPTQ kernel order, compile."""
-    import importlib.util
-
-    from marlin_demo.models import ModelLoadError, pick_device
-    from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
-
-    try:
-        device = pick_device(settings.device)
-    except ModelLoadError:
-        device = settings.device
-    fla = device == "cuda" and importlib.util.find_spec("fla") is not None
-    return {
-        "device": device,
-        "gated_deltanet": "fla" if fla else "torch",
-        "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
-        "compile": settings.compile,
-    }
-
-
-def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:
-    fp: dict[str, Any] = {name: getattr(settings, name) for name in FINGERPRINT_FIELDS}
-    fp["data_digest"] = data_digest
-    fp["stack"] = stack_fingerprint(settings)  # kernels and compile state: set-ups never mix silently
-    return fp
+__all__ = ["FINGERPRINT_FIELDS", "SETTINGS_FLAGS", "environment", "fingerprint", "stack_fingerprint"]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from marlin_demo import variants as registry
 from marlin_demo.bench.longrecords import record_fields
 from marlin_demo.bench.plan import Request
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, append_jsonl
@@ -118,11 +119,13 @@ def preimport_backends(variants: Sequence[str], settings: Settings) -> dict[str,
     extra = settings.extra_variant_dirs
     kinds = set()
     for v in variants:
-        if v == "gptq" or (v in extra and (extra[v] / "quantize_config.json").exists()):
-            kinds.add("gptqmodel")
-        elif v == "bnb4":
-            kinds.add("bitsandbytes")
-    from marlin_demo.models import import_gptqmodel
+        kind = registry.kind_of(v)
+        if v in extra:
+            if (extra[v] / "quantize_config.json").exists():
+                kinds.add("gptqmodel")
+        elif kind is not None and kind.package in ("gptqmodel", "bitsandbytes"):
+            kinds.add(kind.package)
+    from marlin_demo.models.kernels import import_gptqmodel
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

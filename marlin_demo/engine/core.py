@@ -1,11 +1,14 @@
-"""Caption and find on a loaded variant: one prompt/generation path for every variant.
+"""Caption and find on one clip of a loaded variant: one prompt/generation path for every variant.
 
 This is what Marlin's remote ``.caption()`` / ``.find()`` do, rebuilt on the
 plain transformers model so that every variant (GPTQ, bnb4, bf16, a local
 quantization) receives byte-identical prompts and is measured the same way.
 
-Reuse (docs/SPEED.md): a video is decoded once per content (a bounded cache keyed by
-the file's hash, the sampling parameters and the decode backend), and the model state
+The engine answers one clip: a whole short video, or one window of a long one that the
+long-video runner (``longvideo.runner``) hands it through the public ``run_clip``, ``info``,
+``window_frames`` and ``score``; ``service`` chooses between the two.
+
+Reuse (docs/SPEED.md): a video is decoded once per content (``store.VideoStore``), and the model state
 after the shared start of every prompt, the chat header and the whole timestamped
 video, is kept per (variant, video) in a small bounded cache: later requests on the
 same video (a second find, a caption) prefill only their own text. Every request, cold
@@ -15,13 +18,12 @@ warm answer is token for token the cold one.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import resource
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,35 +32,23 @@ from marlin_demo.engine import compiled, scoring
 from marlin_demo.engine.generation import Generation, free_memory, generate, trim_heap
 from marlin_demo.engine.prefix_cache import Prefix, PrefixCache
 from marlin_demo.engine.prompt import compact_pads, encode, render_prompt
-from marlin_demo.longvideo import plan as win
-from marlin_demo.longvideo import runner as window_runs
+from marlin_demo.engine.store import VideoStore
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
 from marlin_demo.results import (
     CaptionResult,
     FindResult,
     Loaded,
     Metrics,
+    Moment,
     Prepared,
-    Progress,
     Result,
     RunInfo,
     Stage,
-    Task,
+    VideoInfo,
 )
 from marlin_demo.settings import Settings, Variant
-from marlin_demo.video import (
-    Backend,
-    Limits,
-    PreparedVideo,
-    VideoError,
-    VideoInfo,
-    pick_backend,
-    plan_sampling,
-    sample,
-    validate,
-)
-from marlin_demo.video.digest import file_digest, frames_digest
-from marlin_demo.video.windows import WindowPlan, plan_window
+from marlin_demo.video import Backend, Limits, PreparedVideo, VideoError
+from marlin_demo.video.windows import WindowPlan
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +68,21 @@ class FaultInjected(RuntimeError):
 
 
 class Cancelled(Exception):
-    """The caller of ``Engine.stream`` stopped listening: generation stops at the next token."""
+    """The caller of a streamed request stopped listening: generation stops at the next token."""
+
+
+@dataclass
+class ClipRun:
+    """One prompt answered on one clip: the generation, its metrics, what ran, and the frames used."""
+
+    gen: Generation
+    metrics: Metrics
+    info: RunInfo
+    prepared: PreparedVideo
 
 
 class Engine:
-    """Loads variants once, prepares videos once per content, runs caption/find."""
+    """Loads variants once, prepares videos once per content, answers caption/find on one clip."""
 
     def __init__(
         self, settings: Settings, video_cache_size: int = 4, prefix_cache_size: int | None = None
@@ -93,14 +93,8 @@ class Engine:
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
         self.gpu_lock = threading.Lock()
-        self._videos: OrderedDict[tuple[str, str, str], PreparedVideo] = OrderedDict()
-        self._video_lock = threading.Lock()
-        self._digests: OrderedDict[tuple[Any, ...], str] = OrderedDict()
-        self._infos: OrderedDict[tuple[str, str], VideoInfo] = OrderedDict()
-        #: a long video's decoded windows, per (content, window bounds): one entry per video and plan
-        self._window_sets: OrderedDict[tuple[Any, ...], list[PreparedVideo]] = OrderedDict()
-        self.video_cache_size = video_cache_size
         self.video_backend = _video_backend(settings)
+        self.store = VideoStore(self.params, self.video_backend, video_cache_size, self.limits())
         if prefix_cache_size is None:
             # an engine told to cache no video (the bench) caches no prefix either: every request is cold
             prefix_cache_size = max(0, settings.prefix_cache_size) if video_cache_size > 0 else 0
@@ -123,6 +117,10 @@ class Engine:
     @property
     def variants(self) -> list[str]:
         return self.settings.variant_list
+
+    @property
+    def video_cache_size(self) -> int:
+        return self.store.size
 
     def limits(self) -> Limits:
         s = self.settings
@@ -152,6 +150,9 @@ class Engine:
     def loaded(self) -> dict[str, LoadedModel]:
         return dict(self._models)
 
+    def is_loaded(self, variant: Variant) -> bool:
+        return variant in self._models
+
     def load_errors(self) -> dict[str, str]:
         return dict(self._load_errors)
 
@@ -170,61 +171,32 @@ class Engine:
     # ------------------------------------------------------------------ video
     def prepare(self, video: str | Path | PreparedVideo) -> PreparedVideo:
         """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
-        return self.prepare_cached(video)[0]
+        return self.store.prepare(video)[0]
 
     def prepare_cached(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
         """``prepare`` plus whether the frames came from the cache (nothing decoded in this call)."""
-        if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's synthetic clip)
-            if not video.digest:
-                video.digest = frames_digest(video.frames, video.metadata)
-            return video, True
-        path = Path(video)
-        if not path.exists():
-            raise VideoError(f"No file at {path.name}: upload a video file.")
-        if not path.is_file() or path.stat().st_size / 1e6 > self.settings.max_upload_mb:
-            validate(path, self.limits())  # the user-facing message (not a file, too large), before hashing
-        try:
-            digest = self._digest(path)
-        except OSError:
-            validate(path, self.limits())  # e.g. permission denied: say so as a VideoError
-            raise
-        key = (digest, repr(self.params), self.video_backend)
-        with self._video_lock:
-            hit = self._videos.get(key)
-            if hit is not None:  # validated when it was first prepared, under the same limits
-                self._videos.move_to_end(key)
-                return hit, True
-        info = validate(path, self.limits())
-        plan = plan_sampling(info, self.params)
-        backend = pick_backend(info, plan) if self.video_backend == "auto" else self.video_backend
-        prepared = sample(path, plan, backend=backend, info=info)
-        prepared.digest = "|".join(key)
-        with self._video_lock:
-            self._videos[key] = prepared
-            while len(self._videos) > self.video_cache_size:
-                self._videos.popitem(last=False)
-        return prepared, False
+        return self.store.prepare(video)
 
-    def _digest(self, path: Path) -> str:
-        """The file's sha256, remembered per (path, size, mtime, inode): a repeat does not re-read it."""
-        st = path.stat()
-        stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
-        with self._video_lock:
-            known = self._digests.get(stamp)
-        if known is not None:
-            return known
-        digest = file_digest(path)
-        with self._video_lock:
-            self._digests[stamp] = digest
-            while len(self._digests) > 256:
-                self._digests.popitem(last=False)
-        return digest
+    def info(self, path: Path) -> VideoInfo:
+        """The validated facts of a file (probed once per content and path)."""
+        return self.store.info(path)
+
+    def window_frames(
+        self, path: Path, plans: list[WindowPlan]
+    ) -> Iterator[tuple[WindowPlan, PreparedVideo, bool]]:
+        """Each window's frames (and whether they were cached), decoded in one scan on a miss."""
+        return self.store.windows(path, plans)
 
     def video_cache_len(self) -> int:
-        return len(self._videos)
+        return len(self.store)
 
     def prefix_cache_len(self) -> int:
         return len(self.prefixes)
+
+    def reserve_prefixes(self, clips: int) -> None:
+        """Keep room for ``clips`` prefix states (a long video's windows), never below the setting."""
+        if self._prefix_base > 0:
+            self.prefixes.size = max(self._prefix_base, clips)
 
     # ------------------------------------------------------------------ inputs
     def build_inputs(
@@ -257,26 +229,24 @@ class Engine:
             loaded, inputs, max_new_tokens, on_text, deadline, prefix, want_logprobs, self.settings.compile
         )
 
-    def _run(
+    def run_clip(
         self,
         video: str | Path | PreparedVideo,
         variant: Variant,
         prompt: str,
         max_new_tokens: int,
-        on_text: Callable[[str], None] | None,
+        on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
         *,
         cached: bool | None = None,
         deadline: float | None = None,
         logprobs: bool = False,
-    ) -> tuple[Generation, Metrics, RunInfo, PreparedVideo]:
-        """One prompt on one prepared clip (a whole short video, or one window of a long one).
+    ) -> ClipRun:
+        """One prompt on one clip (a whole short video, or one window of a long one).
 
         ``cached``: whether the frames of a ``PreparedVideo`` given by the caller came from a cache;
         ``deadline``: the request's time limit when it spans several windows.
         """
-        import torch
-
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
         prepared, cached_video = self.prepare_cached(video)
@@ -285,7 +255,7 @@ class Engine:
         if on_stage is not None:
             on_stage(Prepared(prepared.info, prepared.plan, cached_video))
         t_load = time.perf_counter()
-        cold = variant not in self._models
+        cold = not self.is_loaded(variant)
         loaded = self.load(variant)
         if on_stage is not None:
             on_stage(Loaded(variant, cold, loaded.load_s))
@@ -295,6 +265,47 @@ class Engine:
             deadline = t_start + self.settings.request_timeout_s
         if time.perf_counter() >= deadline:  # preparing the video alone used up the time limit
             raise EngineError(self._timeout_message())
+        gen, peak, input_ids, prefill_s, reused_prefix = self._answer(
+            loaded, prepared, prompt, max_new_tokens, on_text, deadline, logprobs
+        )
+        t_start += gen.compile_s  # compiling a new cache size is reported as compile_s
+        latency = time.perf_counter() - t_start
+        if gen.stopped_by_time:
+            raise EngineError(self._timeout_message())
+        metrics = self._metrics(gen, loaded, prepared, t_start, latency, peak)
+        info = RunInfo(
+            prompt=compact_pads(loaded.processor.tokenizer.decode(input_ids)),
+            duration_s=prepared.info.duration_s,
+            video=prepared.info,
+            decode_s=prepared.decode_s,
+            kernel=loaded.kernel,
+            attention=loaded.attention,
+            compile=compiled.state_of(loaded).describe() if self.settings.compile else "off",
+            compile_s=getattr(getattr(loaded, "compile_state", None), "compile_s", 0.0),
+            prefill_s=prefill_s,
+            first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
+            cached_video=cached_video,
+            reused_prefix=reused_prefix,
+        )
+        return ClipRun(gen, metrics, info, prepared)
+
+    def _answer(
+        self,
+        loaded: LoadedModel,
+        prepared: PreparedVideo,
+        prompt: str,
+        max_new_tokens: int,
+        on_text: Callable[[str], None] | None,
+        deadline: float,
+        logprobs: bool,
+    ) -> tuple[Generation, float, list[int], float | None, bool]:
+        """Prefill (or reuse the video's prefix) and generate under the GPU lock.
+
+        Returns the generation, the peak memory (MB), the prompt's token ids, the prefill time and
+        whether a cached prefix was reused. Out of memory releases the caches and says so.
+        """
+        import torch
+
         with self.gpu_lock:
             cuda = loaded.device == "cuda"
             if cuda:
@@ -315,7 +326,6 @@ class Engine:
                 gen = self._generate(
                     loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix, want_logprobs=logprobs
                 )
-                t_start += gen.compile_s  # compiling a new cache size is reported as compile_s
                 if cuda:
                     torch.cuda.synchronize()
                     peak = torch.cuda.max_memory_allocated() / 2**20
@@ -332,38 +342,32 @@ class Engine:
             del inputs
             if not cuda:
                 trim_heap()
-        latency = time.perf_counter() - t_start
-        if gen.stopped_by_time:
-            raise EngineError(self._timeout_message())
+        return gen, peak, input_ids, prefill_s, reused_prefix
+
+    def _metrics(
+        self,
+        gen: Generation,
+        loaded: LoadedModel,
+        prepared: PreparedVideo,
+        t_start: float,
+        latency: float,
+        peak: float,
+    ) -> Metrics:
+        """Latency, first-token time and decode rate of one clip's answer."""
         ttft = None if gen.first_token_at is None else gen.first_token_at - t_start
         decode_window = None if gen.first_token_at is None else (t_start + latency) - gen.first_token_at
         tps = (gen.output_tokens - 1) / decode_window if decode_window and gen.output_tokens > 1 else None
-        metrics = Metrics(
+        return Metrics(
             latency_s=latency,
             ttft_s=ttft,
             output_tokens=gen.output_tokens,
             tokens_per_s=tps,
             video_tokens=prepared.plan.video_tokens,
             peak_memory_mb=peak,
-            memory_kind="cuda_peak_allocated" if cuda else "cpu_peak_rss",
+            memory_kind="cuda_peak_allocated" if loaded.device == "cuda" else "cpu_peak_rss",
             load_s=loaded.load_s,
             device=loaded.device,
         )
-        info = RunInfo(
-            prompt=compact_pads(loaded.processor.tokenizer.decode(input_ids)),
-            duration_s=prepared.info.duration_s,
-            video=prepared.info,
-            decode_s=prepared.decode_s,
-            kernel=loaded.kernel,
-            attention=loaded.attention,
-            compile=compiled.state_of(loaded).describe() if self.settings.compile else "off",
-            compile_s=getattr(getattr(loaded, "compile_state", None), "compile_s", 0.0),
-            prefill_s=prefill_s,
-            first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
-            cached_video=cached_video,
-            reused_prefix=reused_prefix,
-        )
-        return gen, metrics, info, prepared
 
     def _timeout_message(self) -> str:
         return (
@@ -371,7 +375,17 @@ class Engine:
             "try a shorter clip (MARLIN_REQUEST_TIMEOUT_S sets the limit)."
         )
 
-    # ------------------------------------------------------------------ tasks
+    def score(self, gen: Generation, variant: Variant) -> float | None:
+        """``scoring.span_score`` of a find answer (None: no log-probs, or fewer than two numbers)."""
+        if gen.logprobs is None or gen.token_ids is None:
+            return None
+        loaded = self.load(variant)  # already loaded: the request just ran on it
+        ids = gen.token_ids[: len(gen.logprobs)]
+        return scoring.span_score(
+            scoring.token_texts(loaded.processor.tokenizer, ids), gen.logprobs[: len(ids)]
+        )
+
+    # ------------------------------------------------------------------ tasks (one clip)
     def caption(
         self,
         video: str | Path | PreparedVideo,
@@ -379,31 +393,28 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
     ) -> CaptionResult:
-        """Scene paragraph plus timed events, repaired into the clip and flagged when repaired.
+        """Scene paragraph plus timed events of one clip, repaired into it and flagged when repaired.
 
-        A video longer than one caption window is captioned window by window (``_caption_windows``).
+        A long video is answered window by window above the engine (``service`` chooses).
         """
-        plans = self.window_plans(video, "caption")
-        if plans is not None:
-            return window_runs.caption_windows(self, Path(str(video)), plans, variant, on_text, on_stage)
-        self.prefixes.size = self._prefix_base
-        gen, metrics, info, prepared = self._run(
+        self.reserve_prefixes(1)
+        run = self.run_clip(
             video, variant, contract.CAPTION_PROMPT, self.settings.caption_max_new_tokens, on_text, on_stage
         )
-        parsed = contract.parse_caption(gen.text)
-        fixed = contract.repair_caption(parsed, prepared.info.duration_s)
-        info.repairs = list(fixed.repairs)
+        parsed = contract.parse_caption(run.gen.text)
+        fixed = contract.repair_caption(parsed, run.prepared.info.duration_s)
+        run.info.repairs = list(fixed.repairs)
         return CaptionResult(
             variant=variant,
             model=self.model_label,
             scene=fixed.scene,
             events=list(fixed.events),
-            raw=gen.text,
+            raw=run.gen.text,
             repaired=fixed.repaired,
-            metrics=metrics,
+            metrics=run.metrics,
             format_ok=parsed.format_ok,
-            info=info,
-            windows=[{"start": 0.0, "end": prepared.info.duration_s, "scene": fixed.scene}],
+            info=run.info,
+            windows=[{"start": 0.0, "end": run.prepared.info.duration_s, "scene": fixed.scene}],
         )
 
     def find(
@@ -414,27 +425,21 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
     ) -> FindResult:
-        """A start-end span for the query, or None when the answer gives none: never a made-up span.
+        """A start-end span for the query in one clip, or None when the answer gives none.
 
-        ``moments``: the span scored by the model's own token probabilities (``windows.span_score``);
-        a video longer than one find window is searched window by window (``_find_windows``).
+        ``moments``: the span scored by the model's own token probabilities (``scoring.span_score``).
         """
         clean = contract.sanitize_query(query, self.settings.max_query_chars)
         prompt = contract.find_prompt(clean, self.settings.max_query_chars)
-        plans = self.window_plans(video, "find")
-        if plans is not None:
-            return window_runs.find_windows(
-                self, Path(str(video)), plans, clean, prompt, variant, on_text, on_stage
-            )
-        self.prefixes.size = self._prefix_base
-        gen, metrics, info, prepared = self._run(
+        self.reserve_prefixes(1)
+        run = self.run_clip(
             video, variant, prompt, self.settings.find_max_new_tokens, on_text, on_stage, logprobs=True
         )
-        parsed = contract.parse_span(gen.text)
-        fixed = contract.repair_span(parsed, prepared.info.duration_s)
-        info.repairs = list(fixed.repairs)
-        score = self._score(gen, variant)
-        moments = [] if fixed.span is None or score is None else [win.Moment(*fixed.span, score)]
+        parsed = contract.parse_span(run.gen.text)
+        fixed = contract.repair_span(parsed, run.prepared.info.duration_s)
+        run.info.repairs = list(fixed.repairs)
+        score = self.score(run.gen, variant)
+        moments = [] if fixed.span is None or score is None else [Moment(*fixed.span, score)]
         return FindResult(
             moments=moments,
             variant=variant,
@@ -442,58 +447,11 @@ class Engine:
             query=clean,
             span=fixed.span,
             format_ok=parsed.format_ok,
-            raw=gen.text,
-            metrics=metrics,
+            raw=run.gen.text,
+            metrics=run.metrics,
             repaired=fixed.repaired,
-            info=info,
+            info=run.info,
         )
-
-    # ------------------------------------------------------------------ long videos
-    def window_plans(self, video: str | Path | PreparedVideo, task: Task) -> list[WindowPlan] | None:
-        """Each window's sampling plan for a video longer than one ``task`` window; None: answered whole.
-
-        Too many windows is a ``WindowLimitError`` (a user error), raised before anything is decoded.
-        """
-        if isinstance(video, PreparedVideo):
-            return None
-        path = Path(video)
-        if not path.is_file() or path.stat().st_size / 1e6 > self.settings.max_upload_mb:
-            return None  # prepare_cached says what is wrong, in its own words
-        info = self._info(path)
-        s = self.settings
-        if task == "caption":
-            windows = win.caption_windows(info.duration_s, s.caption_window_s, s.max_windows)
-        else:
-            windows = win.find_windows(info.duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
-        if len(windows) == 1:
-            return None
-        return [plan_window(info, w, self.params) for w in windows]
-
-    def _info(self, path: Path) -> VideoInfo:
-        """The validated facts of a file, probed once per (content, path)."""
-        try:
-            key = (self._digest(path), str(path.resolve()))
-        except OSError:
-            validate(path, self.limits())  # e.g. permission denied: said as a VideoError
-            raise
-        with self._video_lock:
-            known = self._infos.get(key)
-        if known is not None:
-            return known
-        info = validate(path, self.limits())
-        with self._video_lock:
-            self._infos[key] = info
-            while len(self._infos) > 64:
-                self._infos.popitem(last=False)
-        return info
-
-    def _score(self, gen: Generation, variant: Variant) -> float | None:
-        """``windows.span_score`` of a find answer (None: no log-probs, or fewer than two numbers)."""
-        if gen.logprobs is None or gen.token_ids is None:
-            return None
-        loaded = self.load(variant)  # already loaded: the request just ran on it
-        ids = gen.token_ids[: len(gen.logprobs)]
-        return win.span_score(scoring.token_texts(loaded.processor.tokenizer, ids), gen.logprobs[: len(ids)])
 
     def run(
         self,
@@ -503,7 +461,7 @@ class Engine:
         query: str | None = None,
         **kw: Any,
     ) -> Result:
-        """Dispatch by task name (the compare tab and the bench use it)."""
+        """Dispatch one clip by task name."""
         if task == "caption":
             return self.caption(video, variant, **kw)
         if task == "find":
@@ -511,23 +469,6 @@ class Engine:
                 raise ValueError("The find task needs a query: describe the event to find.")
             return self.find(video, query, variant, **kw)
         raise ValueError(f"Unknown task {task!r}: choose caption or find.")
-
-    def stream(
-        self, task: str, video: str | Path | PreparedVideo, variant: Variant, query: str | None = None
-    ) -> Iterator[str | Result]:
-        """The text as the model writes it, then the result: ``service.stream`` without its other stages.
-
-        Closing the generator early stops the generation at its next token (see ``service.stream``).
-        """
-        from marlin_demo import service
-        from marlin_demo.results import Done
-
-        with contextlib.closing(service.stream(self, task, video, variant, query)) as stages:
-            for stage in stages:
-                if isinstance(stage, Progress):
-                    yield stage.text
-                elif isinstance(stage, Done):
-                    yield stage.result
 
     def note_cancelled(self) -> None:
         """Count a streamed request whose caller went away (its generation was stopped)."""

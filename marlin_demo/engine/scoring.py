@@ -2,13 +2,16 @@
 
 The engine asks ``generate`` for ``output_logits=True, return_dict_in_generate=True`` on find
 requests (answers are ~10 tokens, so keeping one logits row per step is cheap) and feeds the
-result here; ``windows.span_score`` turns the numbers' log-probs into the moment's score.
+result here; ``span_score`` turns the numbers' log-probs into the moment's score.
 Raw logits (not ``scores``) are used: ``scores`` are after logits processors, which are not the
 model's own distribution.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -44,3 +47,36 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
         texts.append(cur[len(prev) :])
         prev = cur
     return texts
+
+
+_NUMBER_RE = re.compile(r"\d+(?:[.:]\d+)*")
+
+
+def span_score(token_texts: Sequence[str], token_logprobs: Sequence[float]) -> float | None:
+    """Geometric mean of the probabilities of the generated tokens that spell the answer's numbers.
+
+    ``token_texts[i]`` is the decoded text of generated token i (special tokens as ""), and
+    ``token_logprobs[i]`` its natural log-probability under the model (raw logits, greedy choice).
+    A token counts when its characters overlap a number (digits, '.', ':') of the first two
+    numbers in the answer; the score is exp(mean log-prob) over those tokens. "From", "to", "."
+    and EOS are near-certain for a trained model and would pull every score toward 1; the numbers
+    carry the model's doubt about where. Length-normalised, so "From 102.5 to 118.0." is not
+    penalised against "From 1 to 3.". Not calibrated: compare scores within one query and video.
+    None when the answer holds fewer than two numbers.
+    """
+    if len(token_texts) != len(token_logprobs):
+        raise ValueError("token_texts and token_logprobs must have the same length.")
+    text = "".join(token_texts)
+    nums = list(_NUMBER_RE.finditer(text))[:2]
+    if len(nums) < 2:
+        return None
+    picked: list[float] = []
+    pos = 0
+    for piece, lp in zip(token_texts, token_logprobs, strict=True):
+        a, b = pos, pos + len(piece)
+        pos = b
+        if a < b and any(a < m.end() and m.start() < b for m in nums):
+            picked.append(float(lp))
+    if not picked:
+        return None
+    return min(1.0, max(0.0, math.exp(sum(picked) / len(picked))))

@@ -1,8 +1,11 @@
-"""Long videos: the window plan, mapping window answers to global time, merging, the span score.
+"""Long videos: the window plan (``plan_for``, the one window policy), mapping window answers to
+global time, and merging them.
 
-Pure Python (no torch): the engine, UI, CLI and bench share these rules; docs/LONG_VIDEOS.md
-states them. Marlin samples at most 240 frames (2 fps for 2 minutes); a longer video is cut into
-windows, each answered as if uploaded alone, and the answers are mapped back and merged here.
+Pure Python (no torch): the service, the runner, the UI, the ZeroGPU estimate and the bench share
+these rules; docs/LONG_VIDEOS.md states them. The window lengths, overlap, window limit and top-k
+are settings (``Settings``), never constants here. Marlin samples at most 240 frames (2 fps for
+2 minutes); a longer video is cut into windows, each answered as if uploaded alone, and the answers
+are mapped back and merged here.
 """
 
 from __future__ import annotations
@@ -14,37 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marlin_demo.contract import CaptionParse, Event, SpanParse, repair_caption, repair_span
+from marlin_demo.results import Moment, Task, Window
+from marlin_demo.settings import Settings
 
-CAPTION_WINDOW_S = 60.0
-FIND_WINDOW_S = 30.0
-FIND_OVERLAP_S = 5.0
 MIN_LAST_WINDOW_S = 2.0  # public Marlin CLI: a last window shorter than this joins the previous one
-DEFAULT_MAX_WINDOWS = 72  # 30 minutes of 30 s / 5 s find windows
 DEDUP_IOU = 0.5  # public Marlin CLI: hits with IoU >= 0.5 ...
 DEDUP_START_S = 5.0  # ... or starts within 5 s are one moment
-DEFAULT_TOP_K = 5
 BOUNDARY_TOL_S = 1.0  # an event "touches" a window boundary within this many seconds
 SIMILAR_DESCRIPTION = 0.6  # description similarity (see description_similarity) to join a cut event
 
 
 class WindowLimitError(ValueError):
     """A video needs more windows than allowed: one sentence naming the limit and what is allowed."""
-
-
-@dataclass(frozen=True)
-class Window:
-    """One window of the source video, in global seconds."""
-
-    index: int
-    start: float
-    end: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-    def to_dict(self) -> dict[str, float]:
-        return {"start": self.start, "end": self.end}
 
 
 def plan_windows(
@@ -90,21 +74,27 @@ def plan_windows(
     return [Window(i, round(s, 6), round(e, 6)) for i, (s, e) in enumerate(bounds)]
 
 
-def caption_windows(
-    duration: float, length: float = CAPTION_WINDOW_S, max_windows: int | None = DEFAULT_MAX_WINDOWS
-) -> list[Window]:
+def caption_windows(duration: float, length: float, max_windows: int | None) -> list[Window]:
     """Caption windows: no overlap (an event is described once; a cut one is joined by merge_captions)."""
     return plan_windows(duration, length, 0.0, max_windows=max_windows)
 
 
-def find_windows(
-    duration: float,
-    length: float = FIND_WINDOW_S,
-    overlap: float = FIND_OVERLAP_S,
-    max_windows: int | None = DEFAULT_MAX_WINDOWS,
-) -> list[Window]:
+def find_windows(duration: float, length: float, overlap: float, max_windows: int | None) -> list[Window]:
     """Find windows: overlapping, so a short event on a boundary is seen whole by one window."""
     return plan_windows(duration, length, overlap, max_windows=max_windows)
+
+
+def plan_for(task: Task, duration: float, settings: Settings, *, limit: bool = True) -> list[Window]:
+    """The windows a ``task`` on a video of ``duration`` seconds is answered in: the one window policy.
+
+    One window ``[0, duration]`` means the video is answered whole. ``limit=False`` ignores
+    ``max_windows`` (sizing a request that is refused anyway); with it, too many windows is a
+    ``WindowLimitError`` naming the limit.
+    """
+    cap = settings.max_windows if limit else None
+    if task == "caption":
+        return caption_windows(duration, settings.caption_window_s, cap)
+    return find_windows(duration, settings.find_window_s, settings.find_overlap_s, cap)
 
 
 # ---------------------------------------------------------------------------
@@ -295,19 +285,6 @@ def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCapt
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Moment:
-    """A scored span in global seconds; ``window`` is the index of the window that answered it."""
-
-    start: float
-    end: float
-    score: float
-    window: int = 0
-
-    def to_dict(self) -> dict[str, float]:
-        return {"start": self.start, "end": self.end, "score": self.score}
-
-
 def _iou(a: Moment, b: Moment) -> float:
     inter = max(0.0, min(a.end, b.end) - max(a.start, b.start))
     union = max(a.end, b.end) - min(a.start, b.start)
@@ -319,9 +296,7 @@ def duplicates(a: Moment, b: Moment) -> bool:
     return _iou(a, b) >= DEDUP_IOU or abs(a.start - b.start) <= DEDUP_START_S
 
 
-def merge_moments(
-    answers: Sequence[tuple[Window, SpanParse, float | None]], top_k: int = DEFAULT_TOP_K
-) -> list[Moment]:
+def merge_moments(answers: Sequence[tuple[Window, SpanParse, float | None]], top_k: int) -> list[Moment]:
     """Mapped (global) spans with their scores -> moments, best first, duplicates merged, at most top_k.
 
     Greedy: candidates sorted by score (desc; ties: earlier start, then earlier window); a candidate
@@ -352,36 +327,3 @@ def best_span(moments: Sequence[Moment]) -> tuple[float, float] | None:
 
 # ---------------------------------------------------------------------------
 # The score
-# ---------------------------------------------------------------------------
-
-_NUMBER_RE = re.compile(r"\d+(?:[.:]\d+)*")
-
-
-def span_score(token_texts: Sequence[str], token_logprobs: Sequence[float]) -> float | None:
-    """Geometric mean of the probabilities of the generated tokens that spell the answer's numbers.
-
-    ``token_texts[i]`` is the decoded text of generated token i (special tokens as ""), and
-    ``token_logprobs[i]`` its natural log-probability under the model (raw logits, greedy choice).
-    A token counts when its characters overlap a number (digits, '.', ':') of the first two
-    numbers in the answer; the score is exp(mean log-prob) over those tokens. "From", "to", "."
-    and EOS are near-certain for a trained model and would pull every score toward 1; the numbers
-    carry the model's doubt about where. Length-normalised, so "From 102.5 to 118.0." is not
-    penalised against "From 1 to 3.". Not calibrated: compare scores within one query and video.
-    None when the answer holds fewer than two numbers.
-    """
-    if len(token_texts) != len(token_logprobs):
-        raise ValueError("token_texts and token_logprobs must have the same length.")
-    text = "".join(token_texts)
-    nums = list(_NUMBER_RE.finditer(text))[:2]
-    if len(nums) < 2:
-        return None
-    picked: list[float] = []
-    pos = 0
-    for piece, lp in zip(token_texts, token_logprobs, strict=True):
-        a, b = pos, pos + len(piece)
-        pos = b
-        if a < b and any(a < m.end() and m.start() < b for m in nums):
-            picked.append(float(lp))
-    if not picked:
-        return None
-    return min(1.0, max(0.0, math.exp(sum(picked) / len(picked))))

@@ -6,6 +6,7 @@ plus its processor, so the engine runs one prompt/generation path for all of the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -15,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marlin_demo import variants
 from marlin_demo.models.kernels import (
     available_gptq_kernels,
-    bind_linear_kernels,
     gptq_kernel_plan,
-    gptqmodel_environment,
+    import_gptqmodel,
+    import_real_kernels,
     linear_kernel_for,
 )
 from marlin_demo.settings import Settings
@@ -88,42 +90,43 @@ def resolve_source(settings: Settings, variant: str) -> Source:
     extra = settings.extra_variant_dirs
     if variant in extra:
         path = extra[variant]
-        kind = "gptq" if (path / "quantize_config.json").exists() else "none"
-        return Source(variant, str(path), None, kind, True)
-    if variant not in ("gptq", "bnb4", "bf16"):
+        quantized = "gptq" if (path / "quantize_config.json").exists() else "none"
+        return Source(variant, str(path), None, quantized, True)
+    kind = variants.kind_of(variant)
+    if kind is None:
         raise ModelLoadError(
             f"Unknown variant {variant!r}: choose one of {', '.join(settings.variant_list)}."
         )
-    quantized = {"gptq": "gptq", "bnb4": "bnb4", "bf16": "none"}[variant]
+    quantized = {"gptq": "gptq", "bnb4": "bnb4"}.get(kind.loader, "none")
     if settings.model == "tiny":
         from marlin_demo.models.tiny import ensure_tiny
 
         paths = ensure_tiny(Path(settings.cache_dir) if settings.cache_dir else None)
-        folder = paths["gptq"] if variant == "gptq" else paths["bf16"]
-        return Source(variant, str(folder), None, quantized, True)
+        return Source(variant, str(paths[kind.tiny_folder]), None, quantized, True)
     if settings.model == "marlin":
-        if variant == "gptq":
-            return Source(
-                variant, settings.gptq_id, settings.gptq_revision, quantized, Path(settings.gptq_id).is_dir()
-            )
-        return Source(
-            variant, settings.bf16_id, settings.revision, quantized, Path(settings.bf16_id).is_dir()
-        )
+        repo = str(getattr(settings, kind.repo_field))
+        revision = str(getattr(settings, kind.revision_field))
+        return Source(variant, repo, revision, quantized, Path(repo).is_dir())
     root = Path(settings.model).expanduser()
     if not root.is_dir():
         raise ModelLoadError(
             f"--model {settings.model!r} is neither 'marlin', 'tiny' nor an existing folder: "
             "pass a local checkpoint folder, or --model tiny to run offline."
         )
-    if variant != "gptq":
+    if not kind.own_checkpoint:
         return Source(variant, str(root), None, quantized, True)
-    for candidate in (root / "gptq", Path(settings.gptq_id)):
+    for candidate in (root / kind.name, Path(str(getattr(settings, kind.repo_field)))):
         if (candidate / "quantize_config.json").exists():
             return Source(variant, str(candidate), None, quantized, True)
     raise ModelLoadError(
-        f"No GPTQ checkpoint for the local model {root}: put one in {root / 'gptq'} or set "
-        "MARLIN_GPTQ_ID to its folder (python -m marlin_demo quantize builds one)."
+        f"No {kind.short} checkpoint for the local model {root}: put one in {root / kind.name} or set "
+        f"{_env_of(kind.repo_field)} to its folder (python -m marlin_demo quantize builds one)."
     )
+
+
+def _env_of(field_name: str) -> str:
+    """The environment variable of a ``Settings`` field (named in messages)."""
+    return next(f.metadata["env"] for f in dataclasses.fields(Settings) if f.name == field_name)
 
 
 def _scrub(text: str) -> str:
@@ -170,11 +173,10 @@ def explain_load_error(exc: BaseException, source: Source) -> str:
             "or run offline with --model tiny."
         )
     if isinstance(exc, ImportError) or "kernel" in text.lower():
+        kind = variants.kind_of(source.variant)
         pkg = {"gptq": "gptqmodel", "bnb4": "bitsandbytes"}.get(source.quantized, "transformers")
-        return (
-            f"The {source.variant} variant needs a working {pkg} install ({text[:200]}): "
-            f"reinstall it with `pip install -r requirements.txt`."
-        )
+        pkg, fix = (kind.package, kind.fix) if kind else (pkg, variants.REINSTALL)
+        return f"The {source.variant} variant needs a working {pkg} install ({text[:200]}): {fix}."
     if source.is_local and not Path(where).exists():
         return f"The folder {where} does not exist: check --model / MARLIN_EXTRA_VARIANTS."
     return f"Could not load the {source.variant} variant from {where}: {name}: {text[:300]}"
@@ -207,8 +209,6 @@ def _gptq_kernel(model: Any) -> str:
     return "+".join(sorted(names)) or "unknown"
 
 
-QWEN35_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
-
 #: The Gated DeltaNet ops transformers binds when its Qwen3.5 module is first imported, per
 #: family: the chunked/recurrent delta rule (from ``fla``) and the short convolution
 #: (from ``causal_conv1d``).
@@ -240,53 +240,11 @@ def _attention_path(model: Any, device: str = "cpu") -> str:
     return f"{attn or 'eager'} / {', '.join(parts)}" if parts else (attn or "eager")
 
 
-def import_gptqmodel(build_dir: str = "") -> Any:
-    """Import gptqmodel the one safe way: real kernels first, offline, HF_HOME kept, banner on stderr.
-
-    Importing gptqmodel sets HF_HOME when unset (moving the Hub cache) and prints a banner
-    that must not reach ``--json`` stdout. ``kernels.gptqmodel_environment`` sets its offline
-    switch and JIT build folder first.
-    """
-    import contextlib
-
-    _import_real_kernels()
-    gptqmodel_environment(build_dir)
-    before = os.environ.get("HF_HOME")
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            import gptqmodel
-    finally:  # also when the import fails part-way
-        if before is None:
-            os.environ.pop("HF_HOME", None)
-    return gptqmodel
-
-
-def _import_real_kernels() -> None:
-    """Import flash-linear-attention and causal-conv1d, when installed, before anything else can.
-
-    transformers binds these ops when its Qwen3.5 module is first imported, and importing
-    gptqmodel puts a pure-PyTorch ``causal_conv1d`` into ``sys.modules`` unless the real one
-    is already there. Importing the Qwen3.5 module here too fixes the binding before gptqmodel
-    can touch it: the real kernel when installed, else transformers' own fallback, whatever
-    variant loads first (so bf16 and gptq differ only by their weights).
-    """
-    import contextlib
-    import importlib
-
-    for name in ("fla", "causal_conv1d", QWEN35_MODELING):
-        if name in sys.modules:
-            continue
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-    if QWEN35_MODELING in sys.modules:  # fla runs on CUDA tensors only (Triton): CPU keeps the fallback
-        bind_linear_kernels(sys.modules[QWEN35_MODELING])
-
-
 def load_variant(settings: Settings, variant: str) -> LoadedModel:
     """Load one variant; any failure becomes a ``ModelLoadError`` naming the fix."""
     source = resolve_source(settings, variant)
     device = pick_device(settings.device)
-    _import_real_kernels()
+    import_real_kernels()
     t0 = time.perf_counter()
     try:
         trust = _check_remote_code(settings, source)
@@ -295,7 +253,9 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
                 source, device, trust, settings.gptq_backend, settings.gptq_build_dir
             )
         else:
-            model, keep, kernel = _load_transformers(source, device, trust)
+            kind = variants.kind_of(variant)
+            dtype = kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
+            model, keep, kernel = _load_transformers(source, device, trust, dtype)
         if source.is_local:  # a quantize-built mixed variant keeps vision linears as int8 in a sidecar
             from marlin_demo.models.rtn import apply_sidecar
 
@@ -340,19 +300,26 @@ def _load_processor(source: Source, trust: bool) -> Any:
     return AutoProcessor.from_pretrained(source.location, trust_remote_code=trust, **_hub_kwargs(source))
 
 
-def _load_transformers(source: Source, device: str, trust: bool) -> tuple[Any, list[Any], str]:
+#: how a 16-bit load names its weights' dtype in ``kernel``
+DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _load_transformers(
+    source: Source, device: str, trust: bool, dtype: str = "bfloat16"
+) -> tuple[Any, list[Any], str]:
     import torch
     from transformers import AutoModelForImageTextToText, BitsAndBytesConfig
 
-    kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust, **_hub_kwargs(source)}
+    torch_dtype = getattr(torch, dtype)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust, **_hub_kwargs(source)}
     if device == "cuda":
         kwargs["device_map"] = {"": "cuda:0"}
-    kernel = "bf16"
+    kernel = DTYPE_NAMES.get(dtype, dtype)
     if source.quantized == "bnb4":
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=torch_dtype,
             # "visual" alone does not match: the full module path keeps the vision tower 16-bit
             llm_int8_skip_modules=["lm_head", "model.visual"],
         )

@@ -20,6 +20,7 @@ import importlib.util
 import inspect
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,10 @@ def _implementation(fn: Any) -> Any:
 
 def _root(obj: Any) -> str:
     return (getattr(obj, "__module__", None) or "").split(".")[0]
+
+
+#: transformers' Qwen3.5 module: binds the Gated DeltaNet ops when first imported
+QWEN35_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
 
 
 def bind_linear_kernels(module: Any) -> dict[str, str]:
@@ -170,3 +175,45 @@ def gptqmodel_environment(build_dir: str = "") -> dict[str, str]:
     for key, value in wanted.items():
         os.environ.setdefault(key, value)
     return {key: os.environ[key] for key in wanted}
+
+
+def import_gptqmodel(build_dir: str = "") -> Any:
+    """Import gptqmodel the one safe way: real kernels first, offline, HF_HOME kept, banner on stderr.
+
+    Importing gptqmodel sets HF_HOME when unset (moving the Hub cache) and prints a banner
+    that must not reach ``--json`` stdout. ``kernels.gptqmodel_environment`` sets its offline
+    switch and JIT build folder first.
+    """
+    import contextlib
+
+    import_real_kernels()
+    gptqmodel_environment(build_dir)
+    before = os.environ.get("HF_HOME")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            import gptqmodel
+    finally:  # also when the import fails part-way
+        if before is None:
+            os.environ.pop("HF_HOME", None)
+    return gptqmodel
+
+
+def import_real_kernels() -> None:
+    """Import flash-linear-attention and causal-conv1d, when installed, before anything else can.
+
+    transformers binds these ops when its Qwen3.5 module is first imported, and importing
+    gptqmodel puts a pure-PyTorch ``causal_conv1d`` into ``sys.modules`` unless the real one
+    is already there. Importing the Qwen3.5 module here too fixes the binding before gptqmodel
+    can touch it: the real kernel when installed, else transformers' own fallback, whatever
+    variant loads first (so bf16 and gptq differ only by their weights).
+    """
+    import contextlib
+    import importlib
+
+    for name in ("fla", "causal_conv1d", QWEN35_MODELING):
+        if name in sys.modules:
+            continue
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    if QWEN35_MODELING in sys.modules:  # fla runs on CUDA tensors only (Triton): CPU keeps the fallback
+        bind_linear_kernels(sys.modules[QWEN35_MODELING])

@@ -379,9 +379,9 @@ def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = 
     import torch
     from transformers import Qwen3_5ForConditionalGeneration
 
-    from marlin_demo.models import _import_real_kernels
+    from marlin_demo.models.kernels import import_real_kernels
 
-    _import_real_kernels()  # with fla installed, training on the CPU must use the PyTorch ops
+    import_real_kernels()  # with fla installed, training on the CPU must use the PyTorch ops
     params = params or VideoParams()
     out.mkdir(parents=True, exist_ok=True)
     tok = _build_tokenizer(out)
@@ -417,7 +417,7 @@ def _gptq_calibration(processor, n: int = 16) -> list[dict]:
 
 def build_tiny_gptq(src: Path, out: Path, device: str = "cpu", samples: int = 16) -> Path:
     """GPTQ 4-bit copy with the seed card's recipe (4 bit, group 128, desc_act, sym); CPU by default."""
-    from marlin_demo.models import import_gptqmodel
+    from marlin_demo.models.kernels import import_gptqmodel
 
     import_gptqmodel()
     from gptqmodel import GPTQModel, QuantizeConfig

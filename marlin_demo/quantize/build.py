@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.models import ModelLoadError, import_gptqmodel, pick_device
+from marlin_demo.models import ModelLoadError, pick_device
+from marlin_demo.models.kernels import import_gptqmodel
 from marlin_demo.quantize.artifact import (
     _read_quant_log,
     _report_md,

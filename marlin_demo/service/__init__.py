@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from marlin_demo import agreement as cmp
 from marlin_demo import contract
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
-from marlin_demo.longvideo import runner as window_runs
+from marlin_demo.longvideo import runner
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage
 from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
@@ -67,12 +67,31 @@ def check_query(engine: Engine, task: str, query: str | None) -> str | None:
 
 def is_cold(engine: Engine, variant: Variant) -> bool:
     """Whether a request on ``variant`` would load it first (its first use, or after an unload)."""
-    return variant not in engine.loaded()
+    return not engine.is_loaded(variant)
 
 
-def run(engine: Any, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:
+def answer(
+    engine: Engine,
+    task: str,
+    video: Video,
+    variant: Variant,
+    query: str | None = None,
+    on_text: Callable[[str], None] | None = None,
+    on_stage: Callable[[Stage], None] | None = None,
+) -> Result:
+    """Answer whole, or window by window when the video is longer than one window: the one place
+    that chooses (the engine answers one clip; ``longvideo.runner`` runs the windows)."""
+    plans = runner.window_plans(engine, video, cmp.as_task(task))
+    if plans is None:
+        return engine.run(task, video, variant, query, on_text=on_text, on_stage=on_stage)
+    return runner.answer_windows(
+        engine, cmp.as_task(task), Path(str(video)), plans, variant, query, on_text, on_stage
+    )
+
+
+def run(engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:
     """The blocking form: the ``Done`` stage's result (errors raised as they are)."""
-    return engine.run(task, video, variant, query)
+    return answer(engine, task, video, variant, query)
 
 
 def stream(
@@ -104,7 +123,7 @@ def stream(
 
     def work() -> None:
         try:
-            res = engine.run(task, video, variant, query, on_text=on_text, on_stage=on_stage)
+            res = answer(engine, task, video, variant, query, on_text, on_stage)
             updates.put(("stage", Done(res)))
         except Cancelled:
             pass
@@ -200,7 +219,9 @@ def compare(
     between its Started and Finished (the Compare tab streams the text; closing stops the model)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
-    plans = engine.window_plans(video, cmp.as_task(task))  # too many windows: refused, nothing decoded
+    plans = runner.window_plans(
+        engine, video, cmp.as_task(task)
+    )  # too many windows: refused, nothing decoded
     if plans is None:
         prepared, cached = engine.prepare_cached(video)
         yield Prepared(prepared.info, prepared.plan, cached)
@@ -208,10 +229,10 @@ def compare(
     else:  # a long video: each window decoded once (one scan), never the whole clip at one clip's plan
         path = Path(str(video))
         # every window decoded now (then cached)
-        hits = [hit for _, _, hit in window_runs.window_frames(engine, path, plans)]
+        hits = [hit for _, _, hit in engine.window_frames(path, plans)]
         cached = all(hits)
-        info = engine._info(path)
-        yield Prepared(info, plans[0].plan, cached)
+        info = engine.info(path)
+        yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
     out = Comparison(task, clean, info, list(variants))
     for i, v in enumerate(variants):
         cold = is_cold(engine, v)
@@ -228,7 +249,7 @@ def compare(
                             yield stage
                 assert res is not None
             else:
-                res = engine.run(task, video, v, clean)
+                res = answer(engine, task, video, v, clean)
         except USER_ERRORS as exc:  # one variant failing must not hide the others
             out.errors[v] = str(exc)
             yield VariantFinished(v, cold, error=str(exc))

@@ -1,4 +1,4 @@
-"""Hugging Face Space helpers: ZeroGPU decoration and model preloading, no-ops everywhere else.
+"""Hugging Face Space helpers: ZeroGPU decoration and GPU-time estimates, no-ops everywhere else.
 
 On a ZeroGPU Space a GPU is attached only while a function decorated with
 ``spaces.GPU`` runs, for at most its ``duration``; asking for less than needed
@@ -18,17 +18,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.results import Task
+from marlin_demo.settings import Settings
+
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 MIN_GPU_S = 30
 MAX_GPU_S = 300
-
-SPACE_DEFAULTS: dict[str, float] = {"max_duration_s": 600.0}
-"""Settings whose default differs on a Space (a ``MARLIN_*`` variable or flag still wins): 30 minutes
-of video is 30 caption windows, far past one ZeroGPU slot (``MAX_GPU_S``), so a visitor keeps the
-10-minute limit (10 caption / 24 find windows)."""
 
 
 def on_space() -> bool:
@@ -77,24 +76,17 @@ def _first_path(args: Iterable[Any]) -> str | None:
     return None
 
 
-def estimate_gpu_seconds(video_s: float, runs: int = 1, task: str = "caption") -> int:
+def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: Task = "caption") -> int:
     """Seconds of GPU to ask for: a fixed part (load, prefill) plus generation that grows with the clip.
 
     Marlin samples at most 240 frames (2 minutes at 2 fps), so one clip's length stops mattering
     beyond 120 s. Captions write up to 768 tokens; find answers are one short line. A long video is
-    answered window by window (the default window lengths, ``marlin_demo.windows``), each window
-    costing what a clip of its length does.
+    answered in the windows ``longvideo.plan.plan_for`` gives for these settings, each window costing
+    what a clip of its length does.
     """
-    from marlin_demo.longvideo import plan as win
-
     video_s = max(video_s, 0.0)
     try:
-        ws = (
-            win.caption_windows(video_s, max_windows=None)
-            if task == "caption"
-            else win.find_windows(video_s, max_windows=None)
-        )
-        lengths = [w.end - w.start for w in ws] or [video_s]
+        lengths = [w.end - w.start for w in plan_for(task, video_s, settings, limit=False)] or [video_s]
     except ValueError:  # no usable duration: size it as one clip
         lengths = [video_s]
     fixed = 25.0 if task == "caption" else 10.0
@@ -102,13 +94,13 @@ def estimate_gpu_seconds(video_s: float, runs: int = 1, task: str = "caption") -
     return int(min(MAX_GPU_S, max(MIN_GPU_S, 15.0 + runs * per_run)))
 
 
-def duration_for(task: str, runs: int | Callable[..., int] = 1) -> Callable[..., int]:
+def duration_for(task: Task, settings: Settings, runs: int | Callable[..., int] = 1) -> Callable[..., int]:
     """A ``spaces.GPU(duration=...)`` callable: it receives the handler's own arguments."""
 
     def estimate(*args: Any, **kwargs: Any) -> int:
         path = _first_path([*args, *kwargs.values()])
         n = runs(*args, **kwargs) if callable(runs) else runs
-        return estimate_gpu_seconds(video_seconds(path), n, task)
+        return estimate_gpu_seconds(video_seconds(path), settings, n, task)
 
     return estimate
 
@@ -124,21 +116,3 @@ def gpu(duration_fn: Callable[..., int]) -> Callable[[F], F]:
         return spaces.GPU(duration=duration_fn)(fn)  # type: ignore[return-value]
 
     return wrap
-
-
-def preload(engine: Any) -> dict[str, str]:
-    """Load every variant now (on a Space, at import time, so the first visitor does not pay for it).
-
-    Returns {variant: error message} for those that failed; the engine also
-    remembers them (``engine.load_errors()``) for the UI.
-    """
-    from marlin_demo.engine import USER_ERRORS
-
-    errors: dict[str, str] = {}
-    for variant in engine.variants:
-        try:
-            engine.load(variant)
-        except USER_ERRORS as exc:
-            log.warning("preloading %s failed: %s", variant, exc)
-            errors[variant] = str(exc)
-    return errors

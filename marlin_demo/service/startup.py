@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from marlin_demo.engine import Engine
+from marlin_demo import variants
+from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError
 from marlin_demo.settings import Settings
 
@@ -45,10 +46,11 @@ def _hub_unavailable(settings: Settings, variant: str) -> str | None:
     Without this a machine with no network spends over a minute in the Hub
     client's retries before the real load fails.
     """
-    if settings.model != "marlin":
+    kind = variants.kind_of(variant)
+    if settings.model != "marlin" or kind is None:
         return None
-    repo = settings.gptq_id if variant == "gptq" else settings.bf16_id
-    revision = settings.gptq_revision if variant == "gptq" else settings.revision
+    repo = str(getattr(settings, kind.repo_field))
+    revision = str(getattr(settings, kind.revision_field))
     if Path(repo).expanduser().is_dir():
         return None
     try:
@@ -92,3 +94,19 @@ def start_engine(settings: Settings) -> tuple[Engine, ModelStatus]:
     log.warning("falling back to the tiny stand-in: %s", reason)
     status.fallback_reason = reason
     return Engine(settings.with_(model="tiny")), status
+
+
+def preload(engine: Engine) -> dict[str, str]:
+    """Load every variant now (on a Space, at import time, so the first visitor does not pay for it).
+
+    Returns {variant: error message} for those that failed; the engine also
+    remembers them (``engine.load_errors()``) for the UI.
+    """
+    errors: dict[str, str] = {}
+    for variant in engine.variants:
+        try:
+            engine.load(variant)
+        except USER_ERRORS as exc:
+            log.warning("preloading %s failed: %s", variant, exc)
+            errors[variant] = str(exc)
+    return errors

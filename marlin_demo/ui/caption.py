@@ -20,6 +20,7 @@ import gradio as gr
 from marlin_demo import contract, service, subtitles
 from marlin_demo.contract import Event
 from marlin_demo.longvideo import plan as win
+from marlin_demo.longvideo import runner
 from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Stage
 from marlin_demo.service import space
 from marlin_demo.ui import timeline
@@ -391,7 +392,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                     if isinstance(stage, Prepared):
                         frames, tokens = stage.plan.nframes, stage.plan.video_tokens
                         duration = stage.video.duration_s
-                        plans = ctx.engine.window_plans(path, "caption") or []
+                        plans = runner.window_plans(ctx.engine, path, "caption") or []
                         if service.is_cold(ctx.engine, v):
                             yield (
                                 *idle[:-1],
@@ -469,7 +470,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
                 status_html(exc.message, error=True),
             )
 
-    @space.gpu(space.duration_for("caption"))
+    @space.gpu(space.duration_for("caption", ctx.settings))
     def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
         """Describe what happens in a video: a scene paragraph and its events with start and end times.
 
@@ -494,7 +495,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         with user_errors():
             return service.run(ctx.engine, "caption", path, v).to_dict()
 
-    @space.gpu(space.duration_for("caption"))
+    @space.gpu(space.duration_for("caption", ctx.settings))
     def caption_ui(video: str | None, variant: str) -> Iterator[Any]:
         yield from with_buttons(caption_ui_outputs(video, variant), len(tab.outputs) + 1)
 
@@ -532,7 +533,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         **GPU_EVENT,
     )
 
-    @space.gpu(space.duration_for("caption"))
+    @space.gpu(space.duration_for("caption", ctx.settings))
     def caption_stream(video: str | None, variant: str = "gptq") -> Iterator[dict[str, Any]]:
         """The caption as the model writes it, then the finished result (see stream_message)."""
         path = require_upload(video, ctx)

@@ -25,6 +25,7 @@ from pydantic import model_validator
 
 from marlin_demo import agreement as cmp
 from marlin_demo import settings as settings_mod
+from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import RunInfo, memory_label
 from marlin_demo.service.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
@@ -47,16 +48,10 @@ CacheMode = Literal["eager", "lazy", "off"]
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
 UI_CACHE_VERSION = "ui-5"  # bump when example outputs change shape: old caches are then ignored
 
-VARIANT_LABELS = {
-    "gptq": "GPTQ 4-bit",
-    "bnb4": "bnb4 (nf4 4-bit)",
-    "bf16": "bf16 (16-bit)",
-}
-
 
 def variant_label(variant: str) -> str:
     """The name a visitor reads for a variant (its key when it has none)."""
-    return VARIANT_LABELS.get(variant, variant)
+    return variants.label(variant)
 
 
 # ---------------------------------------------------------------------------

@@ -256,7 +256,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     running_in: set[str] = set()  # the sessions whose comparison is running (for Stop's message)
     stop_state = gr.State(False)
 
-    @space.gpu(space.duration_for("caption", _runs_for))
+    @space.gpu(space.duration_for("caption", ctx.settings, _runs_for))
     def compare_ui(
         video: str | None,
         task: str,
@@ -348,7 +348,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         finally:
             running_in.discard(session)
 
-    @space.gpu(space.duration_for("caption", 2))
+    @space.gpu(space.duration_for("caption", ctx.settings, 2))
     def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
         """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
 

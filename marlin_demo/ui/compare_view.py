@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from marlin_demo import service
+from marlin_demo import variants as registry
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import CaptionResult, FindResult, memory_label
 from marlin_demo.ui import timeline
@@ -274,14 +275,9 @@ def metrics_frame(
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
-VARIANT_COLORS = {"gptq": "#0d9488", "bnb4": "#f59e0b", "bf16": "#8b5cf6"}
-EXTRA_COLORS = ("#0ea5e9", "#ef4444", "#ec4899", "#6366f1", "#10b981")
-
-
-def variant_colors(variants: Sequence[str]) -> dict[str, str]:
-    """One color per variant, the same in every chart."""
-    extras = iter(EXTRA_COLORS * 4)
-    return {v: VARIANT_COLORS.get(v) or next(extras) for v in variants}
+def variant_colors(names: Sequence[str]) -> dict[str, str]:
+    """One color per variant, the same in every chart (and in the bench's plots)."""
+    return registry.colors(tuple(names))
 
 
 def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:

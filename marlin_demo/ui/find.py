@@ -395,7 +395,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
                 skip,
             )
 
-    @space.gpu(space.duration_for("find"))
+    @space.gpu(space.duration_for("find", ctx.settings))
     def find_ui(video: str | None, query: str, variant: str) -> Iterator[Any]:
         yield from with_buttons(find_ui_outputs(video, query, variant), len(tab.outputs) + 2)
 
@@ -413,7 +413,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         """The button waits for a query with words in it."""
         return gr.update(interactive=bool((text or "").strip()))
 
-    @space.gpu(space.duration_for("find"))
+    @space.gpu(space.duration_for("find", ctx.settings))
     def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
         """Find when a described event happens in a video: one start-end span in seconds.
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from marlin_demo.results import VideoInfo
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     pass
@@ -30,41 +31,6 @@ class VideoError(ValueError):
 # ---------------------------------------------------------------------------
 # Probe
 # ---------------------------------------------------------------------------
-
-
-@dataclass
-class VideoInfo:
-    """What the file holds, as the sampler will see it.
-
-    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's
-    ``average_fps`` / ``num_frames`` when torchcodec can open the file
-    (``metadata_source == "torchcodec"``), otherwise the same quantities from a
-    PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after
-    applying ``rotation`` (degrees counter-clockwise, 0/90/180/270).
-    """
-
-    path: str
-    size_bytes: int
-    container: str
-    duration_s: float
-    fps: float
-    num_frames: int
-    width: int
-    height: int
-    display_width: int
-    display_height: int
-    rotation: int
-    codec: str
-    pix_fmt: str | None = None
-    bit_depth: int | None = None
-    interlaced: bool = False  # the first frame is coded as interlaced (fields)
-    audio_streams: int = 0
-    video_streams: int = 1
-    stream_index: int = 0
-    metadata_source: str = "pyav"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 _MAGIC: list[tuple[int, bytes, str]] = [

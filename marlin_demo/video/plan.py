@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marlin_demo.contract import VideoParams
+from marlin_demo.results import SamplingPlan
 from marlin_demo.video.info import TEMPORAL_PATCH_SIZE, VideoError, VideoInfo
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -16,34 +15,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 # ---------------------------------------------------------------------------
 # Sampling plan (what qwen-vl-utils' fetch_video would do)
 # ---------------------------------------------------------------------------
-
-
-@dataclass
-class SamplingPlan:
-    """Which frames are sampled, at what size, and what they cost in vision tokens.
-
-    ``indices`` are absolute source-frame indices; ``timestamps[i] = indices[i] / source_fps``.
-    ``total_frames`` is the number of frames in the sampled range (the whole video
-    unless ``start_s``/``end_s`` were given), as qwen-vl-utils reports it.
-    ``source_height``/``source_width`` are the upright decoded size the resize starts from.
-    """
-
-    indices: list[int]
-    timestamps: list[float]
-    nframes: int
-    sample_fps: float
-    height: int
-    width: int
-    video_tokens: int
-    source_fps: float
-    total_frames: int
-    source_height: int = 0
-    source_width: int = 0
-    min_pixels: int = 0
-    max_pixels: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _qwen_element(params: VideoParams, start_s: float | None, end_s: float | None) -> dict[str, Any]:

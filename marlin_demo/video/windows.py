@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marlin_demo.contract import VideoParams
-from marlin_demo.longvideo.plan import Window
+from marlin_demo.results import Window
 from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, plan_sampling
 from marlin_demo.video.decode import _check_complete, _resize, _rotation_k, _upright_chw, _video_stream
 from marlin_demo.video.fast import (

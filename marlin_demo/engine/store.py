@@ -1,0 +1,146 @@
+"""The engine's video store: each file hashed, probed and decoded once per content.
+
+Keys are the file's sha256 (remembered per path, size, mtime and inode), the sampling parameters and
+the decode backend, so a renamed copy reuses the frames and an edited file is decoded again. A long
+video's windows are decoded together in one scan and kept as one entry per (content, window bounds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.contract import VideoParams
+from marlin_demo.results import VideoInfo
+from marlin_demo.video import (
+    Backend,
+    Limits,
+    PreparedVideo,
+    VideoError,
+    pick_backend,
+    plan_sampling,
+    sample,
+    validate,
+)
+from marlin_demo.video.digest import file_digest, frames_digest
+from marlin_demo.video.windows import WindowPlan, decode_windows
+
+
+class VideoStore:
+    """Bounded caches of digests, probes, decoded clips and decoded window sets."""
+
+    def __init__(self, params: VideoParams, backend: Backend, size: int, limits: Limits) -> None:
+        self.params = params
+        self.backend = backend
+        self.size = size
+        self.limits = limits
+        self.lock = threading.Lock()
+        self._videos: OrderedDict[tuple[str, str, str], PreparedVideo] = OrderedDict()
+        self._digests: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._infos: OrderedDict[tuple[str, str], VideoInfo] = OrderedDict()
+        self._window_sets: OrderedDict[tuple[Any, ...], list[PreparedVideo]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._videos)
+
+    def digest(self, path: Path) -> str:
+        """The file's sha256, remembered per (path, size, mtime, inode): a repeat does not re-read it."""
+        st = path.stat()
+        stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+        with self.lock:
+            known = self._digests.get(stamp)
+        if known is not None:
+            return known
+        digest = file_digest(path)
+        with self.lock:
+            self._digests[stamp] = digest
+            _bound(self._digests, 256)
+        return digest
+
+    def info(self, path: Path) -> VideoInfo:
+        """The validated facts of a file, probed once per (content, path)."""
+        try:
+            key = (self.digest(path), str(path.resolve()))
+        except OSError:
+            validate(path, self.limits)  # e.g. permission denied: said as a VideoError
+            raise
+        with self.lock:
+            known = self._infos.get(key)
+        if known is not None:
+            return known
+        info = validate(path, self.limits)
+        with self.lock:
+            self._infos[key] = info
+            _bound(self._infos, 64)
+        return info
+
+    def prepare(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
+        """The clip's frames and whether they came from the cache (nothing decoded in this call)."""
+        if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's synthetic clip)
+            if not video.digest:
+                video.digest = frames_digest(video.frames, video.metadata)
+            return video, True
+        path = Path(video)
+        if not path.exists():
+            raise VideoError(f"No file at {path.name}: upload a video file.")
+        if not path.is_file() or path.stat().st_size / 1e6 > self.limits.max_file_mb:
+            validate(path, self.limits)  # the user-facing message (not a file, too large), before hashing
+        try:
+            digest = self.digest(path)
+        except OSError:
+            validate(path, self.limits)  # e.g. permission denied: say so as a VideoError
+            raise
+        key = (digest, repr(self.params), self.backend)
+        with self.lock:
+            hit = self._videos.get(key)
+            if hit is not None:  # validated when it was first prepared, under the same limits
+                self._videos.move_to_end(key)
+                return hit, True
+        info = validate(path, self.limits)
+        plan = plan_sampling(info, self.params)
+        backend = pick_backend(info, plan) if self.backend == "auto" else self.backend
+        prepared = sample(path, plan, backend=backend, info=info)
+        prepared.digest = "|".join(key)
+        with self.lock:
+            self._videos[key] = prepared
+            _bound(self._videos, self.size)
+        return prepared, False
+
+    def windows(
+        self, path: Path, plans: list[WindowPlan]
+    ) -> Iterator[tuple[WindowPlan, PreparedVideo, bool]]:
+        """(plan, frames, from the cache?) per window; a miss decodes all windows in one scan of the file.
+
+        Each window's digest names the window, so the prefix cache keeps one state per window.
+        """
+        base = f"{self.digest(path)}|{self.params!r}|windows|{self.backend}"
+        key = (base, tuple((wp.window.start, wp.window.end) for wp in plans))
+        with self.lock:
+            hit = self._window_sets.get(key)
+            if hit is not None:
+                self._window_sets.move_to_end(key)
+        if hit is not None:
+            for wp, pv in zip(plans, hit, strict=True):
+                yield wp, pv, True
+            return
+        got: list[PreparedVideo] = []
+        t0 = time.perf_counter()
+        for wp, pv, _ in decode_windows(str(path), plans, backend=self.backend):
+            pv.digest = f"{base}|{wp.window.start:g}-{wp.window.end:g}"
+            pv.decode_s = time.perf_counter() - t0
+            got.append(pv)
+            yield wp, pv, False
+            t0 = time.perf_counter()
+        with self.lock:
+            self._window_sets[key] = got
+            _bound(self._window_sets, self.size)
+
+
+def _bound(cache: OrderedDict[Any, Any], size: int) -> None:
+    """Drop the oldest entries past ``size`` (least recently stored or used first)."""
+    while len(cache) > size:
+        cache.popitem(last=False)

@@ -1,0 +1,45 @@
+"""The set-up a run's answers depend on: the settings that change them and the kernels that will run.
+
+``bench`` and ``batch`` store it beside their results, so a rerun into the same folder never mixes two
+set-ups silently.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from marlin_demo import settings as settings_mod
+from marlin_demo.models import ModelLoadError, pick_device
+from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
+from marlin_demo.settings import Settings
+
+#: Settings that change what a request measures: a rerun into the same --out must match them
+#: (the limits on uploads and requests, and where the cache lives, do not).
+FINGERPRINT_FIELDS = tuple(
+    name
+    for name in settings_mod.flags_for("bench")
+    if name not in ("cache_dir", "max_upload_mb", "max_duration_s", "request_timeout_s")
+)
+
+
+def stack_fingerprint(settings: Settings) -> dict[str, Any]:
+    """What runs, decided before any load: device, Gated DeltaNet kernel, GPTQ kernel order, compile."""
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        device = settings.device
+    fla = device == "cuda" and importlib.util.find_spec("fla") is not None
+    return {
+        "device": device,
+        "gated_deltanet": "fla" if fla else "torch",
+        "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
+        "compile": settings.compile,
+    }
+
+
+def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:
+    fp: dict[str, Any] = {name: getattr(settings, name) for name in FINGERPRINT_FIELDS}
+    fp["data_digest"] = data_digest
+    fp["stack"] = stack_fingerprint(settings)  # kernels and compile state: set-ups never mix silently
+    return fp
