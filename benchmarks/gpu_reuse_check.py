@@ -47,7 +47,8 @@ def synthetic(seconds: float, width: int, height: int, fps: float = 30.0) -> Any
     import torch
 
     from marlin_demo.contract import VideoParams
-    from marlin_demo.video import PreparedVideo, VideoInfo, _resize, plan_sampling
+    from marlin_demo.video import PreparedVideo, VideoInfo, plan_sampling
+    from marlin_demo.video.decode import _resize
 
     total = int(seconds * fps)
     info = VideoInfo(

@@ -24,13 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marlin_demo.settings import Settings
+
 __all__ = [
-    "CAPTION_MAX_NEW_TOKENS",
     "CAPTION_PROMPT",
     "DETAILED_PROMPT",
-    "FIND_MAX_NEW_TOKENS",
     "FIND_PROMPT_TEMPLATE",
-    "MAX_QUERY_CHARS",
     "CaptionParse",
     "Event",
     "SpanParse",
@@ -45,7 +44,7 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------
-# Prompts and generation lengths (exact strings the model was trained on)
+# Prompts (exact strings the model was trained on)
 # ---------------------------------------------------------------------------
 
 CAPTION_PROMPT: str = (
@@ -62,15 +61,6 @@ FIND_PROMPT_TEMPLATE: str = (
 
 DETAILED_PROMPT: str = "Describe the video in detail."
 """Free-form detailed caption (DREAM-1K style baseline)."""
-
-CAPTION_MAX_NEW_TOKENS: int = 768
-"""The author's Space uses 768; the model card uses 2048 (long loops cost time)."""
-
-FIND_MAX_NEW_TOKENS: int = 64
-"""Grounding answers are one short sentence."""
-
-MAX_QUERY_CHARS: int = 500
-"""Default cap on a cleaned grounding query."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +125,7 @@ def _replace_double_quotes(text: str) -> str:
     return "".join(out)
 
 
-def sanitize_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> str:
+def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str:
     """Clean a user's grounding query so it can be pasted into the find prompt safely.
 
     Removes control characters, chat special tokens (``<|...|>``) and think
@@ -144,7 +134,8 @@ def sanitize_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> str:
     The result is idempotent: cleaning a cleaned query changes nothing.
 
     Raises ``ValueError`` with a message saying what is wrong and what is
-    allowed when the cleaned query is empty or longer than ``max_chars``.
+    allowed when the cleaned query is empty or longer than ``max_chars`` (by
+    default the settings' ``max_query_chars``).
     """
     text = "" if query is None else str(query)
     text = _clean_chars(text)
@@ -163,7 +154,7 @@ def sanitize_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> str:
     return text
 
 
-def find_prompt(query: str, max_chars: int = MAX_QUERY_CHARS) -> str:
+def find_prompt(query: str, max_chars: int = Settings.max_query_chars) -> str:
     """Build the exact grounding prompt; the query is sanitised first (idempotent).
 
     Raises ``ValueError`` like :func:`sanitize_query`.

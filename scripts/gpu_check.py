@@ -100,7 +100,8 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
     import numpy as np
     import torch
 
-    from marlin_demo.video import PreparedVideo, VideoInfo, _resize, plan_sampling
+    from marlin_demo.video import PreparedVideo, VideoInfo, plan_sampling
+    from marlin_demo.video.decode import _resize
 
     total = int(seconds * fps)
     info = VideoInfo(

@@ -21,7 +21,7 @@ from marlin_demo import bench, cli
 from marlin_demo.contract import Event
 from marlin_demo.engine import EngineError
 from marlin_demo.models import LoadedModel, ModelLoadError, Source
-from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
+from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo, VideoInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -86,7 +86,11 @@ class FakeEngine:
     def unload(self, variant: str) -> bool:
         return True
 
-    def run(self, task: str, video: Any, variant: str, query: str | None = None) -> Any:
+    def info(self, path: Path) -> VideoInfo:
+        """A clip shorter than one window: the service asks the engine for it whole."""
+        return VideoInfo(str(path), 1000, "mp4", 4.0, 2.0, 8, 64, 64, 64, 64, 0, "h264")
+
+    def run(self, task: str, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
         name = Path(video).name
         FakeEngine.calls.append((variant, task, name, query))
         if (variant, name, query) in FakeEngine.fail_once:
@@ -299,7 +303,7 @@ def test_bench_tasks_and_limit(fake: type[FakeEngine], data: Path, tmp_path: Pat
 class AnyQueryEngine(FakeEngine):
     """The fake engine answering any clip and query (the project's examples): a fixed span."""
 
-    def run(self, task: str, video: Any, variant: str, query: str | None = None) -> Any:
+    def run(self, task: str, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
         res = super().run(task, video, variant, "the ball rests" if task == "find" else query)
         return dataclasses.replace(res, query=query) if task == "find" else res
 

@@ -10,10 +10,8 @@ import pytest
 
 from marlin_demo import contract
 from marlin_demo.contract import (
-    CAPTION_MAX_NEW_TOKENS,
     CAPTION_PROMPT,
     DETAILED_PROMPT,
-    FIND_MAX_NEW_TOKENS,
     CaptionParse,
     Event,
     SpanParse,
@@ -26,6 +24,7 @@ from marlin_demo.contract import (
     sanitize_query,
     strip_think,
 )
+from marlin_demo.settings import Settings
 
 BATHROOM = """Scene: A modern bathroom setting where a person is washing a golden retriever. ...
 
@@ -70,8 +69,26 @@ def test_find_prompt_is_exact() -> None:
 
 def test_other_constants() -> None:
     assert DETAILED_PROMPT == "Describe the video in detail."
-    assert CAPTION_MAX_NEW_TOKENS == 768
-    assert FIND_MAX_NEW_TOKENS == 64
+
+
+def test_generation_lengths_default_to_the_reference() -> None:
+    # shared/REFERENCE.md: the model card uses 2048 caption tokens, the author's Space 768 (the
+    # demo follows the Space); grounding answers are short (64)
+    defaults = Settings()
+    assert defaults.caption_max_new_tokens == 768
+    assert defaults.find_max_new_tokens == 64
+
+
+def test_query_length_defaults_to_the_settings() -> None:
+    # the settings are the one home of the cap (500, README's settings table); the contract's
+    # functions fall back to it when a caller passes none
+    limit = Settings().max_query_chars
+    assert limit == 500
+    assert sanitize_query("a" * limit) == "a" * limit
+    with pytest.raises(ValueError, match=f"at most {limit} are allowed"):
+        sanitize_query("a" * (limit + 1))
+    with pytest.raises(ValueError, match=f"at most {limit} are allowed"):
+        find_prompt("a" * (limit + 1))
 
 
 def test_video_params_defaults_and_factor() -> None:

@@ -25,6 +25,7 @@ from marlin_demo.engine import Engine, EngineError
 from marlin_demo.engine import store as engine_mod
 from marlin_demo.engine.prefix_cache import PrefixCache
 from marlin_demo.settings import Settings, from_env
+from marlin_demo.video.fast import _PacketIndex, _segments
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ball_rolls.mp4", "blue_square.mp4", "people_meet.mp4", "day_to_night.mp4", "lamp_on_off.mp4"]
@@ -216,18 +217,18 @@ def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pyte
 
 
 def test_segments_cover_every_frame_from_a_keyframe() -> None:
-    index = V._PacketIndex(pts=list(range(3600)), keyframes=list(range(0, 3600, 250)), time_base=1 / 30)
+    index = _PacketIndex(pts=list(range(3600)), keyframes=list(range(0, 3600, 250)), time_base=1 / 30)
     wanted = torch.linspace(0, 3599, 240).round().long().tolist()
     for workers in (1, 2, 4, 16):
-        runs = V._segments(index, wanted, workers)
+        runs = _segments(index, wanted, workers)
         assert sorted(w for _, ws in runs for w in ws) == sorted(set(wanted))
         for start, ws in runs:
             assert start in index.keyframes and min(ws) >= start
         if workers <= 2:
             assert len(runs) <= workers + 1
     # all-intra: every frame is a keyframe, so only the wanted frames are decoded
-    intra = V._PacketIndex(pts=list(range(100)), keyframes=list(range(100)), time_base=1.0)
-    assert V._segments(intra, [0, 10, 20, 30], 2) == [(0, [0]), (10, [10]), (20, [20]), (30, [30])]
+    intra = _PacketIndex(pts=list(range(100)), keyframes=list(range(100)), time_base=1.0)
+    assert _segments(intra, [0, 10, 20, 30], 2) == [(0, [0]), (10, [10]), (20, [20]), (30, [30])]
 
 
 def test_pick_backend(gop_clips: dict[str, Path], media_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""What the benchmark keeps and reports about long videos (pure: no torch; bench.py calls these).
+"""What the benchmark keeps and reports about long videos (pure: no torch; the ``bench`` package
+calls these: ``bench.runner``, ``bench.quality``, ``bench.aggregate``).
 
 Kept apart from ``bench`` so its hooks stay a few lines:
 
@@ -6,8 +7,8 @@ Kept apart from ``bench`` so its hooks stay a few lines:
   answered, 1 for a short video) and, for find, ``moments`` (``[{"start", "end", "score"}]``, best
   first);
 * ``record_moments(record)``: a record's ranked moments as spans (without moments, its span);
-* ``window_cost(record)``: one request's cost per window, aggregated by ``bench.speed`` with its
-  ``stats`` under the keys of ``WINDOW_COST_KEYS``.
+* ``window_cost(record)``: one request's cost per window, aggregated by ``bench.aggregate.speed``
+  with its ``stats`` under the keys of ``WINDOW_COST_KEYS``.
 
 Scores with several true spans per query are ``metrics.moment_scores``.
 """

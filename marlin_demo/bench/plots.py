@@ -10,6 +10,9 @@ from typing import Any
 from marlin_demo.bench.aggregate import _get, _memory_label
 from marlin_demo.bench.quality import QUALITY_ROWS
 
+#: fixed colours for the built-in variants, so every chart of every run reads the same
+_COLORS = {"gptq": "#1f77b4", "bnb4": "#ff7f0e", "bf16": "#2ca02c"}
+
 
 def write_plots(out: Path, agg: dict[str, Any]) -> None:
     """quality.png, latency.png, memory.png, latency_distribution.png (matplotlib, Agg backend)."""
@@ -19,32 +22,44 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     per = agg["variants"]
-    names = list(per)
-    colors = {"gptq": "#1f77b4", "bnb4": "#ff7f0e", "bf16": "#2ca02c"}
     palette = plt.get_cmap("tab10")
-    color = [colors.get(n, palette(3 + i)) for i, n in enumerate(names)]
+    color = [_COLORS.get(n, palette(3 + i)) for i, n in enumerate(per)]
+    _quality_plot(out, per, color)
+    _latency_plot(out, per, color)
+    _memory_plot(out, per, color)
+    _latency_distribution_plot(out, per, color)
+    _set_plot(out, agg.get("sets") or {}, list(per), color)
+
+
+def _bars(
+    ax: Any,
+    names: Sequence[str],
+    color: Sequence[Any],
+    labels: Sequence[str],
+    series: dict[str, list[float | None]],
+    err: dict[str, list[tuple[float, float]]] | None = None,
+) -> None:
+    """Grouped bars: one group per label, one bar per variant (a missing figure draws as 0)."""
     width = 0.8 / max(1, len(names))
+    xs = range(len(labels))
+    for i, n in enumerate(names):
+        vals = [0.0 if x is None else x for x in series[n]]
+        pos = [x + (i - (len(names) - 1) / 2) * width for x in xs]
+        yerr = None
+        if err is not None:
+            yerr = [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
+        ax.bar(pos, vals, width, label=n, color=color[i], yerr=yerr, capsize=3)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=20, ha="right")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
 
-    def bars(
-        ax: Any,
-        labels: Sequence[str],
-        series: dict[str, list[float | None]],
-        err: dict[str, list[tuple[float, float]]] | None = None,
-    ) -> None:
-        xs = range(len(labels))
-        for i, n in enumerate(names):
-            vals = [0.0 if x is None else x for x in series[n]]
-            pos = [x + (i - (len(names) - 1) / 2) * width for x in xs]
-            yerr = None
-            if err is not None:
-                yerr = [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
-            ax.bar(pos, vals, width, label=n, color=color[i], yerr=yerr, capsize=3)
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(labels, rotation=20, ha="right")
-        ax.legend()
-        ax.grid(axis="y", alpha=0.3)
 
-    # quality
+def _quality_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+    """quality.png: every score measured (the format rate left out) and the overall score, on 0-1."""
+    import matplotlib.pyplot as plt
+
+    names = list(per)
     qdefs = [(t, k, lbl) for t, k, lbl in QUALITY_ROWS if k not in ("format_rate",)]
     qdefs = [d for d in qdefs if any(_get(per[n], "quality", d[0]) for n in names)]
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
@@ -53,16 +68,21 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
         n: [_get(per[n], "quality", t, k) for t, k, _ in qdefs] + [_get(per[n], "quality", "overall")]
         for n in names
     }
-    bars(ax, labels, series)
+    _bars(ax, names, color, labels, series)
     ax.set_ylim(0, 1.05)
     ax.set_title("Quality against the ground truth (higher is better)")
     fig.tight_layout()
     _save(fig, out / "quality.png")
 
-    # latency: median with the interquartile range
+
+def _latency_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+    """latency.png: median latency per task with the interquartile range as error bars."""
+    import matplotlib.pyplot as plt
+
+    names = list(per)
     tasks = [t for t in ("caption", "find", "all") if any(_get(per[n], "speed", t) for n in names)]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    series = {}
+    series: dict[str, list[float | None]] = {}
     err: dict[str, list[tuple[float, float]]] = {}
     for n in names:
         series[n], err[n] = [], []
@@ -74,18 +94,22 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
             else:
                 series[n].append(None)
                 err[n].append((0.0, 0.0))
-    bars(ax, [f"{t} requests" for t in tasks], series, err)
+    _bars(ax, names, color, [f"{t} requests" for t in tasks], series, err)
     ax.set_ylabel("seconds per request (median, bars: p25-p75)")
     ax.set_title("Latency per request (lower is better)")
     fig.tight_layout()
     _save(fig, out / "latency.png")
 
-    # memory: weights and peak side by side, each on its own scale
-    mem_label = _memory_label(per)
+
+def _memory_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+    """memory.png: weights and peak side by side, each on its own scale (they differ by far)."""
+    import matplotlib.pyplot as plt
+
+    names = list(per)
     fig, axes = plt.subplots(1, 2, figsize=(10, 5), dpi=100)
     panels = [
         ("Weight footprint (MB)", [_get(per[n], "load", "footprint_mb") for n in names]),
-        (mem_label, [_get(per[n], "speed", "all", "peak_memory_mb", "max") for n in names]),
+        (_memory_label(per), [_get(per[n], "speed", "all", "peak_memory_mb", "max") for n in names]),
     ]
     for ax, (title, vals) in zip(axes, panels, strict=True):
         heights = [0.0 if x is None else x for x in vals]
@@ -98,7 +122,12 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     fig.tight_layout()
     _save(fig, out / "memory.png")
 
-    # latency distribution: one box per variant, one panel per task
+
+def _latency_distribution_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+    """latency_distribution.png: every request's latency, one box per variant, one panel per task."""
+    import matplotlib.pyplot as plt
+
+    names = list(per)
     box_tasks = [t for t in ("caption", "find") if any(_get(per[n], "speed", t) for n in names)] or ["all"]
     fig, axes = plt.subplots(1, len(box_tasks), figsize=(5 * len(box_tasks) + 1, 5), dpi=100, squeeze=False)
     for ax, t in zip(axes[0], box_tasks, strict=True):
@@ -115,7 +144,6 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     fig.suptitle("Per-request latency over all repeats")
     fig.tight_layout()
     _save(fig, out / "latency_distribution.png")
-    _set_plot(out, agg.get("sets") or {}, names, color)
 
 
 def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequence[Any]) -> None:

@@ -38,6 +38,15 @@ UNITS = {
 }
 
 
+Row = tuple[str, Any, str]
+"""One table row: (label, getter of a variant's figures, format kind for ``_fmt``)."""
+
+_FOOTER = (
+    "Latency is end to end per request (video read and sampling included, model load excluded). "
+    "Definitions: docs/BENCHMARK.md."
+)
+
+
 def _flatten(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
     if isinstance(d, dict):
         for k, v in d.items():
@@ -100,7 +109,7 @@ def _fmt(value: Any, kind: str) -> str:
     return f"{value:.4f}"
 
 
-def _table(per: dict[str, Any], rows: Sequence[tuple[str, Any, str]], rel: bool) -> list[str]:
+def _table(per: dict[str, Any], rows: Sequence[Row], rel: bool) -> list[str]:
     names = list(per)
     head = ["Metric", *names] + (["GPTQ vs bnb4"] if rel else [])
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -113,9 +122,38 @@ def _table(per: dict[str, Any], rows: Sequence[tuple[str, Any, str]], rel: bool)
     return out
 
 
+def _getter(*path: str) -> Any:
+    return lambda v: _get(v, *path)
+
+
+def _requests_ok(v: dict[str, Any]) -> str:
+    """Requests that answered out of those planned (a resumed run shows what is still missing)."""
+    return f"{v['requests']['ok']} / {v['requests']['planned']}"
+
+
+_REQUESTS_ROW: Row = ("Requests ok / planned", _requests_ok, "str")
+
+
 def render_summary(results: dict[str, Any]) -> str:
+    """summary.md: the run's header, then one section per table; sections are separated by a blank line."""
     per = results["variants"]
     rel = "gptq" in per and "bnb4" in per
+    sections = [
+        _header(results),
+        _seed_section(per, rel),
+        _speed_section(per, rel),
+        _quality_section(per, rel),
+        _set_tables(results.get("sets") or {}, rel),
+        _agreement_section(per),
+        _notes_section(per),
+        [_FOOTER],
+    ]
+    return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    """What was measured, how and where: the reader needs it to compare two summaries."""
+    per = results["variants"]
     env = results["environment"]
     s = results["settings"]
     data = results["data"]
@@ -133,26 +171,32 @@ def render_summary(results: dict[str, Any]) -> str:
         f"gptqmodel {env['packages'].get('gptqmodel')} · bitsandbytes {env['packages'].get('bitsandbytes')}",
         f"- Library imports, once per process and not in the load times: {imports}",
         f"- Written {results['timestamp']}",
-        "",
     ]
     if s.get("model") == "tiny":
         lines += [
+            "",
             "> The tiny offline stand-in has random weights: its quality figures are meaningless; the "
             "table only shows that every figure is produced.",
-            "",
         ]
-    lines += ["## The seed card's table", ""]
+    return lines
+
+
+def _seed_section(per: dict[str, Any], rel: bool) -> list[str]:
+    """The model card's own table first, so the run reads against the published figures."""
     seed = [(label, get, kind) for _, label, get, kind in _seed_rows(per)]
-    lines += _table(per, seed, rel)
-    lines += [
+    return [
+        "## The seed card's table",
+        "",
+        *_table(per, seed, rel),
         "",
         "Overall score = mean of find mIoU, find R1@0.5, caption ROUGE-L, keyword coverage and event F1 "
         "(those measured). GPTQ vs bnb4 = (gptq − bnb4) / bnb4.",
-        "",
-        "## Speed and memory",
-        "",
     ]
-    sp = [
+
+
+def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
+    """Load, per-task latency and memory: every speed figure of results.json that a reader compares."""
+    rows: list[Row] = [
         ("Model load (s)", lambda v: _get(v, "load", "load_s"), "s"),
         ("Weight footprint (MB)", lambda v: _get(v, "load", "footprint_mb"), "mb"),
         ("Allocated after load (MB, CUDA)", lambda v: _get(v, "load", "allocated_after_load_mb"), "mb"),
@@ -163,90 +207,104 @@ def render_summary(results: dict[str, Any]) -> str:
     ]
     for task in ("caption", "find"):
         if any(_get(v, "speed", task) for v in per.values()):
-            sp += [
-                (f"{task.title()} latency median (s)", _getter("speed", task, "latency_s", "median"), "s"),
-                (f"{task.title()} latency p25 (s)", _getter("speed", task, "latency_s", "p25"), "s"),
-                (f"{task.title()} latency p75 (s)", _getter("speed", task, "latency_s", "p75"), "s"),
-                (f"{task.title()} latency min (s)", _getter("speed", task, "latency_s", "min"), "s"),
-                (f"{task.title()} latency max (s)", _getter("speed", task, "latency_s", "max"), "s"),
-                (f"{task.title()} latency stdev (s)", _getter("speed", task, "latency_s", "stdev"), "s"),
-                (
-                    f"{task.title()} time to first token, median (s)",
-                    _getter("speed", task, "ttft_s", "median"),
-                    "s",
-                ),
-                (
-                    f"{task.title()} time to first visible text, median (s)",
-                    _getter("speed", task, "first_text_s", "median"),
-                    "s",
-                ),
-                (
-                    f"{task.title()} decode tokens/s, median",
-                    _getter("speed", task, "tokens_per_s", "median"),
-                    "f1",
-                ),
-                (
-                    f"{task.title()} output tokens, mean",
-                    _getter("speed", task, "output_tokens", "mean"),
-                    "f1",
-                ),
-            ]
-            if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):  # long videos
-                sp += [
-                    (
-                        f"{task.title()} windows per request, mean",
-                        _getter("speed", task, "windows", "mean"),
-                        "f1",
-                    ),
-                    (
-                        f"{task.title()} latency per window, median (s)",
-                        _getter("speed", task, "latency_per_window_s", "median"),
-                        "s",
-                    ),
-                ]
-    sp += [
+            rows += _task_speed_rows(task)
+            if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):
+                rows += _window_rows(task)
+    rows += [
         ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
         ("Video read + sample, median (s)", _getter("speed", "all", "decode_s", "median"), "s"),
         ("Peak memory, median over requests (MB)", _getter("speed", "all", "peak_memory_mb", "median"), "mb"),
         ("Memory measure", _getter("speed", "memory_kind"), "str"),
-        ("Requests ok / planned", lambda v: f"{v['requests']['ok']} / {v['requests']['planned']}", "str"),
+        _REQUESTS_ROW,
     ]
-    lines += _table(per, sp, rel)
-    lines += ["", "## Quality against the ground truth", ""]
-    qrows = [
+    return ["## Speed and memory", "", *_table(per, rows, rel)]
+
+
+def _task_speed_rows(task: str) -> list[Row]:
+    """One task's latency spread, first token, first text and decode rate (a task that ran)."""
+    name = task.title()
+    return [
+        (f"{name} latency median (s)", _getter("speed", task, "latency_s", "median"), "s"),
+        (f"{name} latency p25 (s)", _getter("speed", task, "latency_s", "p25"), "s"),
+        (f"{name} latency p75 (s)", _getter("speed", task, "latency_s", "p75"), "s"),
+        (f"{name} latency min (s)", _getter("speed", task, "latency_s", "min"), "s"),
+        (f"{name} latency max (s)", _getter("speed", task, "latency_s", "max"), "s"),
+        (f"{name} latency stdev (s)", _getter("speed", task, "latency_s", "stdev"), "s"),
+        (f"{name} time to first token, median (s)", _getter("speed", task, "ttft_s", "median"), "s"),
+        (
+            f"{name} time to first visible text, median (s)",
+            _getter("speed", task, "first_text_s", "median"),
+            "s",
+        ),
+        (f"{name} decode tokens/s, median", _getter("speed", task, "tokens_per_s", "median"), "f1"),
+        (f"{name} output tokens, mean", _getter("speed", task, "output_tokens", "mean"), "f1"),
+    ]
+
+
+def _window_rows(task: str) -> list[Row]:
+    """Only for long videos (some request answered in several windows): the cost per window."""
+    name = task.title()
+    return [
+        (f"{name} windows per request, mean", _getter("speed", task, "windows", "mean"), "f1"),
+        (
+            f"{name} latency per window, median (s)",
+            _getter("speed", task, "latency_per_window_s", "median"),
+            "s",
+        ),
+    ]
+
+
+def _quality_section(per: dict[str, Any], rel: bool) -> list[str]:
+    """Scores against the ground truth, the overall score and how stable the answers were."""
+    rows = _quality_rows(per)
+    rows += [
+        ("Overall score", _getter("quality", "overall"), "q"),
+        ("Same answer in every repeat", _getter("stability"), "pct"),
+    ]
+    return ["## Quality against the ground truth", "", *_table(per, rows, rel)]
+
+
+def _quality_rows(per: dict[str, Any]) -> list[Row]:
+    """The QUALITY_ROWS of the tasks some variant was scored on (a find-only run has no caption rows)."""
+    return [
         (label, _getter("quality", task, key), "q")
         for task, key, label in QUALITY_ROWS
         if any(_get(v, "quality", task) for v in per.values())
     ]
-    qrows += [
-        ("Overall score", _getter("quality", "overall"), "q"),
-        ("Same answer in every repeat", _getter("stability"), "pct"),
+
+
+def _agreement_section(per: dict[str, Any]) -> list[str]:
+    """Quantized variants against bf16 (same answers, retention); nothing when none was compared."""
+    sub = {v: data for v, data in per.items() if "retention_vs_bf16" in data}
+    if not sub:
+        return []
+    rows: list[Row] = [
+        ("Find span IoU vs bf16", _getter("agreement_with_bf16", "find", "span_iou"), "q"),
+        ("Find: same answer as bf16", _getter("agreement_with_bf16", "find", "same_answer_rate"), "pct"),
+        ("Caption event IoU vs bf16", _getter("agreement_with_bf16", "caption", "event_iou"), "q"),
+        ("Caption event F1 vs bf16", _getter("agreement_with_bf16", "caption", "event_f1"), "q"),
+        ("Caption ROUGE-L vs bf16", _getter("agreement_with_bf16", "caption", "rouge_l"), "q"),
+        (
+            "Caption: same answer as bf16",
+            _getter("agreement_with_bf16", "caption", "same_answer_rate"),
+            "pct",
+        ),
     ]
-    lines += _table(per, qrows, rel)
-    lines += _set_tables(results.get("sets") or {}, rel)
-    quantized = [v for v in per if "retention_vs_bf16" in per[v]]
-    if quantized:
-        sub = {v: per[v] for v in quantized}
-        lines += ["", "## Agreement with bf16 and retention (quantized / bf16)", ""]
-        arows = [
-            ("Find span IoU vs bf16", _getter("agreement_with_bf16", "find", "span_iou"), "q"),
-            ("Find: same answer as bf16", _getter("agreement_with_bf16", "find", "same_answer_rate"), "pct"),
-            ("Caption event IoU vs bf16", _getter("agreement_with_bf16", "caption", "event_iou"), "q"),
-            ("Caption event F1 vs bf16", _getter("agreement_with_bf16", "caption", "event_f1"), "q"),
-            ("Caption ROUGE-L vs bf16", _getter("agreement_with_bf16", "caption", "rouge_l"), "q"),
-            (
-                "Caption: same answer as bf16",
-                _getter("agreement_with_bf16", "caption", "same_answer_rate"),
-                "pct",
-            ),
-        ]
-        arows += [
-            (f"Retention: {label}", _getter("retention_vs_bf16", task, key), "pct")
-            for task, key, label in QUALITY_ROWS
-            if any(_get(v, "retention_vs_bf16", task) for v in sub.values())
-        ]
-        arows.append(("Retention: overall score", _getter("retention_vs_bf16", "overall"), "pct"))
-        lines += _table(sub, arows, "gptq" in sub and "bnb4" in sub)
+    rows += [
+        (f"Retention: {label}", _getter("retention_vs_bf16", task, key), "pct")
+        for task, key, label in QUALITY_ROWS
+        if any(_get(v, "retention_vs_bf16", task) for v in sub.values())
+    ]
+    rows.append(("Retention: overall score", _getter("retention_vs_bf16", "overall"), "pct"))
+    return [
+        "## Agreement with bf16 and retention (quantized / bf16)",
+        "",
+        *_table(sub, rows, "gptq" in sub and "bnb4" in sub),
+    ]
+
+
+def _notes_section(per: dict[str, Any]) -> list[str]:
+    """What makes a figure mean less than it seems: CPU memory, load failures, failed or missing requests."""
     notes = []
     if _get(next(iter(per.values()), {}), "speed", "memory_kind") == "cpu_peak_rss":
         notes.append(
@@ -268,30 +326,21 @@ def render_summary(results: dict[str, Any]) -> str:
                 f"{v}: {data['requests']['missing']} planned request(s) not run yet (rerun to resume); "
                 "the quality figures count them as no answer."
             )
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += [
-        "",
-        "Latency is end to end per request (video read and sampling included, model load excluded). "
-        "Definitions: docs/BENCHMARK.md.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _getter(*path: str):
-    return lambda v: _get(v, *path)
+    if not notes:
+        return []
+    return ["## Notes", "", *(f"- {n}" for n in notes)]
 
 
 def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
     """One quality-and-cost table per example set; nothing when the data is one set."""
     if len(sets) < 2:
         return []
-    lines = ["", "## By example set", ""]
-    lines.append(
+    lines = [
+        "## By example set",
+        "",
         "The same figures for each set alone. Real footage is a handful of clips: a smoke test of "
-        "quality on real video, not a benchmark score (docs/BENCHMARK.md)."
-    )
+        "quality on real video, not a benchmark score (docs/BENCHMARK.md).",
+    ]
     for group in sets.values():
         per, d = group["variants"], group["data"]
         lines += [
@@ -302,11 +351,7 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
             f"with {d['events']} reference events.",
             "",
         ]
-        rows = [
-            (label, _getter("quality", task, key), "q")
-            for task, key, label in QUALITY_ROWS
-            if any(_get(v, "quality", task) for v in per.values())
-        ]
+        rows = _quality_rows(per)
         rows.append(("Overall score", _getter("quality", "overall"), "q"))
         for task in ("caption", "find"):
             if any(_get(v, "speed", task) for v in per.values()):
@@ -324,7 +369,7 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
                 ]
         rows += [
             ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
-            ("Requests ok / planned", lambda v: f"{v['requests']['ok']} / {v['requests']['planned']}", "str"),
+            _REQUESTS_ROW,
         ]
         lines += _table(per, rows, rel)
     return lines

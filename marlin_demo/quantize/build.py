@@ -171,6 +171,188 @@ def _gptq_pass(
     return model, probe, load_s
 
 
+@dataclass
+class _Calibration:
+    """The rows GPTQ ran on: video rows, or text rows after a documented fallback (and why)."""
+
+    mode: str
+    rows: list[dict[str, Any]]
+    rows_info: list[dict[str, Any]]
+    fallback_reason: str | None = None
+
+
+def _output_folder(opts: Options) -> Path:
+    """The resolved --out, refused before any slow step when it holds files and --overwrite is off."""
+    out = Path(opts.out).expanduser().resolve()
+    if out.exists() and any(out.iterdir()) and not opts.overwrite:
+        raise ValueError(f"{out} exists and is not empty: choose a new --out or pass --overwrite.")
+    return out
+
+
+def _gptq_with_fallback(
+    source: str,
+    recipe: Recipe,
+    device: str,
+    processor: Any,
+    pairs: list[Any],
+    calib: _Calibration,
+    scratch: Path,
+) -> tuple[Any, _VisionProbe, float, _Calibration]:
+    """GPTQ on the calibration rows; if video rows fail, the same prompts and answers as text.
+
+    The fallback loads the model afresh (a failed pass may leave it half quantized) and is
+    recorded in the returned calibration, so the report says what the weights were tuned on.
+    """
+    video_token_id = getattr(processor, "video_token_id", None)
+    try:
+        model, probe, load_s = _gptq_pass(source, recipe, device, calib.rows, video_token_id, scratch)
+        return model, probe, load_s, calib
+    except Exception as exc:
+        if calib.mode != "video":
+            raise
+        reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log.warning("video calibration failed (%s): falling back to text calibration", reason)
+        text = _Calibration("text", *build_calibration(processor, pairs, "text"), fallback_reason=reason)
+        model, probe, load_s = _gptq_pass(source, recipe, device, text.rows, video_token_id, scratch)
+        return model, probe, load_s, text
+
+
+def _save_artifact(
+    model: Any, processor: Any, rtn_tensors: dict[str, Any], partial: Path, scratch: Path
+) -> None:
+    """The quantized checkpoint and processor; with RTN, the vision weights move to the sidecar.
+
+    The 16-bit copies of the RTN-quantized weights are stripped from the checkpoint so each
+    tensor has one home (the loader would otherwise see both).
+    """
+    with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):
+        model.save(str(partial))
+    processor.save_pretrained(str(partial))
+    if rtn_tensors:
+        from marlin_demo.models.rtn import save_sidecar
+
+        _strip_weights(
+            partial, [k[: -len(".weight_int8")] for k in rtn_tensors if k.endswith(".weight_int8")]
+        )
+        save_sidecar(partial, rtn_tensors)
+
+
+@dataclass
+class _Quantized:
+    """What the weight stages leave for the records: the calibration used and the quantizers' logs."""
+
+    calib: _Calibration
+    probe: _VisionProbe
+    gptq_log: list[dict[str, Any]]
+    rtn_rows: list[dict[str, Any]]
+
+
+def _quantize_into(
+    partial: Path,
+    source: str,
+    recipe: Recipe,
+    device: str,
+    processor: Any,
+    pairs: list[Any],
+    calib: _Calibration,
+    progress: bool,
+    stages: Any,
+    times: dict[str, float],
+) -> _Quantized:
+    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``.
+
+    A failure removes ``partial``, so a half-written artifact is never left where --out will go;
+    gptqmodel's scratch files (./logs) always go.
+    """
+    import torch
+
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    scratch = Path(tempfile.mkdtemp(prefix="marlin-quantize-"))
+    try:
+        stages.set_description("quantize: gptq")
+        t0 = time.perf_counter()
+        model, probe, times["load"], calib = _gptq_with_fallback(
+            source, recipe, device, processor, pairs, calib, scratch
+        )
+        times["gptq"] = time.perf_counter() - t0 - times["load"]
+        stages.update()
+
+        rtn_tensors: dict[str, torch.Tensor] = {}
+        rtn_rows: list[dict[str, Any]] = []
+        if recipe.vision_rtn_int8:
+            stages.set_description("quantize: rtn int8")
+            t0 = time.perf_counter()
+            rtn_tensors, rtn_rows = _vision_rtn(model, source, progress)
+            times["rtn"] = time.perf_counter() - t0
+        stages.update()
+
+        stages.set_description("quantize: save")
+        t0 = time.perf_counter()
+        _save_artifact(model, processor, rtn_tensors, partial, scratch)
+        times["save"] = time.perf_counter() - t0
+        gptq_log = _read_quant_log(model, partial)
+        stages.update()
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return _Quantized(calib, probe, gptq_log, rtn_rows)
+
+
+def _calibration_record(opts: Options, calib: _Calibration) -> dict[str, Any]:
+    """How the calibration data was made (recipe.yaml and the report), so a run can be reproduced."""
+    return {
+        "mode": calib.mode,
+        "source": str(Path(opts.calibration)),
+        "samples": len(calib.rows_info),
+        "order": "examples.json order: caption pairs, then find pairs; the first --samples are kept",
+        "path": "chat template + processor(text, videos=[frames], video_metadata, do_sample_frames=False, "
+        "do_resize=False) as in Engine.build_inputs, the answer appended after the generation prompt",
+        "total_tokens": sum(r["tokens"] for r in calib.rows_info),
+        "total_video_tokens": sum(r["video_tokens"] for r in calib.rows_info),
+        "fallback_reason": calib.fallback_reason,
+    }
+
+
+def _write_records(
+    partial: Path, recipe: Recipe, model: str, source: str, calibration: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """recipe.yaml and versions.txt beside the weights, then the artifact checked against its recipe.
+
+    Returns the recipe data (what each method quantized) and the problems found (none when the
+    saved tensors match the recipe).
+    """
+    found = inspect_artifact(partial)
+    recipe_data = write_recipe(partial, recipe, model if model == "tiny" else source, calibration, found)
+    (partial / "versions.txt").write_text(
+        "".join(f"{k}: {v}\n" for k, v in versions().items()), encoding="utf-8"
+    )
+    return recipe_data, verify_artifact(partial, found)
+
+
+def _memory_fields(device: str) -> dict[str, Any]:
+    """The run's peak memory and what that figure measured (CPU RSS counts the libraries too)."""
+    peak, kind = _peak_memory(device)
+    return {
+        "peak_memory_mb": round(peak, 1),
+        "memory_kind": kind,
+        "memory_note": "process peak RSS, which includes torch/transformers/gptqmodel themselves"
+        if kind == "cpu_peak_rss"
+        else "torch.cuda.max_memory_allocated over the whole run",
+    }
+
+
+def _publish(partial: Path, report: dict[str, Any], out: Path) -> None:
+    """report.json / report.md, then the finished folder replaces --out in one rename."""
+    (partial / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (partial / "report.md").write_text(_report_md(report), encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+
+
 def run(opts: Options) -> dict[str, Any]:
     """Quantize, write the artifact and its records, verify, return the report (report.json)."""
     import torch
@@ -178,9 +360,7 @@ def run(opts: Options) -> dict[str, Any]:
     from transformers import AutoProcessor
 
     recipe = RECIPES[opts.recipe]
-    out = Path(opts.out).expanduser().resolve()
-    if out.exists() and any(out.iterdir()) and not opts.overwrite:
-        raise ValueError(f"{out} exists and is not empty: choose a new --out or pass --overwrite.")
+    out = _output_folder(opts)
     cap = parse_memory(opts.max_gpu_memory)
     device = _device(opts.device)
     pairs = load_pairs(Path(opts.calibration), opts.samples)
@@ -197,84 +377,19 @@ def run(opts: Options) -> dict[str, Any]:
     stages.set_description("quantize: calibration data")
     t0 = time.perf_counter()
     processor = AutoProcessor.from_pretrained(source)
-    mode, fallback_reason = opts.calibration_mode, None
-    rows, rows_info = build_calibration(processor, pairs, mode)
+    calib = _Calibration(opts.calibration_mode, *build_calibration(processor, pairs, opts.calibration_mode))
     times["calibration_data"] = time.perf_counter() - t0
     stages.update()
 
     partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    scratch = Path(tempfile.mkdtemp(prefix="marlin-quantize-"))
-    video_token_id = getattr(processor, "video_token_id", None)
-    try:
-        stages.set_description("quantize: gptq")
-        t0 = time.perf_counter()
-        try:
-            model, probe, times["load"] = _gptq_pass(source, recipe, device, rows, video_token_id, scratch)
-        except Exception as exc:
-            if mode != "video":
-                raise
-            # documented fallback: the same prompts and answers as text, on a freshly loaded model
-            fallback_reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-            log.warning("video calibration failed (%s): falling back to text calibration", fallback_reason)
-            mode = "text"
-            rows, rows_info = build_calibration(processor, pairs, mode)
-            model, probe, times["load"] = _gptq_pass(source, recipe, device, rows, video_token_id, scratch)
-        times["gptq"] = time.perf_counter() - t0 - times["load"]
-        stages.update()
-
-        rtn_tensors: dict[str, torch.Tensor] = {}
-        rtn_rows: list[dict[str, Any]] = []
-        if recipe.vision_rtn_int8:
-            stages.set_description("quantize: rtn int8")
-            t0 = time.perf_counter()
-            rtn_tensors, rtn_rows = _vision_rtn(model, source, opts.progress)
-            times["rtn"] = time.perf_counter() - t0
-        stages.update()
-
-        stages.set_description("quantize: save")
-        t0 = time.perf_counter()
-        with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):
-            model.save(str(partial))
-        processor.save_pretrained(str(partial))
-        if rtn_tensors:
-            from marlin_demo.models.rtn import save_sidecar
-
-            _strip_weights(
-                partial, [k[: -len(".weight_int8")] for k in rtn_tensors if k.endswith(".weight_int8")]
-            )
-            save_sidecar(partial, rtn_tensors)
-        times["save"] = time.perf_counter() - t0
-        gptq_log = _read_quant_log(model, partial)
-        stages.update()
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    weights = _quantize_into(
+        partial, source, recipe, device, processor, pairs, calib, opts.progress, stages, times
+    )
 
     stages.set_description("quantize: records")
-    calibration = {
-        "mode": mode,
-        "source": str(Path(opts.calibration)),
-        "samples": len(rows_info),
-        "order": "examples.json order: caption pairs, then find pairs; the first --samples are kept",
-        "path": "chat template + processor(text, videos=[frames], video_metadata, do_sample_frames=False, "
-        "do_resize=False) as in Engine.build_inputs, the answer appended after the generation prompt",
-        "total_tokens": sum(r["tokens"] for r in rows_info),
-        "total_video_tokens": sum(r["video_tokens"] for r in rows_info),
-        "fallback_reason": fallback_reason,
-    }
-    found = inspect_artifact(partial)
-    recipe_data = write_recipe(
-        partial, recipe, opts.model if opts.model == "tiny" else source, calibration, found
-    )
-    (partial / "versions.txt").write_text(
-        "".join(f"{k}: {v}\n" for k, v in versions().items()), encoding="utf-8"
-    )
-    problems = verify_artifact(partial, found)
-    peak, kind = _peak_memory(device)
+    calibration = _calibration_record(opts, weights.calib)
+    recipe_data, problems = _write_records(partial, recipe, opts.model, source, calibration)
+    memory = _memory_fields(device)
     report = {
         "recipe": recipe.name,
         "summary": recipe.summary,
@@ -285,29 +400,21 @@ def run(opts: Options) -> dict[str, Any]:
             **{k: round(v, 3) for k, v in times.items()},
             "total": round(time.perf_counter() - t_start, 3),
         },
-        "peak_memory_mb": round(peak, 1),
-        "memory_kind": kind,
-        "memory_note": "process peak RSS, which includes torch/transformers/gptqmodel themselves"
-        if kind == "cpu_peak_rss"
-        else "torch.cuda.max_memory_allocated over the whole run",
+        **memory,
         "max_gpu_memory": gpu_cap,
         "calibration": {
             **calibration,
-            "per_sample": rows_info,
-            "evidence": probe.summary() if mode == "video" else None,
+            "per_sample": weights.calib.rows_info,
+            "evidence": weights.probe.summary() if weights.calib.mode == "video" else None,
         },
         "counts": {m: len(v.get("modules", [])) for m, v in recipe_data["methods"].items()}
         | {"kept_16bit": len(recipe_data["kept_16bit"]["modules"])},
-        "gptq_log": gptq_log,
-        "rtn_log": rtn_rows,
+        "gptq_log": weights.gptq_log,
+        "rtn_log": weights.rtn_rows,
         "problems": problems,
         "gptqmodel": getattr(gptqmodel, "__version__", "unknown"),
     }
-    (partial / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (partial / "report.md").write_text(_report_md(report), encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
+    _publish(partial, report, out)
     stages.update()
     stages.close()
     if problems:

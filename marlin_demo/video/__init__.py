@@ -36,27 +36,15 @@ benchmarks/bench_video_prep.py); sources above 8 bits keep the reference path.
 
 The package splits the job by step: ``info`` (probe, validate), ``plan`` (the sampling plan),
 ``decode`` (the reference decode), ``fast`` (the fast decode), ``av1`` (which AV1 packets
-nothing references), ``pipeline`` (sample, prepare) and ``export`` (clip export). Everything is
-re-exported here; patch a name in the module that uses it.
+nothing references), ``pipeline`` (sample, prepare) and ``export`` (clip export). The public names
+are re-exported here; a private helper is imported from the module that defines it, and patched in
+the module that uses it.
 """
 
 from __future__ import annotations
 
-from marlin_demo.video.decode import (
-    PreparedVideo,
-    _check_complete,
-    _decode_pyav,
-    _decode_torchcodec,
-    _positions,
-    _resize,
-    _rotation_k,
-    _upright_chw,
-    _video_stream,
-)
-from marlin_demo.video.export import (
-    export_clip,
-    ffmpeg_available,
-)
+from marlin_demo.video.decode import PreparedVideo
+from marlin_demo.video.export import export_clip, ffmpeg_available
 from marlin_demo.video.fast import (
     AUTO_REFERENCE_CODECS,
     FAST_DROP_AV1,
@@ -64,19 +52,11 @@ from marlin_demo.video.fast import (
     FAST_PLANAR,
     FAST_SCALER,
     FAST_SKIP_NONREF,
-    _decode_fast,
-    _fast_workers,
-    _FastConverter,
-    _packet_index,
-    _PacketIndex,
-    _segments,
     fast_supported,
     frame_pts,
     pick_backend,
 )
 from marlin_demo.video.info import (
-    _IMAGE_BRANDS,
-    _MAGIC,
     ALLOWED,
     BACKENDS,
     TEMPORAL_PATCH_SIZE,
@@ -84,29 +64,11 @@ from marlin_demo.video.info import (
     Limits,
     VideoError,
     VideoInfo,
-    _container_name,
-    _looks_like_video_container,
-    _not_a_video,
-    _scan_packets,
-    _short,
-    _sniff,
-    _torchcodec_decoder,
-    _torchcodec_decoder_cls,
-    _torchcodec_metadata,
-    _undecodable,
     probe,
     validate,
 )
-from marlin_demo.video.pipeline import (
-    _metadata,
-    prepare,
-    sample,
-)
-from marlin_demo.video.plan import (
-    SamplingPlan,
-    _qwen_element,
-    plan_sampling,
-)
+from marlin_demo.video.pipeline import prepare, sample
+from marlin_demo.video.plan import SamplingPlan, plan_sampling
 
 __all__ = [
     "ALLOWED",
@@ -118,40 +80,12 @@ __all__ = [
     "FAST_SCALER",
     "FAST_SKIP_NONREF",
     "TEMPORAL_PATCH_SIZE",
-    "_IMAGE_BRANDS",
-    "_MAGIC",
     "Backend",
     "Limits",
     "PreparedVideo",
     "SamplingPlan",
     "VideoError",
     "VideoInfo",
-    "_FastConverter",
-    "_PacketIndex",
-    "_check_complete",
-    "_container_name",
-    "_decode_fast",
-    "_decode_pyav",
-    "_decode_torchcodec",
-    "_fast_workers",
-    "_looks_like_video_container",
-    "_metadata",
-    "_not_a_video",
-    "_packet_index",
-    "_positions",
-    "_qwen_element",
-    "_resize",
-    "_rotation_k",
-    "_scan_packets",
-    "_segments",
-    "_short",
-    "_sniff",
-    "_torchcodec_decoder",
-    "_torchcodec_decoder_cls",
-    "_torchcodec_metadata",
-    "_undecodable",
-    "_upright_chw",
-    "_video_stream",
     "export_clip",
     "fast_supported",
     "ffmpeg_available",

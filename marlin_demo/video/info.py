@@ -181,6 +181,24 @@ def _container_name(path: Path, fmt: Any) -> str:
     return fmt.name.split(",")[0]
 
 
+@dataclass
+class _Counts:
+    """How many frames, at what rate, over how long; and what the file's header claims.
+
+    The first three are what sampling uses; the rest are kept to tell a file cut short (an
+    interrupted upload) from one trimmed without re-encoding (see ``_looks_truncated``).
+    """
+
+    num_frames: int
+    fps: float
+    duration: float
+    scanned: int | None
+    header_frames: int
+    header_duration: float | None
+    content_end: float | None
+    source: str
+
+
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
     """Read a file's video facts, or raise VideoError saying why it cannot be used.
 
@@ -189,61 +207,15 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
     torchcodec's exact scan when available, because that is what
     qwen-vl-utils samples from.
     """
-    import av
-
     p = Path(path)
-    if not p.is_file():
-        raise VideoError(f"The file {p.name} does not exist or is not a regular file: {ALLOWED}.")
-    size = p.stat().st_size
-    if size == 0:
-        raise VideoError(f"The file is empty (0 bytes): {ALLOWED}.")
-    with p.open("rb") as fh:
-        head = fh.read(4096)
-    sniffed = _sniff(head)
-    # FFmpeg happily opens images (png_pipe) and text (tty demuxer) as one-frame "videos": reject first.
-    if sniffed is not None and (
-        "image" in sniffed or "text" in sniffed or "PDF" in sniffed or "ZIP" in sniffed
-    ):
-        raise _not_a_video(sniffed)
-
-    try:
-        container = av.open(str(p))
-    except PermissionError as exc:
-        raise VideoError(f"The file {p.name} cannot be read (permission denied): {ALLOWED}.") from exc
-    except (av.error.FFmpegError, EOFError, OSError) as exc:
-        if _looks_like_video_container(head):
-            raise _undecodable("the file looks truncated or damaged") from exc
-        raise _not_a_video(sniffed) from exc
-
+    size, head, sniffed = _read_head(p)
+    container = _open_container(p, head, sniffed)
     with container:
-        fmt_name = container.format.name
         container_name = _container_name(p, container.format)
-        if fmt_name.endswith("_pipe") or fmt_name in ("image2", "tty"):
-            raise _not_a_video("an image" if fmt_name != "tty" else "a text file")
-        videos = [
-            s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)
-        ]
-        audio_streams = len(container.streams.audio)
-        if not videos:
-            what = "it contains only audio" if audio_streams else "it contains no audio or video"
-            raise VideoError(
-                f"This file has no video stream ({what}): "
-                "upload a clip with a video track (MP4, WebM, MOV or MKV)."
-            )
-
+        _reject_image_demuxer(container.format.name)
+        videos, audio_streams = _video_streams(container)
         tc_meta = _torchcodec_metadata(str(p))
-        stream: Any = None
-        if tc_meta is not None:
-            stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
-            if stream is None:  # torchcodec chose a stream we do not count as video: trust PyAV alone
-                tc_meta = None
-        if stream is None:
-            try:
-                stream = container.streams.best("video")
-            except Exception:
-                stream = None
-            if stream is None or stream not in videos:
-                stream = videos[0]
+        stream, tc_meta = _pick_stream(container, videos, tc_meta)
         stream_index = int(stream.index)  # read now: the stream is freed when the container closes
         ctx = stream.codec_context
         codec = getattr(ctx.codec, "canonical_name", None) or ctx.codec.name
@@ -251,18 +223,8 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         bit_depth = None
         if stream.format is not None and stream.format.components:
             bit_depth = max(c.bits for c in stream.format.components)
-        width, height = int(ctx.width or 0), int(ctx.height or 0)
-
-        # Decode the first frame: proves the codec works and gives the display rotation.
-        stream.thread_type = "AUTO"
-        try:
-            first = next(iter(container.decode(stream)), None)
-        except av.error.FFmpegError as exc:
-            raise _undecodable(f"{codec} frames failed to decode: {_short(exc)}") from exc
-        if first is None:
-            raise VideoError(
-                "The video has zero duration (no frames could be decoded): upload a clip with frames."
-            )
+        width, height = int(ctx.width or 0), int(ctx.height or 0)  # as stored, before any decoding
+        first = _first_frame(container, stream, codec)
         tc_rotation = getattr(tc_meta, "rotation", None) if tc_meta is not None else None
         rotation = round(
             float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)
@@ -271,52 +233,17 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         interlaced = bool(getattr(first, "interlaced_frame", False))
         width = width or first.width
         height = height or first.height
+        counts = _frame_counts(container, stream, tc_meta)
 
-        header_frames = int(stream.frames or 0)
-        header_duration = float(stream.duration * stream.time_base) if stream.duration else None
-        container_duration = container.duration / 1e6 if container.duration else None
-        content_end: float | None = None
-        if tc_meta is not None:
-            num_frames = int(tc_meta.num_frames or 0)
-            fps = float(tc_meta.average_fps or 0.0)
-            duration = float(tc_meta.duration_seconds or 0.0)
-            scanned = tc_meta.num_frames_from_content
-            header_frames = int(tc_meta.num_frames_from_header or header_frames or 0)
-            header_duration = getattr(tc_meta, "duration_seconds_from_header", None) or header_duration
-            content_end = getattr(tc_meta, "end_stream_seconds_from_content", None)
-            source = "torchcodec"
-        else:
-            try:
-                container.seek(0)
-                scanned, begin, end = _scan_packets(container, stream)
-            except av.error.FFmpegError as exc:
-                raise _undecodable(f"reading packets failed: {_short(exc)}") from exc
-            num_frames = scanned
-            content_end = end
-            if begin is not None and end is not None and end > begin:
-                duration = end - begin
-            else:
-                duration = header_duration or container_duration or 0.0
-            fps = (
-                num_frames / duration
-                if duration > 0
-                else float(stream.average_rate or stream.guessed_rate or 0)
-            )
-            source = "pyav"
-
-    if _looks_truncated(scanned, header_frames, content_end, header_duration, fps):
-        raise _undecodable(f"the file looks truncated: {scanned} of {header_frames} frames are present")
-    if num_frames <= 0 or duration <= 0 or fps <= 0:
-        raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
-
+    _check_counts(counts)
     swap = rotation in (90, 270)
     return VideoInfo(
         path=str(p),
         size_bytes=size,
         container=container_name,
-        duration_s=duration,
-        fps=fps,
-        num_frames=num_frames,
+        duration_s=counts.duration,
+        fps=counts.fps,
+        num_frames=counts.num_frames,
         width=width,
         height=height,
         display_width=height if swap else width,
@@ -329,8 +256,151 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         audio_streams=audio_streams,
         video_streams=len(videos),
         stream_index=stream_index,
-        metadata_source=source,
+        metadata_source=counts.source,
     )
+
+
+def _read_head(p: Path) -> tuple[int, bytes, str | None]:
+    """The file's size, first bytes and what they look like; refuses what is plainly not a video.
+
+    FFmpeg happily opens images (png_pipe) and text (tty demuxer) as one-frame "videos", so
+    those are rejected here, before FFmpeg sees them.
+    """
+    if not p.is_file():
+        raise VideoError(f"The file {p.name} does not exist or is not a regular file: {ALLOWED}.")
+    size = p.stat().st_size
+    if size == 0:
+        raise VideoError(f"The file is empty (0 bytes): {ALLOWED}.")
+    with p.open("rb") as fh:
+        head = fh.read(4096)
+    sniffed = _sniff(head)
+    if sniffed is not None and (
+        "image" in sniffed or "text" in sniffed or "PDF" in sniffed or "ZIP" in sniffed
+    ):
+        raise _not_a_video(sniffed)
+    return size, head, sniffed
+
+
+def _open_container(p: Path, head: bytes, sniffed: str | None) -> Any:
+    """PyAV's container, or the sentence for why FFmpeg could not open it (damaged vs not a video)."""
+    import av
+
+    try:
+        return av.open(str(p))
+    except PermissionError as exc:
+        raise VideoError(f"The file {p.name} cannot be read (permission denied): {ALLOWED}.") from exc
+    except (av.error.FFmpegError, EOFError, OSError) as exc:
+        if _looks_like_video_container(head):
+            raise _undecodable("the file looks truncated or damaged") from exc
+        raise _not_a_video(sniffed) from exc
+
+
+def _reject_image_demuxer(fmt_name: str) -> None:
+    """An image or text that got past the sniffing still opens with an image/tty demuxer: refuse it."""
+    if fmt_name.endswith("_pipe") or fmt_name in ("image2", "tty"):
+        raise _not_a_video("an image" if fmt_name != "tty" else "a text file")
+
+
+def _video_streams(container: Any) -> tuple[list[Any], int]:
+    """The real video streams (cover art excluded) and the audio stream count; none is an error."""
+    import av
+
+    videos = [s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)]
+    audio_streams = len(container.streams.audio)
+    if not videos:
+        what = "it contains only audio" if audio_streams else "it contains no audio or video"
+        raise VideoError(
+            f"This file has no video stream ({what}): "
+            "upload a clip with a video track (MP4, WebM, MOV or MKV)."
+        )
+    return videos, audio_streams
+
+
+def _pick_stream(container: Any, videos: list[Any], tc_meta: Any) -> tuple[Any, Any]:
+    """The stream torchcodec reads (what qwen-vl-utils samples), else FFmpeg's best, else the first.
+
+    Returns the stream and torchcodec's metadata, dropped (None) when torchcodec chose a stream
+    that is not counted as video here (cover art): its numbers would describe another stream.
+    """
+    stream: Any = None
+    if tc_meta is not None:
+        stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
+        if stream is None:  # torchcodec chose a stream we do not count as video: trust PyAV alone
+            tc_meta = None
+    if stream is None:
+        try:
+            stream = container.streams.best("video")
+        except Exception:
+            stream = None
+        if stream is None or stream not in videos:
+            stream = videos[0]
+    return stream, tc_meta
+
+
+def _first_frame(container: Any, stream: Any, codec: str) -> Any:
+    """Decode the first frame: proves the codec works and gives the display rotation."""
+    import av
+
+    stream.thread_type = "AUTO"
+    try:
+        first = next(iter(container.decode(stream)), None)
+    except av.error.FFmpegError as exc:
+        raise _undecodable(f"{codec} frames failed to decode: {_short(exc)}") from exc
+    if first is None:
+        raise VideoError(
+            "The video has zero duration (no frames could be decoded): upload a clip with frames."
+        )
+    return first
+
+
+def _frame_counts(container: Any, stream: Any, tc_meta: Any) -> _Counts:
+    """Frame count, fps and duration from torchcodec's exact scan, or a PyAV packet scan without it.
+
+    Both count what torchcodec would, so the sampling plan matches qwen-vl-utils either way.
+    """
+    header_frames = int(stream.frames or 0)
+    header_duration = float(stream.duration * stream.time_base) if stream.duration else None
+    if tc_meta is not None:
+        return _Counts(
+            num_frames=int(tc_meta.num_frames or 0),
+            fps=float(tc_meta.average_fps or 0.0),
+            duration=float(tc_meta.duration_seconds or 0.0),
+            scanned=tc_meta.num_frames_from_content,
+            header_frames=int(tc_meta.num_frames_from_header or header_frames or 0),
+            header_duration=getattr(tc_meta, "duration_seconds_from_header", None) or header_duration,
+            content_end=getattr(tc_meta, "end_stream_seconds_from_content", None),
+            source="torchcodec",
+        )
+    return _scan_counts(container, stream, header_frames, header_duration)
+
+
+def _scan_counts(container: Any, stream: Any, header_frames: int, header_duration: float | None) -> _Counts:
+    """The PyAV fallback: count the packets torchcodec would and take the duration from their pts.
+
+    Without a usable pts range the duration falls back to the stream header, then the container.
+    """
+    import av
+
+    container_duration = container.duration / 1e6 if container.duration else None
+    try:
+        container.seek(0)
+        scanned, begin, end = _scan_packets(container, stream)
+    except av.error.FFmpegError as exc:
+        raise _undecodable(f"reading packets failed: {_short(exc)}") from exc
+    if begin is not None and end is not None and end > begin:
+        duration = end - begin
+    else:
+        duration = header_duration or container_duration or 0.0
+    fps = scanned / duration if duration > 0 else float(stream.average_rate or stream.guessed_rate or 0)
+    return _Counts(scanned, fps, duration, scanned, header_frames, header_duration, end, "pyav")
+
+
+def _check_counts(c: _Counts) -> None:
+    """Refuse a file cut short, and one where nothing was found to sample."""
+    if _looks_truncated(c.scanned, c.header_frames, c.content_end, c.header_duration, c.fps):
+        raise _undecodable(f"the file looks truncated: {c.scanned} of {c.header_frames} frames are present")
+    if c.num_frames <= 0 or c.duration <= 0 or c.fps <= 0:
+        raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
 
 
 # ---------------------------------------------------------------------------
