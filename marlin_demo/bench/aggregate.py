@@ -1,6 +1,7 @@
 """Every figure of results.json from the records (pure: records + ground truth -> figures).
 
-Per variant: speed, quality, stability; per example set; GPTQ vs bnb4.
+Per variant: speed, quality, stability; per example set; the headline pair (``registry.HEADLINE``,
+GPTQ vs bnb4).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from marlin_demo import variants as registry
 from marlin_demo.bench.longrecords import WINDOW_COST_KEYS, window_cost
 from marlin_demo.bench.plan import Request, plan_requests, record_key
 from marlin_demo.bench.quality import _ratio, agreement, quality, retention
@@ -191,14 +193,15 @@ def aggregate(
             per[v]["agreement_with_" + reference] = agreement(examples, idx, v, reference, tasks, repeats)
             per[v]["retention_vs_" + reference] = retention(per[v]["quality"], per[reference]["quality"])
     comparison: dict[str, Any] = {}
-    if "gptq" in per and "bnb4" in per:
-        comparison["gptq_vs_bnb4"] = {
-            name: _rel(get(per["gptq"]), get(per["bnb4"]))
+    a, b = registry.HEADLINE  # the JSON key names the pair: gptq_vs_bnb4
+    if a in per and b in per:
+        comparison[f"{a}_vs_{b}"] = {
+            name: _rel(get(per[a]), get(per[b]))
             for name, _, get, _ in _seed_rows(per)
-            if name != "retention_vs_bnb4"
+            if name != f"retention_vs_{b}"
         }
-        comparison["gptq_vs_bnb4"]["overall_retention"] = _ratio(
-            per["gptq"]["quality"]["overall"], per["bnb4"]["quality"]["overall"]
+        comparison[f"{a}_vs_{b}"]["overall_retention"] = _ratio(
+            per[a]["quality"]["overall"], per[b]["quality"]["overall"]
         )
     return {
         "variants": per,
@@ -235,7 +238,8 @@ def _memory_label(per: dict[str, Any]) -> str:
 
 def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
     """(key, label, getter, format) rows of the seed card's table, in its order."""
-    bnb_overall = _get(per.get("bnb4"), "quality", "overall")
+    base = registry.HEADLINE[1]  # retention is against the headline's 4-bit baseline (bnb4)
+    base_overall = _get(per.get(base), "quality", "overall")
     return [
         (
             "latency_mean_s",
@@ -256,9 +260,9 @@ def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
             "mb",
         ),
         (
-            "retention_vs_bnb4",
-            "Accuracy retention vs bnb4 (overall score)",
-            lambda v: _ratio(_get(v, "quality", "overall"), bnb_overall),
+            f"retention_vs_{base}",
+            f"Accuracy retention vs {base} (overall score)",
+            lambda v: _ratio(_get(v, "quality", "overall"), base_overall),
             "pct",
         ),
         ("caption_score", "Caption score (ROUGE-L)", lambda v: _get(v, "quality", "caption", "rouge_l"), "q"),

@@ -7,11 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from marlin_demo import variants
 from marlin_demo.bench.aggregate import _get, _memory_label
 from marlin_demo.bench.quality import QUALITY_ROWS
-
-#: fixed colours for the built-in variants, so every chart of every run reads the same
-_COLORS = {"gptq": "#1f77b4", "bnb4": "#ff7f0e", "bf16": "#2ca02c"}
 
 
 def write_plots(out: Path, agg: dict[str, Any]) -> None:
@@ -19,11 +17,10 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
 
     per = agg["variants"]
-    palette = plt.get_cmap("tab10")
-    color = [_COLORS.get(n, palette(3 + i)) for i, n in enumerate(per)]
+    colors = variants.colors(list(per))  # the page's colours: every chart of every run reads the same
+    color = [colors[n] for n in per]
     _quality_plot(out, per, color)
     _latency_plot(out, per, color)
     _memory_plot(out, per, color)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from marlin_demo import variants
 from marlin_demo.bench.aggregate import _get, _rel, _seed_rows, aggregate
 from marlin_demo.bench.environment import environment
 from marlin_demo.bench.plan import SCHEMA
@@ -111,15 +112,26 @@ def _fmt(value: Any, kind: str) -> str:
 
 def _table(per: dict[str, Any], rows: Sequence[Row], rel: bool) -> list[str]:
     names = list(per)
-    head = ["Metric", *names] + (["GPTQ vs bnb4"] if rel else [])
+    a, b = variants.HEADLINE
+    head = ["Metric", *names] + ([f"{variants.short(a)} vs {variants.short(b)}"] if rel else [])
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for label, get, kind in rows:
         cells = [_fmt(get(per[n]), kind) for n in names]
         if rel:
-            d = _rel(get(per["gptq"]), get(per["bnb4"])) if kind not in ("pct", "str") else None
+            d = _rel(get(per[a]), get(per[b])) if kind not in ("pct", "str") else None
             cells.append("—" if d is None else f"{100 * d:+.1f}%")
         out.append("| " + " | ".join([label, *cells]) + " |")
     return out
+
+
+def _headline_note() -> str:
+    a, b = variants.HEADLINE
+    return f"{variants.short(a)} vs {variants.short(b)} = ({a} − {b}) / {b}."
+
+
+def _has_headline(per: dict[str, Any]) -> bool:
+    """Both variants of the headline comparison (``variants.HEADLINE``) were measured."""
+    return all(v in per for v in variants.HEADLINE)
 
 
 def _getter(*path: str) -> Any:
@@ -137,7 +149,7 @@ _REQUESTS_ROW: Row = ("Requests ok / planned", _requests_ok, "str")
 def render_summary(results: dict[str, Any]) -> str:
     """summary.md: the run's header, then one section per table; sections are separated by a blank line."""
     per = results["variants"]
-    rel = "gptq" in per and "bnb4" in per
+    rel = _has_headline(per)
     sections = [
         _header(results),
         _seed_section(per, rel),
@@ -190,7 +202,7 @@ def _seed_section(per: dict[str, Any], rel: bool) -> list[str]:
         *_table(per, seed, rel),
         "",
         "Overall score = mean of find mIoU, find R1@0.5, caption ROUGE-L, keyword coverage and event F1 "
-        "(those measured). GPTQ vs bnb4 = (gptq − bnb4) / bnb4.",
+        f"(those measured). {_headline_note()}",
     ]
 
 
@@ -299,7 +311,7 @@ def _agreement_section(per: dict[str, Any]) -> list[str]:
     return [
         "## Agreement with bf16 and retention (quantized / bf16)",
         "",
-        *_table(sub, rows, "gptq" in sub and "bnb4" in sub),
+        *_table(sub, rows, _has_headline(sub)),
     ]
 
 
