@@ -439,6 +439,7 @@ if (!window.__marlinStatus) {
 
 
 R = TypeVar("R")
+U = TypeVar("U")
 
 
 def run_example(
@@ -446,8 +447,8 @@ def run_example(
     video: str | None,
     variant: str | None,
     run: Callable[[str, str], R],
-    finish: Callable[[UIContext, R, str, bool], tuple[Any, ...]],
-) -> tuple[Any, ...]:
+    finish: Callable[[UIContext, R, str, bool], U],
+) -> U:
     """What an example's ``fn`` does: check the upload and variant, ``run(path, variant)``, then
     ``finish(ctx, result, path, cold)`` (the tab's ``final_outputs``)."""
     path = require_upload(video, ctx)
