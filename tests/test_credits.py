@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from marlin_demo.service.startup import start_engine
 from marlin_demo.settings import Settings
-from marlin_demo.ui.common import UIContext, available_examples, start_engine
+from marlin_demo.ui.common import UIContext, available_examples
 from marlin_demo.ui.credits import credit_line, credit_text, credits_markdown
 
 

@@ -17,14 +17,6 @@ def test_startup_imports_no_gradio() -> None:
     assert done.returncode == 0, f"marlin_demo.service.startup pulled in gradio\n{done.stderr}"
 
 
-def test_ui_common_still_exports_the_startup_names() -> None:
-    from marlin_demo.ui import common
-
-    assert common.start_engine is startup.start_engine
-    assert common.ModelStatus is startup.ModelStatus
-    assert common.FALLBACK_FIX == startup.FALLBACK_FIX
-
-
 def test_offline_hub_without_cache_falls_back_to_tiny(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the probe answers before any network access
     missing = "marlin-demo-tests/not-in-any-cache"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
-from marlin_demo.results import Moment, Progress, RunInfo, Stage
+from marlin_demo.results import Done, Loaded, Moment, Progress, RunInfo, Stage
 from marlin_demo.ui import timeline
-from marlin_demo.ui.caption import throttled
 from marlin_demo.ui.common import UIContext, clip_status, status_html
-from marlin_demo.ui.running import progress_html
+from marlin_demo.ui.running import BarView, RunState, StageView, follow, progress_html, throttled
 from marlin_demo.video import VideoInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_event_labels_are_escaped_and_numbered() -> None:
     assert 'class="mt-detail"' in out
 
 
-def _stages(items: list[Stage]) -> Generator[Stage, None, None]:
+def _stages(items: list[Any]) -> Generator[Any, None, None]:
     yield from items
 
 
@@ -76,6 +76,68 @@ def test_throttle_keeps_each_windows_last_text() -> None:
     texts = [(s.window, s.text) for s in got if isinstance(s, Progress)]
     # "aa".."aaaa" are thinned out; "b" waits too (the Done stage carries the whole answer)
     assert texts == [(1, ""), (1, "a"), (1, "aaaaa"), (2, "")]
+
+
+def test_throttle_drops_a_held_text_when_another_stage_comes() -> None:
+    """Compare's stream: a variant's held text is never shown under the next variant's window 1."""
+    loaded = Loaded("bnb4", cold=False, load_s=0.0)
+    items: list[Any] = [Progress("a", 1, 2), Progress("ab", 1, 2), loaded, Progress("", 1, 2)]
+    got = list(throttled(_stages(items), every=3600.0))
+    assert got == [Progress("a", 1, 2), loaded, Progress("", 1, 2)]
+
+
+class _Recorder(StageView[str]):
+    """Says which hook ``follow`` called, with what it knew then."""
+
+    def loaded(self, run: RunState) -> str:
+        return f"loaded cold={run.cold}"
+
+    def window_starts(self, run: RunState) -> str:
+        return f"window {run.window}/{run.windows}"
+
+    def writing(self, run: RunState) -> str | None:
+        return f"writing {run.text!r} windowed={run.windowed}" if run.text else None
+
+    def done(self, run: RunState, result: Any) -> str:
+        return f"done {result}"
+
+    def other(self, run: RunState, event: Any) -> str:
+        return f"other {event}"
+
+
+def test_follow_calls_the_views_hook_for_each_stage() -> None:
+    items: list[Any] = [
+        Loaded("gptq", cold=True, load_s=1.0),
+        Progress("", 1, 2),
+        Progress("x", 1, 2),
+        Progress(""),  # the view shows nothing for it: nothing is yielded
+        Progress("y"),
+        "a compare event",
+        Done("result"),  # type: ignore[arg-type]
+    ]
+    assert list(follow(_stages(items), _Recorder(), None)) == [
+        "loaded cold=True",
+        "window 1/2",
+        "writing 'x' windowed=True",
+        "writing 'y' windowed=False",
+        "other a compare event",
+        "done result",
+    ]
+
+
+def test_caption_and_find_share_the_progress_bar_wording() -> None:
+    bar = object()
+    find = BarView(bar, "gptq", lambda: True, written=lambda text: 0.5)  # type: ignore[arg-type]
+    caption = BarView(bar, "gptq", lambda: False, written=lambda t: len(t) / 10, window_step=": writing")
+    assert "Loading gptq (first use of this variant)" in find.prepared(RunState())[bar]
+    assert caption.prepared(RunState()) is None  # already loaded: nothing to say
+    windowed = RunState(text="abcde", window=2, windows=3)
+    line = find.writing(windowed)[bar]
+    assert 'aria-valuenow="50"' in line and ">Window 2 of 3<" in line  # halfway through window 2 of 3
+    assert ">Window 2 of 3: writing<" in caption.writing(windowed)[bar]
+    assert 'aria-valuenow="33"' in caption.window_starts(RunState(window=2, windows=3))[bar]
+    whole = RunState(text="abcde")
+    assert 'aria-valuenow="60"' in find.writing(whole)[bar] and ">Writing<" in find.writing(whole)[bar]
 
 
 def test_reuse_note_compares_with_the_first_reading(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import gradio as gr
 
 from marlin_demo.engine import Engine
 from marlin_demo.service import space
+from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
     about,
@@ -30,7 +31,6 @@ from marlin_demo.ui import (
     timeline,
 )
 from marlin_demo.ui.common import (
-    ModelStatus,
     UIContext,
     available_examples,
     cache_mode_from_env,

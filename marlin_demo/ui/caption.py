@@ -6,22 +6,17 @@ The UI event streams the text as the model writes it (private); the public
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import html
-import math
-import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from marlin_demo import contract, service, subtitles
+from marlin_demo import service, subtitles
 from marlin_demo.contract import Event
-from marlin_demo.longvideo import plan as win
-from marlin_demo.longvideo import runner
-from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Stage
+from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
@@ -43,7 +38,15 @@ from marlin_demo.ui.common import (
     write_json,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
-from marlin_demo.ui.running import progress_html, wire_run_and_stop, with_buttons
+from marlin_demo.ui.running import (
+    BarView,
+    RunState,
+    StageView,
+    Updates,
+    follow,
+    wire_run_and_stop,
+    with_buttons,
+)
 
 PLAYER_ID = "caption-player"
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
@@ -65,11 +68,10 @@ class CaptionTab:
     api_button: gr.Button
     api_out: gr.JSON
     api_stream_button: gr.Button
+    status: gr.HTML
+    progress: gr.HTML
+    stop: gr.Button
     examples: gr.helpers.Examples | None = None
-
-    status: gr.HTML | None = None
-    progress: gr.HTML | None = None
-    stop: gr.Button | None = None
 
     @property
     def outputs(self) -> list[Any]:
@@ -95,32 +97,6 @@ def scene_html(scene: str) -> str:
 def live_html(text: str, stage: str) -> str:
     body = f"<pre>{html.escape(text)}</pre>" if text else ""
     return f'<div class="mc-scene mc-live"><div class="mc-label">{html.escape(stage)}</div>{body}</div>'
-
-
-def throttled(stages: Generator[Stage, None, None], every: float) -> Iterator[Stage]:
-    """The request's stages with its texts at most every ``every`` s (no redraw per token).
-
-    A long video's window always ends on its last text: the text held back by the throttle is
-    sent before the next window starts, so each window's whole answer is seen.
-    """
-    last = -math.inf  # the first text always passes (monotonic time may start near 0 after a boot)
-    held: Progress | None = None
-    with contextlib.closing(stages):  # closing this closes the request: its generation stops
-        for stage in stages:
-            if isinstance(stage, Progress):
-                now = time.monotonic()
-                if stage.text and now - last >= every:
-                    last, held = now, None
-                    yield stage
-                elif stage.text:
-                    held = stage
-                elif stage.window is not None:  # a long video's next window starts
-                    if held is not None:
-                        yield held
-                        held = None
-                    yield stage
-            else:
-                yield stage
 
 
 def stream_message(
@@ -159,7 +135,7 @@ def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
     return [(w["start"], w["end"]) for w in result.windows] if len(result.windows) > 1 else []
 
 
-def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> tuple[Any, ...]:
+def final_outputs(tab: CaptionTab, ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> Updates:
     """Every output of a finished caption: also what the cached examples store."""
     folder = ctx.new_run_dir("caption")
     data = result.to_dict()
@@ -190,23 +166,23 @@ def final_outputs(ctx: UIContext, result: CaptionResult, video: str, cold: bool)
         repairs=result.info.repairs,
         what="caption",
     )
-    return (
-        scene_html(result.scene),
-        tl,
-        rows,
-        video,
-        metrics_html(
+    return {
+        tab.scene: scene_html(result.scene),
+        tab.timeline: tl,
+        tab.table: rows,
+        tab.player: video,
+        tab.metrics: metrics_html(
             data["metrics"],
             cold,
             result.variant,
             result.info,
             reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
         ),
-        files,
-        result.raw,
-        notice,
-        "",
-    )
+        tab.files: files,
+        tab.raw: result.raw,
+        tab.notice: notice,
+        tab.progress: "",
+    }
 
 
 def _events_from_table(table: Any) -> list[Event]:
@@ -333,13 +309,13 @@ def _examples(ctx: UIContext, tab: CaptionTab) -> gr.helpers.Examples | None:
     if not ctx.examples:
         return None
 
-    def example_fn(video: str, variant: str) -> tuple[Any, ...]:
+    def example_fn(video: str, variant: str) -> Updates:
         def run(path: str, v: str) -> CaptionResult:
             result = service.run(ctx.engine, "caption", path, v)
             assert isinstance(result, CaptionResult)
             return result
 
-        return run_example(ctx, video, variant, run, final_outputs)
+        return run_example(ctx, video, variant, run, functools.partial(final_outputs, tab))
 
     return gr.Examples(
         examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],
@@ -352,123 +328,168 @@ def _examples(ctx: UIContext, tab: CaptionTab) -> gr.helpers.Examples | None:
     )
 
 
-def listen(ctx: UIContext, tab: CaptionTab) -> None:
-    """Wire the UI streaming event and the public ``/caption`` endpoint."""
+class CaptionView(BarView):
+    """The Caption tab while the model writes: the text as it comes; on a long video each answered
+    window's events join the timeline."""
 
-    def caption_ui_outputs(video: str | None, variant: str) -> Iterator[Any]:
-        """The caption as it is written; a long video's events join the timeline window by window.
-
-        A bad clip or request is said once, in the line under the video (no toast, no error pill).
-        """
-        skip = gr.skip()
-        idle = (skip,) * len(tab.outputs)
-        try:
-            path = require_upload(video, ctx)
-            v = pick_variant(variant, ctx)
-        except gr.Error as exc:
-            yield (*idle[:-1], "", status_html(exc.message, error=True))
-            return
-        yield (
-            live_html("", "Reading the video…"),
-            skip,
-            [],
-            None,
-            "",
-            None,
-            "",
-            "",
-            progress_html(0.02, "Reading the video…"),
-            skip,
-        )
+    def __init__(self, ctx: UIContext, tab: CaptionTab, path: str, variant: str) -> None:
         budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
-        plans: list[Any] = []
-        parts: list[tuple[win.Window, contract.CaptionParse]] = []
-        last_text = ""
-        duration = 0.0
-        try:
-            with user_errors():
-                stages = service.stream(ctx.engine, "caption", path, v)
-                for stage in throttled(stages, ctx.settings.stream_every_s):
-                    if isinstance(stage, Prepared):
-                        frames, tokens = stage.plan.nframes, stage.plan.video_tokens
-                        duration = stage.video.duration_s
-                        plans = runner.window_plans(ctx.engine, path, "caption") or []
-                        if service.is_cold(ctx.engine, v):
-                            yield (
-                                *idle[:-1],
-                                progress_html(0.1, f"Loading {v} (first use of this variant)…"),
-                                skip,
-                            )
-                    elif isinstance(stage, Loaded):
-                        cold = stage.cold
-                        what = (
-                            f"window 1 of {len(plans)}"
-                            if plans
-                            else f"{frames} frames ({tokens} video tokens)"
-                        )
-                        yield (*idle[:-1], progress_html(0.15, f"Reading the video: {what}…"), skip)
-                    elif isinstance(stage, Progress) and stage.window is not None and stage.windows:
-                        k, n = stage.window, stage.windows
-                        if not stage.text:  # window k starts: window k-1 is answered, its events join
-                            tl: Any = skip
-                            if k > 1 and len(plans) >= k - 1:
-                                wp = plans[k - 2]
-                                parsed = contract.parse_caption(last_text)
-                                mapped = win.map_caption(parsed, wp.window, offset=wp.offset_s)
-                                parts.append((wp.window, mapped))
-                            if plans:
-                                tl = timeline.timeline_html(
-                                    duration,
-                                    win.merge_captions(parts).events if parts else [],
-                                    player=f"#{PLAYER_ID}",
-                                    windows=[(p.window.start, p.window.end) for p in plans],
-                                    windows_done=k - 1,
-                                )
-                            yield (
-                                live_html("", f"{v} is reading window {k} of {n}…"),
-                                tl,
-                                *idle[2:-1],
-                                progress_html((k - 1) / n, f"Window {k} of {n}"),
-                                skip,
-                            )
-                            last_text = ""
-                            continue
-                        last_text = stage.text
-                        done = (k - 1 + min(1.0, len(stage.text) / budget)) / n
-                        yield (
-                            live_html(stage.text, f"{v} is writing (window {k} of {n})…"),
-                            *idle[1:6],
-                            stage.text,
-                            skip,
-                            progress_html(done, f"Window {k} of {n}: writing"),
-                            skip,
-                        )
-                    elif isinstance(stage, Progress):
-                        done = 0.2 + 0.8 * min(1.0, len(stage.text) / budget)
-                        yield (
-                            live_html(stage.text, f"{v} is writing…"),
-                            *idle[1:6],
-                            stage.text,
-                            skip,
-                            progress_html(done, "Writing"),
-                            skip,
-                        )
-                    elif isinstance(stage, Done):
-                        assert isinstance(stage.result, CaptionResult)
-                        yield (*final_outputs(ctx, stage.result, path, cold), skip)
-        except gr.Error as exc:  # said once, under the video
-            yield (
-                "",
-                timeline.placeholder("No result."),
-                skip,
-                skip,
-                "",
-                None,
-                skip,
-                "",
-                "",
-                status_html(exc.message, error=True),
+        super().__init__(
+            tab.progress,
+            variant,
+            functools.partial(service.is_cold, ctx.engine, variant),
+            written=lambda text: min(1.0, len(text) / budget),
+            window_step=": writing",
+        )
+        self.ctx, self.tab, self.path = ctx, tab, path
+        self.windows: list[Window] = []  # a long video's windows (none: answered whole)
+        self.events: list[Event] = []  # the answered windows' events, merged by the runner
+        self.duration = 0.0
+
+    def start(self) -> Updates:
+        """The last result is cleared as the request starts."""
+        t = self.tab
+        cleared: Updates = {
+            t.table: [],
+            t.player: None,
+            t.metrics: "",
+            t.files: None,
+            t.raw: "",
+            t.notice: "",
+        }
+        return {t.scene: live_html("", "Reading the video…"), **cleared, **self.reading()}
+
+    def prepared(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        self.duration = run.prepared.video.duration_s
+        self.windows = list(run.prepared.windows)
+        return super().prepared(run)
+
+    def loaded(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        plan = run.prepared.plan
+        what = (
+            f"window 1 of {len(self.windows)}"
+            if self.windows
+            else f"{plan.nframes} frames ({plan.video_tokens} video tokens)"
+        )
+        return self.bar(0.15, f"Reading the video: {what}…")
+
+    def window_starts(self, run: RunState) -> Updates:
+        """Window k starts: window k-1 is answered, its events join the timeline."""
+        k, n = run.window or 0, run.windows
+        updates: Updates = {self.tab.scene: live_html("", f"{self.v} is reading window {k} of {n}…")}
+        if self.windows:
+            updates[self.tab.timeline] = timeline.timeline_html(
+                self.duration,
+                self.events,
+                player=f"#{PLAYER_ID}",
+                windows=[(w.start, w.end) for w in self.windows],
+                windows_done=k - 1,
             )
+        return {**updates, **super().window_starts(run)}
+
+    def window_done(self, run: RunState, merged: Result) -> Updates | None:
+        """Window k is answered: its events join the timeline when window k+1 starts."""
+        assert isinstance(merged, CaptionResult)
+        self.events = list(merged.events)
+        return None
+
+    def writing(self, run: RunState) -> Updates:
+        if run.windowed:
+            stage = f"{self.v} is writing (window {run.window} of {run.windows})…"
+        else:
+            stage = f"{self.v} is writing…"
+        return {self.tab.scene: live_html(run.text, stage), self.tab.raw: run.text, **super().writing(run)}
+
+    def done(self, run: RunState, result: Result) -> Updates:
+        assert isinstance(result, CaptionResult)
+        return final_outputs(self.tab, self.ctx, result, self.path, run.cold)
+
+
+class StreamMessages(StageView[dict[str, Any]]):
+    """``/caption_stream``: a message per text as it is written, then the finished result."""
+
+    def window_starts(self, run: RunState) -> dict[str, Any]:
+        return stream_message(run.text, window=run.window, windows=run.windows)
+
+    def writing(self, run: RunState) -> dict[str, Any]:
+        return stream_message(run.text, window=run.window, windows=run.windows)
+
+    def done(self, run: RunState, result: Result) -> dict[str, Any]:
+        assert isinstance(result, CaptionResult)
+        return stream_message(result.raw, result)
+
+
+def caption_updates(ctx: UIContext, tab: CaptionTab, video: str | None, variant: str) -> Iterator[Updates]:
+    """The caption as it is written (``CaptionView``).
+
+    A bad clip or request is said once, in the line under the video (no toast, no error pill).
+    """
+    try:
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+    except gr.Error as exc:
+        yield {tab.progress: "", tab.status: status_html(exc.message, error=True)}
+        return
+    view = CaptionView(ctx, tab, path, v)
+    yield view.start()
+    try:
+        with user_errors():
+            stages = service.stream(ctx.engine, "caption", path, v)
+            yield from follow(stages, view, ctx.settings.stream_every_s)
+    except gr.Error as exc:  # said once, under the video
+        yield {
+            tab.scene: "",
+            tab.timeline: timeline.placeholder("No result."),
+            tab.metrics: "",
+            tab.files: None,
+            tab.notice: "",
+            tab.progress: "",
+            tab.status: status_html(exc.message, error=True),
+        }
+
+
+def listen(ctx: UIContext, tab: CaptionTab) -> None:
+    """Wire the UI streaming event and the public ``/caption`` and ``/caption_stream`` endpoints."""
+    _listen_ui(ctx, tab)
+    _listen_api(ctx, tab)
+
+
+def _listen_ui(ctx: UIContext, tab: CaptionTab) -> None:
+    """Run/Stop with the caption streamed into the tab, then the events as captions on the player."""
+    buttons = [tab.run, tab.stop]
+
+    @space.gpu(space.duration_for("caption", ctx.settings))
+    def caption_ui(video: str | None, variant: str) -> Iterator[Updates]:
+        yield from with_buttons(caption_updates(ctx, tab, video, variant), buttons)
+
+    def subtitles_step(table: Any) -> Any:
+        return with_subtitles(ctx, table)
+
+    follow_up: dict[str, Any] = {
+        "fn": subtitles_step,
+        "inputs": tab.table,
+        "outputs": tab.player,
+        **PRIVATE_UI,
+    }
+    main = wire_run_and_stop(
+        [tab.run.click],
+        caption_ui,
+        [tab.video, tab.variant],
+        [*tab.outputs, tab.status, *buttons],
+        buttons,
+        tab.progress,
+        stopped_html,
+        tab.scene,
+    )
+    main.then(**follow_up)
+    if tab.examples is not None and tab.examples.cache_event is not None:
+        tab.examples.cache_event.then(**follow_up)  # cached outputs are plain values: add the captions
+
+
+def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
+    """The public endpoints: plain JSON only (the tab's own updates are private events)."""
 
     @space.gpu(space.duration_for("caption", ctx.settings))
     def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
@@ -495,34 +516,6 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         with user_errors():
             return service.run(ctx.engine, "caption", path, v).to_dict()
 
-    @space.gpu(space.duration_for("caption", ctx.settings))
-    def caption_ui(video: str | None, variant: str) -> Iterator[Any]:
-        yield from with_buttons(caption_ui_outputs(video, variant), len(tab.outputs) + 1)
-
-    def subtitles_step(table: Any) -> Any:
-        return with_subtitles(ctx, table)
-
-    follow_up: dict[str, Any] = {
-        "fn": subtitles_step,
-        "inputs": tab.table,
-        "outputs": tab.player,
-        **PRIVATE_UI,
-    }
-    assert tab.stop is not None and tab.status is not None and tab.progress is not None
-    buttons = [tab.run, tab.stop]
-    main = wire_run_and_stop(
-        [tab.run.click],
-        caption_ui,
-        [tab.video, tab.variant],
-        [*tab.outputs, tab.status, *buttons],
-        buttons,
-        tab.progress,
-        stopped_html,
-        tab.scene,
-    )
-    main.then(**follow_up)
-    if tab.examples is not None and tab.examples.cache_event is not None:
-        tab.examples.cache_event.then(**follow_up)  # cached outputs are plain values: add the captions
     tab.api_button.click(
         caption,
         [tab.video, tab.variant],
@@ -540,12 +533,7 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
         v = pick_variant(variant, ctx)
         with user_errors():
             stages = service.stream(ctx.engine, "caption", path, v)
-            for stage in throttled(stages, ctx.settings.stream_every_s):
-                if isinstance(stage, Progress):
-                    yield stream_message(stage.text, window=stage.window, windows=stage.windows)
-                elif isinstance(stage, Done):
-                    assert isinstance(stage.result, CaptionResult)
-                    yield stream_message(stage.result.raw, stage.result)
+            yield from follow(stages, StreamMessages(), ctx.settings.stream_every_s)
 
     tab.api_stream_button.click(
         caption_stream,

@@ -28,9 +28,7 @@ from marlin_demo import settings as settings_mod
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import RunInfo, memory_label
-from marlin_demo.service.startup import FALLBACK_FIX as FALLBACK_FIX  # re-exported for the tabs
-from marlin_demo.service.startup import ModelStatus as ModelStatus
-from marlin_demo.service.startup import start_engine as start_engine
+from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.ui import example_notes
 
@@ -380,12 +378,8 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
         with user_errors():
             info = validate(path, ctx.engine.limits())
             s = ctx.engine.settings
-            if task == "caption":
-                parts = win.caption_windows(info.duration_s, s.caption_window_s, s.max_windows)
-                size = s.caption_window_s
-            else:
-                parts = win.find_windows(info.duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
-                size = s.find_window_s
+            parts = win.plan_for("find" if task == "find" else "caption", info.duration_s, s)
+            size = s.caption_window_s if task == "caption" else s.find_window_s
     except gr.Error as exc:
         return status_html(exc.message, error=True)
     text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
@@ -434,6 +428,7 @@ if (!window.__marlinStatus) {
 
 
 R = TypeVar("R")
+U = TypeVar("U")
 
 
 def run_example(
@@ -441,8 +436,8 @@ def run_example(
     video: str | None,
     variant: str | None,
     run: Callable[[str, str], R],
-    finish: Callable[[UIContext, R, str, bool], tuple[Any, ...]],
-) -> tuple[Any, ...]:
+    finish: Callable[[UIContext, R, str, bool], U],
+) -> U:
     """What an example's ``fn`` does: check the upload and variant, ``run(path, variant)``, then
     ``finish(ctx, result, path, cold)`` (the tab's ``final_outputs``)."""
     path = require_upload(video, ctx)

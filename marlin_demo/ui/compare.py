@@ -8,10 +8,8 @@ first run (cold: it includes loading the model) is reported apart from warm runs
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +18,6 @@ import pandas as pd
 
 from marlin_demo import agreement as cmp
 from marlin_demo import service
-from marlin_demo.results import Loaded, Prepared, Progress
 from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
@@ -54,6 +51,7 @@ from marlin_demo.ui.compare_view import (
     write_session_csv,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
+from marlin_demo.ui.running import RunState, StageView, Updates, follow
 
 #: the charts' y axis ends this far above the tallest bar
 CHART_HEADROOM = 1.15
@@ -96,11 +94,6 @@ class CompareTab:
         ]
 
 
-# ---------------------------------------------------------------------------
-# HTML pieces
-# ---------------------------------------------------------------------------
-
-
 def render(ctx: UIContext) -> CompareTab:
     """Lay out the tab."""
     with gr.Row(equal_height=False):
@@ -133,21 +126,7 @@ def render(ctx: UIContext) -> CompareTab:
             )
             api_button = gr.Button("api", visible=False)
             api_out = gr.JSON(label="comparison", visible=False)
-            if ctx.examples:
-                rows = [(e, (e.get("queries") or [{}])[0].get("query", "")) for e in ctx.examples]
-                gr.Examples(
-                    examples=[
-                        [str(ctx.clip(e)), "find" if i % 2 else "caption", q if i % 2 else ""]
-                        for i, (e, q) in enumerate(rows)
-                    ],
-                    inputs=[video, task, query],
-                    example_labels=[
-                        f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
-                        for i, (e, q) in enumerate(rows)
-                    ],
-                    label="Examples (fill the inputs; press Compare)",
-                    elem_id="compare-examples",
-                )
+            _examples(ctx, [video, task, query])
         with gr.Column(scale=8, min_width=420):
             summary = gr.HTML("", elem_id="compare-summary")
             cards = gr.HTML(
@@ -162,30 +141,7 @@ def render(ctx: UIContext) -> CompareTab:
         visible=False,  # empty outputs stay hidden until a comparison has run
         elem_id="compare-metrics",
     )
-    plots = []
-    for row in (CHARTS[:3], CHARTS[3:]):
-        with gr.Row():
-            for key, title in row:
-                plots.append(
-                    gr.BarPlot(
-                        None,
-                        x="variant",
-                        y=key,
-                        color="variant",
-                        color_map=variant_colors(ctx.variants),
-                        colors_in_legend=[],
-                        sort=list(ctx.variants),
-                        x_title=" ",
-                        y_title=" ",
-                        title=title,
-                        y_lim=[0, None],
-                        height=220,
-                        elem_classes=["cs-plot"],
-                        elem_id=f"compare-plot-{key}",
-                        show_label=False,
-                        visible=False,
-                    )
-                )
+    plots = _plots(ctx)
     with gr.Row(equal_height=False):
         scores = gr.Dataframe(
             label="Scores against the example's ground truth",
@@ -234,6 +190,55 @@ def render(ctx: UIContext) -> CompareTab:
     )
 
 
+def _examples(ctx: UIContext, inputs: list[Any]) -> None:
+    """The examples fill the inputs only (video, task, query): a comparison runs when asked."""
+    if not ctx.examples:
+        return
+    rows = [(e, (e.get("queries") or [{}])[0].get("query", "")) for e in ctx.examples]
+    gr.Examples(
+        examples=[
+            [str(ctx.clip(e)), "find" if i % 2 else "caption", q if i % 2 else ""]
+            for i, (e, q) in enumerate(rows)
+        ],
+        inputs=inputs,
+        example_labels=[
+            f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
+            for i, (e, q) in enumerate(rows)
+        ],
+        label="Examples (fill the inputs; press Compare)",
+        elem_id="compare-examples",
+    )
+
+
+def _plots(ctx: UIContext) -> list[gr.BarPlot]:
+    """The cost charts, three to a row, hidden until a comparison has run."""
+    plots = []
+    for row in (CHARTS[:3], CHARTS[3:]):
+        with gr.Row():
+            for key, title in row:
+                plots.append(
+                    gr.BarPlot(
+                        None,
+                        x="variant",
+                        y=key,
+                        color="variant",
+                        color_map=variant_colors(ctx.variants),
+                        colors_in_legend=[],
+                        sort=list(ctx.variants),
+                        x_title=" ",
+                        y_title=" ",
+                        title=title,
+                        y_lim=[0, None],
+                        height=220,
+                        elem_classes=["cs-plot"],
+                        elem_id=f"compare-plot-{key}",
+                        show_label=False,
+                        visible=False,
+                    )
+                )
+    return plots
+
+
 def _chart_update(frame: Any, key: str) -> Any:
     """A bar chart's new data, with headroom above the tallest bar (its tooltip and top stay visible);
     an all-zero chart (every load warm) gets a 0-1 axis, not "0.000000"."""
@@ -251,6 +256,134 @@ def _runs_for(*args: Any, **kwargs: Any) -> int:
     return 3 if include_bf16 else 2
 
 
+class CompareView(StageView[Updates]):
+    """The Compare tab while the variants run in turn: the progress area (variant k of n and its
+    stage) and a card per variant with what it is writing."""
+
+    def __init__(
+        self,
+        ctx: UIContext,
+        tab: CompareTab,
+        variants: list[str],
+        path: str,
+        task: str,
+        query: str,
+        progress: Callable[..., Any],
+    ) -> None:
+        self.ctx, self.tab, self.variants = ctx, tab, variants
+        self.path, self.task, self.query = path, task, query
+        self.progress = progress  # the event's gr.Progress (Gradio's own bar)
+        self.results: dict[str, Any] = {}  # a variant's result, or its error message
+        self.cold: dict[str, bool] = {}
+        self.live: dict[str, str] = {}
+        self.duration: float = 0.0
+        self.truth: tuple[float, float] | None = None
+        self.example: dict[str, Any] | None = None
+        self.i, self.v = 0, ""  # the variant running now
+        self.comparison: service.Comparison | None = None
+
+    def start(self) -> Updates:
+        return {self.tab.summary: progress_html(None, 0, len(self.variants), "Reading the video…")}
+
+    def show(self, step: str, chars: int = 0) -> Updates:
+        """The progress area at ``step`` of the running variant, and the cards."""
+        cards = cards_html(
+            self.ctx, self.variants, self.results, self.cold, self.duration, self.truth, self.live
+        )
+        return {
+            self.tab.summary: progress_html(self.v, self.i, len(self.variants), step, chars),
+            self.tab.cards: cards,
+        }
+
+    def prepared(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        self.duration = run.prepared.video.duration_s
+        self.example = self.ctx.ground_truth(self.path)
+        clean = service.check_query(self.ctx.engine, self.task, self.query)
+        example, find = self.example, self.task == "find"
+        self.truth = cmp.truth_span(example, clean) if (example and find) else None
+        return None
+
+    def loaded(self, run: RunState) -> Updates | None:
+        self.live[self.v] = ""
+        return self.show("Reading the frames (prefill)…")
+
+    def writing(self, run: RunState) -> Updates | None:
+        if not run.text:
+            return None
+        self.live[self.v] = run.text
+        step = f"Writing window {run.window} of {run.windows}…" if run.windowed else "Writing…"
+        return self.show(step, len(run.text))
+
+    def other(self, run: RunState, event: Any) -> Updates | None:
+        if isinstance(event, service.VariantStarted):
+            self.i, self.v = event.index, event.variant
+            self.cold[self.v] = event.cold
+            n = len(self.variants)
+            step = f"Loading {self.v} (its first use)…" if event.cold else "Starting…"
+            self.progress((self.i + 0.1) / n, desc=f"{self.v}: {step} ({self.i + 1}/{n})")
+            return self.show(step)
+        if isinstance(event, service.VariantFinished):
+            self.live.pop(event.variant, None)
+            self.results[event.variant] = event.result if event.result is not None else event.error
+        elif isinstance(event, service.Comparison):
+            self.comparison = event
+        return None
+
+    def finished(self, rows: list[dict[str, Any]]) -> Updates:
+        """Every output once the comparison is over; the session's runs grow by its rows."""
+        run = self.comparison
+        assert run is not None
+        run.require_answer()
+        ok = run.results
+        payload = run.payload(self.example)
+        frame = metrics_frame(ok, self.cold)
+        new_rows = session_rows(rows, self.path, self.task, run.query, ok, self.cold, payload)
+        has_scores = "scores" in payload
+        t = self.tab
+        charts = zip(t.plots, CHARTS, strict=True)
+        return {
+            t.summary: summary_html(payload),
+            t.cards: cards_html(self.ctx, self.variants, self.results, self.cold, self.duration, self.truth),
+            t.metrics_table: gr.update(value=titled(frame), visible=True),
+            **{plot: _chart_update(chart_frame(frame, key), key) for plot, (key, _) in charts},
+            t.scores: gr.update(
+                value=scores_frame(self.task, payload) if has_scores else None, visible=has_scores
+            ),
+            t.cold_warm: gr.update(value=cold_warm_frame(new_rows), visible=True),
+            t.session: new_rows,
+            t.session_table: titled(pd.DataFrame(new_rows, columns=SESSION_COLUMNS)),
+            t.session_csv: gr.update(value=write_session_csv(self.ctx, new_rows), visible=True),
+            t.session_box: gr.update(visible=True),
+        }
+
+
+def compare_updates(
+    ctx: UIContext,
+    tab: CompareTab,
+    video: str | None,
+    task: str,
+    query: str,
+    include_bf16: bool,
+    rows: list[dict[str, Any]],
+    progress: Callable[..., Any],
+) -> Iterator[Updates]:
+    """The comparison as it runs (``CompareView``), then its tables and charts; an error is said in
+    the progress area, then raised."""
+    try:
+        path = require_upload(video, ctx)
+        with user_errors():
+            variants = ctx.compare_variants(include_bf16)
+            view = CompareView(ctx, tab, variants, path, task, query, progress)
+            yield view.start()
+            events = service.compare(ctx.engine, task, path, variants, query, live=True)
+            yield from follow(events, view, ctx.settings.stream_every_s)  # closing it (Stop) stops the model
+            yield view.finished(rows)
+    except gr.Error as exc:
+        yield {tab.summary: error_html(exc.message)}
+        raise
+
+
 def listen(ctx: UIContext, tab: CompareTab) -> None:
     """Wire the streaming UI comparison and the public ``/compare`` endpoint."""
     running_in: set[str] = set()  # the sessions whose comparison is running (for Stop's message)
@@ -265,112 +398,13 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         rows: list[dict[str, Any]],
         request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
-    ) -> Iterator[Any]:
-        skip = gr.skip()
-        n_rest = len(tab.outputs) - 2
+    ) -> Iterator[Updates]:
         session = request.session_hash or ""
         running_in.add(session)
         try:
-            path = require_upload(video, ctx)
-            with user_errors():
-                variants = ctx.compare_variants(include_bf16)
-                n = len(variants)
-                yield (progress_html(None, 0, n, "Reading the video…"), skip, *([skip] * n_rest))
-                results: dict[str, Any] = {}  # a variant's result, or its error message
-                cold: dict[str, bool] = {}
-                live: dict[str, str] = {}
-                duration, truth, example = 0.0, None, None
-                i, v, last = 0, "", 0.0
-                events = service.compare(ctx.engine, task, path, variants, query, live=True)
-                with contextlib.closing(events):  # closing it (Stop) stops the model at its next token
-                    for event in events:
-                        if isinstance(event, Prepared):
-                            duration = event.video.duration_s
-                            example = ctx.ground_truth(path)
-                            clean = service.check_query(ctx.engine, task, query)
-                            truth = cmp.truth_span(example, clean) if (example and task == "find") else None
-                        elif isinstance(event, service.VariantStarted):
-                            i, v = event.index, event.variant
-                            cold[v] = event.cold
-                            step = f"Loading {v} (its first use)…" if event.cold else "Starting…"
-                            progress((i + 0.1) / n, desc=f"{v}: {step} ({i + 1}/{n})")
-                            yield (
-                                progress_html(v, i, n, step),
-                                cards_html(ctx, variants, results, cold, duration, truth, live),
-                                *([skip] * n_rest),
-                            )
-                        elif isinstance(event, Loaded):
-                            live[v] = ""
-                            yield (
-                                progress_html(v, i, n, "Reading the frames (prefill)…"),
-                                cards_html(ctx, variants, results, cold, duration, truth, live),
-                                *([skip] * n_rest),
-                            )
-                        elif isinstance(event, Progress):
-                            now = time.monotonic()
-                            if event.text and now - last >= ctx.settings.stream_every_s:
-                                last = now
-                                live[v] = event.text
-                                step = "Writing…"
-                                if event.window is not None and event.windows:
-                                    step = f"Writing window {event.window} of {event.windows}…"
-                                yield (
-                                    progress_html(v, i, n, step, len(event.text)),
-                                    cards_html(ctx, variants, results, cold, duration, truth, live),
-                                    *([skip] * n_rest),
-                                )
-                        elif isinstance(event, service.VariantFinished):
-                            live.pop(event.variant, None)
-                            results[event.variant] = event.result if event.result is not None else event.error
-                        elif isinstance(event, service.Comparison):
-                            run = event
-                run.require_answer()
-                ok = run.results
-                payload = run.payload(example)
-                frame = metrics_frame(ok, cold)
-                new_rows = session_rows(rows, path, task, run.query, ok, cold, payload)
-                has_scores = "scores" in payload
-                yield (
-                    summary_html(payload),
-                    cards_html(ctx, variants, results, cold, duration, truth),
-                    gr.update(value=titled(frame), visible=True),
-                    *[_chart_update(chart_frame(frame, key), key) for key, _ in CHARTS],
-                    gr.update(value=scores_frame(task, payload) if has_scores else None, visible=has_scores),
-                    gr.update(value=cold_warm_frame(new_rows), visible=True),
-                    new_rows,
-                    titled(pd.DataFrame(new_rows, columns=SESSION_COLUMNS)),
-                    gr.update(value=write_session_csv(ctx, new_rows), visible=True),
-                    gr.update(visible=True),
-                )
-        except gr.Error as exc:
-            yield (error_html(exc.message), skip, *([skip] * n_rest))
-            raise
+            yield from compare_updates(ctx, tab, video, task, query, include_bf16, rows, progress)
         finally:
             running_in.discard(session)
-
-    @space.gpu(space.duration_for("caption", ctx.settings, 2))
-    def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
-        """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
-
-        Args:
-            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
-            task: "caption" (what happens) or "find" (when the query happens).
-            query: For task "find": the event in plain words (not empty); ignored for "caption".
-
-        Returns:
-            JSON {"task": str, "query": str or null, "results": {variant: the caption or find JSON},
-            "agreement": {"gptq|bnb4": {"event_iou": float, "event_f1": float, "rouge_l": float}} for
-            caption or {"gptq|bnb4": {"span_iou": float}} for find, one key per pair of variants},
-            plus "scores": {variant: {...}} against the ground truth when the clip is one of the
-            app's bundled examples, and "errors": {variant: one sentence} when a variant could not
-            load or run (the others still answer; when none answers the call fails).
-        """
-        path = require_upload(video, ctx)
-        with user_errors():
-            *_, run = service.compare(ctx.engine, task, path, ctx.compare_variants(), query)
-            assert isinstance(run, service.Comparison)
-            run.require_answer()
-            return run.payload(ctx.ground_truth(path))
 
     tab.task.change(
         lambda t: gr.update(visible=t == "find"),
@@ -416,6 +450,36 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         show_progress="hidden",
         concurrency_limit=None,
     )
+    _listen_api(ctx, tab)
+
+
+def _listen_api(ctx: UIContext, tab: CompareTab) -> None:
+    """The public ``/compare`` endpoint: the whole comparison as plain JSON, at once."""
+
+    @space.gpu(space.duration_for("caption", ctx.settings, 2))
+    def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
+        """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
+
+        Args:
+            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
+            task: "caption" (what happens) or "find" (when the query happens).
+            query: For task "find": the event in plain words (not empty); ignored for "caption".
+
+        Returns:
+            JSON {"task": str, "query": str or null, "results": {variant: the caption or find JSON},
+            "agreement": {"gptq|bnb4": {"event_iou": float, "event_f1": float, "rouge_l": float}} for
+            caption or {"gptq|bnb4": {"span_iou": float}} for find, one key per pair of variants},
+            plus "scores": {variant: {...}} against the ground truth when the clip is one of the
+            app's bundled examples, and "errors": {variant: one sentence} when a variant could not
+            load or run (the others still answer; when none answers the call fails).
+        """
+        path = require_upload(video, ctx)
+        with user_errors():
+            *_, run = service.compare(ctx.engine, task, path, ctx.compare_variants(), query)
+            assert isinstance(run, service.Comparison)
+            run.require_answer()
+            return run.payload(ctx.ground_truth(path))
+
     tab.api_button.click(
         compare,
         [tab.video, tab.task, tab.query],

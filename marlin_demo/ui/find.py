@@ -7,7 +7,6 @@ that the model did not give. The public ``/find`` endpoint returns
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import html
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from marlin_demo import agreement as cmp
 from marlin_demo import service
 from marlin_demo.longvideo import plan as win
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import Done, FindResult, Loaded, Prepared, Progress
+from marlin_demo.results import FindResult, Result
 from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
@@ -43,7 +42,7 @@ from marlin_demo.ui.common import (
     user_errors,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
-from marlin_demo.ui.running import progress_html, wire_run_and_stop, with_buttons
+from marlin_demo.ui.running import BarView, RunState, Updates, follow, wire_run_and_stop, with_buttons
 from marlin_demo.video import VideoError, export_clip
 
 VIDEO_ID = "find-video"
@@ -65,12 +64,11 @@ class FindTab:
     jump_to: gr.Number
     api_button: gr.Button
     api_out: gr.JSON
+    status: gr.HTML
+    query_status: gr.HTML
+    progress: gr.HTML
+    stop: gr.Button
     examples: gr.helpers.Examples | None = None
-
-    status: gr.HTML | None = None
-    query_status: gr.HTML | None = None
-    progress: gr.HTML | None = None
-    stop: gr.Button | None = None
 
     @property
     def outputs(self) -> list[Any]:
@@ -124,9 +122,8 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
 
 def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
     """A long video's find windows (none for a video that fits one window)."""
-    st = ctx.engine.settings
     try:
-        parts = win.find_windows(duration, st.find_window_s, st.find_overlap_s, st.max_windows)
+        parts = win.plan_for("find", duration, ctx.engine.settings)
     except ValueError:
         return []
     return [(w.start, w.end) for w in parts] if len(parts) > 1 else []
@@ -139,7 +136,7 @@ def stopped_html() -> str:
     )
 
 
-def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) -> tuple[Any, ...]:
+def final_outputs(tab: FindTab, ctx: UIContext, result: FindResult, video: str, cold: bool) -> Updates:
     """Every output of a finished find (also what the cached examples store); the player jumps to the
     best moment's start (``jump_to``); every moment is cut as a clip to download."""
     truth = _truth(ctx, video, result.query)
@@ -183,16 +180,16 @@ def final_outputs(ctx: UIContext, result: FindResult, video: str, cold: bool) ->
         result.info,
         reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
     )
-    return (
-        headline_html(result, truth),
-        tl,
-        [c for c in clips if c] or None,
-        metrics,
-        result.raw,
-        notice,
-        jump,
-        "",
-    )
+    return {
+        tab.headline: headline_html(result, truth),
+        tab.timeline: tl,
+        tab.clip: [c for c in clips if c] or None,
+        tab.metrics: metrics,
+        tab.raw: result.raw,
+        tab.notice: notice,
+        tab.jump_to: jump,
+        tab.progress: "",
+    }
 
 
 def render(ctx: UIContext) -> FindTab:
@@ -298,13 +295,13 @@ def _examples(ctx: UIContext, tab: FindTab) -> gr.helpers.Examples | None:
     if not rows:
         return None
 
-    def example_fn(video: str, query: str, variant: str) -> tuple[Any, ...]:
+    def example_fn(video: str, query: str, variant: str) -> Updates:
         def run(path: str, v: str) -> FindResult:
             result = service.run(ctx.engine, "find", path, v, query)
             assert isinstance(result, FindResult)
             return result
 
-        return run_example(ctx, video, variant, run, final_outputs)
+        return run_example(ctx, video, variant, run, functools.partial(final_outputs, tab))
 
     return gr.Examples(
         examples=[[str(ctx.clip(e)), q["query"], ctx.default_variant] for e, q in rows],
@@ -317,87 +314,90 @@ def _examples(ctx: UIContext, tab: FindTab) -> gr.helpers.Examples | None:
     )
 
 
+class FindView(BarView):
+    """The Find tab while the model searches: what it writes, the bar window by window."""
+
+    def __init__(self, ctx: UIContext, tab: FindTab, path: str, variant: str) -> None:
+        super().__init__(
+            tab.progress,
+            variant,
+            functools.partial(service.is_cold, ctx.engine, variant),
+            written=lambda text: 0.5,  # a span is a few tokens: halfway while it is written
+        )
+        self.ctx, self.tab, self.path = ctx, tab, path
+
+    def start(self) -> Updates:
+        """The last result and the query's old message are cleared as the request starts."""
+        t = self.tab
+        cleared: Updates = {
+            t.clip: None,
+            t.metrics: "",
+            t.raw: "",
+            t.notice: "",
+            t.jump_to: None,
+            t.query_status: "",
+        }
+        return {
+            t.headline: '<div class="mf-head mf-wait">Looking for the event…</div>',
+            **cleared,
+            **self.reading(),
+        }
+
+    def loaded(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        return self.bar(0.2, f"Reading the video ({run.prepared.plan.video_tokens} video tokens)…")
+
+    def writing(self, run: RunState) -> Updates:
+        return {self.tab.raw: run.text, **super().writing(run)}
+
+    def done(self, run: RunState, result: Result) -> Updates:
+        assert isinstance(result, FindResult)
+        return final_outputs(self.tab, self.ctx, result, self.path, run.cold)
+
+
+def find_updates(
+    ctx: UIContext, tab: FindTab, video: str | None, query: str, variant: str
+) -> Iterator[Updates]:
+    """The search with its progress (``FindView``); a bad clip or query is said once, under its input
+    (no toast, no error pill)."""
+    try:
+        path = require_upload(video, ctx)
+        v = pick_variant(variant, ctx)
+    except gr.Error as exc:
+        yield {tab.progress: "", tab.status: status_html(exc.message, error=True)}
+        return
+    try:
+        with user_errors():
+            clean = service.check_query(ctx.engine, "find", query)
+    except gr.Error as exc:
+        yield {tab.progress: "", tab.query_status: status_html(exc.message, error=True)}
+        return
+    view = FindView(ctx, tab, path, v)
+    yield view.start()
+    try:
+        with user_errors():
+            stages = service.stream(ctx.engine, "find", path, v, clean)
+            yield from follow(stages, view, None)  # each text, unthrottled: a span is a few tokens
+    except gr.Error as exc:  # said once, under the video
+        yield {
+            tab.headline: "",
+            tab.timeline: timeline.placeholder("No result."),
+            tab.clip: None,
+            tab.metrics: "",
+            tab.notice: "",
+            tab.jump_to: None,
+            tab.progress: "",
+            tab.status: status_html(exc.message, error=True),
+        }
+
+
 def listen(ctx: UIContext, tab: FindTab) -> None:
     """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint."""
-
-    def find_ui_outputs(video: str | None, query: str, variant: str) -> Iterator[Any]:
-        """The search with its progress (window k of n on a long video); a bad clip or query is said
-        once, under its input (no toast, no error pill)."""
-        skip = gr.skip()
-        idle = (skip,) * len(tab.outputs)
-        try:
-            path = require_upload(video, ctx)
-            v = pick_variant(variant, ctx)
-        except gr.Error as exc:
-            yield (*idle[:-1], "", status_html(exc.message, error=True), skip)
-            return
-        try:
-            with user_errors():
-                clean = service.check_query(ctx.engine, "find", query)
-        except gr.Error as exc:
-            yield (*idle[:-1], "", skip, status_html(exc.message, error=True))
-            return
-        yield (
-            '<div class="mf-head mf-wait">Looking for the event…</div>',
-            skip,
-            None,
-            "",
-            "",
-            "",
-            None,
-            progress_html(0.02, "Reading the video…"),
-            skip,
-            "",
-        )
-        try:
-            with (
-                user_errors(),
-                contextlib.closing(service.stream(ctx.engine, "find", path, v, clean)) as stages,
-            ):
-                for stage in stages:
-                    if isinstance(stage, Prepared):
-                        tokens = stage.plan.video_tokens
-                        if service.is_cold(ctx.engine, v):
-                            yield (
-                                *idle[:-1],
-                                progress_html(0.1, f"Loading {v} (first use of this variant)…"),
-                                skip,
-                                skip,
-                            )
-                    elif isinstance(stage, Loaded):
-                        cold = stage.cold
-                        yield (
-                            *idle[:-1],
-                            progress_html(0.2, f"Reading the video ({tokens} video tokens)…"),
-                            skip,
-                            skip,
-                        )
-                    elif isinstance(stage, Progress) and stage.window is not None and stage.windows:
-                        k, n = stage.window, stage.windows
-                        bar = progress_html((k - 1 + (0.5 if stage.text else 0.0)) / n, f"Window {k} of {n}")
-                        yield (*idle[:4], stage.text if stage.text else skip, *idle[5:7], bar, skip, skip)
-                    elif isinstance(stage, Progress):
-                        yield (*idle[:4], stage.text, *idle[5:7], progress_html(0.6, "Writing"), skip, skip)
-                    elif isinstance(stage, Done):
-                        assert isinstance(stage.result, FindResult)
-                        yield (*final_outputs(ctx, stage.result, path, cold), skip, skip)
-        except gr.Error as exc:  # said once, under the video
-            yield (
-                "",
-                timeline.placeholder("No result."),
-                None,
-                "",
-                skip,
-                "",
-                None,
-                "",
-                status_html(exc.message, error=True),
-                skip,
-            )
+    buttons = [tab.run, tab.stop]
 
     @space.gpu(space.duration_for("find", ctx.settings))
-    def find_ui(video: str | None, query: str, variant: str) -> Iterator[Any]:
-        yield from with_buttons(find_ui_outputs(video, query, variant), len(tab.outputs) + 2)
+    def find_ui(video: str | None, query: str, variant: str) -> Iterator[Updates]:
+        yield from with_buttons(find_updates(ctx, tab, video, query, variant), buttons)
 
     def jump(start: float | None) -> Any:
         """Follow-up update: the player seeks to the span's start (it cannot ride on a value update)."""
@@ -412,6 +412,35 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
     def ready(text: str | None) -> Any:
         """The button waits for a query with words in it."""
         return gr.update(interactive=bool((text or "").strip()))
+
+    jump_step: dict[str, Any] = {
+        "fn": jump,
+        "inputs": tab.jump_to,
+        "outputs": tab.video,
+        **PRIVATE_UI,
+    }
+    triggers = [tab.run.click, tab.query.submit]
+    main = wire_run_and_stop(
+        triggers,
+        find_ui,
+        [tab.video, tab.query, tab.variant],
+        [*tab.outputs, tab.status, tab.query_status, *buttons],
+        buttons,
+        tab.progress,
+        stopped_html,
+        tab.headline,
+    )
+    main.then(**jump_step)
+    if tab.examples is not None and tab.examples.cache_event is not None:
+        tab.examples.cache_event.then(**jump_step)
+    tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
+    tab.query.change(ready, tab.query, tab.run, **PRIVATE_UI)
+    tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)
+    _listen_api(ctx, tab)
+
+
+def _listen_api(ctx: UIContext, tab: FindTab) -> None:
+    """The public ``/find`` endpoint: plain JSON only (the player's jump is a private follow-up)."""
 
     @space.gpu(space.duration_for("find", ctx.settings))
     def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
@@ -438,32 +467,6 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         with user_errors():
             return service.run(ctx.engine, "find", path, v, query).to_dict()
 
-    jump_step: dict[str, Any] = {
-        "fn": jump,
-        "inputs": tab.jump_to,
-        "outputs": tab.video,
-        **PRIVATE_UI,
-    }
-    assert tab.stop is not None and tab.status is not None and tab.progress is not None
-    assert tab.query_status is not None
-    buttons = [tab.run, tab.stop]
-    triggers = [tab.run.click, tab.query.submit]
-    main = wire_run_and_stop(
-        triggers,
-        find_ui,
-        [tab.video, tab.query, tab.variant],
-        [*tab.outputs, tab.status, tab.query_status, *buttons],
-        buttons,
-        tab.progress,
-        stopped_html,
-        tab.headline,
-    )
-    main.then(**jump_step)
-    if tab.examples is not None and tab.examples.cache_event is not None:
-        tab.examples.cache_event.then(**jump_step)
-    tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
-    tab.query.change(ready, tab.query, tab.run, **PRIVATE_UI)
-    tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)
     tab.api_button.click(
         find,
         [tab.video, tab.query, tab.variant],

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 
 import gradio as gr
 
-from marlin_demo.ui.common import FALLBACK_FIX, PRIVATE_UI, UIContext, tiny_in_use, variant_label
+from marlin_demo.service.startup import FALLBACK_FIX
+from marlin_demo.ui.common import PRIVATE_UI, UIContext, tiny_in_use, variant_label
 
 LOGO = (
     '<svg width="42" height="42" viewBox="0 0 42 42"><defs>'

@@ -1,38 +1,48 @@
-"""A tab's request while it runs: Run/Stop buttons, the wait before the queue, the tab's progress bar."""
+"""A tab's request while it runs: Run/Stop buttons, the wait before the queue, the tab's progress bar,
+and ``follow``: the one loop from a request's stages to what a tab shows while it runs.
+
+Listeners change components by name: they yield ``Updates`` (``{component: value or gr.update}``);
+Gradio leaves every output not named as it is.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import html
-from collections.abc import Callable, Iterator
-from typing import Any
+import math
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import gradio as gr
+from gradio.blocks import Block
 
+from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
 from marlin_demo.ui.common import GPU_EVENT, PRIVATE_UI
 
+Updates = dict[Block, Any]
+"""What a listener yields: the components it changes, each with its new value or ``gr.update``."""
 
-def run_buttons(running: bool) -> tuple[Any, Any]:
-    """(run, stop) while a request runs or when it is over: the Stop button only while it runs."""
-    return gr.update(visible=not running), gr.update(visible=running)
+S = TypeVar("S")
+T = TypeVar("T")
 
 
-def with_buttons(outputs: Iterator[tuple[Any, ...]], n: int) -> Iterator[tuple[Any, ...]]:
-    """A tab's streamed outputs plus its (run, stop) buttons, put back to "not running" at the end.
+def run_buttons(buttons: Sequence[Block], running: bool) -> Updates:
+    """The (run, stop) ``buttons`` while a request runs or when it is over: Stop only while it runs."""
+    run, stop = buttons
+    return {run: gr.update(visible=not running), stop: gr.update(visible=running)}
+
+
+def with_buttons(outputs: Iterator[Updates], buttons: Sequence[Block]) -> Iterator[Updates]:
+    """A tab's streamed outputs, then its (run, stop) ``buttons`` put back to "not running" at the end.
 
     Part of the request itself (not a ``.then`` step): a stopped request's late end then cannot
     reset the buttons of the next one. Closing this closes ``outputs`` (the request stops).
     """
-    skip = gr.skip()
     with contextlib.closing(outputs):  # type: ignore[type-var]
-        for out in outputs:
-            yield (*out, skip, skip)
-    yield (*(skip,) * n, *run_buttons(False))
-
-
-def waiting_outputs() -> tuple[Any, Any, str]:
-    """What a Run click shows at once, before the request leaves the queue: (run, stop, progress)."""
-    return (*run_buttons(True), progress_html(0.0, "Waiting for its turn (one request runs at a time)…"))
+        yield from outputs
+    yield run_buttons(buttons, False)
 
 
 def wire_run_and_stop(
@@ -47,9 +57,15 @@ def wire_run_and_stop(
 ) -> Any:
     """Run (a streamed request with the tab's own progress bar) and Stop (cancels it) for a tab.
 
-    ``outputs`` ends with the (run, stop) ``buttons`` (see ``with_buttons``); Stop shows
+    ``outputs`` include the (run, stop) ``buttons`` (see ``with_buttons``); Stop shows
     ``stopped()`` in ``stopped_target``. Returns the main event, for its ``.then`` steps.
     """
+
+    def waiting_outputs() -> Updates:
+        """What a Run click shows at once, before the request leaves the queue: Stop and the wait."""
+        wait = progress_html(0.0, "Waiting for its turn (one request runs at a time)…")
+        return {**run_buttons(buttons, True), progress: wait}
+
     gr.on(triggers, waiting_outputs, None, [*buttons, progress], **PRIVATE_UI)
     main = gr.on(
         triggers,
@@ -64,8 +80,11 @@ def wire_run_and_stop(
     # Stop puts the buttons back at once and cancels the run; its sentence comes in a queued
     # step after it, over the page's one message stream, so a message the stopped run sent
     # before the cancel reached the server cannot land after it and overwrite "Stopped".
-    buttons[1].click(lambda: run_buttons(False), None, buttons, cancels=[main], **PRIVATE_UI).then(
-        lambda: (stopped(), progress_html(0, "Stopped: the model stops at its next token.")),
+    buttons[1].click(lambda: run_buttons(buttons, False), None, buttons, cancels=[main], **PRIVATE_UI).then(
+        lambda: {
+            stopped_target: stopped(),
+            progress: progress_html(0, "Stopped: the model stops at its next token."),
+        },
         None,
         [stopped_target, progress],
         api_visibility="private",
@@ -83,3 +102,157 @@ def progress_html(fraction: float, text: str) -> str:
         f'aria-valuemax="100"><div class="mp-bar" style="width:{pct:.1f}%"></div>'
         f'<span class="mp-text">{html.escape(text)}</span></div>'
     )
+
+
+# ---------------------------------------------------------------------------
+# From a request's stages to what a tab shows
+# ---------------------------------------------------------------------------
+
+
+def throttled(stages: Generator[S, None, None], every: float) -> Generator[S, None, None]:
+    """The request's stages with its texts at most every ``every`` s (no redraw per token).
+
+    A long video's window always ends on its last text: the text held back by the throttle is
+    sent before the window's ``WindowDone`` (or the next window's start), so each window's whole
+    answer is seen. Any other stage (a variant ending in Compare) drops the held text: it belonged
+    to what just ended.
+    """
+    last = -math.inf  # the first text always passes (monotonic time may start near 0 after a boot)
+    held: S | None = None
+    with contextlib.closing(stages):  # closing this closes the request: its generation stops
+        for stage in stages:
+            if isinstance(stage, WindowDone) and held is not None:
+                yield held
+            if not isinstance(stage, Progress):
+                held = None
+                yield stage
+                continue
+            now = time.monotonic()
+            if stage.text and now - last >= every:
+                last, held = now, None
+                yield stage
+            elif stage.text:
+                held = stage
+            elif stage.window is not None:  # a long video's next window starts
+                if held is not None:
+                    yield held
+                    held = None
+                yield stage
+
+
+@dataclass
+class RunState:
+    """What ``follow`` knows so far of the request it follows (the stage hooks read it)."""
+
+    prepared: Prepared | None = None
+    cold: bool = False
+    text: str = ""
+    window: int | None = None
+    windows: int | None = None
+
+    @property
+    def windowed(self) -> bool:
+        """A long video: the text is window ``window`` of ``windows``'s answer so far."""
+        return self.window is not None and bool(self.windows)
+
+
+class StageView(Generic[T]):
+    """What a tab shows at each stage of a request; ``None`` (the default): nothing changes then."""
+
+    def prepared(self, run: RunState) -> T | None:
+        """The video is checked, planned and decoded (``run.prepared``)."""
+        return None
+
+    def loaded(self, run: RunState) -> T | None:
+        """The variant is in memory (``run.cold``: it was loaded for this request)."""
+        return None
+
+    def window_starts(self, run: RunState) -> T | None:
+        """A long video's window ``run.window`` of ``run.windows`` starts (the one before is answered)."""
+        return None
+
+    def writing(self, run: RunState) -> T | None:
+        """The model wrote more: ``run.text`` so far (of the current window on a long video)."""
+        return None
+
+    def window_done(self, run: RunState, merged: Result) -> T | None:
+        """A long video's window ``run.window`` is answered: ``merged`` holds windows 1..k, merged."""
+        return None
+
+    def done(self, run: RunState, result: Result) -> T | None:
+        """The finished result."""
+        return None
+
+    def other(self, run: RunState, event: Any) -> T | None:
+        """Anything else the stream carries (Compare's per-variant events)."""
+        return None
+
+
+def follow(stages: Generator[Any, None, None], view: StageView[T], every: float | None) -> Iterator[T]:
+    """The one loop over a request's stages: what ``view`` shows at each, texts ``throttled`` to
+    ``every`` s (None: each text). Closing this closes ``stages``: the model stops."""
+    run = RunState()
+    passed = stages if every is None else throttled(stages, every)
+    with contextlib.closing(passed):
+        for stage in passed:
+            shown = _show(view, run, stage)
+            if shown:  # None or {}: nothing new (Gradio refuses an empty dict of updates)
+                yield shown
+
+
+def _show(view: StageView[T], run: RunState, stage: Any) -> T | None:
+    if isinstance(stage, Prepared):
+        run.prepared = stage
+        return view.prepared(run)
+    if isinstance(stage, Loaded):
+        run.cold = stage.cold
+        return view.loaded(run)
+    if isinstance(stage, Progress):
+        run.text, run.window, run.windows = stage.text, stage.window, stage.windows
+        return view.window_starts(run) if run.windowed and not stage.text else view.writing(run)
+    if isinstance(stage, WindowDone):
+        return view.window_done(run, stage.result)
+    if isinstance(stage, Done):
+        return view.done(run, stage.result)
+    return view.other(run, stage)
+
+
+class BarView(StageView[Updates]):
+    """The progress bar Caption and Find share: reading, loading the variant, window k of n, writing.
+
+    ``written(text)`` is how much of the answer (0-1) a text is; the tabs add their own outputs.
+    """
+
+    def __init__(
+        self,
+        progress: Block,
+        variant: str,
+        will_load: Callable[[], bool],
+        written: Callable[[str], float],
+        window_step: str = "",
+    ) -> None:
+        self.progress, self.v = progress, variant
+        self.will_load, self.written, self.window_step = will_load, written, window_step
+
+    def bar(self, fraction: float, text: str) -> Updates:
+        return {self.progress: progress_html(fraction, text)}
+
+    def reading(self) -> Updates:
+        """The request's first line, before any stage."""
+        return self.bar(0.02, "Reading the video…")
+
+    def prepared(self, run: RunState) -> Updates | None:
+        if self.will_load():  # asked now: another request may have loaded it meanwhile
+            return self.bar(0.1, f"Loading {self.v} (first use of this variant)…")
+        return None
+
+    def window_starts(self, run: RunState) -> Updates:
+        k, n = run.window or 0, run.windows or 1
+        return self.bar((k - 1) / n, f"Window {k} of {n}")
+
+    def writing(self, run: RunState) -> Updates:
+        written = self.written(run.text)
+        if run.windowed:
+            k, n = run.window or 0, run.windows or 1
+            return self.bar((k - 1 + written) / n, f"Window {k} of {n}{self.window_step}")
+        return self.bar(0.2 + 0.8 * written, "Writing")

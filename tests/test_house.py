@@ -1,0 +1,109 @@
+"""The house rules the design depends on (docs/DESIGN.md), checked on the code as it is.
+
+``lint-imports`` (CI) checks the layers; this file checks what its contracts cannot say: no import
+cycle anywhere in the package (a package's ``__init__`` and its own modules included), few modules
+at the top, and no function over 100 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+
+PACKAGE = Path(__file__).resolve().parents[1] / "marlin_demo"
+MAX_TOP_MODULES = 14
+MAX_FUNCTION_LINES = 100
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    """Every import counts: inside functions and under TYPE_CHECKING too (grimp sees them all)."""
+    graph = grimp.build_graph("marlin_demo")
+    edges = {
+        m: set(graph.find_modules_directly_imported_by(m))
+        for m in graph.modules
+        if m.startswith("marlin_demo")
+    }
+    assert _cycles(edges) == []
+
+
+def test_few_modules_at_the_top() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def _long_functions(source: str) -> list[tuple[str, int]]:
+    tree = ast.parse(source)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                out.append((node.name, length))
+    return out
+
+
+def test_long_function_finder_counts_lines() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert _long_functions(f"def f():\n{body}\n") == [("f", MAX_FUNCTION_LINES + 1)]
+    assert _long_functions("def g():\n    return 1\n") == []
+
+
+def test_no_function_over_100_lines() -> None:
+    long = {
+        f"{path.relative_to(PACKAGE)}:{name}": n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, n in _long_functions(path.read_text())
+    }
+    assert long == {}
