@@ -3,7 +3,7 @@
     python benchmarks/bench_long_find.py                 # tiny checkpoint, bf16, 6-minute clip
     python benchmarks/bench_long_find.py --target-s 150 --variant gptq --json out.json
 
-The clip is the examples concatenated (``longclip.build_long_clip``), built once in
+The clip is the examples concatenated (``bench.longset.build_long_clip``), built once in
 ``--out-dir`` (default <tmp>/marlin-long). The variant is loaded first (load time is not part
 of a request). Then two finds with different queries on one engine, each timed around
 ``Engine.find`` end to end: the first decodes every window, runs the vision tower and each

@@ -30,7 +30,7 @@ plan (frame indices, size, token count, metadata), that the frames are the same 
 frames (presentation times within one source frame) and reports the pixel difference.
 
 ``--long`` adds the long-video case: the 10-minute clip and its 2-minute source prepared for a
-windowed caption as the engine does it (60 s windows, ``window_video.decode_windows``: one scan
+windowed caption as the engine does it (60 s windows, ``video.windows.decode_windows``: one scan
 for every window), interleaved, and the ratio of their medians.
 """
 
@@ -331,7 +331,7 @@ def clip_path(root: Path, name: str, args: argparse.Namespace) -> Path:
 def measure_windows(path: Path, backend: str) -> dict[str, Any]:
     """A long video's preparation for a windowed caption, as the engine does it (one scan for all windows).
 
-    validate, one plan per 60 s caption window (``window_video.plan_window``), then every window's
+    validate, one plan per 60 s caption window (``video.windows.plan_window``), then every window's
     frames from ``decode_windows``; the seconds until the first window is ready (the model can start
     there: the scan goes on in the background) and until the last.
     """

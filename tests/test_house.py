@@ -107,3 +107,13 @@ def test_no_function_over_100_lines() -> None:
         for name, n in _long_functions(path.read_text())
     }
     assert long == {}
+
+
+def test_design_doc_holds_the_current_import_graph() -> None:
+    """docs/DESIGN.md's diagram is `scripts/import_graph.py`'s output: regenerate it when imports change."""
+    from script_loader import load_script
+
+    graph = load_script(PACKAGE.parent / "scripts" / "import_graph.py").mermaid()
+    design = (PACKAGE.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    drawn = design.split("<!-- import-graph -->\n```mermaid\n", 1)[1].split("```", 1)[0]
+    assert drawn.strip() == graph.strip()
