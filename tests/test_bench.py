@@ -86,6 +86,9 @@ class FakeEngine:
     def unload(self, variant: str) -> bool:
         return True
 
+    def reserve_prefixes(self, clips: int) -> None:
+        """The scheduler sizes the prefix cache; this engine keeps none."""
+
     def info(self, path: Path) -> VideoInfo:
         """A clip shorter than one window: the service asks the engine for it whole."""
         return VideoInfo(str(path), 1000, "mp4", 4.0, 2.0, 8, 64, 64, 64, 64, 0, "h264")

@@ -203,6 +203,21 @@ def _turn(sched: Scheduler, ticket: Any, order: list[str], name: str) -> None:
         order.append(name)
 
 
+def test_a_request_that_fails_at_once_is_given_back() -> None:
+    """A request failing as it is admitted (here the engine's prefix sizing) never stays held."""
+    engine = Engine(Settings(model="tiny"))
+    sched = Scheduler(engine, max_requests=1)
+
+    def broken(clips: int) -> None:
+        raise RuntimeError("broken engine")
+
+    engine.reserve_prefixes = broken  # type: ignore[method-assign]
+    for _ in range(3):  # more than max_requests: a leaked ticket would make the next one "full"
+        with pytest.raises(RuntimeError, match="broken engine"), sched.request(1):
+            pass
+    assert sched.held() == 0
+
+
 def test_a_stopped_request_leaves_the_queue() -> None:
     engine = Engine(Settings(model="tiny"))
     sched = Scheduler(engine, max_requests=4)

@@ -59,14 +59,15 @@ class Scheduler:
                 raise EngineError(QUEUE_FULL.format(n=len(self._held), var="MARLIN_QUEUE_SIZE"))
             ticket = Ticket(next(self._ids), max(1, windows), stop)
             self._held[ticket.id] = ticket
-            self._resize_prefixes()
-        try:
+        try:  # from here on the ticket is always given back, whatever fails
+            with self._cond:
+                self._resize_prefixes()
             yield ticket
         finally:
             with self._cond:
                 self._held.pop(ticket.id, None)
-                self._resize_prefixes()
                 self._cond.notify_all()
+                self._resize_prefixes()
 
     @contextlib.contextmanager
     def turn(self, ticket: Ticket) -> Iterator[None]:
