@@ -138,7 +138,7 @@ def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
     pg.wait_for_selector("#caption-timeline .mt-event", timeout=RUN_TIMEOUT_MS)
     assert "SCENE" in pg.inner_text("#caption-scene").upper()
     assert pg.locator("#caption-table tbody tr").count() >= 1
-    for name in ("events.json", "events.vtt", "events.srt"):
+    for name in ("ball_rolls.events.json", "ball_rolls.vtt", "ball_rolls.srt"):  # named after the clip
         pg.wait_for_selector(f'#caption-files td.filename[aria-label="{name}"]', timeout=30_000)
     assert pg.locator("#caption-files .label-clear-button:visible").count() == 0  # downloads: no × buttons
     # the player carries the events as captions (a WebVTT track)

@@ -413,7 +413,7 @@ def compare_updates(
             variants = ctx.compare_variants(include_bf16)
             view = CompareView(ctx, tab, variants, path, task, query, progress)
             register(view)
-            yield {**cleared_outputs(tab), **view.start()}
+            yield view.start()
             events = service.compare(ctx.engine, task, path, variants, query, live=True)
             yield from follow(events, view, ctx.settings.stream_every_s)  # closing it (Stop) stops the model
             yield view.finished(rows)
