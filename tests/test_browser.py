@@ -583,8 +583,10 @@ FIRST_RUN = "Webb telescope in the clean room"  # an example no other test click
 
 def _replace_clip(pg, root: str, path: Path) -> None:
     """Clear the clip shown (the × on the player), then upload ``path``, as a visitor would."""
-    if pg.locator(f"{root} video").count():
-        pg.locator(f"{root} button[aria-label='Clear']").first.click()
+    pg.wait_for_selector(f"{root} button[aria-label='Clear'], {root} input[type=file]", state="attached")
+    clear = pg.locator(f"{root} button[aria-label='Clear']")
+    if clear.count():
+        clear.first.click()
         pg.wait_for_selector(f"{root} input[type=file]", state="attached", timeout=30_000)
     _upload(pg, root, path)
 
@@ -629,23 +631,25 @@ def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> 
 
     # Find: the same, and a search stopped on the new clip shows no old moment
     _select_tab(pg, "Find · when")
-    pg.wait_for_selector("#find-examples", timeout=30_000)
-    _example(pg, "find", "Webb telescope").click()
+    pg.wait_for_selector("#find-video video", timeout=30_000)  # the ball clip followed the visitor
+    query = pg.locator("#find-query textarea, #find-query input").first
+    query.fill("the red ball rolls")
+    pg.click("#find-run")
     pg.wait_for_selector("#find-metrics .md-card", timeout=RUN_TIMEOUT_MS)
     pg.wait_for_selector("#find-run", state="visible", timeout=30_000)
-    assert "technician" in pg.inner_text("#find-headline")
-    _replace_clip(pg, "#find-video", CLIP)
+    assert "red ball" in pg.inner_text("#find-headline")
+    _replace_clip(pg, "#find-video", EXAMPLES / "flower.mp4")
     pg.wait_for_function(
         """() => !document.querySelector('#find-headline .mf-head')
              && !document.querySelector('#find-timeline .mt-mrow, #find-timeline .mt-span')
              && !document.querySelector('#find-metrics .md-card')""",
         timeout=30_000,
     )
-    pg.locator("#find-query textarea, #find-query input").first.fill("the red ball rolls")
+    query.fill("the flower opens")
     pg.click("#find-run")
     pg.click("#find-stop")
     pg.wait_for_function("document.querySelector('#find-headline')?.innerText.includes('Stopped')")
-    assert "technician" not in pg.inner_text("#tab-find")
+    assert "red ball" not in pg.inner_text("#find-headline")
     assert pg.locator("#find-timeline .mt-mrow").count() == 0
 
     # Compare: a comparison's cards, tables and charts go when the clip changes (the session's runs stay)
@@ -656,7 +660,7 @@ def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> 
     pg.click("#compare-run")
     pg.wait_for_selector("#compare-metrics", state="visible", timeout=RUN_TIMEOUT_MS)
     pg.wait_for_selector("#compare-run", state="visible", timeout=30_000)
-    _replace_clip(pg, "#compare-video", EXAMPLES / "flower.mp4")
+    _replace_clip(pg, "#compare-video", CLIP)
     pg.wait_for_function(
         """() => !document.querySelector('#compare-cards .cc-card')
              && !document.querySelector('#compare-summary .cs-agree')
