@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from marlin_demo.contract import Event
 
-__all__ = ["format_timestamp", "to_srt", "to_webvtt"]
+__all__ = ["Chapters", "chapter_time", "chapters", "format_timestamp", "to_srt", "to_webvtt"]
 
 _ARROW_RE = re.compile(r"-+>")
 
@@ -88,3 +89,67 @@ def to_srt(events: Iterable[Event | Mapping[str, Any]]) -> str:
         timing = f"{_fmt_ms(start_ms, ',')} --> {_fmt_ms(end_ms, ',')}"
         blocks.append(f"{index}\n{timing}\n{text}")
     return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+# ---------------------------------------------------------------------------
+# Chapters: what a video description takes (YouTube's format)
+# ---------------------------------------------------------------------------
+
+MIN_CHAPTERS = 3
+MIN_CHAPTER_S = 10
+TITLE_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Chapters:
+    """``0:00 Title`` lines (YouTube's rules: the first at 0:00, at least three, each at least
+    10 s long), or none and the ``reason`` a clip cannot have them."""
+
+    lines: tuple[str, ...]
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lines": list(self.lines), "reason": self.reason or None}
+
+
+def chapter_time(seconds: float) -> str:
+    """``0:00``, ``2:07``, ``1:02:03``: whole seconds, as video descriptions write them."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _title(text: str) -> str:
+    """One line, cut at a word boundary."""
+    line = " ".join(_ARROW_RE.sub("\u2192", str(text)).split())
+    if len(line) <= TITLE_CHARS:
+        return line
+    return line[: TITLE_CHARS + 1].rsplit(" ", 1)[0].rstrip(",;:.") + "…"
+
+
+def chapters(events: Iterable[Event | Mapping[str, Any]], duration: float) -> Chapters:
+    """Chapters from the caption's events: one starts at each event that begins at least 10 s after
+    the chapter before it and leaves at least 10 s before the end; the first starts at 0:00 with
+    the first event's title. Fewer than three such chapters: none, and a sentence saying why."""
+    if not math.isfinite(duration) or duration < MIN_CHAPTERS * MIN_CHAPTER_S:
+        return Chapters(
+            (),
+            f"No chapters: this clip is {duration if math.isfinite(duration) else 0:.0f} s long, and "
+            f"YouTube needs at least {MIN_CHAPTERS} chapters of {MIN_CHAPTER_S} s or more.",
+        )
+    cues = [(start_ms // 1000, text) for start_ms, _, text in _cues(events)]
+    if not cues:
+        return Chapters((), "No chapters: the caption has no timed events to name them after.")
+    starts: list[tuple[int, str]] = [(0, cues[0][1])]
+    last = int(duration)
+    for start, text in cues[1:]:
+        if start - starts[-1][0] >= MIN_CHAPTER_S and last - start >= MIN_CHAPTER_S:
+            starts.append((start, text))
+    if len(starts) < MIN_CHAPTERS:
+        return Chapters(
+            (),
+            f"No chapters: the events give {len(starts)} stretch{'es' if len(starts) != 1 else ''} "
+            f"of {MIN_CHAPTER_S} s or more, and YouTube needs at least {MIN_CHAPTERS}.",
+        )
+    return Chapters(tuple(f"{chapter_time(t)} {_title(text)}" for t, text in starts))

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)  # axe-core for the browser tests
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -27,6 +28,19 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/python -m pip install -q -r requirements.txt -r requirements-dev.txt
   .venv/bin/python -m pip check
   echo "$want" > "$stamp"
+fi
+
+# axe-core (the browser tests' contrast check): only when package-lock.json changed since the last install
+npm_stamp=node_modules/.package-lock.sha
+if command -v npm >/dev/null 2>&1; then
+  npm_want=$(sha256sum package-lock.json | cut -d' ' -f1)
+  if [ ! -f node_modules/axe-core/axe.min.js ] || [ "$(cat "$npm_stamp" 2>/dev/null)" != "$npm_want" ]; then
+    echo "[setup] installing the browser tests' npm packages (axe-core)"
+    npm ci --no-audit --no-fund --silent
+    echo "$npm_want" > "$npm_stamp"
+  fi
+else
+  echo "[setup] npm not found: the browser tests' contrast check will be skipped (install Node 20 + npm)"
 fi
 
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1

@@ -48,13 +48,23 @@ def test_api_snippet_uploads_a_local_file() -> None:
     assert "/upload" in snippets["bash"]  # curl uploads first
 
 
-def test_cached_badge_only_while_an_example_is_cached() -> None:
+def test_cached_badge_only_while_a_kept_answer_is_shown_again() -> None:
+    """A live run (an example's first click included) has the ordinary badge; a kept answer shown
+    again says that the model did not run now and when its figures were measured."""
     metrics = {"load_s": 2.5}
+    answers = example_notes.ExampleAnswers(limit=2)
+    key = answers.key("find", {"video": "ball.mp4"}, "gptq", " the ball ")
+    assert key == ("find", "ball.mp4", "gptq", "the ball") and answers.get(key) is None
+    kept = answers.keep(key, object(), cold=True)
+    assert answers.get(key) is kept
     assert example_notes.cached_badge(metrics, True, "gptq") is None
-    with example_notes.caching():
+    with example_notes.replaying(kept):
         badge = example_notes.cached_badge(metrics, True, "gptq")
-    assert badge is not None and "when this answer was cached" in badge and "2.50 s" in badge
+    assert badge is not None and "did not run now" in badge and kept.stamp in badge and "2.50 s" in badge
     assert example_notes.cached_badge(metrics, True, "gptq") is None
+    for i in range(3):  # bounded
+        answers.keep(("caption", f"{i}.mp4", "gptq", ""), object(), cold=False)
+    assert answers.get(key) is None
 
 
 def test_duration_limit_reads_as_a_person_would() -> None:

@@ -171,5 +171,20 @@ def test_compare_charts_leave_headroom_and_a_flat_chart_gets_a_unit_axis() -> No
     frame = pd.DataFrame({"variant": ["gptq", "bnb4"], "latency_s": [2.0, 4.0]})
     upd = _chart_update(frame, "latency_s")
     assert upd["visible"] and upd["y_lim"] == [0, 4.0 * CHART_HEADROOM] and CHART_HEADROOM > 1
+    flat = pd.DataFrame({"variant": ["gptq", "bnb4"], "output_tokens": [0.0, 0.0]})
+    assert _chart_update(flat, "output_tokens")["y_lim"] == [0, 1]
+
+
+def test_compare_draws_no_empty_or_process_wide_chart() -> None:
+    """No load-time chart when nothing loaded; CPU peak memory (the whole process, the same for every
+    variant) is not drawn; a GPU memory chart names what it measures."""
+    import pandas as pd
+
+    from marlin_demo.ui.compare import _chart_update
+
     warm = pd.DataFrame({"variant": ["gptq", "bnb4"], "load_s": [0.0, 0.0]})
-    assert _chart_update(warm, "load_s")["y_lim"] == [0, 1]
+    assert _chart_update(warm, "load_s")["visible"] is False
+    mem = pd.DataFrame({"variant": ["gptq", "bnb4"], "peak_memory_mb": [900.0, 900.0]})
+    assert _chart_update(mem, "peak_memory_mb", "cpu_peak_rss")["visible"] is False
+    gpu = _chart_update(mem, "peak_memory_mb", "cuda_peak_allocated")
+    assert gpu["visible"] and "GPU peak allocated" in gpu["title"]

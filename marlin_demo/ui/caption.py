@@ -17,19 +17,22 @@ import gradio as gr
 from marlin_demo import service, subtitles
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, Result, Window
-from marlin_demo.ui import timeline
+from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
     STATUS_JS,
     UIContext,
     clip_status,
-    example_cache_kwargs,
+    clip_stem,
+    example_labels,
+    examples_label,
+    examples_note,
+    kept_answer,
     metrics_html,
     notice_html,
     pick_variant,
     require_upload,
-    run_example,
     status_html,
     tiny_in_use,
     upload_video,
@@ -42,12 +45,17 @@ from marlin_demo.ui.running import (
     RunState,
     StageView,
     Updates,
+    clear_when_clip_changes,
     follow,
+    owns,
+    scroll_mark,
+    waiting_updates,
     wire_run_and_stop,
     with_buttons,
 )
 
 PLAYER_ID = "caption-player"
+PLACEHOLDER = "Choose a clip and caption it: its events appear here on a time axis; click one to play it."
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
 
 
@@ -88,9 +96,11 @@ class CaptionTab:
         ]
 
 
-def scene_html(scene: str) -> str:
+def scene_html(scene: str, scroll: bool = False) -> str:
+    """The scene paragraph; ``scroll``: a finished result, brought into view with the player above it."""
     text = html.escape(scene) if scene.strip() else "<i>The answer had no scene paragraph.</i>"
-    return f'<div class="mc-scene"><div class="mc-label">Scene</div><p>{text}</p></div>'
+    mark = scroll_mark(f"#{PLAYER_ID}") if scroll else ""
+    return f'<div class="mc-scene"{mark}><div class="mc-label">Scene</div><p>{text}</p></div>'
 
 
 def live_html(text: str, stage: str) -> str:
@@ -125,8 +135,7 @@ def stream_message(
 def stopped_html() -> str:
     return (
         '<div class="mc-scene mc-stopped"><div class="mc-label">Stopped</div>'
-        "<p>You stopped this caption: the model stops at its next token. "
-        "Run it again for a full answer.</p></div>"
+        "<p>You stopped this caption before it finished. Run it again for a full answer.</p></div>"
     )
 
 
@@ -134,21 +143,54 @@ def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
     return [(w["start"], w["end"]) for w in result.windows] if len(result.windows) > 1 else []
 
 
-def final_outputs(tab: CaptionTab, ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> Updates:
-    """Every output of a finished caption: also what the cached examples store."""
+def _rows(events: list[Event]) -> list[list[Any]]:
+    """The events table: times rounded to tenths, as the timeline shows them."""
+    return [[i + 1, round(e.start, 1), round(e.end, 1), e.description] for i, e in enumerate(events)]
+
+
+def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
+    """The caption as JSON (with its chapters), WebVTT, SRT and YouTube chapters, named after the clip."""
     folder = ctx.new_run_dir("caption")
-    data = result.to_dict()
-    files = [str(write_json(folder / "events.json", data))]
-    vtt_path = folder / "events.vtt"
+    stem = clip_stem(video)
+    data = caption_json(result)
+    files = [str(write_json(folder / f"{stem}.events.json", data))]
+    vtt_path = folder / f"{stem}.vtt"
     vtt_path.write_text(subtitles.to_webvtt(result.events), encoding="utf-8")
     files.append(str(vtt_path))
     srt = subtitles.to_srt(result.events)
     if srt:
-        (folder / "events.srt").write_text(srt, encoding="utf-8")
-        files.append(str(folder / "events.srt"))
+        (folder / f"{stem}.srt").write_text(srt, encoding="utf-8")
+        files.append(str(folder / f"{stem}.srt"))
+    if data["chapters"]["lines"]:
+        path = folder / f"{stem}.chapters.txt"
+        path.write_text("\n".join(data["chapters"]["lines"]) + "\n", encoding="utf-8")
+        files.append(str(path))
+    return files
+
+
+def caption_json(result: CaptionResult) -> dict[str, Any]:
+    """``/caption``'s JSON: the result, plus its chapters (YouTube's ``0:00 Title`` lines, or why none)."""
+    data = result.to_dict()
+    data["chapters"] = subtitles.chapters(result.events, result.info.duration_s).to_dict()
+    return data
+
+
+def chapters_html(result: CaptionResult) -> str:
+    """The chapters a video description takes, ready to copy; or the sentence saying why there are none."""
+    ch = subtitles.chapters(result.events, result.info.duration_s)
+    if not ch.lines:
+        reason = html.escape(ch.reason)
+        return f'<div class="mc-chapters"><div class="mc-label">Chapters</div><p>{reason}</p></div>'
+    text = html.escape("\n".join(ch.lines))
+    return (
+        '<div class="mc-chapters"><div class="mc-label">Chapters (paste into a video description)</div>'
+        f"<pre>{text}</pre></div>"
+    )
+
+
+def final_outputs(tab: CaptionTab, ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> Updates:
+    """Every output of a finished caption (also what a kept example answer shows again)."""
     duration = result.info.duration_s
-    # Plain values only (the captions are attached by the `with_subtitles` follow-up): Gradio 6.31's
-    # lazy example caching cannot apply prop updates ("'Video' object has no attribute 'info'").
     if result.events:
         tl = timeline.timeline_html(
             duration, result.events, player=f"#{PLAYER_ID}", windows=_windows_of(result)
@@ -157,7 +199,6 @@ def final_outputs(tab: CaptionTab, ctx: UIContext, result: CaptionResult, video:
         tl = timeline.placeholder(
             "No timed events could be read from the answer, so there is nothing to draw."
         )
-    rows = [[i + 1, round(e.start, 2), round(e.end, 2), e.description] for i, e in enumerate(result.events)]
     notice = notice_html(
         tiny=tiny_in_use(ctx),
         format_ok=result.format_ok,
@@ -166,18 +207,18 @@ def final_outputs(tab: CaptionTab, ctx: UIContext, result: CaptionResult, video:
         what="caption",
     )
     return {
-        tab.scene: scene_html(result.scene),
+        tab.scene: scene_html(result.scene, scroll=True) + chapters_html(result),
         tab.timeline: tl,
-        tab.table: rows,
+        tab.table: _rows(result.events),
         tab.player: video,
         tab.metrics: metrics_html(
-            data["metrics"],
+            result.to_dict()["metrics"],
             cold,
             result.variant,
             result.info,
             reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
         ),
-        tab.files: files,
+        tab.files: _downloads(ctx, result, video),
         tab.raw: result.raw,
         tab.notice: notice,
         tab.progress: "",
@@ -216,9 +257,7 @@ def render(ctx: UIContext) -> CaptionTab:
         render=False,
     )
     tl = gr.HTML(
-        timeline.placeholder(
-            "Run a caption: its events appear here on a time axis; click one to jump there."
-        ),
+        timeline.placeholder(PLACEHOLDER),
         js_on_load=timeline.TIMELINE_JS,
         elem_id="caption-timeline",
         render=False,
@@ -252,10 +291,10 @@ def render(ctx: UIContext) -> CaptionTab:
         elem_id="caption-raw",
         render=False,
     )
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=5, min_width=320):
+    with gr.Row(equal_height=False, elem_classes="mr-tab"):
+        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
             video = upload_video(label="Video", sources=["upload"], elem_id="caption-video", height=280)
-            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="caption-status")
+            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="caption-status", elem_classes="mr-slim")
             credit = credit_box("caption-credit")
             video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             video.change(functools.partial(clip_status, ctx, task="caption"), video, status, **PRIVATE_UI)
@@ -286,8 +325,9 @@ def render(ctx: UIContext) -> CaptionTab:
                 progress=progress,
                 stop=stop,
             )
-            tab.examples = _examples(ctx, tab)
-        with gr.Column(scale=7, min_width=360):
+            with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
+                tab.examples = _examples(ctx, tab)
+        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             progress.render()
             player.render()
             tl.render()
@@ -305,26 +345,19 @@ def render(ctx: UIContext) -> CaptionTab:
 
 
 def _examples(ctx: UIContext, tab: CaptionTab) -> gr.helpers.Examples | None:
+    """The examples fill the inputs; the run after that is Run's own (see ``_listen_ui``)."""
     if not ctx.examples:
         return None
-
-    def example_fn(video: str, variant: str) -> Updates:
-        def run(path: str, v: str) -> CaptionResult:
-            result = service.run(ctx.engine, "caption", path, v)
-            assert isinstance(result, CaptionResult)
-            return result
-
-        return run_example(ctx, video, variant, run, functools.partial(final_outputs, tab))
-
-    return gr.Examples(
+    examples = gr.Examples(
         examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],
         inputs=[tab.video, tab.variant],
-        outputs=tab.outputs,
-        fn=example_fn,
-        example_labels=[f"▶ {e.get('title') or e['video']}" for e in ctx.examples],
+        example_labels=example_labels([f"▶ {e.get('title') or e['video']}" for e in ctx.examples]),
+        label=examples_label(ctx),
+        examples_per_page=8,
         elem_id="caption-examples",
-        **example_cache_kwargs(ctx),
     )
+    gr.HTML(examples_note(ctx), elem_id="caption-examples-note")
+    return examples
 
 
 class CaptionView(BarView):
@@ -344,11 +377,14 @@ class CaptionView(BarView):
         self.windows: list[Window] = []  # a long video's windows (none: answered whole)
         self.events: list[Event] = []  # the answered windows' events, merged by the runner
         self.duration = 0.0
+        self.result: CaptionResult | None = None  # the finished answer (kept when it is an example's)
+        self.cold = False
 
     def start(self) -> Updates:
         """The last result is cleared as the request starts."""
         t = self.tab
         cleared: Updates = {
+            t.timeline: timeline.placeholder("The events appear here as the model writes them."),
             t.table: [],
             t.player: None,
             t.metrics: "",
@@ -389,10 +425,13 @@ class CaptionView(BarView):
         return {**updates, **super().window_starts(run)}
 
     def window_done(self, run: RunState, merged: Result) -> Updates | None:
-        """Window k is answered: its events join the timeline when window k+1 starts."""
+        """Window k is answered: its events join the timeline when window k+1 starts; the table and
+        downloads hold windows 1..k at once (a caption stopped later keeps them)."""
         assert isinstance(merged, CaptionResult)
         self.events = list(merged.events)
-        return None
+        if run.window is not None and run.windows is not None and run.window >= run.windows:
+            return None  # the last window: the finished result follows at once
+        return {self.tab.table: _rows(self.events), self.tab.files: _downloads(self.ctx, merged, self.path)}
 
     def writing(self, run: RunState) -> Updates:
         if run.windowed:
@@ -403,6 +442,7 @@ class CaptionView(BarView):
 
     def done(self, run: RunState, result: Result) -> Updates:
         assert isinstance(result, CaptionResult)
+        self.result, self.cold = result, run.cold
         return final_outputs(self.tab, self.ctx, result, self.path, run.cold)
 
 
@@ -420,8 +460,15 @@ class StreamMessages(StageView[dict[str, Any]]):
         return stream_message(result.raw, result)
 
 
-def caption_updates(ctx: UIContext, tab: CaptionTab, video: str | None, variant: str) -> Iterator[Updates]:
-    """The caption as it is written (``CaptionView``).
+def caption_updates(
+    ctx: UIContext,
+    tab: CaptionTab,
+    video: str | None,
+    variant: str,
+    request: gr.Request | None = None,
+    example: bool = False,
+) -> Iterator[Updates]:
+    """The caption as it is written (``CaptionView``); an example's answer is kept for its next click.
 
     A bad clip or request is said once, in the line under the video (no toast, no error pill).
     """
@@ -431,6 +478,10 @@ def caption_updates(ctx: UIContext, tab: CaptionTab, video: str | None, variant:
     except gr.Error as exc:
         yield {tab.progress: "", tab.status: status_html(exc.message, error=True)}
         return
+    key, kept = kept_answer(ctx, "caption", path, v) if example else (None, None)
+    if kept is not None:
+        return  # the first step showed it
+    owns(ctx, "caption", request, path)
     view = CaptionView(ctx, tab, path, v)
     yield view.start()
     try:
@@ -447,6 +498,26 @@ def caption_updates(ctx: UIContext, tab: CaptionTab, video: str | None, variant:
             tab.progress: "",
             tab.status: status_html(exc.message, error=True),
         }
+        return
+    if key is not None and view.result is not None:
+        ctx.answers.keep(key, view.result, view.cold)
+
+
+def kept_example(
+    ctx: UIContext, tab: CaptionTab, video: str | None, variant: str, request: gr.Request
+) -> Updates:
+    """An example's first step: its kept answer at once (the model does not run), else the wait."""
+    buttons = [tab.run, tab.stop]
+    try:
+        path = require_upload(video, ctx)
+        _, kept = kept_answer(ctx, "caption", path, pick_variant(variant, ctx))
+    except gr.Error:
+        kept = None
+    if kept is None:
+        return waiting_updates(buttons, tab.progress)
+    owns(ctx, "caption", request, path)
+    with example_notes.replaying(kept):
+        return {**final_outputs(tab, ctx, kept.result, path, kept.cold), tab.status: gr.skip()}
 
 
 def listen(ctx: UIContext, tab: CaptionTab) -> None:
@@ -455,23 +526,41 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
     _listen_api(ctx, tab)
 
 
+def cleared_outputs(tab: CaptionTab) -> Updates:
+    """Nothing of an earlier clip's caption (its clip changed)."""
+    return {
+        tab.scene: "",
+        tab.timeline: timeline.placeholder(PLACEHOLDER),
+        tab.table: [],
+        tab.player: None,
+        tab.metrics: "",
+        tab.files: None,
+        tab.raw: "",
+        tab.notice: "",
+    }
+
+
 def _listen_ui(ctx: UIContext, tab: CaptionTab) -> None:
-    """Run/Stop with the caption streamed into the tab, then the events as captions on the player."""
+    """Run/Stop with the caption streamed into the tab, then the events as captions on the player;
+    an example click runs the same way (``wire_run_and_stop``)."""
     buttons = [tab.run, tab.stop]
 
-    def caption_ui(video: str | None, variant: str) -> Iterator[Updates]:
-        yield from with_buttons(caption_updates(ctx, tab, video, variant), buttons)
+    def caption_ui(video: str | None, variant: str, request: gr.Request) -> Iterator[Updates]:
+        yield from with_buttons(caption_updates(ctx, tab, video, variant, request), buttons)
+
+    def caption_example(video: str | None, variant: str, request: gr.Request) -> Iterator[Updates]:
+        yield from with_buttons(caption_updates(ctx, tab, video, variant, request, example=True), buttons)
 
     def subtitles_step(table: Any) -> Any:
         return with_subtitles(ctx, table)
 
-    follow_up: dict[str, Any] = {
-        "fn": subtitles_step,
-        "inputs": tab.table,
-        "outputs": tab.player,
-        **PRIVATE_UI,
-    }
-    main = wire_run_and_stop(
+    def first_step(video: str | None, variant: str, request: gr.Request) -> Updates:
+        return kept_example(ctx, tab, video, variant, request)
+
+    example = None
+    if tab.examples is not None:
+        example = (tab.examples.load_input_event, first_step, caption_example)
+    ends = wire_run_and_stop(
         [tab.run.click],
         caption_ui,
         [tab.video, tab.variant],
@@ -480,10 +569,12 @@ def _listen_ui(ctx: UIContext, tab: CaptionTab) -> None:
         tab.progress,
         stopped_html,
         tab.scene,
+        example,
     )
-    main.then(**follow_up)
-    if tab.examples is not None and tab.examples.cache_event is not None:
-        tab.examples.cache_event.then(**follow_up)  # cached outputs are plain values: add the captions
+    for end in ends:
+        end.then(subtitles_step, tab.table, tab.player, **PRIVATE_UI)
+    clear = functools.partial(cleared_outputs, tab)
+    clear_when_clip_changes(ctx, "caption", tab.video, list(clear()), clear)
 
 
 def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
@@ -511,7 +602,9 @@ def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            return service.run(ctx.engine, "caption", path, v).to_dict()
+            result = service.run(ctx.engine, "caption", path, v)
+            assert isinstance(result, CaptionResult)
+            return caption_json(result)
 
     tab.api_button.click(
         caption,

@@ -12,12 +12,13 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import gradio as gr
 from gradio.data_classes import FileData
@@ -47,7 +48,6 @@ PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hid
 
 CacheMode = Literal["eager", "lazy", "off"]
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
-UI_CACHE_VERSION = "ui-5"  # bump when example outputs change shape: old caches are then ignored
 
 
 def variant_label(variant: str) -> str:
@@ -74,6 +74,10 @@ class UIContext:
     #: per (variant, video path): the first token's time when the video was last read in full,
     #: so a later question that reuses that reading can say what it saved
     first_reads: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: the examples' finished answers (made live the first time; see ``example_notes``)
+    answers: example_notes.ExampleAnswers = field(default_factory=example_notes.ExampleAnswers)
+    #: per (tab, session): the clip the tab's results belong to (see ``ResultsClip``)
+    results_clip: ResultsClip = field(default_factory=lambda: ResultsClip())
 
     @property
     def variants(self) -> list[str]:
@@ -182,82 +186,102 @@ def short_name(example: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Example cache: one folder per model and example set, stale entries dropped
+# Examples: the same run as an upload's, kept for the next click
 # ---------------------------------------------------------------------------
 
-
-def example_cache_root(ctx: UIContext) -> Path:
-    """Where this app's cached example outputs live (``GRADIO_EXAMPLES_CACHE`` moves the base).
-
-    Gradio never invalidates its cache and keys it by component id, so the
-    folder is keyed by the model, its sources, the examples and this UI's
-    version: outputs of the tiny stand-in are never shown for the real model.
-    """
-    import hashlib
-
-    base = Path(os.environ.get("GRADIO_EXAMPLES_CACHE", ".gradio/cached_examples"))
-    s = ctx.engine.settings
-    key_parts = [
-        UI_CACHE_VERSION,
-        ctx.engine.model_label,
-        s.model,
-        s.bf16_id,
-        s.gptq_id,
-        s.revision,
-        s.gptq_revision,
-        ",".join(ctx.variants),
-        json.dumps(ctx.examples, sort_keys=True),
-        *(f"{e['video']}:{ctx.clip(e).stat().st_size}" for e in ctx.examples),
-    ]
-    digest = hashlib.sha256("\n".join(key_parts).encode()).hexdigest()[:12]
-    name = "tiny" if s.is_tiny else re.sub(r"[^A-Za-z0-9_.-]+", "_", s.model)[-40:]
-    return base / f"marlin-{name}-{digest}"
-
-
-_PATH_RE = re.compile(r"""['"]path['"]\s*:\s*['"]([^'"]+)['"]""")
-
-
 EXAMPLE_TIMING = {
-    "lazy": "an example's first click runs the model, then its answer is cached and shows at once",
-    "eager": "cached at start-up: until that is done a click runs the model",
+    "lazy": "the first click runs the model as Run does; later clicks show that answer at once",
+    "eager": "answered at start-up, then shown at once; until then a click runs the model",
     "off": "each click runs the model",
 }
 
 
-def example_cache_kwargs(ctx: UIContext) -> dict[str, Any]:
-    """The ``gr.Examples`` arguments of a tab whose examples run the model (and are cached unless off)."""
-    cached = ctx.cache_mode != "off"
-    return {
-        "cache_examples": cached,
-        "cache_mode": "lazy" if ctx.cache_mode == "lazy" else "eager",
-        "label": (
-            (
-                f"Examples (answers of the tiny stand-in, not Marlin-2B; {EXAMPLE_TIMING[ctx.cache_mode]})"
-                if ctx.settings.is_tiny
-                else f"Examples ({EXAMPLE_TIMING[ctx.cache_mode]})"
-            )
-            if cached
-            else "Examples"
-        ),
-        "examples_per_page": 8,
-    }
+def examples_label(ctx: UIContext) -> str:
+    """The Examples heading: one short line (how a click behaves is in the note under it)."""
+    return "Examples (tiny stand-in answers)" if ctx.settings.is_tiny else "Examples"
 
 
-def prune_stale_example_cache(root: Path) -> list[Path]:
-    """Drop cached examples that point at files gone since (Gradio's temp folder is not permanent)."""
-    removed: list[Path] = []
-    if not root.is_dir():
-        return removed
-    for log_csv in root.glob("*/log.csv"):
-        try:
-            text = log_csv.read_text(encoding="utf-8")
-        except OSError:
+def examples_note(ctx: UIContext) -> str:
+    """One line under the examples: what a click does."""
+    return f'<p class="mx-note">A click fills the inputs and runs it: {EXAMPLE_TIMING[ctx.cache_mode]}.</p>'
+
+
+def example_labels(labels: Sequence[str], limit: int = 60) -> list[str]:
+    """Example labels cut at a word boundary (never mid-word), with an ellipsis when cut."""
+    out = []
+    for label in labels:
+        if len(label) <= limit:
+            out.append(label)
             continue
-        paths = [p for p in _PATH_RE.findall(text) if not p.startswith(("http://", "https://"))]
-        if any(not Path(p).exists() for p in paths):
-            shutil.rmtree(log_csv.parent, ignore_errors=True)
-            removed.append(log_csv.parent)
-    return removed
+        cut = label[: limit + 1].rsplit(" ", 1)[0].rstrip(' ·,;:“"')
+        out.append(cut + "…")
+    return out
+
+
+def kept_answer(
+    ctx: UIContext, task: str, path: str, variant: str, query: str | None = None
+) -> tuple[example_notes.Key | None, example_notes.Kept | None]:
+    """The key of an example clip's answer (None for an upload that is no example) and the answer kept
+    for it, when examples are kept at all."""
+    if ctx.cache_mode == "off":
+        return None, None
+    example = ctx.ground_truth(path)
+    if example is None:
+        return None, None
+    key = ctx.answers.key(task, example, variant, query)
+    return key, ctx.answers.get(key)
+
+
+class ResultsClip:
+    """Which clip each tab's results belong to, per browser session.
+
+    A tab's results are cleared when its clip changes (``stale``), unless they already belong to the
+    new clip: an example's answer can arrive before or after the clip's own change event, and
+    whichever comes first, the answer is never wiped.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._clips: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def own(self, tab: str, session: str, clip: str | None) -> None:
+        """The tab's results (those now being made) belong to ``clip``."""
+        with self._lock:
+            self._clips[(tab, session)] = clip or ""
+            while len(self._clips) > self.limit:
+                self._clips.pop(next(iter(self._clips)))
+
+    def stale(self, tab: str, session: str, clip: str | None) -> bool:
+        """The clip changed to ``clip``: True (and forgotten) when the tab's results were another clip's."""
+        with self._lock:
+            owner = self._clips.get((tab, session), "")
+            if not owner or same_file(owner, clip):
+                return False
+            self._clips[(tab, session)] = ""
+            return True
+
+
+def same_file(a: str | None, b: str | None) -> bool:
+    """The same clip, whatever folder Gradio copied it to (name and size; no hashing on each change)."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    try:
+        return os.path.basename(a) == os.path.basename(b) and os.path.getsize(a) == os.path.getsize(b)
+    except OSError:
+        return False
+
+
+def clip_stem(video: str | os.PathLike[str] | None) -> str:
+    """A file-name stem from the clip's name (downloads are named after the clip)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(video or "")).stem).strip("._")
+    return stem[:60] or "clip"
+
+
+def session_of(request: gr.Request | None) -> str:
+    return (getattr(request, "session_hash", None) or "") if request is not None else ""
 
 
 # ---------------------------------------------------------------------------
@@ -392,6 +416,11 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
     return status_html(text + "." + (f" {note}" if note else ""))
 
 
+def clip_ok(ctx: UIContext, video: str | None) -> bool:
+    """The clip passes the checks ``clip_status`` says (its own bytes, not a converted copy)."""
+    return bool(video) and "ms-error" not in clip_status(ctx, video, "caption")
+
+
 def status_html(message: str, error: bool = False) -> str:
     """The line under an input: what is wrong (red) or that it is fine."""
     cls = "ms-status ms-error" if error else "ms-status ms-ok"
@@ -410,9 +439,25 @@ if (!window.__marlinStatus) {
       .filter((l) => l && l !== '×' && !/^(error|\d+)$/i.test(l));
     return lines.length > 0 && lines.every((l) => l === 'Video not playable');
   };
+  // Gradio's own refusal of a file by its type ("Only video/x-m4v,video/* allowed") becomes the app's
+  // sentence in the visible tab's status line
+  const typeRefused = (item) => /Only .*video.* allowed/i.test(item.innerText);
+  const sayRefused = () => {
+    const line = [...document.querySelectorAll('#caption-status, #find-status')]
+      .find((el) => el.offsetParent !== null);
+    if (!line) return;
+    const div = document.createElement('div');
+    div.className = 'ms-status ms-error';
+    div.setAttribute('role', 'alert');
+    div.textContent = 'This file is not a video: upload an MP4, WebM, MOV or MKV clip.';
+    line.querySelector('.ms-status')?.remove();
+    (line.querySelector('.prose') || line).appendChild(div);
+  };
   new MutationObserver(() => {
     document.querySelectorAll('.toast-item').forEach((item) => {
-      if (item.style.display !== 'none' && onlyUnplayable(item)) item.style.display = 'none';
+      if (item.style.display === 'none') return;
+      if (typeRefused(item)) { item.style.display = 'none'; sayRefused(); }
+      else if (onlyUnplayable(item)) item.style.display = 'none';
     });
   }).observe(document.body, { childList: true, subtree: true });
   document.addEventListener('error', (ev) => {
@@ -429,26 +474,6 @@ if (!window.__marlinStatus) {
 }
 """
 """``js_on_load`` of the status line under a tab's video input."""
-
-
-R = TypeVar("R")
-U = TypeVar("U")
-
-
-def run_example(
-    ctx: UIContext,
-    video: str | None,
-    variant: str | None,
-    run: Callable[[str, str], R],
-    finish: Callable[[UIContext, R, str, bool], U],
-) -> U:
-    """What an example's ``fn`` does: check the upload and variant, ``run(path, variant)``, then
-    ``finish(ctx, result, path, cold)`` (the tab's ``final_outputs``)."""
-    path = require_upload(video, ctx)
-    v = pick_variant(variant, ctx)
-    cold = v not in ctx.engine.loaded()
-    with user_errors(), example_notes.caching():  # its metrics say they are the cached run's
-        return finish(ctx, run(path, v), path, cold)
 
 
 # ---------------------------------------------------------------------------

@@ -18,13 +18,16 @@ import pandas as pd
 
 from marlin_demo import agreement as cmp
 from marlin_demo import service
+from marlin_demo.results import memory_label
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
     UIContext,
     error_html,
+    example_labels,
     require_upload,
+    session_of,
     short_name,
     upload_video,
     user_errors,
@@ -50,8 +53,18 @@ from marlin_demo.ui.compare_view import (
     write_session_csv,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
-from marlin_demo.ui.running import RunState, StageView, Updates, follow
+from marlin_demo.ui.running import (
+    RunState,
+    StageView,
+    Updates,
+    clear_when_clip_changes,
+    follow,
+    owns,
+    run_buttons,
+    with_buttons,
+)
 
+EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
 #: the charts' y axis ends this far above the tallest bar
 CHART_HEADROOM = 1.15
 
@@ -115,9 +128,9 @@ def render(ctx: UIContext) -> CompareTab:
                 visible="bf16" in ctx.variants,
                 elem_id="compare-bf16",
             )
-            with gr.Row():
-                run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run", scale=4)
-                stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=1, min_width=70)
+            with gr.Row(elem_classes="mr-buttons"):
+                run = gr.Button(run_label(ctx, False), variant="primary", elem_id="compare-run")
+                stop = gr.Button("Stop", variant="stop", visible=False, elem_id="compare-stop")
             gr.Markdown(
                 "Each variant runs in turn on the same frames and prompt. A variant's first run is *cold*: "
                 "it includes loading the model, shown apart from *warm* runs.",
@@ -129,7 +142,7 @@ def render(ctx: UIContext) -> CompareTab:
         with gr.Column(scale=8, min_width=420):
             summary = gr.HTML("", elem_id="compare-summary")
             cards = gr.HTML(
-                '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>',
+                EMPTY_CARDS,
                 js_on_load=timeline.TIMELINE_JS,
                 elem_id="compare-cards",
             )
@@ -200,13 +213,16 @@ def _examples(ctx: UIContext, inputs: list[Any]) -> None:
             for i, (e, q) in enumerate(rows)
         ],
         inputs=inputs,
-        example_labels=[
-            f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
-            for i, (e, q) in enumerate(rows)
-        ],
-        label="Examples (fill the inputs; press Compare)",
+        example_labels=example_labels(
+            [
+                f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
+                for i, (e, q) in enumerate(rows)
+            ]
+        ),
+        label="Examples",
         elem_id="compare-examples",
     )
+    gr.HTML('<p class="mx-note">Click one to fill the inputs, then press Compare.</p>')
 
 
 def _plots(ctx: UIContext) -> list[gr.BarPlot]:
@@ -238,11 +254,22 @@ def _plots(ctx: UIContext) -> list[gr.BarPlot]:
     return plots
 
 
-def _chart_update(frame: Any, key: str) -> Any:
-    """A bar chart's new data, with headroom above the tallest bar (its tooltip and top stay visible);
-    an all-zero chart (every load warm) gets a 0-1 axis, not "0.000000"."""
+def _chart_update(frame: Any, key: str, memory_kind: str = "cuda_peak_allocated") -> Any:
+    """A bar chart's new data, with headroom above the tallest bar (its tooltip and top stay visible).
+
+    Not drawn when it would say nothing: a load-time chart where nothing loaded in this request,
+    and a peak-memory chart of the whole CPU process (every variant shares that one peak; the
+    table names it). A GPU memory chart says what it measures in its title.
+    """
     top = float(frame[key].max()) if len(frame) else 0.0
-    return gr.update(value=frame, visible=True, y_lim=[0, top * CHART_HEADROOM if top > 0 else 1])
+    if key == "load_s" and top <= 0:
+        return gr.update(visible=False)
+    extra: dict[str, Any] = {}
+    if key == "peak_memory_mb":
+        if memory_kind != "cuda_peak_allocated":
+            return gr.update(visible=False)
+        extra["title"] = f"Peak memory: {memory_label(memory_kind)} (MB)"
+    return gr.update(value=frame, visible=True, y_lim=[0, top * CHART_HEADROOM if top > 0 else 1], **extra)
 
 
 def run_label(ctx: UIContext, include_bf16: bool) -> str:
@@ -329,6 +356,13 @@ class CompareView(StageView[Updates]):
             self.comparison = event
         return None
 
+    def stopped_cards(self) -> str:
+        """The cards once Stop was pressed: the variant that was writing stopped there, the ones after
+        it never ran."""
+        return cards_html(
+            self.ctx, self.variants, self.results, self.cold, self.duration, self.truth, self.live, True
+        )
+
     def finished(self, rows: list[dict[str, Any]]) -> Updates:
         """Every output once the comparison is over; the session's runs grow by its rows."""
         run = self.comparison
@@ -339,13 +373,15 @@ class CompareView(StageView[Updates]):
         frame = metrics_frame(ok, self.cold)
         new_rows = session_rows(rows, self.path, self.task, run.query, ok, self.cold, payload)
         has_scores = "scores" in payload
+        kinds = {r.metrics.memory_kind for r in ok.values()}
+        kind = kinds.pop() if len(kinds) == 1 else "mixed"
         t = self.tab
         charts = zip(t.plots, CHARTS, strict=True)
         return {
             t.summary: summary_html(payload),
             t.cards: cards_html(self.ctx, self.variants, self.results, self.cold, self.duration, self.truth),
             t.metrics_table: gr.update(value=titled(frame), visible=True),
-            **{plot: _chart_update(chart_frame(frame, key), key) for plot, (key, _) in charts},
+            **{plot: _chart_update(chart_frame(frame, key), key, kind) for plot, (key, _) in charts},
             t.scores: gr.update(
                 value=scores_frame(self.task, payload) if has_scores else None, visible=has_scores
             ),
@@ -366,27 +402,47 @@ def compare_updates(
     include_bf16: bool,
     rows: list[dict[str, Any]],
     progress: Callable[..., Any],
+    register: Callable[[CompareView], None] = lambda view: None,
 ) -> Iterator[Updates]:
-    """The comparison as it runs (``CompareView``), then its tables and charts; an error is said in
-    the progress area, then raised."""
+    """The comparison as it runs (``CompareView``, handed to ``register`` for Stop), then its tables
+    and charts; an error is said in the progress area."""
     try:
         path = require_upload(video, ctx)
         with user_errors():
             variants = ctx.compare_variants(include_bf16)
             view = CompareView(ctx, tab, variants, path, task, query, progress)
+            register(view)
             yield view.start()
             events = service.compare(ctx.engine, task, path, variants, query, live=True)
             yield from follow(events, view, ctx.settings.stream_every_s)  # closing it (Stop) stops the model
             yield view.finished(rows)
     except gr.Error as exc:
         yield {tab.summary: error_html(exc.message)}
-        raise
+
+
+def cleared_outputs(tab: CompareTab) -> Updates:
+    """Nothing of an earlier comparison (its clip changed, or a new one starts); the session's runs stay."""
+    return {
+        tab.summary: "",
+        tab.cards: EMPTY_CARDS,
+        tab.metrics_table: gr.update(visible=False),
+        **{plot: gr.update(visible=False) for plot in tab.plots},
+        tab.scores: gr.update(visible=False),
+    }
+
+
+STOPPED_HTML = (
+    '<div class="cs-summary cs-stopped" role="status">Stopped: you cancelled the comparison. '
+    "Press Compare to run it again.</div>"
+)
 
 
 def listen(ctx: UIContext, tab: CompareTab) -> None:
-    """Wire the streaming UI comparison and the public ``/compare`` endpoint."""
-    running_in: set[str] = set()  # the sessions whose comparison is running (for Stop's message)
+    """Wire the streaming UI comparison (Stop shown only while it runs) and the public ``/compare``."""
+    running_in: dict[str, CompareView] = {}  # the sessions whose comparison is running (for Stop)
+    stopped_in: dict[str, CompareView] = {}
     stop_state = gr.State(False)
+    buttons = [tab.run, tab.stop]
 
     def compare_ui(
         video: str | None,
@@ -397,57 +453,59 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Updates]:
-        session = request.session_hash or ""
-        running_in.add(session)
-        try:
-            yield from compare_updates(ctx, tab, video, task, query, include_bf16, rows, progress)
-        finally:
-            running_in.discard(session)
+        session = session_of(request)
+        owns(ctx, "compare", request, video)
 
-    tab.task.change(
-        lambda t: gr.update(visible=t == "find"),
-        tab.task,
-        tab.query,
-        **PRIVATE_UI,
-    )
+        def register(view: CompareView) -> None:
+            running_in[session] = view
+
+        try:
+            updates = compare_updates(ctx, tab, video, task, query, include_bf16, rows, progress, register)
+            yield from with_buttons(updates, buttons)
+        finally:
+            running_in.pop(session, None)
+
+    tab.task.change(lambda t: gr.update(visible=t == "find"), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
-        lambda on: gr.update(value=run_label(ctx, bool(on))),
-        tab.include_bf16,
-        tab.run,
-        **PRIVATE_UI,
+        lambda on: gr.update(value=run_label(ctx, bool(on))), tab.include_bf16, tab.run, **PRIVATE_UI
     )
+    tab.run.click(lambda: run_buttons(buttons, True), None, buttons, **PRIVATE_UI)
     running = tab.run.click(
         compare_ui,
         [tab.video, tab.task, tab.query, tab.include_bf16, tab.session],
-        tab.outputs,
+        [*tab.outputs, *buttons],
         api_visibility="private",
         show_progress="hidden",  # the progress area (summary) and the cards say what runs
         **GPU_EVENT,
     )
 
     # Stop: Gradio closes the running generator, which closes the request: the model stops at its
-    # next token. The variants that finished are not shown (their tables need the whole comparison).
-    # Whether a comparison was running is read when Stop is pressed; the message then goes through
-    # the queue, after the stopped run's last messages, so none of them can overwrite it.
-    def was_running(request: gr.Request) -> bool:
-        return (request.session_hash or "") in running_in
+    # next token. The variants that finished are not tabled (their tables need the whole comparison);
+    # the cards say which variant stopped and which never ran. Whether a comparison was running is
+    # read when Stop is pressed; the message then goes through the queue, after the stopped run's
+    # last messages, so none of them can overwrite it.
+    def was_running(request: gr.Request) -> Updates:
+        view = running_in.get(session_of(request))
+        if view is not None:
+            stopped_in[session_of(request)] = view
+        return {stop_state: view is not None, **run_buttons(buttons, False)}
 
-    def stopped(was: bool) -> Any:
-        if not was:
-            return gr.skip()
-        return (
-            '<div class="cs-summary cs-stopped" role="status">Stopped: the comparison was cancelled. '
-            "Press Compare to run it again.</div>"
-        )
+    def stopped(was: bool, request: gr.Request) -> Updates:
+        view = stopped_in.pop(session_of(request), None)
+        if not was or view is None:
+            return {tab.summary: gr.skip()}
+        return {tab.summary: STOPPED_HTML, tab.cards: view.stopped_cards()}
 
-    tab.stop.click(was_running, None, stop_state, cancels=[running], **PRIVATE_UI).then(
+    tab.stop.click(was_running, None, [stop_state, *buttons], cancels=[running], **PRIVATE_UI).then(
         stopped,
         stop_state,
-        tab.summary,
+        [tab.summary, tab.cards],
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=None,
     )
+    clear = functools.partial(cleared_outputs, tab)
+    clear_when_clip_changes(ctx, "compare", tab.video, list(clear()), clear)
     _listen_api(ctx, tab)
 
 

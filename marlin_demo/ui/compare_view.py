@@ -26,6 +26,7 @@ from marlin_demo.ui.common import (
     tiny_in_use,
     variant_label,
 )
+from marlin_demo.ui.timeline import clock
 
 VIDEO_ID = "compare-video"
 CHART_TITLES = {
@@ -89,16 +90,20 @@ def _card(
     truth: tuple[float, float] | None,
     live: str | None = None,
     will_load: bool = False,
+    stopped: bool = False,
 ) -> str:
-    """One variant's column. ``cold`` is None until the variant starts; ``live`` is its text so far."""
+    """One variant's column. ``cold`` is None until the variant starts; ``live`` is its text so far;
+    ``stopped``: the comparison was stopped (a variant not started never ran)."""
     label = html.escape(variant_label(variant))
     badge = _badge(cold, will_load)
+    if stopped and cold is None and result is None:
+        badge = '<span class="md-badge cc-queued">not run</span>'
     if isinstance(result, str):  # an error message for this variant
         body = error_html(result)
     elif isinstance(result, CaptionResult):
         events = (
             "".join(
-                f"<li><b>{e.start:.1f}–{e.end:.1f} s</b> {html.escape(e.description)}</li>"
+                f"<li><b>{clock(e.start)}–{clock(e.end)}</b> {html.escape(e.description)}</li>"
                 for e in result.events
             )
             or "<li><i>no timed events could be read</i></li>"
@@ -112,10 +117,11 @@ def _card(
         if result.span is None:
             span = '<p class="cc-span cc-none">No span: the answer gave no usable time range.</p>'
         else:
-            span = f'<p class="cc-span">{result.span[0]:.1f} s → {result.span[1]:.1f} s</p>'
+            span = f'<p class="cc-span">{clock(result.span[0])} → {clock(result.span[1])}</p>'
         if truth is not None:
             iou = temporal_iou(result.span, truth)
-            span += f'<p class="cc-truth">ground truth {truth[0]:.1f}–{truth[1]:.1f} s · IoU {iou:.2f}</p>'
+            gt = f"ground truth {clock(truth[0])}–{clock(truth[1])} · IoU {iou:.2f}"
+            span += f'<p class="cc-truth">{gt}</p>'
         body = span + timeline.timeline_html(
             duration,
             span=result.span,
@@ -126,7 +132,14 @@ def _card(
         )
     elif live is not None:
         text = f"<pre>{html.escape(live)}</pre>" if live else ""
-        body = f'<div class="cc-live"><div class="mc-label">writing…</div>{text}</div>'
+        state = "stopped here" if stopped else "writing…"
+        body = f'<div class="cc-live"><div class="mc-label">{state}</div>{text}</div>'
+    elif stopped:
+        body = (
+            '<p class="cc-wait">stopped before it wrote anything</p>'
+            if cold is not None
+            else '<p class="cc-wait">not run: the comparison was stopped first</p>'
+        )
     elif cold is not None:
         body = '<p class="cc-wait">starting…</p>'
     else:
@@ -163,8 +176,10 @@ def cards_html(
     duration: float,
     truth: tuple[float, float] | None,
     live: Mapping[str, str] | None = None,
+    stopped: bool = False,
 ) -> str:
-    """A column per variant; one not started yet (absent from ``cold``) says whether it will load."""
+    """A column per variant; one not started yet (absent from ``cold``) says whether it will load
+    (or, once ``stopped``, that it never ran)."""
     live = live or {}
     cols = "".join(
         _card(
@@ -175,6 +190,7 @@ def cards_html(
             truth,
             live=live.get(v),
             will_load=service.is_cold(ctx.engine, v),
+            stopped=stopped,
         )
         for v in variants
     )
@@ -201,32 +217,36 @@ def progress_html(variant: str | None, index: int, total: int, step: str, chars:
     )
 
 
+AGREEMENT_NAMES = {
+    "span_iou": "span IoU",
+    "event_iou": "matched-event IoU",
+    "event_f1": "event F1",
+    "rouge_l": "caption ROUGE-L",
+}
+
+
 def summary_html(payload: Mapping[str, Any] | None, running: str | None = None) -> str:
+    """How far the variants agree: one compact table, a row per pair and a column per measure."""
     if running:
         return f'<div class="cs-summary cs-running" role="status">{html.escape(running)}</div>'
     if not payload:
         return ""
-    chips = []
-    for pair, values in payload["agreement"].items():
-        a, b = pair.split("|", 1)
-        for key, value in values.items():
-            name = {
-                "span_iou": "span IoU",
-                "event_iou": "matched-event IoU",
-                "event_f1": "event F1",
-                "rouge_l": "caption ROUGE-L",
-            }.get(key, key)
-            chips.append(
-                f'<div class="cs-chip"><div class="cs-pair">{html.escape(a)} ↔ {html.escape(b)}</div>'
-                f'<div class="cs-val">{value:.2f}</div><div class="cs-name">{html.escape(name)}</div>'
-                f'<div class="cs-bar"><span style="width:{100 * max(0.0, min(1.0, value)):.0f}%">'
-                "</span></div>"
-                "</div>"
-            )
-    if not chips:
-        chips.append(
-            '<div class="cs-chip"><div class="cs-name">only one variant ran: nothing to compare</div></div>'
+    pairs = list(payload["agreement"].items())
+    keys = list(dict.fromkeys(k for _, values in pairs for k in values))
+    if pairs and keys:
+        head = "".join(f"<th>{html.escape(AGREEMENT_NAMES.get(k, k))}</th>" for k in keys)
+        body = "".join(
+            f'<tr><th scope="row">{html.escape(pair.replace("|", " ↔ "))}</th>'
+            + "".join(_agreement_cell(values.get(k)) for k in keys)
+            + "</tr>"
+            for pair, values in pairs
         )
+        table = (
+            f'<table class="cs-agree"><thead><tr><th>Pair</th>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+        )
+    else:
+        table = '<p class="cs-name">Only one variant ran: nothing to compare.</p>'
     truth = ""
     if "scores" in payload:
         truth = (
@@ -235,8 +255,16 @@ def summary_html(payload: Mapping[str, Any] | None, running: str | None = None) 
         )
     return (
         '<div class="cs-summary"><div class="cs-title">Agreement between the variants (1 = identical)</div>'
-        f'<div class="cs-chips">{"".join(chips)}</div>{truth}</div>'
+        f"{table}{truth}</div>"
     )
+
+
+def _agreement_cell(value: float | None) -> str:
+    if value is None:
+        return "<td>–</td>"
+    pct = 100 * max(0.0, min(1.0, value))
+    bar = f'<span class="cs-bar"><span style="width:{pct:.0f}%"></span></span>'
+    return f'<td><span class="cs-val">{value:.2f}</span>{bar}</td>'
 
 
 # ---------------------------------------------------------------------------

@@ -1,37 +1,78 @@
-"""Honest labels for cached examples: their figures were measured once, when the answer was cached.
+"""The examples' answers: made by a live run the first time, then shown from memory, labelled honestly.
 
-A cached example appears in a fraction of a second, yet its metrics are those of the run that made
-the cache (a cold load, a 20 s latency). While an example's answer is being made for the cache,
-``caching()`` is on, and the metrics badge says when it was measured and that it is a stored run.
+An example's first click runs exactly as an upload's Run does (progress, streamed text, Stop, the
+variant chips), because it *is* that run; its finished result is kept here. A later click shows the
+kept result at once, and its metrics badge says when the figures were measured and that nothing ran
+now (``replaying``). Kept in memory: a restarted server answers each example live once more.
 """
 
 from __future__ import annotations
 
 import contextlib
 import html
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
-_CACHING: ContextVar[bool] = ContextVar("marlin_example_caching", default=False)
+Key = tuple[str, str, str, str]
+"""(task, example clip name, variant, query): one example's answer."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A finished example answer and how it was made."""
+
+    result: Any  # CaptionResult | FindResult
+    cold: bool
+    stamp: str  # when it was measured (UTC)
+
+
+_REPLAY: ContextVar[Kept | None] = ContextVar("marlin_example_replay", default=None)
+
+
+class ExampleAnswers:
+    """Every example's finished answer, per (task, clip, variant, query); thread-safe, bounded."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._items: dict[Key, Kept] = {}
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    @staticmethod
+    def key(task: str, example: Mapping[str, Any], variant: str, query: str | None = None) -> Key:
+        return (task, str(example["video"]), variant, (query or "").strip())
+
+    def get(self, key: Key) -> Kept | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def keep(self, key: Key, result: Any, cold: bool) -> Kept:
+        kept = Kept(result, cold, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        with self._lock:
+            self._items[key] = kept
+            while len(self._items) > self.limit:
+                self._items.pop(next(iter(self._items)))
+        return kept
 
 
 @contextlib.contextmanager
-def caching() -> Iterator[None]:
-    """Mark the outputs made inside as an example's cached answer (see ``cached_badge``)."""
-    token = _CACHING.set(True)
+def replaying(kept: Kept) -> Iterator[None]:
+    """The outputs made inside show ``kept``: its metrics badge says they are a stored run's."""
+    token = _REPLAY.set(kept)
     try:
         yield
     finally:
-        _CACHING.reset(token)
+        _REPLAY.reset(token)
 
 
 def cached_badge(metrics: Mapping[str, Any], cold: bool, variant: str) -> str | None:
-    """The run badge of a cached example's metrics, or None for a live request."""
-    if not _CACHING.get():
+    """The run badge of a kept example answer shown again, or None for a live request."""
+    kept = _REPLAY.get()
+    if kept is None:
         return None
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = metrics.get("load_s")
     how = (
         f"a cold run: {variant} was loaded for it ({load:.2f} s)"
@@ -39,18 +80,7 @@ def cached_badge(metrics: Mapping[str, Any], cold: bool, variant: str) -> str | 
         else ("a cold run" if cold else f"a warm run: {variant} was already loaded")
     )
     return (
-        f'<span class="md-badge md-cached" data-cached="1">Cached example: these figures were measured '
-        f"{html.escape(stamp)}, when this answer was cached ({html.escape(how)}); it is now shown from "
-        "the cache, without running the model.</span>"
+        f'<span class="md-badge md-cached" data-cached="1">Cached example: the model did not run now. '
+        f"This answer and its figures come from the run that first answered it, {html.escape(kept.stamp)} "
+        f"({html.escape(how)}).</span>"
     )
-
-
-def one_progress_area(demo: Any, examples: Any, target: Any) -> None:
-    """An example that runs the model (its first click) shows its progress on ``target`` only.
-
-    Gradio's example event otherwise puts a spinner on every output of the tab (six at once).
-    """
-    event = getattr(examples, "cache_event", None)
-    block_fn = demo.fns.get(event.get("id")) if event is not None else None
-    if block_fn is not None:
-        block_fn.show_progress_on = [target]

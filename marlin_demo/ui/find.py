@@ -20,20 +20,23 @@ from marlin_demo import service
 from marlin_demo.longvideo import plan as win
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult, Result
-from marlin_demo.ui import timeline
+from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
     STATUS_JS,
     UIContext,
     clip_status,
+    clip_stem,
     error_html,
-    example_cache_kwargs,
+    example_labels,
+    examples_label,
+    examples_note,
+    kept_answer,
     metrics_html,
     notice_html,
     pick_variant,
     require_upload,
-    run_example,
     short_name,
     status_html,
     tiny_in_use,
@@ -41,10 +44,23 @@ from marlin_demo.ui.common import (
     user_errors,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
-from marlin_demo.ui.running import BarView, RunState, Updates, follow, wire_run_and_stop, with_buttons
+from marlin_demo.ui.running import (
+    BarView,
+    RunState,
+    Updates,
+    clear_when_clip_changes,
+    follow,
+    owns,
+    scroll_mark,
+    waiting_updates,
+    wire_run_and_stop,
+    with_buttons,
+)
+from marlin_demo.ui.timeline import clock
 from marlin_demo.video import VideoError, export_clip
 
 VIDEO_ID = "find-video"
+PLACEHOLDER = "Describe an event and run Find: its span appears here; click it to play it."
 
 
 @dataclass
@@ -56,7 +72,6 @@ class FindTab:
     run: gr.Button
     headline: gr.HTML
     timeline: gr.HTML
-    clip: gr.File
     notice: gr.HTML
     metrics: gr.HTML
     raw: gr.Textbox
@@ -75,7 +90,6 @@ class FindTab:
         return [
             self.headline,
             self.timeline,
-            self.clip,
             self.metrics,
             self.raw,
             self.notice,
@@ -90,11 +104,13 @@ def _truth(ctx: UIContext, video: str, query: str) -> tuple[float, float] | None
 
 
 def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
+    """The answer in one line (times as the timeline writes them), brought into view when it comes."""
     q = html.escape(result.query)
+    mark = scroll_mark()
     if result.span is None:
         said = html.escape(result.raw[:300]) or "(nothing)"
         return (
-            f'<div class="mf-head mf-none"><div class="mf-q">“{q}”</div>'
+            f'<div class="mf-head mf-none"{mark}><div class="mf-q">“{q}”</div>'
             '<div class="mf-v">No span found</div><div class="mf-h">The answer did not contain a usable '
             f"time range, so nothing is highlighted. The model said: “{said}”</div></div>"
         )
@@ -107,14 +123,14 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
         )
     if truth is not None:
         extra += (
-            f'<div class="mf-h">Ground truth of this example: {truth[0]:.1f} s → {truth[1]:.1f} s · '
+            f'<div class="mf-h">Ground truth of this example: {clock(truth[0])} → {clock(truth[1])} · '
             f"IoU {temporal_iou(result.span, truth):.2f}</div>"
         )
     return (
-        f'<div class="mf-head"><div class="mf-q">“{q}”</div>'
-        f'<div class="mf-v">{s:.1f} s → {e:.1f} s</div>'
-        f'<div class="mf-h">{e - s:.1f} s long · the player jumped to its start · '
-        "click the span to jump again"
+        f'<div class="mf-head"{mark}><div class="mf-q">“{q}”</div>'
+        f'<div class="mf-v">{clock(s)} → {clock(e)}</div>'
+        f'<div class="mf-h">{clock(e - s)} long · the player is set to its start · '
+        "click the span or a moment to play it"
         f"</div>{extra}</div>"
     )
 
@@ -131,7 +147,7 @@ def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
 def stopped_html() -> str:
     return (
         '<div class="mf-head mf-none"><div class="mf-v">Stopped</div><div class="mf-h">You stopped this '
-        "search: the model stops at its next token. Run it again for an answer.</div></div>"
+        "search before it finished. Run it again for an answer.</div></div>"
     )
 
 
@@ -143,8 +159,9 @@ def final_outputs(tab: FindTab, ctx: UIContext, result: FindResult, video: str, 
     clips: list[str | None] = []
     problems: list[str] = []
     folder = ctx.new_run_dir("find") if result.moments else None
+    stem = clip_stem(video)
     for k, m in enumerate(result.moments, 1):
-        out = folder / f"moment{k}_{m.start:.1f}-{m.end:.1f}s.mp4" if folder else None
+        out = folder / f"{stem}.moment{k}_{m.start:.1f}-{m.end:.1f}s.mp4" if folder else None
         try:
             assert out is not None
             clips.append(str(export_clip(video, m.start, m.end, out, info=result.info.video)))
@@ -182,7 +199,6 @@ def final_outputs(tab: FindTab, ctx: UIContext, result: FindResult, video: str, 
     return {
         tab.headline: headline_html(result, truth),
         tab.timeline: tl,
-        tab.clip: [c for c in clips if c] or None,
         tab.metrics: metrics,
         tab.raw: result.raw,
         tab.notice: notice,
@@ -195,18 +211,9 @@ def render(ctx: UIContext) -> FindTab:
     """Lay out the tab; outputs are made first so the examples can name them."""
     headline = gr.HTML("", elem_id="find-headline", render=False)
     tl = gr.HTML(
-        timeline.placeholder(
-            "Describe an event and run Find: its span appears here; click it to jump there."
-        ),
+        timeline.placeholder(PLACEHOLDER),
         js_on_load=timeline.TIMELINE_JS,
         elem_id="find-timeline",
-        render=False,
-    )
-    clip = gr.File(
-        label="The moments as clips (MP4, cut frame-accurately)",
-        file_count="multiple",
-        interactive=False,
-        elem_id="find-clip",
         render=False,
     )
     progress = gr.HTML("", elem_id="find-progress", render=False)
@@ -220,23 +227,22 @@ def render(ctx: UIContext) -> FindTab:
         elem_id="find-raw",
         render=False,
     )
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=5, min_width=320):
+    with gr.Row(equal_height=False, elem_classes="mr-tab"):
+        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
             video = upload_video(
                 label="Video (also the player)", sources=["upload"], elem_id=VIDEO_ID, height=300
             )
-            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="find-status")
+            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="find-status", elem_classes="mr-slim")
             credit = credit_box("find-credit")
             video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             video.change(functools.partial(clip_status, ctx, task="find"), video, status, **PRIVATE_UI)
             query = gr.Textbox(
                 label="What happens? Describe one event",
                 placeholder="e.g. the red ball rolls across the field",
-                max_length=ctx.settings.max_query_chars,
                 lines=1,
                 elem_id="find-query",
             )
-            query_status = gr.HTML("", elem_id="find-query-status")
+            query_status = gr.HTML(query_hint(ctx, ""), elem_id="find-query-status", elem_classes="mr-slim")
             suggestions = gr.Radio(
                 choices=[],
                 value=None,
@@ -264,7 +270,6 @@ def render(ctx: UIContext) -> FindTab:
                 run,
                 headline,
                 tl,
-                clip,
                 notice,
                 metrics,
                 raw,
@@ -276,13 +281,13 @@ def render(ctx: UIContext) -> FindTab:
                 progress=progress,
                 stop=stop,
             )
-            tab.examples = _examples(ctx, tab)
-        with gr.Column(scale=7, min_width=360):
+            with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
+                tab.examples = _examples(ctx, tab)
+        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             progress.render()
             headline.render()
             tl.render()
             notice.render()
-            clip.render()
             metrics.render()
             with gr.Accordion("Raw model output", open=False, elem_id="find-raw-acc"):
                 raw.render()
@@ -290,27 +295,39 @@ def render(ctx: UIContext) -> FindTab:
 
 
 def _examples(ctx: UIContext, tab: FindTab) -> gr.helpers.Examples | None:
+    """The examples fill the inputs; the run after that is Run's own (see ``listen``)."""
     rows = [(e, q) for e in ctx.examples for q in (e.get("queries") or [])[:1]]
     if not rows:
         return None
-
-    def example_fn(video: str, query: str, variant: str) -> Updates:
-        def run(path: str, v: str) -> FindResult:
-            result = service.run(ctx.engine, "find", path, v, query)
-            assert isinstance(result, FindResult)
-            return result
-
-        return run_example(ctx, video, variant, run, functools.partial(final_outputs, tab))
-
-    return gr.Examples(
+    examples = gr.Examples(
         examples=[[str(ctx.clip(e)), q["query"], ctx.default_variant] for e, q in rows],
         inputs=[tab.video, tab.query, tab.variant],
-        outputs=tab.outputs,
-        fn=example_fn,
-        example_labels=[f"▶ {e.get('title') or short_name(e)} · “{q['query']}”" for e, q in rows],
+        example_labels=example_labels(
+            [f"▶ {e.get('title') or short_name(e)} · “{q['query']}”" for e, q in rows]
+        ),
+        label=examples_label(ctx),
+        examples_per_page=8,
         elem_id="find-examples",
-        **example_cache_kwargs(ctx),
     )
+    gr.HTML(examples_note(ctx), elem_id="find-examples-note")
+    return examples
+
+
+def query_hint(ctx: UIContext, text: str | None) -> str:
+    """Under the query: why Find waits (no words yet), how long it is near the limit, or that it is
+    too long (Find then waits too: nothing is cut silently)."""
+    limit = ctx.settings.max_query_chars
+    n = len((text or "").strip())
+    if n == 0:
+        return '<div class="ms-status ms-hint">Find waits for a query: describe one event.</div>'
+    if n > limit:
+        return status_html(
+            f"This query is {n:,} characters long; at most {limit:,} are read. Shorten it to run Find.",
+            error=True,
+        )
+    if n > 0.8 * limit:
+        return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>'
+    return ""
 
 
 class FindView(BarView):
@@ -324,12 +341,14 @@ class FindView(BarView):
             written=lambda text: 0.5,  # a span is a few tokens: halfway while it is written
         )
         self.ctx, self.tab, self.path = ctx, tab, path
+        self.result: FindResult | None = None  # the finished answer (kept when it is an example's)
+        self.cold = False
 
     def start(self) -> Updates:
         """The last result and the query's old message are cleared as the request starts."""
         t = self.tab
         cleared: Updates = {
-            t.clip: None,
+            t.timeline: timeline.placeholder("The span appears here when the model answers."),
             t.metrics: "",
             t.raw: "",
             t.notice: "",
@@ -351,14 +370,21 @@ class FindView(BarView):
 
     def done(self, run: RunState, result: Result) -> Updates:
         assert isinstance(result, FindResult)
+        self.result, self.cold = result, run.cold
         return final_outputs(self.tab, self.ctx, result, self.path, run.cold)
 
 
 def find_updates(
-    ctx: UIContext, tab: FindTab, video: str | None, query: str, variant: str
+    ctx: UIContext,
+    tab: FindTab,
+    video: str | None,
+    query: str,
+    variant: str,
+    request: gr.Request | None = None,
+    example: bool = False,
 ) -> Iterator[Updates]:
     """The search with its progress (``FindView``); a bad clip or query is said once, under its input
-    (no toast, no error pill)."""
+    (no toast, no error pill). An example's answer is kept for its next click."""
     try:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
@@ -371,6 +397,10 @@ def find_updates(
     except gr.Error as exc:
         yield {tab.progress: "", tab.query_status: status_html(exc.message, error=True)}
         return
+    key, kept = kept_answer(ctx, "find", path, v, clean) if example else (None, None)
+    if kept is not None:
+        return  # the first step showed it
+    owns(ctx, "find", request, path)
     view = FindView(ctx, tab, path, v)
     yield view.start()
     try:
@@ -378,24 +408,55 @@ def find_updates(
             stages = service.stream(ctx.engine, "find", path, v, clean)
             yield from follow(stages, view, None)  # each text, unthrottled: a span is a few tokens
     except gr.Error as exc:  # said once, under the video
-        yield {
-            tab.headline: "",
-            tab.timeline: timeline.placeholder("No result."),
-            tab.clip: None,
-            tab.metrics: "",
-            tab.notice: "",
-            tab.jump_to: None,
-            tab.progress: "",
-            tab.status: status_html(exc.message, error=True),
-        }
+        yield {**cleared_outputs(tab), tab.progress: "", tab.status: status_html(exc.message, error=True)}
+        return
+    if key is not None and view.result is not None:
+        ctx.answers.keep(key, view.result, view.cold)
+
+
+def cleared_outputs(tab: FindTab) -> Updates:
+    """Nothing of an earlier answer (its clip changed, or the run failed)."""
+    return {
+        tab.headline: "",
+        tab.timeline: timeline.placeholder(PLACEHOLDER),
+        tab.metrics: "",
+        tab.raw: "",
+        tab.notice: "",
+        tab.jump_to: None,
+    }
+
+
+def kept_example(
+    ctx: UIContext, tab: FindTab, video: str | None, query: str, variant: str, request: gr.Request
+) -> Updates:
+    """An example's first step: its kept answer at once (the model does not run), else the wait."""
+    try:
+        path = require_upload(video, ctx)
+        clean = service.check_query(ctx.engine, "find", query)
+        _, kept = kept_answer(ctx, "find", path, pick_variant(variant, ctx), clean)
+    except (gr.Error, ValueError):
+        kept = None
+    if kept is None:
+        return waiting_updates([tab.run, tab.stop], tab.progress)
+    owns(ctx, "find", request, path)
+    with example_notes.replaying(kept):
+        return {**final_outputs(tab, ctx, kept.result, path, kept.cold), tab.query_status: ""}
 
 
 def listen(ctx: UIContext, tab: FindTab) -> None:
-    """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint."""
+    """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint;
+    an example click runs like Run (``wire_run_and_stop``)."""
     buttons = [tab.run, tab.stop]
 
-    def find_ui(video: str | None, query: str, variant: str) -> Iterator[Updates]:
-        yield from with_buttons(find_updates(ctx, tab, video, query, variant), buttons)
+    def find_ui(video: str | None, query: str, variant: str, request: gr.Request) -> Iterator[Updates]:
+        yield from with_buttons(find_updates(ctx, tab, video, query, variant, request), buttons)
+
+    def find_example(video: str | None, query: str, variant: str, request: gr.Request) -> Iterator[Updates]:
+        updates = find_updates(ctx, tab, video, query, variant, request, example=True)
+        yield from with_buttons(updates, buttons)
+
+    def first_step(video: str | None, query: str, variant: str, request: gr.Request) -> Updates:
+        return kept_example(ctx, tab, video, query, variant, request)
 
     def jump(start: float | None) -> Any:
         """Follow-up update: the player seeks to the span's start (it cannot ride on a value update)."""
@@ -407,19 +468,20 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         queries = [q["query"] for q in (example or {}).get("queries", []) or []]
         return gr.update(choices=queries, value=None, visible=bool(queries))
 
-    def ready(text: str | None) -> Any:
-        """The button waits for a query with words in it."""
-        return gr.update(interactive=bool((text or "").strip()))
+    def ready(text: str | None) -> Updates:
+        """The button waits for a query with words in it, within the length limit; the line under the
+        query says why it waits."""
+        n = len((text or "").strip())
+        return {
+            tab.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),
+            tab.query_status: query_hint(ctx, text),
+        }
 
-    jump_step: dict[str, Any] = {
-        "fn": jump,
-        "inputs": tab.jump_to,
-        "outputs": tab.video,
-        **PRIVATE_UI,
-    }
-    triggers = [tab.run.click, tab.query.submit]
-    main = wire_run_and_stop(
-        triggers,
+    example = None
+    if tab.examples is not None:
+        example = (tab.examples.load_input_event, first_step, find_example)
+    ends = wire_run_and_stop(
+        [tab.run.click, tab.query.submit],
         find_ui,
         [tab.video, tab.query, tab.variant],
         [*tab.outputs, tab.status, tab.query_status, *buttons],
@@ -427,12 +489,14 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         tab.progress,
         stopped_html,
         tab.headline,
+        example,
     )
-    main.then(**jump_step)
-    if tab.examples is not None and tab.examples.cache_event is not None:
-        tab.examples.cache_event.then(**jump_step)
+    for end in ends:
+        end.then(jump, tab.jump_to, tab.video, **PRIVATE_UI)
+    clear = functools.partial(cleared_outputs, tab)
+    clear_when_clip_changes(ctx, "find", tab.video, list(clear()), clear)
     tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
-    tab.query.change(ready, tab.query, tab.run, **PRIVATE_UI)
+    tab.query.change(ready, tab.query, [tab.run, tab.query_status], **PRIVATE_UI)
     tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)
     _listen_api(ctx, tab)
 

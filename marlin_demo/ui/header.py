@@ -13,6 +13,7 @@ import gradio as gr
 from marlin_demo.service import capacity
 from marlin_demo.service.startup import FALLBACK_FIX
 from marlin_demo.ui.common import PRIVATE_UI, UIContext, tiny_in_use, variant_label
+from marlin_demo.ui.running import PAGE_JS
 
 LOGO = (
     '<svg width="42" height="42" viewBox="0 0 42 42"><defs>'
@@ -138,7 +139,7 @@ def header_html(ctx: UIContext) -> str:
 
 def render(ctx: UIContext) -> gr.HTML:
     """The header component (static HTML, refreshed by ``listen``)."""
-    return gr.HTML(header_html(ctx), elem_id="marlin-header", js_on_load=None)
+    return gr.HTML(header_html(ctx), elem_id="marlin-header", js_on_load=PAGE_JS)
 
 
 def listen(

@@ -9,41 +9,36 @@ the same file everywhere and stop (no ping-pong).
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gradio as gr
 
-from marlin_demo.ui.common import PRIVATE_UI
+from marlin_demo.ui.common import PRIVATE_UI, same_file
 
 
-def _same_file(a: str | None, b: str | None) -> bool:
-    """The same clip, whatever folder Gradio copied it to (name and size; no hashing on each change)."""
-    if not a or not b:
-        return False
-    if a == b:
-        return True
-    try:
-        return os.path.basename(a) == os.path.basename(b) and os.path.getsize(a) == os.path.getsize(b)
-    except OSError:
-        return False
+def spread(
+    source: int, values: Sequence[str | None], accept: Callable[[str], bool] = lambda clip: True
+) -> list[Any]:
+    """The updates for every video: the source's clip wherever another clip (or none) is shown.
 
-
-def spread(source: int, values: Sequence[str | None]) -> list[Any]:
-    """The updates for every video: the source's clip wherever another clip (or none) is shown."""
+    A clip the app refuses (``accept`` is False) stays in its own tab: given to another, Gradio would
+    convert it (a PNG named ``.mp4`` becomes a 0 s H.264 clip) and that copy would come back as a
+    "Ready" clip, hiding the refusal of the original.
+    """
     clip = values[source]
-    if not clip:  # a cleared video clears only its own tab
+    if not clip or not accept(clip):  # a cleared video clears only its own tab
         return [gr.skip() for _ in values]
-    return [gr.skip() if i == source or _same_file(clip, v) else clip for i, v in enumerate(values)]
+    return [gr.skip() if i == source or same_file(clip, v) else clip for i, v in enumerate(values)]
 
 
-def follow(videos: Sequence[gr.Video]) -> None:
-    """Wire ``videos`` (one per tab) so that the clip given to any of them is given to all."""
+def follow(videos: Sequence[gr.Video], accept: Callable[[str], bool] = lambda clip: True) -> None:
+    """Wire ``videos`` (one per tab) so that the clip given to any of them (and ``accept``ed) is
+    given to all."""
     videos = list(videos)
     for i, video in enumerate(videos):
-        video.change(functools.partial(_copy, i), videos, videos, **PRIVATE_UI)
+        video.change(functools.partial(_copy, i, accept), videos, videos, **PRIVATE_UI)
 
 
-def _copy(source: int, *values: str | None) -> list[Any]:
-    return spread(source, values)
+def _copy(source: int, accept: Callable[[str], bool], *values: str | None) -> list[Any]:
+    return spread(source, values, accept)

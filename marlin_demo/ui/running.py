@@ -11,6 +11,7 @@ import contextlib
 import html
 import math
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -19,7 +20,7 @@ import gradio as gr
 from gradio.blocks import Block
 
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
-from marlin_demo.ui.common import GPU_EVENT, PRIVATE_UI
+from marlin_demo.ui.common import GPU_EVENT, PRIVATE_UI, UIContext, session_of
 
 Updates = dict[Block, Any]
 """What a listener yields: the components it changes, each with its new value or ``gr.update``."""
@@ -45,6 +46,12 @@ def with_buttons(outputs: Iterator[Updates], buttons: Sequence[Block]) -> Iterat
     yield run_buttons(buttons, False)
 
 
+def waiting_updates(buttons: Sequence[Block], progress: Block) -> Updates:
+    """What a Run click shows at once, before the request leaves the queue: Stop and the wait."""
+    wait = progress_html(0.0, "Waiting for its turn (one request runs at a time)…", scroll=True)
+    return {**run_buttons(buttons, True), progress: wait}
+
+
 def wire_run_and_stop(
     triggers: list[Any],
     fn: Any,
@@ -54,52 +61,78 @@ def wire_run_and_stop(
     progress: Any,
     stopped: Callable[[], str],
     stopped_target: Any,
-) -> Any:
+    example: tuple[Any, Any, Any] | None = None,
+) -> list[Any]:
     """Run (a streamed request with the tab's own progress bar) and Stop (cancels it) for a tab.
 
     ``outputs`` include the (run, stop) ``buttons`` (see ``with_buttons``); Stop shows
-    ``stopped()`` in ``stopped_target``. Returns the main event, for its ``.then`` steps.
+    ``stopped()`` in ``stopped_target`` and clears the bar. ``example`` = (the examples' input
+    event, a quick first step, the run): a click on an example, once its inputs are filled, shows
+    its kept answer or the wait (the first step, ``waiting_updates``), then runs like Run, with
+    the same bar and Stop. Returns the events a follow-up step chains on.
     """
-
-    def waiting_outputs() -> Updates:
-        """What a Run click shows at once, before the request leaves the queue: Stop and the wait."""
-        wait = progress_html(0.0, "Waiting for its turn (one request runs at a time)…")
-        return {**run_buttons(buttons, True), progress: wait}
-
-    gr.on(triggers, waiting_outputs, None, [*buttons, progress], **PRIVATE_UI)
-    main = gr.on(
-        triggers,
-        fn,
-        inputs,
-        outputs,
-        api_visibility="private",
-        show_progress="hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
-        trigger_mode="multiple",  # a run right after a Stop is not dropped while the stopped one ends
+    run_options: dict[str, Any] = {
+        "api_visibility": "private",
+        "show_progress": "hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
         **GPU_EVENT,
-    )
+    }
+    gr.on(triggers, lambda: waiting_updates(buttons, progress), None, [*buttons, progress], **PRIVATE_UI)
+    # a run right after a Stop is not dropped while the stopped one ends
+    main = gr.on(triggers, fn, inputs, outputs, trigger_mode="multiple", **run_options)
+    runs, ends = [main], [main]
+    if example is not None:
+        loaded, first_fn, example_fn = example
+        first = loaded.then(first_fn, inputs, outputs, **PRIVATE_UI)
+        runs.append(first.then(example_fn, inputs, outputs, **run_options))
+        ends += [first, runs[-1]]
     # Stop puts the buttons back at once and cancels the run; its sentence comes in a queued
     # step after it, over the page's one message stream, so a message the stopped run sent
     # before the cancel reached the server cannot land after it and overwrite "Stopped".
-    buttons[1].click(lambda: run_buttons(buttons, False), None, buttons, cancels=[main], **PRIVATE_UI).then(
-        lambda: {
-            stopped_target: stopped(),
-            progress: progress_html(0, "Stopped: the model stops at its next token."),
-        },
+    buttons[1].click(lambda: run_buttons(buttons, False), None, buttons, cancels=runs, **PRIVATE_UI).then(
+        lambda: {stopped_target: stopped(), progress: ""},
         None,
         [stopped_target, progress],
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=None,  # never waits behind another session's step
     )
-    return main
+    return ends
 
 
-def progress_html(fraction: float, text: str) -> str:
-    """The tab's own progress bar (window k of n on a long video), yielded with the outputs."""
+def clear_when_clip_changes(
+    ctx: UIContext, name: str, video: gr.Video, outputs: list[Block], cleared: Callable[[], Updates]
+) -> None:
+    """The tab's results are cleared the moment its clip changes to another one (upload, clear, an
+    example, the clip copied from another tab), so they always belong to the clip shown."""
+
+    def clear(clip: str | None, request: gr.Request) -> Updates:
+        if ctx.results_clip.stale(name, session_of(request), clip):
+            return cleared()
+        return {outputs[0]: gr.skip()}
+
+    video.change(clear, video, outputs, **PRIVATE_UI)
+
+
+def owns(ctx: UIContext, name: str, request: gr.Request | None, clip: str | None) -> None:
+    """The results the tab is about to show belong to ``clip`` (see ``clear_when_clip_changes``)."""
+    ctx.results_clip.own(name, session_of(request), clip)
+
+
+def scroll_mark(target: str = "") -> str:
+    """Attributes that bring an element (or ``target``, a CSS selector) into view once, when it first
+    appears out of view (``PAGE_JS``): a run's start and its result."""
+    to = f' data-mr-target="{html.escape(target)}"' if target else ""
+    return f' data-mr-scroll="{uuid.uuid4().hex[:12]}"{to}'
+
+
+def progress_html(fraction: float, text: str, scroll: bool = False) -> str:
+    """The tab's own progress bar (window k of n on a long video), yielded with the outputs;
+    ``scroll``: brought into view (a run starts)."""
     pct = max(0.0, min(100.0, 100.0 * fraction))
+    mark = scroll_mark() if scroll else ""
     return (
         f'<div class="mp-progress" role="progressbar" aria-valuenow="{pct:.0f}" aria-valuemin="0" '
-        f'aria-valuemax="100"><div class="mp-bar" style="width:{pct:.1f}%"></div>'
+        f'aria-valuemax="100"{mark}><div class="mp-bar" style="width:{pct:.1f}%"></div>'
         f'<span class="mp-text">{html.escape(text)}</span></div>'
     )
 
@@ -256,3 +289,35 @@ class BarView(StageView[Updates]):
             k, n = run.window or 0, run.windows or 1
             return self.bar((k - 1 + written) / n, f"Window {k} of {n}{self.window_step}")
         return self.bar(0.2 + 0.8 * written, "Writing")
+
+
+PAGE_JS = r"""
+// Once per page: an element marked by scroll_mark() is brought into view the first time it appears
+// out of view (a run's progress as it starts, its result when it ends), e.g. on a phone where the
+// result sits under the inputs. Each mark is seen once, so redraws never fight the visitor's scrolling.
+if (!window.__marlinScroll) {
+  window.__marlinScroll = true;
+  const seen = new Set();
+  const tries = new Map();
+  const outOfView = (el) => {
+    const r = el.getBoundingClientRect();
+    return r.height > 0 && (r.top < 0 || r.top > window.innerHeight - 60);
+  };
+  const bring = () => {
+    document.querySelectorAll('[data-mr-scroll]').forEach((el) => {
+      const mark = el.dataset.mrScroll;
+      if (seen.has(mark) || el.offsetParent === null) return;
+      let target = (el.dataset.mrTarget && document.querySelector(el.dataset.mrTarget)) || el;
+      if (target.getBoundingClientRect().height === 0) {  // a target still being drawn: wait for it
+        tries.set(mark, (tries.get(mark) || 0) + 1);
+        if (tries.get(mark) < 40) return;
+        target = el;
+      }
+      seen.add(mark);
+      if (outOfView(target)) target.scrollIntoView({ block: 'start', behavior: 'smooth' });
+    });
+  };
+  new MutationObserver(bring).observe(document.body, { childList: true, subtree: true });
+}
+"""
+"""``js_on_load`` of the header (always on the page): results and progress come into view."""

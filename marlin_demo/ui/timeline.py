@@ -16,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["TIMELINE_CSS", "TIMELINE_JS", "file_url", "nice_step", "placeholder", "timeline_html"]
+__all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "file_url", "nice_step", "placeholder", "timeline_html"]
 
-PALETTE = ("#0ea5e9", "#8b5cf6", "#f59e0b", "#10b981", "#ef4444", "#ec4899", "#14b8a6", "#6366f1")
+#: event colours dark enough for white 12 px labels (WCAG AA, 4.5:1 or more)
+PALETTE = ("#0369a1", "#6d28d9", "#b45309", "#047857", "#b91c1c", "#be185d", "#0f766e", "#4338ca")
 #: a span narrower than this (percent of the clip) has its label beside it: inside, it would be cut
 NARROW_SPAN_PCT = 22.0
 
@@ -34,11 +35,26 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
     return 3600.0
 
 
-def _fmt_time(seconds: float) -> str:
-    if seconds >= 60:
-        m, s = divmod(seconds, 60)
-        return f"{int(m)}:{s:04.1f}" if s % 1 else f"{int(m)}:{int(s):02d}"
-    return f"{seconds:.1f}".rstrip("0").rstrip(".") + "s" if seconds % 1 else f"{int(seconds)}s"
+def clock(seconds: float) -> str:
+    """The page's one way to write a time: ``12.5 s`` under a minute, ``2:07.5`` from one minute on
+    (tenths only when there are any)."""
+    t = round(max(0.0, float(seconds)), 1)
+    if t < 60:
+        return f"{t:g} s"
+    m, sec = divmod(t, 60)
+    sec = round(sec, 1)
+    return f"{int(m)}:{sec:04.1f}" if sec % 1 else f"{int(m)}:{int(sec):02d}"
+
+
+_fmt_time = clock
+
+
+def _label(long: str, short: str) -> str:
+    """A bar's label: the whole text where the bar is wide enough, else only its number (CSS container
+    query), never a word cut to "grou…"; the detail line and the tooltip say it in full."""
+    return (
+        f'<span class="mt-long">{html.escape(long)}</span><span class="mt-short">{html.escape(short)}</span>'
+    )
 
 
 def _pct(t: float, duration: float) -> float:
@@ -124,7 +140,7 @@ def timeline_html(
             f'<button type="button" class="mt-item mt-event" data-start="{start:.3f}" data-end="{end:.3f}" '
             f'data-index="{idx}" title="{html.escape(label)}" aria-label="Play from {start:.1f} s: '
             f'{html.escape(desc)}" style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;'
-            f'top:{lane * 34 + 4}px;--mt-color:{color}"><span>{idx + 1}. {html.escape(desc)}</span></button>'
+            f'top:{lane * 34 + 4}px;--mt-color:{color}">{_label(f"{idx + 1}. {desc}", str(idx + 1))}</button>'
         )
     track_h = max(1, n_lanes) * 34 + 8
     if reference is not None:
@@ -133,8 +149,8 @@ def timeline_html(
         rows.append(
             f'<button type="button" class="mt-item mt-ref" data-start="{s:.3f}" data-end="{e:.3f}" '
             f'title="Ground truth {_fmt_time(s)}–{_fmt_time(e)}" style="left:{left:.3f}%;'
-            f'width:{max(right - left, 0.8):.3f}%;top:4px"><span>ground truth {_fmt_time(s)}–{_fmt_time(e)}'
-            "</span></button>"
+            f'width:{max(right - left, 0.8):.3f}%;top:4px">'
+            f"{_label(f'ground truth {_fmt_time(s)}–{_fmt_time(e)}', 'truth')}</button>"
         )
     best = _moments(moments)
     if best:
@@ -146,7 +162,7 @@ def timeline_html(
             f'data-moment="{k}" title="Moment {k}: {_fmt_time(s)}–{_fmt_time(e)}, score {score:.2f}" '
             f'aria-label="Play moment {k} from {s:.1f} s" style="left:{left:.3f}%;'
             f'width:{max(right - left, 0.8):.3f}%;top:{(42 if reference is not None else 4) + 38}px">'
-            f"<span>#{k} {score:.2f}</span></button>"
+            f"{_label(f'#{k} {score:.2f}', f'#{k}')}</button>"
         )
     if span is not None:
         s, e = float(span[0]), float(span[1])
@@ -258,6 +274,11 @@ element.addEventListener('click', (ev) => {
   if (video) {
     video.currentTime = t;
     video.dataset.marlinSeek = String(t);
+    const p = video.play();  // "Play from": it plays (a browser that refuses says nothing)
+    if (p && p.catch) p.catch(() => {});
+    const r = video.getBoundingClientRect();
+    const away = r.top < 0 || r.bottom > window.innerHeight;
+    if (away) video.scrollIntoView({ block: 'center', behavior: 'smooth' });
   }
   element.querySelectorAll('.mt-active').forEach((n) => n.classList.remove('mt-active'));
   item.classList.add('mt-active');
@@ -293,19 +314,28 @@ TIMELINE_CSS = """
   border: 1px solid var(--border-color-primary); overflow: hidden; }
 .mt-item { position: absolute; height: 28px; border-radius: 7px; border: none; cursor: pointer;
   padding: 0 8px; font-size: 12px; line-height: 28px; text-align: left; overflow: hidden;
-  white-space: nowrap; text-overflow: ellipsis; color: #fff; transition: transform .08s, box-shadow .08s; }
+  white-space: nowrap; text-overflow: ellipsis; color: #fff !important;
+  transition: transform .08s, box-shadow .08s; }
 .mt-item span { pointer-events: none; }
+.mt-event, .mt-moment, .mt-ref { container-type: inline-size; }
+.mt-short { display: none; }
+.mt-event > span, .mt-moment > span, .mt-span:not(.mt-out) > span { color: #fff !important; }
+@container (max-width: 64px) { .mt-long { display: none; } .mt-short { display: inline; } }
 .mt-event { background: var(--mt-color); }
 .mt-item:hover, .mt-item:focus-visible { transform: translateY(-1px); box-shadow: 0 2px 8px rgba(0,0,0,.25);
-  outline: none; z-index: 2; }
+  z-index: 2; }
+/* keyboard focus is always visible: a ring in the text colour, inside the track's padding */
+.mt-item:focus-visible, .mt-mlink:focus-visible, .mt-dl:focus-visible {
+  outline: 2px solid var(--body-text-color); outline-offset: 1px; }
 .mt-item.mt-active { box-shadow: 0 0 0 2px var(--body-text-color); z-index: 3; }
-.mt-span { background: linear-gradient(90deg, #0d9488, #0ea5e9); font-weight: 600; height: 32px;
+.mt-span { background: #0f766e; font-weight: 600; height: 32px;
   line-height: 32px; }
 .mt-span.mt-out { overflow: visible; }
-.mt-span.mt-out > span { position: absolute; top: 0; left: calc(100% + 6px); color: var(--body-text-color); }
+.mt-span.mt-out > span { position: absolute; top: 0; left: calc(100% + 6px);
+  color: var(--body-text-color) !important; }
 .mt-span.mt-out.mt-out-left > span { left: auto; right: calc(100% + 6px); }
 .mt-ref { background: repeating-linear-gradient(45deg, rgba(245,158,11,.25), rgba(245,158,11,.25) 6px,
-  rgba(245,158,11,.12) 6px, rgba(245,158,11,.12) 12px); color: var(--body-text-color);
+  rgba(245,158,11,.12) 6px, rgba(245,158,11,.12) 12px); color: var(--body-text-color) !important;
   border: 1.5px dashed #f59e0b; }
 .mt-playhead { position: absolute; top: 0; bottom: 0; width: 2px; background: #ef4444; pointer-events: none;
   display: none; z-index: 4; }
@@ -321,11 +351,11 @@ TIMELINE_CSS = """
 .mt-nospan { margin: 6px 0 0; color: var(--body-text-color-subdued); font-size: 13px; }
 .mt-detail { margin: 4px 0 0; font-size: 12.5px; color: var(--body-text-color-subdued);
   overflow-wrap: anywhere; }
-.mt-moment { background: rgba(14,165,233,.55); height: 28px; line-height: 28px; }
+.mt-moment { background: #0369a1; height: 28px; line-height: 28px; }
 .mt-span.mt-best { box-shadow: 0 0 0 2px #f59e0b; }
 .mt-windows { position: relative; margin-top: 3px; }
 .mt-win { position: absolute; height: 10px; border-radius: 3px; font-size: 8px; line-height: 10px;
-  text-align: center; color: var(--body-text-color-subdued); overflow: hidden;
+  text-align: center; color: var(--body-text-color); overflow: hidden;
   background: rgba(100,116,139,.18); border: 1px solid rgba(100,116,139,.35); box-sizing: border-box; }
 .mt-win.mt-win-done { background: rgba(13,148,136,.35); border-color: #0d9488; }
 .mt-win.mt-win-now { background: rgba(245,158,11,.35); border-color: #f59e0b;
