@@ -23,3 +23,49 @@ def media_dir() -> Path:
 def examples_dir() -> Path:
     """The committed example clips and examples.json."""
     return EXAMPLES_DIR
+
+
+# --------------------------------------------------------------------------- suite order and the tiny build
+# The tiny checkpoint is built once per machine (~2 minutes, mostly one core). When the whole suite runs,
+# the build starts in the background at once and the files without model or server tests run first,
+# so the two workers test while it builds instead of both waiting for it on its file lock.
+
+
+def _whole_suite(config: pytest.Config) -> bool:
+    """No test file, folder or node named on the command line (the README's command, CI)."""
+    args = [str(a) for a in config.invocation_params.args]
+    return not any(a.endswith(".py") or "::" in a or (ROOT / a).is_dir() or Path(a).is_dir() for a in args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import subprocess
+    import sys
+
+    if hasattr(config, "workerinput") or not _whole_suite(config):
+        return  # only the controlling process of a whole-suite run starts the build
+    log = open(ROOT / ".pytest-tiny-build.log", "w")
+    config._tiny_build = (  # type: ignore[attr-defined]
+        subprocess.Popen([sys.executable, "-m", "marlin_demo", "tiny"], cwd=ROOT, stdout=log, stderr=log),
+        log,
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    build = getattr(config, "_tiny_build", None)
+    if build is not None:
+        proc, log = build
+        if proc.poll() is None:  # no test needed it after all
+            proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files whose tests need no model or server first (stable: each file stays in one piece)."""
+    heavy = {
+        item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("browser")
+    }
+    first_index = {}
+    for index, item in enumerate(items):
+        first_index.setdefault(item.path, index)
+    items.sort(key=lambda item: (item.path in heavy, first_index[item.path]))
