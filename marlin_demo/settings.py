@@ -23,10 +23,11 @@ VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 
 #: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
-#: ``run`` is ``caption``/``find``, ``bench`` and ``batch`` the commands of those names. A field's
-#: ``commands`` metadata says which of them offer it: the one list every parser is built from.
-Command = Literal["run", "bench", "batch"]
-COMMANDS: tuple[Command, ...] = ("run", "bench", "batch")
+#: ``run`` is ``caption``/``find``, ``bench``, ``batch`` and ``search`` the commands of those names (``index``
+#: and ``search`` also take batch's). A field's ``commands`` metadata says which of them offer it: the
+#: one list every parser is built from.
+Command = Literal["run", "bench", "batch", "search"]
+COMMANDS: tuple[Command, ...] = ("run", "bench", "batch", "search")
 
 #: The example clips of a source checkout (examples/ beside the package): the one place this path is
 #: computed. An installed package has none there: ``MARLIN_EXAMPLES_DIR`` points at such a folder.
@@ -200,6 +201,14 @@ class Settings:
             "env": "MARLIN_TOP_K",
             "commands": ("run", "bench", "batch"),
             "help": "most moments a find returns",
+        },
+    )
+    search_candidates: int = field(
+        default=8,
+        metadata={
+            "env": "MARLIN_SEARCH_CANDIDATES",
+            "commands": ("search",),
+            "help": "caption windows a library search asks find in (the best by full-text rank)",
         },
     )
     max_upload_mb: float = field(
