@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS events(
 );
 CREATE INDEX IF NOT EXISTS events_video ON events(video);
 CREATE VIRTUAL TABLE IF NOT EXISTS windows_fts USING fts5(scene, events, tokenize='porter unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS windows_terms USING fts5vocab(windows_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS windows_ai AFTER INSERT ON windows BEGIN
   INSERT INTO windows_fts(rowid, scene, events) VALUES (new.wid, new.scene, new.events);
 END;
@@ -104,15 +105,35 @@ class Hit:
     retrieval: float
 
 
-def match_expression(query: str) -> str | None:
-    """The FTS5 MATCH text for any user text: every word quoted as a string and OR-ed, so nothing in the
-    query (quotes, OR, NEAR(, *, -, ^, SQL) is ever read as query syntax. None: the query has no word."""
+#: A word in more windows than this (and this share of them) is common: it still scores the windows that
+#: match a rarer word of the query, but does not make every window a candidate (see ``match_expression``).
+COMMON_MIN_WINDOWS = 1000
+COMMON_SHARE = 0.05
+
+
+def query_words(query: str) -> list[str]:
+    """The words stage 1 asks for: casefolded, each once, stop words left out unless nothing else is left."""
     words = _WORD.findall(query.casefold())
-    content = [w for w in words if w not in STOP_WORDS] or words
-    unique = list(dict.fromkeys(content))[:64]
-    if not unique:
+    return list(dict.fromkeys([w for w in words if w not in STOP_WORDS] or words))[:64]
+
+
+def _quoted(words: Sequence[str]) -> str:
+    return "(" + " OR ".join('"' + w.replace('"', '""') + '"' for w in words) + ")"
+
+
+def match_expression(query: str, common: Sequence[str] = ()) -> str | None:
+    """The FTS5 MATCH text for any user text: every word quoted as a string and OR-ed, so nothing in the
+    query (quotes, OR, NEAR(, *, -, ^, SQL) is ever read as query syntax. None: the query has no word.
+
+    ``common`` words only score: the candidates are the windows with a rarer word, ranked by all of them
+    (``(rare...) AND (all...)``), so a frequent word does not make BM25 score most of a large library."""
+    words = query_words(query)
+    if not words:
         return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in unique)
+    rare = [w for w in words if w not in common]
+    if not rare or len(rare) == len(words):
+        return _quoted(words)
+    return f"{_quoted(rare)} AND {_quoted(words)}"
 
 
 def _now() -> str:
@@ -273,21 +294,50 @@ class Store:
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row, strict=True)) for row in cur]
 
+    def common_words(self, query: str) -> list[str]:
+        """The query's words that are in more than ``COMMON_SHARE`` of the windows (and over
+        ``COMMON_MIN_WINDOWS``): their stems, from the tokenizer itself, looked up in the term table.
+        When every word is that frequent, the rarest is not counted as common."""
+        total = self.counts()[1]
+        floor = max(COMMON_MIN_WINDOWS, COMMON_SHARE * total)
+        words = query_words(query)
+        if total <= floor or not words:
+            return []
+        probe = sqlite3.connect(":memory:")
+        try:
+            probe.execute("CREATE VIRTUAL TABLE q USING fts5(t, tokenize='porter unicode61')")
+            probe.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'instance')")
+            probe.executemany("INSERT INTO q(rowid, t) VALUES (?, ?)", list(enumerate(words, 1)))
+            stems = list(probe.execute("SELECT doc, term FROM qv"))
+        finally:
+            probe.close()
+        docs: dict[str, int] = {}
+        for doc, term in stems:
+            row = self.db.execute("SELECT doc FROM windows_terms WHERE term = ?", (term,)).fetchone()
+            word = words[doc - 1]
+            docs[word] = max(docs.get(word, 0), int(row[0]) if row else 0)
+        common = [w for w in words if docs.get(w, 0) > floor]
+        if len(common) == len(words):  # every word is frequent: the rarest one picks the candidates
+            common.remove(min(words, key=lambda w: docs.get(w, 0)))
+        return common
+
     def stage1(self, query: str, limit: int) -> list[Hit]:
         """The ``limit`` windows whose scene and events best match ``query`` (FTS5 BM25, porter stems),
         best first; when the library has at most ``limit`` windows, every window (unmatched ones last,
         with relevance 0). Any text is a valid query."""
         hits: list[Hit] = []
-        expr = match_expression(query)
+        expr = match_expression(query, self.common_words(query))
         select = (
             "SELECT w.wid, w.video, v.name, v.path, w.k, w.start, w.end, w.thumbnail, {score} "
             "FROM windows w JOIN videos v ON v.id = w.video "
         )
         if expr is not None and limit > 0:
-            sql = select.format(score="-bm25(windows_fts)") + (
-                "JOIN windows_fts ON windows_fts.rowid = w.wid "
-                "WHERE windows_fts MATCH ? ORDER BY bm25(windows_fts) LIMIT ?"
+            # the full-text index answers first (only matching windows are scored), then the few rows join
+            top = (
+                "WITH top AS (SELECT rowid AS wid, -bm25(windows_fts) AS r FROM windows_fts "
+                "WHERE windows_fts MATCH ? ORDER BY bm25(windows_fts) LIMIT ?) "
             )
+            sql = top + select.format(score="top.r") + "JOIN top ON top.wid = w.wid ORDER BY top.r DESC"
             hits = [Hit(*row) for row in self.db.execute(sql, (expr, limit))]
         if len(hits) < limit and self.counts()[1] <= limit:
             seen = {h.wid for h in hits}
