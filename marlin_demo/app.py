@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ if space.zero_gpu():
     import spaces  # noqa: F401
 
 from marlin_demo import settings as settings_mod
+from marlin_demo.exits import EXIT_BAD_INPUT
 
 log = logging.getLogger("marlin_demo.app")
 
@@ -41,15 +43,22 @@ def build(
     argv: Sequence[str] | None = None, prog: str = "python app.py"
 ) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
     """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
-    from marlin_demo.service.startup import preload, start_engine
+    from marlin_demo.service.startup import check_limits, preload, start_engine
     from marlin_demo.ui.blocks import build_demo
 
     settings = settings_mod.from_args(parse_args(argv, prog))
+    try:
+        check_limits(settings, space.zero_gpu())
+    except ValueError as exc:  # settings that contradict the measured speeds: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
     engine, status = start_engine(settings)
     if status.fell_back:
         log.warning("Marlin-2B unavailable, serving the tiny stand-in: %s", status.fallback_reason)
     if space.on_space():
         preload(engine)  # on a Space the first visitor must not wait for the load
+    if space.zero_gpu():
+        space.gpu_function()  # ZeroGPU reports the decorated function when the app launches
     demo, launch_kwargs = build_demo(engine, settings, status)
     return demo, launch_kwargs, settings
 

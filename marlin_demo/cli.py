@@ -141,9 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _engine(args: argparse.Namespace) -> Any:
+    """The engine for a command, once its settings agree with the measured speeds (else a ValueError)."""
     from marlin_demo.engine import Engine
+    from marlin_demo.service.startup import check_limits
 
-    return Engine(settings_mod.from_args(args))
+    settings = settings_mod.from_args(args)
+    check_limits(settings)
+    return Engine(settings)
 
 
 def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[Any], str]) -> int:

@@ -135,6 +135,8 @@ class Metrics:
     memory_kind: MemoryKind
     load_s: float
     device: str
+    #: the part of ``latency_s`` spent waiting for other requests' turns on the model (service.scheduler)
+    queue_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         r = _round
@@ -148,6 +150,7 @@ class Metrics:
             "memory_kind": self.memory_kind,
             "load_s": r(self.load_s),
             "device": self.device,
+            "queue_s": r(self.queue_s),
         }
 
 

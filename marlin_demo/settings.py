@@ -248,7 +248,8 @@ class Settings:
         metadata={
             "env": "MARLIN_REQUEST_TIMEOUT_S",
             "commands": ("run", "bench", "batch"),
-            "help": "per-request time limit (s)",
+            "help": "time limit (s) of one window's (or one short clip's) model work; waiting for other "
+            "requests does not count",
         },
     )
     stream_every_s: float = field(
@@ -259,7 +260,11 @@ class Settings:
         },
     )
     queue_size: int = field(
-        default=16, metadata={"env": "MARLIN_QUEUE_SIZE", "help": "waiting requests before 'busy'"}
+        default=16,
+        metadata={
+            "env": "MARLIN_QUEUE_SIZE",
+            "help": "requests answered in turns (window by window) at once; one more is told to try again",
+        },
     )
     cache_dir: str = field(
         default="",
@@ -383,6 +388,11 @@ def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
         if var and env.get(var, "").strip():
             return env[var].strip()
     return ""
+
+
+def env_name(name: str) -> str:
+    """The ``MARLIN_*`` variable of a setting (named in messages that tell what to change)."""
+    return next(str(f.metadata["env"]) for f in fields(Settings) if f.name == name)
 
 
 def flags_for(command: Command) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ CLIP_S = 12.0
 CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
 FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
 METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
-               "memory_kind", "load_s", "device"}  # fmt: skip
+               "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +190,39 @@ def test_a_full_queue_answers_busy_and_the_server_recovers(client: Client) -> No
     assert "try again" in str(errors[0]).lower()
     d = client.predict(handle_file(CLIP), "the ball", "bf16", api_name="/find")
     assert set(d) == FIND_KEYS
+
+
+# --------------------------------------------------------------------------- fair queue
+
+
+def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Client, tmp_path: Path) -> None:
+    """Long, then short once the long one's first window is being written (read from its stream, never
+    a sleep): the short one finishes first, and both answers equal their answers alone."""
+    from media_factory import LAVFI_VIDEO, ffmpeg
+
+    long_clip = tmp_path / "long125.mp4"  # three 60 s caption windows
+    ffmpeg("-f", "lavfi", "-i", LAVFI_VIDEO.format(w=160, h=120, fps=4), "-t", "125",
+           "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(long_clip))  # fmt: skip
+    short = EXAMPLES / "flower.mp4"
+    long_alone = list(client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream"))[-1]
+    short_alone = client.predict(handle_file(short), "bf16", api_name="/caption")
+    assert long_alone["done"] and len(long_alone["result"]["windows"]) == 3
+
+    order: list[str] = []
+    job = client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream")
+    for msg in job:
+        if msg.get("window") == 1 and msg.get("text"):
+            break  # the long video's first window is being written now
+    short_again = client.predict(handle_file(short), "bf16", api_name="/caption")
+    order.append("short" if not job.done() else "long")
+    assert job.result(timeout=600)
+    long_again = job.outputs()[-1]
+    order.append("long")
+    assert order == ["short", "long"], "the short caption waited for the whole long video"
+    assert short_again["metrics"]["queue_s"] > 0  # it waited for the window in progress, no more
+    for key in ("scene", "events", "raw", "windows"):
+        assert long_again["result"][key] == long_alone["result"][key]
+        assert short_again[key] == short_alone[key]
 
 
 # --------------------------------------------------------------------------- example cache

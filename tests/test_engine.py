@@ -31,6 +31,7 @@ METRIC_KEYS = {
     "memory_kind",
     "load_s",
     "device",
+    "queue_s",
 }
 
 

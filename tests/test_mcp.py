@@ -35,7 +35,7 @@ CLIP = EXAMPLES / "ball_rolls.mp4"
 CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
 FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
 METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
-               "memory_kind", "load_s", "device"}  # fmt: skip
+               "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 
 
 def mcp_url(server: AppServer) -> str:

@@ -18,10 +18,12 @@ warm answer is token for token the cold one.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import resource
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +106,13 @@ class Engine:
         self._prefix_base = prefix_cache_size  # a long video's request raises the bound to its windows
         self.faults: set[str] = set()  # e.g. {"oom"}: the next request raises a simulated OOM
         self.cancelled = 0  # streamed requests stopped because their caller went away
+        self.key = next(_KEYS)
+        _LIVE[self.key] = self
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        """An engine crosses a process boundary by reference: a forked process (a ZeroGPU call) has the
+        same engine, models loaded, under the same key."""
+        return (engine_by_key, (self.key,))
 
     # ------------------------------------------------------------------ models
     @property
@@ -392,14 +401,20 @@ class Engine:
         variant: Variant,
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
+        cached: bool | None = None,
     ) -> CaptionResult:
         """Scene paragraph plus timed events of one clip, repaired into it and flagged when repaired.
 
         A long video is answered window by window above the engine (``service`` chooses).
         """
-        self.reserve_prefixes(1)
         run = self.run_clip(
-            video, variant, contract.CAPTION_PROMPT, self.settings.caption_max_new_tokens, on_text, on_stage
+            video,
+            variant,
+            contract.CAPTION_PROMPT,
+            self.settings.caption_max_new_tokens,
+            on_text,
+            on_stage,
+            cached=cached,
         )
         parsed = contract.parse_caption(run.gen.text)
         fixed = contract.repair_caption(parsed, run.prepared.info.duration_s)
@@ -424,6 +439,7 @@ class Engine:
         variant: Variant,
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
+        cached: bool | None = None,
     ) -> FindResult:
         """A start-end span for the query in one clip, or None when the answer gives none.
 
@@ -431,9 +447,15 @@ class Engine:
         """
         clean = contract.sanitize_query(query, self.settings.max_query_chars)
         prompt = contract.find_prompt(clean, self.settings.max_query_chars)
-        self.reserve_prefixes(1)
         run = self.run_clip(
-            video, variant, prompt, self.settings.find_max_new_tokens, on_text, on_stage, logprobs=True
+            video,
+            variant,
+            prompt,
+            self.settings.find_max_new_tokens,
+            on_text,
+            on_stage,
+            cached=cached,
+            logprobs=True,
         )
         parsed = contract.parse_span(run.gen.text)
         fixed = contract.repair_span(parsed, run.prepared.info.duration_s)
@@ -474,6 +496,18 @@ class Engine:
         """Count a streamed request whose caller went away (its generation was stopped)."""
         with self._load_lock:
             self.cancelled += 1
+
+
+_KEYS = itertools.count(1)
+_LIVE: weakref.WeakValueDictionary[int, Engine] = weakref.WeakValueDictionary()
+
+
+def engine_by_key(key: int) -> Engine:
+    """The live engine of this key (in a forked process: the parent's, as it was at the fork)."""
+    engine = _LIVE.get(key)
+    if engine is None:
+        raise EngineError("The engine of this request is gone: start the request again.")
+    return engine
 
 
 def _video_backend(settings: Settings) -> Backend:

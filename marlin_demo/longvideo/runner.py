@@ -3,12 +3,13 @@ the answers merged into one result.
 
 ``plan`` holds the pure rules (the window plan, mapping, merging) and ``video.windows`` the
 per-window sampling plans and one-pass decoding; this module runs the windows of one request in
-order, under one time limit, and reports each finished window already merged (``WindowDone``).
+order, each under its own time limit, and reports each finished window already merged (``WindowDone``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 from marlin_demo import contract
 from marlin_demo.engine import Engine
 from marlin_demo.engine.core import ClipRun
+from marlin_demo.engine.generation import Generation
 from marlin_demo.longvideo import plan as win
 from marlin_demo.results import (
     CaptionResult,
@@ -39,6 +41,15 @@ from marlin_demo.video.windows import WindowPlan, plan_window
 
 OnText = Callable[[str], None] | None
 OnStage = Callable[[Stage], None] | None
+#: one window's model work, given where its text and stages go: what the engine answered
+WindowWork = Callable[[OnText, OnStage], tuple[Generation, Metrics, RunInfo]]
+#: runs one window's work: directly, or in the scheduler's turn and a GPU call (``service``)
+Execute = Callable[[WindowWork, OnText, OnStage], tuple[Generation, Metrics, RunInfo]]
+
+
+def direct(work: WindowWork, on_text: OnText, on_stage: OnStage) -> tuple[Generation, Metrics, RunInfo]:
+    """Run a window's work here and now (no other request to take turns with)."""
+    return work(on_text, on_stage)
 
 
 def window_plans(engine: Engine, video: str | Path | PreparedVideo, task: Task) -> list[WindowPlan] | None:
@@ -77,14 +88,17 @@ def run_windows(
     on_text: OnText,
     on_stage: OnStage,
     logprobs: bool = False,
+    execute: Execute = direct,
 ) -> Iterator[WindowRun]:
-    """Each window through ``Engine.run_clip``, in order, under one time limit; yields each answered window.
+    """Each window through ``Engine.run_clip``, in order; yields each answered window.
 
     Stages: Prepared (the whole video, the first window's plan, the windows), Loaded, then per window
-    a ``Progress("", k, n)`` when it starts (its text follows as Progress with the same k).
+    a ``Progress("", k, n)`` when it starts (its text follows as Progress with the same k). The time
+    limit applies to each window's own work (``MARLIN_REQUEST_TIMEOUT_S``), never to the time spent
+    waiting for other requests' windows; ``execute`` runs each window's work (``direct``, or the
+    service's turn on the model and GPU call).
     """
     n = len(plans)
-    engine.reserve_prefixes(n)  # room for every window's prefix: a second query reuses them all
     frames = engine.window_frames(path, plans)
     first = next(frames)  # a decode failure is raised here, before any model is loaded
     whole = engine.info(path)
@@ -95,22 +109,30 @@ def run_windows(
     if on_stage is not None:
         on_stage(Loaded(variant, cold, loaded.load_s))
     started = time.perf_counter()
-    deadline = started + engine.settings.request_timeout_s
     for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
         if on_stage is not None:
             on_stage(Progress("", k, n))
-        run = engine.run_clip(
-            pv,
-            variant,
-            prompt,
-            max_new_tokens,
-            on_text,
-            None,
-            cached=hit,
-            deadline=deadline,
-            logprobs=logprobs,
-        )
-        yield WindowRun(wp, run, started)
+        work = functools.partial(_window_work, engine, pv, variant, prompt, max_new_tokens, hit, logprobs)
+        gen, metrics, info = execute(work, on_text, None)
+        yield WindowRun(wp, ClipRun(gen, metrics, info, pv), started)
+
+
+def _window_work(
+    engine: Engine,
+    frames: PreparedVideo,
+    variant: Variant,
+    prompt: str,
+    max_new_tokens: int,
+    cached: bool,
+    logprobs: bool,
+    on_text: OnText,
+    on_stage: OnStage,
+) -> tuple[Generation, Metrics, RunInfo]:
+    """One window on the engine; only what can cross a process boundary comes back (no frames)."""
+    run = engine.run_clip(
+        frames, variant, prompt, max_new_tokens, on_text, on_stage, cached=cached, logprobs=logprobs
+    )
+    return run.gen, run.metrics, run.info
 
 
 def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[Metrics, RunInfo]:
@@ -218,6 +240,7 @@ def answer_windows(
     query: str | None,
     on_text: OnText,
     on_stage: OnStage,
+    execute: Execute = direct,
 ) -> Result:
     """A long video's caption or find, window by window; each finished window is a ``WindowDone`` stage."""
     n = len(plans)
@@ -233,7 +256,7 @@ def answer_windows(
     runs: list[WindowRun] = []
     result: Result | None = None
     whole = engine.info(path)
-    for wr in run_windows(engine, path, plans, variant, prompt, limit, on_text, on_stage, logprobs):
+    for wr in run_windows(engine, path, plans, variant, prompt, limit, on_text, on_stage, logprobs, execute):
         runs.append(wr)
         if task == "caption":
             result = caption_result(engine, variant, runs, n, whole, wr.started)

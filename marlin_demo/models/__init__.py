@@ -6,7 +6,6 @@ plus its processor, so the engine runs one prompt/generation path for all of the
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -24,7 +23,7 @@ from marlin_demo.models.kernels import (
     import_real_kernels,
     linear_kernel_for,
 )
-from marlin_demo.settings import Settings
+from marlin_demo.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +119,8 @@ def resolve_source(settings: Settings, variant: str) -> Source:
             return Source(variant, str(candidate), None, quantized, True)
     raise ModelLoadError(
         f"No {kind.short} checkpoint for the local model {root}: put one in {root / kind.name} or set "
-        f"{_env_of(kind.repo_field)} to its folder (python -m marlin_demo quantize builds one)."
+        f"{env_name(kind.repo_field)} to its folder (python -m marlin_demo quantize builds one)."
     )
-
-
-def _env_of(field_name: str) -> str:
-    """The environment variable of a ``Settings`` field (named in messages)."""
-    return next(f.metadata["env"] for f in dataclasses.fields(Settings) if f.name == field_name)
 
 
 def _scrub(text: str) -> str:

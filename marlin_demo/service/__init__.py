@@ -20,18 +20,22 @@ public ``/compare`` endpoint both use it, so they behave the same):
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from marlin_demo import agreement as cmp
 from marlin_demo import contract
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
 from marlin_demo.longvideo import runner
-from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage
+from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage, Task
+from marlin_demo.service import space
+from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
 
@@ -55,6 +59,7 @@ __all__ = [
 ]
 
 Video = str | Path | PreparedVideo
+T = TypeVar("T")
 
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
@@ -78,15 +83,89 @@ def answer(
     query: str | None = None,
     on_text: Callable[[str], None] | None = None,
     on_stage: Callable[[Stage], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> Result:
     """Answer whole, or window by window when the video is longer than one window: the one place
-    that chooses (the engine answers one clip; ``longvideo.runner`` runs the windows)."""
-    plans = runner.window_plans(engine, video, cmp.as_task(task))
-    if plans is None:
-        return engine.run(task, video, variant, query, on_text=on_text, on_stage=on_stage)
-    return runner.answer_windows(
-        engine, cmp.as_task(task), Path(str(video)), plans, variant, query, on_text, on_stage
-    )
+    that chooses (the engine answers one clip; ``longvideo.runner`` runs the windows).
+
+    Every request is held by the engine's scheduler and its model work runs in turns (a whole clip
+    is one turn, a long video one turn per window; on ZeroGPU each turn is its own GPU call).
+    ``metrics.latency_s`` is the request's wall time, ``metrics.queue_s`` the part of it spent
+    waiting for other requests' turns. ``stop`` set: the request leaves at once, even while waiting.
+    """
+    kind = cmp.as_task(task)
+    plans = runner.window_plans(engine, video, kind)
+    with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
+        execute = _Turns(engine, ticket, kind)
+        if plans is None:
+            res = _whole(engine, task, video, variant, query, on_text, on_stage, execute)
+            res.metrics.latency_s += ticket.queue_s  # the engine timed the clip from its turn on
+        else:
+            res = runner.answer_windows(
+                engine, kind, Path(str(video)), plans, variant, query, on_text, on_stage, execute
+            )
+        res.metrics.queue_s = ticket.queue_s
+    return res
+
+
+def _whole(
+    engine: Engine,
+    task: str,
+    video: Video,
+    variant: Variant,
+    query: str | None,
+    on_text: Callable[[str], None] | None,
+    on_stage: Callable[[Stage], None] | None,
+    execute: _Turns,
+) -> Result:
+    """A clip answered whole, in one turn. On ZeroGPU its frames are made before the GPU call (and
+    that time is added to the latency): the call holds the GPU for the model alone."""
+    cached: bool | None = None
+    prep_s = 0.0
+    if space.zero_gpu() and not isinstance(video, PreparedVideo):
+        t0 = time.perf_counter()
+        video, cached = engine.prepare_cached(video)
+        prep_s = time.perf_counter() - t0
+
+    work = functools.partial(_whole_work, engine, task, video, variant, query, cached)
+    res = execute(work, on_text, on_stage)
+    res.metrics.latency_s += prep_s
+    return res
+
+
+def _whole_work(
+    engine: Engine,
+    task: str,
+    video: Video,
+    variant: Variant,
+    query: str | None,
+    cached: bool | None,
+    on_text: Callable[[str], None] | None,
+    on_stage: Callable[[Any], None] | None,
+) -> Result:
+    """A whole clip on the engine (module-level, so a ZeroGPU call can take it pickled)."""
+    return engine.run(task, video, variant, query, on_text=on_text, on_stage=on_stage, cached=cached)
+
+
+class _Turns:
+    """Runs one turn of model work for a request: in the scheduler's turn, and on ZeroGPU inside one
+    ``spaces.GPU`` call sized for one window of the task (``capacity``)."""
+
+    def __init__(self, engine: Engine, ticket: Ticket, task: Task) -> None:
+        self.scheduler = scheduler_for(engine)
+        self.ticket = ticket
+        self.seconds = space.call_seconds(task, engine.settings)
+
+    def __call__(
+        self,
+        work: Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T],
+        on_text: Callable[[str], None] | None,
+        on_stage: Callable[[Any], None] | None,
+    ) -> T:
+        with self.scheduler.turn(self.ticket):
+            if space.zero_gpu():
+                return space.gpu_call(work, self.seconds, on_text, on_stage)
+            return work(on_text, on_stage)
 
 
 def run(engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:
@@ -123,7 +202,7 @@ def stream(
 
     def work() -> None:
         try:
-            res = answer(engine, task, video, variant, query, on_text, on_stage)
+            res = answer(engine, task, video, variant, query, on_text, on_stage, stop)
             updates.put(("stage", Done(res)))
         except Cancelled:
             pass

@@ -1,33 +1,37 @@
-"""Hugging Face Space helpers: ZeroGPU decoration and GPU-time estimates, no-ops everywhere else.
+"""Hugging Face Space helpers: ZeroGPU calls and GPU-time estimates, no-ops everywhere else.
 
-On a ZeroGPU Space a GPU is attached only while a function decorated with
-``spaces.GPU`` runs, for at most its ``duration``; asking for less than needed
-kills the request, asking for much more lowers the visitor's queue priority.
-So the duration is estimated per request from the clip's length. Off ZeroGPU
-the decorator returns the function unchanged and ``spaces`` is never imported
-(it must be imported before CUDA is initialised, which ``app.py`` ensures by
-importing this module first).
+On a ZeroGPU Space a GPU is attached only while a function decorated with ``spaces.GPU`` runs, for
+at most its ``duration``; asking for less than needed kills the call, asking for much more lowers the
+visitor's queue priority. So the service runs each window of a request (or a whole short clip) as
+its own call (``gpu_call``), sized from the measured speeds (``capacity``): no call is cut, the page
+streams between calls, and a Stop between calls holds no GPU. ``spaces`` runs each call in a forked
+process: nothing done inside a call survives it but what the call sends back. Off ZeroGPU nothing
+here imports ``spaces`` (it must be imported before CUDA is initialised, which ``app.py`` ensures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterable
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from marlin_demo.longvideo.plan import plan_for
 from marlin_demo.results import Task
+from marlin_demo.service import capacity
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
-MIN_GPU_S = 30
-MAX_GPU_S = 300
+MAX_GPU_S = capacity.MAX_GPU_S
+#: above this many seconds of GPU the page says, before the run, what a request will ask for
+NOTE_GPU_S = 60
 
 
 def on_space() -> bool:
@@ -69,50 +73,95 @@ def _probe_seconds(path: str, size: int, mtime_ns: int) -> float:
     return float(probe(path).duration_s)
 
 
-def _first_path(args: Iterable[Any]) -> str | None:
-    for value in args:
-        if isinstance(value, str | os.PathLike) and Path(value).suffix:
-            return str(value)
-    return None
-
-
 def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: Task = "caption") -> int:
-    """Seconds of GPU to ask for: a fixed part (load, prefill) plus generation that grows with the clip.
+    """Seconds of ZeroGPU a request asks for in all: one call per window, ``runs`` variants in turn."""
+    return runs * capacity.request_gpu_s(task, video_s, settings, capacity.speeds()["h200"])
 
-    Marlin samples at most 240 frames (2 minutes at 2 fps), so one clip's length stops mattering
-    beyond 120 s. Captions write up to 768 tokens; find answers are one short line. A long video is
-    answered in the windows ``longvideo.plan.plan_for`` gives for these settings, each window costing
-    what a clip of its length does.
+
+def call_seconds(task: Task, settings: Settings) -> int:
+    """Seconds one window's (or one short clip's) call asks for."""
+    return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"])
+
+
+def gpu_note(task: Task, video_s: float, settings: Settings, runs: int = 1) -> str:
+    """What the page says before a ZeroGPU run of over a minute ('' otherwise, and off ZeroGPU)."""
+    if not zero_gpu():
+        return ""
+    total = estimate_gpu_seconds(video_s, settings, runs, task)
+    if total <= NOTE_GPU_S:
+        return ""
+    each = call_seconds(task, settings)
+    calls = total // each
+    plural = "s" if calls > 1 else ""
+    return f"This run asks ZeroGPU for about {total} s of GPU ({calls} call{plural} of up to {each} s)."
+
+
+Work = Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T]
+
+
+def gpu_call(
+    work: Work[T],
+    seconds: int,
+    on_text: Callable[[str], None] | None,
+    on_stage: Callable[[Any], None] | None,
+) -> T:
+    """Run ``work(on_text, on_stage)`` as one ``spaces.GPU`` call of ``seconds``.
+
+    ZeroGPU sends the call's arguments to its forked process pickled: ``work`` is a partial of a
+    module-level function whose engine pickles by reference (``Engine.__reduce__``); the result comes
+    back pickled too. The call is a generator, so each text and stage streams back as it comes; a
+    caller that stops listening (``on_text`` raises) closes the call and the GPU goes with it.
     """
-    video_s = max(video_s, 0.0)
-    try:
-        lengths = [w.end - w.start for w in plan_for(task, video_s, settings, limit=False)] or [video_s]
-    except ValueError:  # no usable duration: size it as one clip
-        lengths = [video_s]
-    fixed = 25.0 if task == "caption" else 10.0
-    per_run = sum(fixed + 0.25 * min(n, 120.0) for n in lengths)
-    return int(min(MAX_GPU_S, max(MIN_GPU_S, 15.0 + runs * per_run)))
+    result: Any = None
+    with contextlib.closing(gpu_function()(work, seconds)) as items:
+        for kind, value in items:
+            if kind == "text" and on_text is not None:
+                on_text(value)
+            elif kind == "stage" and on_stage is not None:
+                on_stage(value)
+            elif kind == "done":
+                result = value
+    return result  # type: ignore[no-any-return]
 
 
-def duration_for(task: Task, settings: Settings, runs: int | Callable[..., int] = 1) -> Callable[..., int]:
-    """A ``spaces.GPU(duration=...)`` callable: it receives the handler's own arguments."""
-
-    def estimate(*args: Any, **kwargs: Any) -> int:
-        path = _first_path([*args, *kwargs.values()])
-        n = runs(*args, **kwargs) if callable(runs) else runs
-        return estimate_gpu_seconds(video_seconds(path), settings, n, task)
-
-    return estimate
+_DECORATED: list[Callable[..., Generator[tuple[str, Any], None, None]]] = []
 
 
-def gpu(duration_fn: Callable[..., int]) -> Callable[[F], F]:
-    """Decorate a model-running handler with ``spaces.GPU`` on ZeroGPU; return it unchanged elsewhere."""
-
-    def wrap(fn: F) -> F:
-        if not zero_gpu():
-            return fn
+def gpu_function() -> Callable[..., Generator[tuple[str, Any], None, None]]:
+    """The one ``spaces.GPU`` function, decorated once: the app does it at start-up, before launch, as
+    ZeroGPU requires (it reports the decorated functions when the app launches)."""
+    if not _DECORATED:
         import spaces
 
-        return spaces.GPU(duration=duration_fn)(fn)  # type: ignore[return-value]
+        _DECORATED.append(spaces.GPU(duration=_call_seconds)(_in_gpu_call))
+    return _DECORATED[0]
 
-    return wrap
+
+def _call_seconds(work: Work[Any], seconds: int) -> int:
+    """``spaces.GPU``'s dynamic duration: the seconds the caller sized this call for."""
+    return seconds
+
+
+def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
+    """What runs inside the GPU call (in ZeroGPU's forked process)."""
+    yield from _streamed(work)
+
+
+def _streamed(work: Work[Any]) -> Iterator[tuple[str, Any]]:
+    """``work`` in a thread, its callbacks turned into items: ("text", t), ("stage", s), ("done", r)."""
+    items: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def target() -> None:
+        try:
+            items.put(("done", work(lambda t: items.put(("text", t)), lambda s: items.put(("stage", s)))))
+        except BaseException as exc:
+            items.put(("error", exc))
+
+    threading.Thread(target=target, daemon=True, name="marlin-gpu-call").start()
+    while True:
+        kind, value = items.get()
+        if kind == "error":
+            raise value
+        yield kind, value
+        if kind == "done":
+            return

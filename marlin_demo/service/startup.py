@@ -16,7 +16,8 @@ from urllib.parse import urlparse
 
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.models import ModelLoadError
+from marlin_demo.models import ModelLoadError, pick_device
+from marlin_demo.service import capacity
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -110,3 +111,17 @@ def preload(engine: Engine) -> dict[str, str]:
             log.warning("preloading %s failed: %s", variant, exc)
             errors[variant] = str(exc)
     return errors
+
+
+def check_limits(settings: Settings, zero_gpu: bool = False) -> None:
+    """Refuse settings that contradict the measured speeds (``capacity``), with one sentence per conflict.
+
+    Raised at start-up, before any request, so a video the limits accept is one the app can answer.
+    """
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        return  # the load says what is wrong with the device
+    found = capacity.conflicts(settings, device, zero_gpu)
+    if found:
+        raise ValueError(" ".join(found))

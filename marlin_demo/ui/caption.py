@@ -17,7 +17,6 @@ import gradio as gr
 from marlin_demo import service, subtitles
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, Result, Window
-from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -460,7 +459,6 @@ def _listen_ui(ctx: UIContext, tab: CaptionTab) -> None:
     """Run/Stop with the caption streamed into the tab, then the events as captions on the player."""
     buttons = [tab.run, tab.stop]
 
-    @space.gpu(space.duration_for("caption", ctx.settings))
     def caption_ui(video: str | None, variant: str) -> Iterator[Updates]:
         yield from with_buttons(caption_updates(ctx, tab, video, variant), buttons)
 
@@ -491,7 +489,6 @@ def _listen_ui(ctx: UIContext, tab: CaptionTab) -> None:
 def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
     """The public endpoints: plain JSON only (the tab's own updates are private events)."""
 
-    @space.gpu(space.duration_for("caption", ctx.settings))
     def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
         """Describe what happens in a video: a scene paragraph and its events with start and end times.
 
@@ -526,7 +523,6 @@ def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
         **GPU_EVENT,
     )
 
-    @space.gpu(space.duration_for("caption", ctx.settings))
     def caption_stream(video: str | None, variant: str = "gptq") -> Iterator[dict[str, Any]]:
         """The caption as the model writes it, then the finished result (see stream_message)."""
         path = require_upload(video, ctx)

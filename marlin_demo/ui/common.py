@@ -28,6 +28,7 @@ from marlin_demo import settings as settings_mod
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import RunInfo, memory_label
+from marlin_demo.service import space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.ui import example_notes
@@ -36,7 +37,9 @@ log = logging.getLogger(__name__)
 
 EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
-GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": 1}
+#: model-running events: no Gradio limit, so every request reaches the service, whose scheduler takes
+#: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
+GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
 """Every event that runs the model shares one slot: one request on the GPU at a time."""
 
 PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden", "queue": False}
@@ -385,7 +388,8 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
     text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
     if len(parts) > 1:
         text += f"; read as {len(parts)} windows of up to {size:g} s"
-    return status_html(text + ".")
+    note = space.gpu_note("find" if task == "find" else "caption", info.duration_s, s)
+    return status_html(text + "." + (f" {note}" if note else ""))
 
 
 def status_html(message: str, error: bool = False) -> str:

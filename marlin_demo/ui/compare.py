@@ -18,7 +18,6 @@ import pandas as pd
 
 from marlin_demo import agreement as cmp
 from marlin_demo import service
-from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -389,7 +388,6 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     running_in: set[str] = set()  # the sessions whose comparison is running (for Stop's message)
     stop_state = gr.State(False)
 
-    @space.gpu(space.duration_for("caption", ctx.settings, _runs_for))
     def compare_ui(
         video: str | None,
         task: str,
@@ -456,7 +454,6 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
 def _listen_api(ctx: UIContext, tab: CompareTab) -> None:
     """The public ``/compare`` endpoint: the whole comparison as plain JSON, at once."""
 
-    @space.gpu(space.duration_for("caption", ctx.settings, 2))
     def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
         """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
 

@@ -20,7 +20,6 @@ from marlin_demo import service
 from marlin_demo.longvideo import plan as win
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult, Result
-from marlin_demo.service import space
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -395,7 +394,6 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
     """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint."""
     buttons = [tab.run, tab.stop]
 
-    @space.gpu(space.duration_for("find", ctx.settings))
     def find_ui(video: str | None, query: str, variant: str) -> Iterator[Updates]:
         yield from with_buttons(find_updates(ctx, tab, video, query, variant), buttons)
 
@@ -442,7 +440,6 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
 def _listen_api(ctx: UIContext, tab: FindTab) -> None:
     """The public ``/find`` endpoint: plain JSON only (the player's jump is a private follow-up)."""
 
-    @space.gpu(space.duration_for("find", ctx.settings))
     def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
         """Find when a described event happens in a video: one start-end span in seconds.
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import gradio as gr
 
+from marlin_demo.service import capacity
 from marlin_demo.service.startup import FALLBACK_FIX
 from marlin_demo.ui.common import PRIVATE_UI, UIContext, tiny_in_use, variant_label
 
@@ -95,9 +96,11 @@ def limits_html(ctx: UIContext) -> str:
         f'<b class="mh-dur">{duration_text(s.max_duration_s)}</b>'
         f" and {s.max_upload_mb:g} MB · details</summary>"
         f"<div>Videos up to {s.max_duration_s:g} s, {s.max_upload_mb:g} MB and {s.max_width}×{s.max_height} "
-        f"(MP4, WebM, MOV, MKV) · queries up to {s.max_query_chars} characters · each request stops after "
-        f"{s.request_timeout_s:g} s · {s.queue_size} requests can wait, more are turned away (try again) · "
-        "Marlin samples 2 frames/s; a long video is answered window by window.</div></details>"
+        f"(MP4, WebM, MOV, MKV): {capacity.limits_line(s)} · queries up to {s.max_query_chars} characters · "
+        f"each window (or short clip) stops after {s.request_timeout_s:g} s of model work, waiting not "
+        f"counted · {s.queue_size} requests are answered in turns, more are turned away (try again) · "
+        "Marlin samples 2 frames/s; a long video is answered window by window, in turns with "
+        "other requests.</div></details>"
     )
 
 

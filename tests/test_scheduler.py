@@ -1,0 +1,214 @@
+"""Every accepted request finishes, in turns: the scheduler, per-window ZeroGPU calls, Stop between them.
+
+ZeroGPU itself cannot run here (``spaces`` would call the platform's device service), so a recording
+stand-in for ``spaces.GPU`` runs each call in a forked process, as ZeroGPU does: nothing done inside a
+call survives it but what the call streams back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marlin_demo import service
+from marlin_demo.engine import Cancelled, Engine, EngineError
+from marlin_demo.results import CaptionResult, Done, Progress, WindowDone
+from marlin_demo.service import capacity, space
+from marlin_demo.service.scheduler import Scheduler, scheduler_for
+from marlin_demo.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = ROOT / "examples" / "ball_rolls.mp4"  # 12 s: three 4 s caption windows below
+SHORT = ROOT / "examples" / "flower.mp4"  # 5 s: one window
+VARIANT = "bf16"
+
+
+class ForkingGPU:
+    """``spaces.GPU`` as ZeroGPU runs it: each call in a forked process, its items piped back; recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def GPU(self, duration: Any) -> Callable[[Callable[..., Iterator[Any]]], Callable[..., Iterator[Any]]]:
+        def decorate(fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+            def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                self.calls.append(duration(*args, **kwargs) if callable(duration) else duration)
+                payload = pickle.dumps((args, kwargs))  # ZeroGPU hands the call its arguments pickled
+                ctx = multiprocessing.get_context("fork")
+                recv, send = ctx.Pipe(duplex=False)
+
+                def child() -> None:
+                    try:
+                        call_args, call_kwargs = pickle.loads(payload)
+                        for item in fn(*call_args, **call_kwargs):
+                            send.send(("item", item))
+                        send.send(("end", None))
+                    except BaseException as exc:
+                        send.send(("error", exc))
+
+                proc = ctx.Process(target=child, daemon=True)
+                proc.start()
+                send.close()
+                try:
+                    while True:
+                        kind, value = recv.recv()
+                        if kind == "error":
+                            raise value
+                        if kind == "end":
+                            return
+                        yield value
+                finally:  # closed early (a Stop): the call's process goes, and the GPU with it
+                    if proc.is_alive():
+                        proc.terminate()
+                    proc.join()
+
+            return call
+
+        return decorate
+
+
+def _engine(**changes: Any) -> Engine:
+    settings = Settings(model="tiny", device="cpu", caption_window_s=4.0, caption_max_new_tokens=24)
+    engine = Engine(settings.with_(**changes))
+    engine.load(VARIANT)  # on a Space the variants are loaded at start-up, before any call
+    return engine
+
+
+@pytest.fixture(scope="module")
+def solo() -> dict[str, CaptionResult]:
+    """Each clip's caption alone, off ZeroGPU: what every other run must equal."""
+    engine = _engine()
+    out = {}
+    for clip in (LONG, SHORT):
+        res = service.run(engine, "caption", clip, VARIANT)
+        assert isinstance(res, CaptionResult)
+        out[clip.name] = res
+    assert len(out[LONG.name].windows) == 3 and len(out[SHORT.name].windows) == 1
+    return out
+
+
+@pytest.fixture
+def zero_gpu(monkeypatch: pytest.MonkeyPatch) -> ForkingGPU:
+    stand_in = ForkingGPU()
+    module = types.ModuleType("spaces")
+    module.GPU = stand_in.GPU  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spaces", module)
+    monkeypatch.setattr(space, "zero_gpu", lambda: True)
+    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by this stand-in, once, as at start-up
+    return stand_in
+
+
+pytestmark = pytest.mark.slow
+
+
+def _same(a: CaptionResult, b: CaptionResult) -> None:
+    assert a.raw == b.raw and a.events == b.events and a.scene == b.scene and a.windows == b.windows
+
+
+def test_zero_gpu_one_call_per_window_streaming_between(zero_gpu: ForkingGPU, solo: dict[str, Any]) -> None:
+    engine = _engine()
+    stages = list(service.stream(engine, "caption", str(LONG), VARIANT))
+    assert len(zero_gpu.calls) == 3  # one spaces.GPU call per window, none for the whole request
+    per_call = space.call_seconds("caption", engine.settings)
+    assert zero_gpu.calls == [per_call] * 3 and per_call <= capacity.MAX_GPU_S
+    assert sum(zero_gpu.calls) == space.estimate_gpu_seconds(12.0, engine.settings, task="caption")
+    texts = [s for s in stages if isinstance(s, Progress) and s.text]
+    assert {s.window for s in texts} == {1, 2, 3}  # the text streamed out of each forked call
+    assert [s.window for s in stages if isinstance(s, WindowDone)] == [1, 2, 3]
+    done = stages[-1]
+    assert isinstance(done, Done) and isinstance(done.result, CaptionResult)
+    _same(done.result, solo[LONG.name])  # nothing assumed to survive between calls: same answer
+
+
+def test_zero_gpu_short_clip_is_one_call(zero_gpu: ForkingGPU, solo: dict[str, Any]) -> None:
+    engine = _engine()
+    res = service.run(engine, "caption", str(SHORT), VARIANT)
+    assert zero_gpu.calls == [space.call_seconds("caption", engine.settings)]
+    assert isinstance(res, CaptionResult)
+    _same(res, solo[SHORT.name])
+    assert res.info.cached_video is False  # decoded for this request, before the call
+
+
+def test_stop_between_windows_starts_no_further_call(zero_gpu: ForkingGPU) -> None:
+    engine = _engine()
+    stream = service.stream(engine, "caption", str(LONG), VARIANT)
+    for stage in stream:
+        if isinstance(stage, WindowDone):  # window 1 answered, its call over: Stop now
+            break
+    stream.close()
+    scheduler = scheduler_for(engine)
+    assert scheduler.wait_until(lambda: scheduler.held() == 0, timeout=120)  # the worker saw the Stop
+    assert len(zero_gpu.calls) <= 2  # at most the call already asked for when Stop came
+
+
+def test_short_request_runs_between_a_long_ones_windows(solo: dict[str, Any]) -> None:
+    """The short clip, sent once the long one's first window is being written, finishes first."""
+    engine = _engine()
+    finished: list[str] = []
+    results: dict[str, Any] = {}
+    first_window = threading.Event()
+
+    def long_run() -> None:
+        for stage in service.stream(engine, "caption", str(LONG), VARIANT):
+            if isinstance(stage, Progress) and stage.text and stage.window == 1:
+                first_window.set()
+            if isinstance(stage, Done):
+                results["long"] = stage.result
+        finished.append("long")
+
+    worker = threading.Thread(target=long_run)
+    worker.start()
+    assert first_window.wait(timeout=300)
+    results["short"] = service.run(engine, "caption", str(SHORT), VARIANT)
+    finished.append("short")
+    worker.join(timeout=300)
+    assert finished == ["short", "long"]
+    _same(results["long"], solo[LONG.name])
+    _same(results["short"], solo[SHORT.name])
+    assert results["short"].metrics.queue_s > 0  # it waited for the long one's window in progress
+    assert results["short"].metrics.latency_s >= results["short"].metrics.queue_s
+
+
+def test_scheduler_turns_are_first_come_first_served() -> None:
+    """Pure scheduler: a request asking again after its turn queues behind one that asked meanwhile."""
+    engine = Engine(Settings(model="tiny", queue_size=2))
+    sched = Scheduler(engine, max_requests=2)
+    order: list[str] = []
+    with sched.request(3) as long, sched.request(1) as short:
+        assert engine.prefixes.size >= 4  # room for both requests' windows
+        with sched.turn(long):
+            waiter = threading.Thread(target=lambda: _turn(sched, short, order, "short"))
+            waiter.start()
+            assert sched.wait_until(lambda: sched.waiting(short), timeout=30)  # queued behind window 1
+            order.append("long-1")
+        waiter.join()
+        with sched.turn(long):
+            order.append("long-2")
+        with pytest.raises(EngineError, match="Queue is full"), sched.request(1):
+            pass
+    assert order == ["long-1", "short", "long-2"]
+    assert short.queue_s > 0 and sched.held() == 0
+
+
+def _turn(sched: Scheduler, ticket: Any, order: list[str], name: str) -> None:
+    with sched.turn(ticket):
+        order.append(name)
+
+
+def test_a_stopped_request_leaves_the_queue() -> None:
+    engine = Engine(Settings(model="tiny"))
+    sched = Scheduler(engine, max_requests=4)
+    stop = threading.Event()
+    with sched.request(1) as first, sched.request(1, stop) as second, sched.turn(first):
+        stop.set()
+        with pytest.raises(Cancelled), sched.turn(second):
+            pass
+    assert sched.held() == 0
