@@ -3,7 +3,7 @@
 A search asks find only inside the few caption windows its full-text stage chose; each is covered
 by the find windows ``plan_for("find")`` gives for its length (the same lengths and overlap as a
 whole video's find), so only those windows are decoded and asked, through the long-video runner
-like every windowed request.
+in the scheduler's turns, like every windowed request.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from marlin_demo import service
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import plan as win
-from marlin_demo.longvideo import runner
 from marlin_demo.results import FindResult, Window
 from marlin_demo.settings import Variant
 from marlin_demo.video.windows import plan_window
@@ -36,6 +36,6 @@ def find_in_windows(
     if not bounds:
         raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
     plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(sorted(bounds))]
-    result = runner.answer_windows(engine, "find", p, plans, variant, query, None, None)
+    result = service.answer_plans(engine, "find", p, plans, variant, query)  # in turns, like any request
     assert isinstance(result, FindResult)
     return result
