@@ -255,7 +255,7 @@ def test_search_decodes_only_the_find_windows_of_the_chosen_window(
         store, query, s, lambda: engine, VARIANT, top_k=5, progress=lambda k, n: asked.append((k, n))
     )
     (hit,) = store.stage1(answer.query, 1)
-    assert answer.searched_windows == 1 and asked == [(1, 1)]
+    assert answer.searched_windows == 1 and asked == [(0, 1), (1, 1)]  # stage 1 at once, then stage 2
     assert {tuple(m["window"]) for m in answer.moments} == {(hit.start, hit.end)}
     # the find windows (4 s, 1 s overlap) inside the chosen caption window, and nothing else
     want = [(hit.start + w.start, hit.start + w.end) for w in plan_for("find", hit.end - hit.start, s)]

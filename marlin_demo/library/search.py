@@ -9,6 +9,7 @@ only inside those windows, through the service (``service.focus.find_in_windows`
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,9 +92,13 @@ def search(
     *,
     top_k: int = DEFAULT_TOP_K,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> SearchAnswer:
     """Both stages; ``engine`` is called only when stage 1 found windows to ask (an empty library or no
-    candidate answers at once). A bad query (empty, too long) is a ValueError with find's sentence."""
+    candidate answers at once). A bad query (empty, too long) is a ValueError with find's sentence.
+
+    ``progress(k, n)``: ``(0, n)`` once stage 1 chose n windows, then after each video's windows are
+    asked; ``stop`` set (the tab's Stop): no further window is asked and the moments so far are kept."""
     clean = contract.sanitize_query(query, settings.max_query_chars)
     if top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {top_k}.")
@@ -112,15 +117,19 @@ def search(
         by_video.setdefault(h.video, []).append(h)
     found: list[dict[str, Any]] = []
     done = 0
+    if progress is not None:
+        progress(0, len(hits))
     model = engine()
     for group in by_video.values():
+        if stop is not None and stop.is_set():
+            break
         path = group[0].path
         if not os.path.isfile(path):
             answer.skipped.append(f"{group[0].name}: the file is gone since it was indexed (rerun index).")
             continue
         wins = [Window(h.k, h.start, h.end) for h in group]
         try:
-            result = find_in_windows(model, path, clean, variant, wins)
+            result = find_in_windows(model, path, clean, variant, wins, stop)
         except ValueError as exc:  # the video (not the query: it is clean) cannot be read now
             answer.skipped.append(f"{group[0].name}: {exc}")
             continue

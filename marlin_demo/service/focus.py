@@ -8,6 +8,7 @@ in the scheduler's turns, like every windowed request.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,10 +21,16 @@ from marlin_demo.video.windows import plan_window
 
 
 def find_in_windows(
-    engine: Engine, path: str | Path, query: str, variant: Variant, windows: Sequence[Window]
+    engine: Engine,
+    path: str | Path,
+    query: str,
+    variant: Variant,
+    windows: Sequence[Window],
+    stop: threading.Event | None = None,
 ) -> FindResult:
     """Find ``query`` only in ``windows`` (global seconds) of the video at ``path``: the find windows
-    inside each, answered in time order; moments are on the video's own timeline, best first."""
+    inside each, answered in time order; moments are on the video's own timeline, best first. ``stop``
+    set (a visitor's Stop): no further window is asked."""
     p = Path(path)
     info = engine.info(p)
     bounds: set[tuple[float, float]] = set()
@@ -36,6 +43,7 @@ def find_in_windows(
     if not bounds:
         raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
     plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(sorted(bounds))]
-    result = service.answer_plans(engine, "find", p, plans, variant, query)  # in turns, like any request
+    # in turns, like any request
+    result = service.answer_plans(engine, "find", p, plans, variant, query, stop)
     assert isinstance(result, FindResult)
     return result
