@@ -27,6 +27,7 @@ from marlin_demo.library.collection import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search
 from marlin_demo.library.store import THUMBS_DIR, LibraryError, Store
 from marlin_demo.service import space
+from marlin_demo.ui.api_docs import use_local_examples
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
@@ -415,6 +416,7 @@ def render(ctx: UIContext) -> LibraryTab:
                 player = gr.Video(label="The chosen moment", interactive=False, elem_id=PLAYER_ID, height=300)
                 chosen = gr.HTML("", elem_id="library-chosen")
                 open_in_find = gr.Button("Open in Find", visible=False, elem_id="library-open-find")
+        use_local_examples([], [query])  # the API page's snippet asks a sentence, not "Hello!!"
         top_k = gr.Number(DEFAULT_TOP_K, visible=False, precision=0)
         api_button = gr.Button("api", visible=False)
         api_out = gr.JSON(label="search", visible=False)
