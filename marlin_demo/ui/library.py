@@ -12,6 +12,7 @@ import functools
 import hashlib
 import html
 import json
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -23,8 +24,9 @@ import gradio as gr
 
 from marlin_demo import contract
 from marlin_demo.library import index as idx
+from marlin_demo.library import search as library_search
 from marlin_demo.library.collection import Item
-from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search
+from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
 from marlin_demo.library.store import THUMBS_DIR, LibraryError, Store
 from marlin_demo.service import space
 from marlin_demo.ui.api_docs import use_local_examples
@@ -167,7 +169,11 @@ def default_source(ctx: UIContext) -> LibrarySource:
         return LibrarySource(folder, str(variant), None, ctx.engine, f"the library at {folder.name}")
     variant = ctx.default_variant
     key = json.dumps(idx.setup_fingerprint(s, variant), sort_keys=True, default=str)
-    folder = example_cache_root(ctx).resolve() / f"library-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    # while the tabs are built (blocks._examples_cache) Gradio's cache variable names the root itself
+    root = Path(os.environ.get("GRADIO_EXAMPLES_CACHE") or example_cache_root(ctx))
+    if not root.name.startswith("marlin-"):
+        root = example_cache_root(ctx)
+    folder = root.resolve() / f"library-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     items = [
         Item(id=str(e["video"]), video=str(e["video"]), path=str(ctx.clip(e).resolve()), query=None)
         for e in ctx.examples
@@ -196,7 +202,7 @@ def run_search(
     store = Store(source.folder, create=False)
     try:
         s = source.engine.settings
-        return search(
+        return library_search.search(
             store, query, s, lambda: source.engine, source.variant, top_k=top_k, progress=progress, stop=stop
         )
     finally:
@@ -510,7 +516,7 @@ def listen(
 
 
 def _listen_api(ctx: UIContext, tab: LibraryTab) -> None:
-    def search_library(query: str, top_k: float = DEFAULT_TOP_K) -> dict[str, Any]:
+    def search(query: str, top_k: float = DEFAULT_TOP_K) -> dict[str, Any]:  # the MCP tool's name
         """Find a described moment across every video of this server's library (its example clips unless it
         serves another): full-text search over each video's caption windows, then find in the best ones.
 
@@ -527,7 +533,7 @@ def _listen_api(ctx: UIContext, tab: LibraryTab) -> None:
             ("retrieval_score", BM25); "window" is the caption window find was asked in; "thumbnail" is a
             URL path on this server. An empty library, or no match, is an empty "moments" list.
         """
-        k = int(top_k or DEFAULT_TOP_K)
+        k = DEFAULT_TOP_K if top_k is None else int(top_k)
         if not 1 <= k <= 50:
             raise gr.Error(f"top_k must be between 1 and 50, got {top_k:g}.", print_exception=False)
         with user_errors():
@@ -537,7 +543,7 @@ def _listen_api(ctx: UIContext, tab: LibraryTab) -> None:
             return public_answer(tab.source, run_search(tab.source, clean, k), tab.api_out)
 
     tab.api_button.click(
-        search_library,
+        search,
         [tab.query, tab.top_k],
         tab.api_out,
         api_name="search",
