@@ -22,7 +22,7 @@ from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXI
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
 # Subcommands that live in their own modules register themselves through `register(subparsers)`.
-PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize", "marlin_demo.batch")
+PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize", "marlin_demo.batch", "marlin_demo.library")
 
 
 def _fmt_time(seconds: float) -> str:

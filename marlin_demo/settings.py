@@ -23,10 +23,11 @@ VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 
 #: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
-#: ``run`` is ``caption``/``find``, ``bench`` and ``batch`` the commands of those names. A field's
-#: ``commands`` metadata says which of them offer it: the one list every parser is built from.
-Command = Literal["run", "bench", "batch"]
-COMMANDS: tuple[Command, ...] = ("run", "bench", "batch")
+#: ``run`` is ``caption``/``find``, ``bench``, ``batch`` and ``search`` the commands of those names (``index``
+#: and ``search`` also take batch's). A field's ``commands`` metadata says which of them offer it: the
+#: one list every parser is built from.
+Command = Literal["run", "bench", "batch", "search"]
+COMMANDS: tuple[Command, ...] = ("run", "bench", "batch", "search")
 
 #: The example clips of a source checkout (examples/ beside the package): the one place this path is
 #: computed. An installed package has none there: ``MARLIN_EXAMPLES_DIR`` points at such a folder.
@@ -202,6 +203,14 @@ class Settings:
             "help": "most moments a find returns",
         },
     )
+    search_candidates: int = field(
+        default=8,
+        metadata={
+            "env": "MARLIN_SEARCH_CANDIDATES",
+            "commands": ("search",),
+            "help": "caption windows a library search asks find in (the best by full-text rank)",
+        },
+    )
     max_upload_mb: float = field(
         default=200.0,
         metadata={
@@ -277,6 +286,14 @@ class Settings:
     )
     # Gradio's own variables are honoured after ours (flag, MARLIN_*, GRADIO_*, default), as
     # Gradio users and hosting platforms expect.
+    library_dir: str = field(
+        default="",
+        metadata={
+            "env": "MARLIN_LIBRARY",
+            "flag": "--library",
+            "help": "a library folder built by `index` for the Library tab (default: the example clips)",
+        },
+    )
     examples_dir: str = field(
         default="",
         metadata={
@@ -393,6 +410,12 @@ def flags_for(command: Command) -> tuple[str, ...]:
     return tuple(f.name for f in fields(Settings) if command in f.metadata.get("commands", ()))
 
 
+def flag_of(name: str) -> str:
+    """A setting's flag: ``--max-upload-mb`` for ``max_upload_mb`` unless its ``flag`` metadata names one."""
+    meta = next(f.metadata for f in fields(Settings) if f.name == name)
+    return str(meta.get("flag") or "--" + name.replace("_", "-"))
+
+
 def add_arguments(
     parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, command: Command | None = None
 ) -> None:
@@ -405,16 +428,22 @@ def add_arguments(
     for f in fields(Settings):
         if only is not None and f.name not in only:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_of(f.name)
         kind = str(f.type)  # already a string: annotations are postponed
         if kind == "bool":
             parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"]
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f.metadata["help"],
             )
         else:
             conv = {"int": int, "float": float}.get(kind, str)
             envs = " or ".join(f"${n}" for n in (f.metadata["env"], f.metadata.get("fallback_env")) if n)
-            parser.add_argument(flag, type=conv, default=None, help=f"{f.metadata['help']} ({envs})")
+            parser.add_argument(
+                flag, dest=f.name, type=conv, default=None, help=f"{f.metadata['help']} ({envs})"
+            )
 
 
 def from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
@@ -429,6 +458,5 @@ def from_args(args: argparse.Namespace, base: Settings | None = None) -> Setting
 def settings_table() -> list[tuple[str, str, str, str]]:
     """(env var, flag, default, help) rows: the README's configuration table comes from here."""
     return [
-        (f.metadata["env"], "--" + f.name.replace("_", "-"), repr(f.default), f.metadata["help"])
-        for f in fields(Settings)
+        (f.metadata["env"], flag_of(f.name), repr(f.default), f.metadata["help"]) for f in fields(Settings)
     ]

@@ -23,8 +23,8 @@ def _sigterm(signum: int, frame: Any) -> None:
 def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from marlin_demo.batch.inputs import InputError, collect
     from marlin_demo.batch.writer import BatchError, ResultsWriter
+    from marlin_demo.library.collection import InputError, collect
     from marlin_demo.models.fingerprint import fingerprint
 
     try:

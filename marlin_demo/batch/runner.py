@@ -5,31 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from marlin_demo.batch.inputs import Item
-
-
-def failure(exc: BaseException) -> tuple[str, str]:
-    """(reason, sentence): the sentence is what the CLI prints; the reason groups the summary."""
-    from marlin_demo.models import ModelLoadError
-    from marlin_demo.video import VideoError
-
-    msg = str(exc)
-    if isinstance(exc, ModelLoadError):
-        return "model_load", msg
-    if "time limit" in msg:
-        return "timeout", msg
-    if "Out of GPU memory" in msg:
-        return "out_of_memory", msg
-    if isinstance(exc, VideoError):
-        if "at most" in msg:
-            return "over_limit", msg
-        if "could not be decoded" in msg:
-            return "undecodable", msg
-        return "not_a_video", msg
-    if isinstance(exc, ValueError):
-        return "bad_input", msg
-    first = msg.strip().splitlines()[0][:300] if msg.strip() else ""
-    return "model_error", f"The model failed on this video ({type(exc).__name__}: {first})."
+from marlin_demo.library.collection import Item, failure
 
 
 def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 from marlin_demo import settings as settings_mod
 from marlin_demo import variants as registry
 from marlin_demo.bench import runner
+from marlin_demo.bench.collection import add_search_bench_parser
 from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
 from marlin_demo.bench.plan import (
@@ -171,6 +172,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
     p.set_defaults(func=cmd_bench)
-    sub = p.add_subparsers(dest="bench_command", title="helpers", metavar="{convert-charades,build-long-set}")
+    helpers = "{convert-charades,build-long-set,search}"
+    sub = p.add_subparsers(dest="bench_command", title="helpers", metavar=helpers)
     add_convert_parser(sub)
     add_long_set_parser(sub)
+    add_search_bench_parser(sub)

@@ -38,6 +38,7 @@ from marlin_demo.service import space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
 from marlin_demo.video import PreparedVideo
+from marlin_demo.video.windows import WindowPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from marlin_demo.video import VideoInfo
@@ -104,6 +105,25 @@ def answer(
             res = runner.answer_windows(
                 engine, kind, Path(str(video)), plans, variant, query, on_text, on_stage, execute
             )
+        res.metrics.queue_s = ticket.queue_s
+    return res
+
+
+def answer_plans(
+    engine: Engine,
+    task: Task,
+    path: Path,
+    plans: list[WindowPlan],
+    variant: Variant,
+    query: str | None = None,
+    stop: threading.Event | None = None,
+) -> Result:
+    """Answer these windows of a file, chosen by the caller (a library search's best windows), in
+    turns with every other request, like any windowed request."""
+    with scheduler_for(engine).request(len(plans), stop) as ticket:
+        res = runner.answer_windows(
+            engine, task, path, plans, variant, query, None, None, _Turns(engine, ticket, task)
+        )
         res.metrics.queue_s = ticket.queue_s
     return res
 

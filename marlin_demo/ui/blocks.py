@@ -26,6 +26,7 @@ from marlin_demo.ui import (
     compare,
     find,
     header,
+    library,
     mcp_tools,
     one_clip,
     timeline,
@@ -43,7 +44,7 @@ TITLE = "Marlin-2B · what happens, and when"
 
 log = logging.getLogger(__name__)
 
-CSS = Path(__file__).with_name("style.css").read_text(encoding="utf-8") + timeline.TIMELINE_CSS
+CSS = Path(__file__).with_name("style.css").read_text(encoding="utf-8") + timeline.TIMELINE_CSS + library.CSS
 
 HEAD = (
     '<meta name="description" content="Marlin-2B: video captions with timed events, and temporal grounding. '
@@ -146,13 +147,15 @@ def build_demo(
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
         # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
-        with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap"):
+        with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap") as tabs:
             with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"):
                 cap = caption.render(ctx)
             with gr.Tab("Find · when", id="find", elem_id="tab-find"):
                 fnd = find.render(ctx)
             with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"):
                 cmp_tab = compare.render(ctx)
+            with gr.Tab("Library · search all", id="library", elem_id="tab-library"):
+                lib = library.render(ctx)
             with gr.Tab("About", id="about", elem_id="tab-about"):
                 abt = about.render(ctx)
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
@@ -164,6 +167,7 @@ def build_demo(
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
         about.listen(ctx, abt)
+        library.listen(ctx, lib, tabs, fnd.video, fnd.query)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     if ctx.cache_mode == "eager":
         answer_examples_at_start(ctx)
@@ -172,7 +176,7 @@ def build_demo(
         "css": CSS,
         "js": None,
         "head": HEAD,
-        "allowed_paths": [str(ctx.examples_dir), str(ctx.output_dir)],
+        "allowed_paths": [str(ctx.examples_dir), str(ctx.output_dir), *lib.source.allowed_paths()],
         "max_file_size": f"{settings.max_upload_mb:g}mb",
         "show_error": True,
         "mcp_server": mcp_tools.enable(demo, ctx),

@@ -46,7 +46,7 @@ from marlin_demo.ui.common import NOT_UPLOADED, UIContext, is_inside
 
 log = logging.getLogger(__name__)
 
-TOOLS = ("/caption", "/find", "/compare")
+TOOLS = ("/caption", "/find", "/compare", "/search")
 """The endpoints served as MCP tools, in this order; every other endpoint stays off the tool list."""
 
 NO_URLS = "Upload the video file itself: the server does not download URLs."
@@ -113,6 +113,10 @@ def long_video_notes(ctx: UIContext) -> dict[str, str]:
             f"found, best first, at most {s.top_k}, duplicates merged; score (0-1) is the model's own "
             'token probability for the times, for ranking; "span" is the best moment (for a short video '
             '"moments" holds its one scored span).'
+        ),
+        "/search": (
+            f"Searches this server's library (its example clips unless it serves another): the words of "
+            f"every caption window first, then find in the best {s.search_candidates} windows only."
         ),
         "/compare": (
             'Each result is the caption or find JSON with its "windows" or "moments"; a long video is '
@@ -234,12 +238,14 @@ class MarlinMCPServer(gradio.mcp.GradioMCPServer):
         # Before Gradio's own handling: its client would upload any file object it finds in the
         # arguments from the server's disk, so only the tool's own string arguments get through.
         if self.marlin is not None and name in self.tool_to_endpoint:
-            schema, _ = self.get_input_schema(name)
+            schema, files = self.get_input_schema(name)
             known = list(schema.get("properties", {}))
+            videos = {str(p[0]) for p in files}
             for key, item in arguments.items():
                 if key not in known:
                     raise ValueError(f"Unknown argument {key!r}: {name} takes {', '.join(known)}.")
-                if not isinstance(item, str):
+                number = isinstance(item, int | float) and not isinstance(item, bool) and key not in videos
+                if not (isinstance(item, str) or number):
                     raise ValueError(f"The argument {key!r} must be a string.")
         return super()._prepare_tool_call_args(name, arguments)
 

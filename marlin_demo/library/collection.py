@@ -1,4 +1,8 @@
-"""What a batch runs on: a folder (recursive), a glob, one video, or a JSONL/CSV manifest."""
+"""What a collection command runs on (``batch``, ``index``): a folder (recursive), a glob, one video,
+or a JSONL/CSV manifest; and the one sentence a failed video is reported with.
+
+It lives here, below both commands, so that ``batch`` and the library read INPUT the same way.
+"""
 
 from __future__ import annotations
 
@@ -106,3 +110,27 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
         seen.add(item_id)
         items.append(Item(id=item_id, video=shown, path=str(p.resolve()), query=q))
     return items
+
+
+def failure(exc: BaseException) -> tuple[str, str]:
+    """(reason, sentence): the sentence is what the CLI prints; the reason groups the summary."""
+    from marlin_demo.models import ModelLoadError
+    from marlin_demo.video import VideoError
+
+    msg = str(exc)
+    if isinstance(exc, ModelLoadError):
+        return "model_load", msg
+    if "time limit" in msg:
+        return "timeout", msg
+    if "Out of GPU memory" in msg:
+        return "out_of_memory", msg
+    if isinstance(exc, VideoError):
+        if "at most" in msg:
+            return "over_limit", msg
+        if "could not be decoded" in msg:
+            return "undecodable", msg
+        return "not_a_video", msg
+    if isinstance(exc, ValueError):
+        return "bad_input", msg
+    first = msg.strip().splitlines()[0][:300] if msg.strip() else ""
+    return "model_error", f"The model failed on this video ({type(exc).__name__}: {first})."

@@ -1,0 +1,230 @@
+"""``python -m marlin_demo index INPUT --library DIR`` and ``search DIR "QUERY"`` (docs/LIBRARY.md)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from marlin_demo import settings as settings_mod
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+
+#: index takes batch's settings; search those too (but ``--top-k`` is its own: moments to return)
+#: plus its own (``commands`` metadata ``search``).
+INDEX_FLAGS = settings_mod.flags_for("batch")
+SEARCH_FLAGS = tuple(f for f in INDEX_FLAGS if f != "top_k") + settings_mod.flags_for("search")
+#: What names the model a library was built with: ``search`` uses them unless a flag says otherwise.
+MODEL_FIELDS = (
+    "model",
+    "bf16_id",
+    "gptq_id",
+    "revision",
+    "gptq_revision",
+    "extra_variants",
+    "trust_remote_code",
+)
+TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _err(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+class _LoadFailed(RuntimeError):
+    pass
+
+
+def _local_captions(settings: Any, variant: str) -> Any:
+    """Caption the pending videos in this process; the model loads only when there is one."""
+    from marlin_demo.library.index import caption_local
+
+    def run(todo: list[Any]) -> Iterator[Any]:
+        if not todo:
+            return
+        from marlin_demo.engine import Engine
+        from marlin_demo.models import ModelLoadError
+
+        engine = Engine(settings)
+        try:
+            engine.load(variant)
+        except ModelLoadError as exc:
+            raise _LoadFailed(str(exc)) from None
+        yield from caption_local(engine, todo, variant)
+
+    return run
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from marlin_demo.library import index as idx
+    from marlin_demo.library.collection import InputError, collect
+    from marlin_demo.library.store import LibraryError, Store
+
+    if args.workers < 1:
+        return _err("--workers must be at least 1.")
+    try:
+        settings = settings_mod.from_args(args)
+        items = collect(args.input, "caption")
+        if args.fresh:
+            Store.wipe(args.library)
+        store = Store(args.library)
+        variant = args.variant or store.meta().get("setup", {}).get("variant") or "gptq"
+        store.check_setup(idx.setup_fingerprint(settings, variant))
+    except (InputError, LibraryError, ValueError) as exc:
+        return _err(str(exc))
+    if args.ray is None:
+        captions = _local_captions(settings, variant)
+    else:
+        address = None if args.ray == "local" else args.ray
+
+        def captions(todo: list[Any]) -> Iterator[Any]:
+            return (
+                idx.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
+                if todo
+                else iter(())
+            )
+
+    signal.signal(signal.SIGTERM, _sigterm)
+
+    def note(line: str) -> None:
+        print(f"index: {line}", file=sys.stderr, flush=True)
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = idx.index(store, items, captions, prune_gone=args.prune, note=note)
+    except _LoadFailed as exc:
+        return _err(str(exc), EXIT_FAILED)
+    out = summary.to_dict(store)
+    store.close()
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        print(
+            f"{out['videos']} videos, {out['windows']} windows in {args.library}: {out['added']} added, "
+            f"{out['updated']} updated, {out['moved']} moved, {out['unchanged']} unchanged, "
+            f"{out['pruned']} pruned, {out['failed']} failed"
+        )
+        for f in out["failures"]:
+            print(f"  failed {f['video']}: {f['error']}")
+    return EXIT_OK
+
+
+def _search_settings(args: argparse.Namespace, setup: dict[str, Any]) -> Any:
+    """The library's model (and its identity) unless a flag names another; every other flag as given."""
+    base = settings_mod.from_env().with_(**{k: setup[k] for k in MODEL_FIELDS if k in setup})
+    return settings_mod.from_args(args, base)
+
+
+def format_answer(d: dict[str, Any]) -> str:
+    lib = d["library"]
+    lines = [
+        f"Search · {d['query']!r} · {lib['videos']} videos, {lib['windows']} windows · "
+        f"find asked in {d['searched_windows']} window(s)",
+    ]
+    if not d["moments"]:
+        lines.append(
+            "No moment found." if lib["windows"] else "The library is empty: index some videos first."
+        )
+    for n, m in enumerate(d["moments"], 1):
+        lines.append(
+            f"{n:3d}. {m['video']}  {m['start']:.1f} s - {m['end']:.1f} s  score {m['score']:.3f} "
+            f"(text {m['retrieval_score']:.2f}; window {m['window'][0]:g}-{m['window'][1]:g} s)"
+        )
+    return "\n".join(lines)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from marlin_demo.library.search import search
+    from marlin_demo.library.store import LibraryError, Store
+
+    try:
+        store = Store(args.library, create=False)
+        setup = store.meta().get("setup", {})
+        settings = _search_settings(args, setup)
+        variant = args.variant or setup.get("variant") or "gptq"
+    except (LibraryError, ValueError) as exc:
+        return _err(str(exc))
+
+    def engine() -> Any:
+        from marlin_demo.engine import Engine
+
+        with contextlib.redirect_stdout(sys.stderr):
+            return Engine(settings)
+
+    def progress(done: int, total: int) -> None:
+        if not args.json:
+            print(f"search: {done} of {total} windows asked", file=sys.stderr, flush=True)
+
+    from marlin_demo.engine import USER_ERRORS
+    from marlin_demo.models import ModelLoadError
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            answer = search(
+                store, args.query, settings, engine, variant, top_k=args.moments, progress=progress
+            )
+    except ModelLoadError as exc:
+        return _err(str(exc), EXIT_FAILED)
+    except USER_ERRORS as exc:
+        return _err(str(exc))
+    for line in answer.skipped:
+        print(f"warning: skipped {line}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(answer.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        if settings.is_tiny:
+            print(TINY_NOTE)
+        print(format_answer(answer.to_dict()))
+    return EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add ``index`` and ``search`` to the CLI."""
+    p = subparsers.add_parser(
+        "index",
+        help="caption a folder, glob or manifest into a searchable library (SQLite + full text)",
+        description="Caption each new or changed video window by window into DIR/library.sqlite; reruns "
+        "add only what is new. See docs/LIBRARY.md.",
+    )
+    p.add_argument("input", help="a folder (recursive), a glob, a video, or a JSONL/CSV manifest (video, id)")
+    p.add_argument("--library", required=True, help="the library folder (created when missing)")
+    p.add_argument("--variant", default=None, help="gptq (default; a library keeps its own), bnb4, bf16...")
+    p.add_argument("--prune", action="store_true", help="drop the videos whose file is gone")
+    p.add_argument("--fresh", action="store_true", help="discard the library's index and start over")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="caption on Ray Data: a loopback-only local runtime, or join the cluster at ADDRESS",
+    )
+    p.add_argument("--workers", type=int, default=1, help="Ray actors, each holding one loaded variant")
+    p.add_argument("--gpus-per-worker", type=float, default=None, help="GPUs per Ray actor (as batch)")
+    settings_mod.add_arguments(p, only=INDEX_FLAGS)
+    p.set_defaults(func=cmd_index)
+
+    p = subparsers.add_parser(
+        "search",
+        help="find a moment across every video of a library (full text, then find in the best windows)",
+        description="Rank the library's caption windows by full-text relevance, then ask find in the best "
+        "--search-candidates of them. See docs/LIBRARY.md.",
+    )
+    p.add_argument("library", help="a library folder built by `index`")
+    p.add_argument("query", help="what happens (any text)")
+    p.add_argument(
+        "--top-k", dest="moments", type=int, default=10, help="most moments to return (default 10)"
+    )
+    p.add_argument("--variant", default=None, help="the library's variant unless given")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    settings_mod.add_arguments(p, only=SEARCH_FLAGS)
+    p.set_defaults(func=cmd_search)

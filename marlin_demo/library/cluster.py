@@ -1,0 +1,78 @@
+"""Ray Data for the collection commands (``batch --ray``, ``index --ray``): one runtime, one actor pool.
+
+A local runtime binds only to loopback: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray take
+127.0.0.1 as the node address instead of probing for a routable one, usage stats are off, no dashboard.
+Workers return each row as JSON text (Arrow never retypes a nested result); the driver alone writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(address: str | None, workers: int) -> None:
+    """Join ``address``, or start a loopback-only runtime on this machine."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is None:
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        path = os.environ.get("PYTHONPATH", "")
+        if str(ROOT) not in path.split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    import ray
+    from ray._private import ray_constants
+
+    if address is None:
+        ray_constants.ENABLE_RAY_CLUSTER = False  # read at call time: effective even if ray was imported
+        ray.init(
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            object_store_memory=128 * 2**20,
+            num_cpus=max(workers, os.cpu_count() or 1),
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    else:
+        import marlin_demo
+
+        ray.init(address=address, runtime_env={"py_modules": [marlin_demo]}, log_to_driver=False)
+
+
+def rows_on_ray(
+    worker: type,
+    worker_kwargs: dict[str, Any],
+    records: list[dict[str, Any]],
+    address: str | None,
+    workers: int,
+    gpus_per_worker: float | None,
+) -> Iterator[dict[str, Any]]:
+    """Each record through an actor pool of ``worker`` (a Ray Data callable class returning
+    ``{"row": json}``), one block per record so rows stream back as they finish; the runtime is shut
+    down at the end."""
+    import ray
+
+    start(address, workers)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        if gpus_per_worker is None:
+            gpus_per_worker = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)) // workers) if not gpus_per_worker else 1
+        ds = ray.data.from_items(records, override_num_blocks=len(records)).map_batches(
+            worker,
+            fn_constructor_kwargs=worker_kwargs,
+            batch_size=1,
+            concurrency=workers,
+            num_cpus=cpus,
+            num_gpus=gpus_per_worker or None,
+            batch_format="numpy",
+        )
+        for rec in ds.iter_rows():
+            yield json.loads(rec["row"])
+    finally:
+        ray.shutdown()

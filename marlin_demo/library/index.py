@@ -1,0 +1,284 @@
+"""``index``: caption each new or changed video of INPUT window by window and store it in the library.
+
+Captioning goes through ``service.run`` (the one request path: it windows a long video itself), locally
+or on Ray Data (``library.cluster``, as ``batch --ray``); this process alone writes the database, one
+transaction per video, right after that video's caption arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.library.collection import Item, failure
+from marlin_demo.library.store import THUMBS_DIR, Store, WindowText
+from marlin_demo.models.fingerprint import fingerprint
+from marlin_demo.settings import Settings, Variant
+
+#: Settings that only change ``search`` (stage 2's find), not the captions an index holds.
+SEARCH_ONLY = ("find_max_new_tokens", "find_window_s", "find_overlap_s", "top_k", "max_query_chars")
+THUMB_WIDTH = 192
+
+Note = Callable[[str], None]
+
+
+def setup_fingerprint(settings: Settings, variant: Variant) -> dict[str, Any]:
+    """batch's settings fingerprint of a caption run (model, settings that change answers, kernels)."""
+    fp = fingerprint(settings, "")
+    fp.pop("data_digest", None)
+    for name in SEARCH_ONLY:
+        fp.pop(name, None)
+    fp.update(task="caption", variant=variant)
+    return fp
+
+
+def shown_name(item: Item) -> str:
+    """The name a video has in the library: batch's id (INPUT-relative), never an absolute server path."""
+    return Path(item.id).name if Path(item.id).is_absolute() else item.id
+
+
+@dataclass
+class Pending:
+    """An item to caption: its content digest and file stamp, read before any model runs."""
+
+    item: Item
+    digest: str
+    size: int
+    mtime_ns: int
+    replaces: str | None  # the id of an entry that held this path with other content (a changed file)
+
+    @property
+    def vid(self) -> str:
+        return self.digest[:16]
+
+
+@dataclass
+class Summary:
+    """What one run did; ``to_dict`` is the ``--json`` summary."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self, store: Store) -> dict[str, Any]:
+        videos, windows = store.counts()
+        return {
+            "library": str(store.folder),
+            "videos": videos,
+            "windows": windows,
+            "added": len(self.added),
+            "updated": len(self.updated),
+            "moved": len(self.moved),
+            "unchanged": len(self.unchanged),
+            "pruned": len(self.pruned),
+            "failed": len(self.failures),
+            "failures": list(self.failures),
+        }
+
+
+def _digest(store: Store, path: str, size: int, mtime_ns: int) -> str:
+    """The file's sha256, not read again when the library already knows this path with this stamp."""
+    known = store.by_path(path)
+    if known is not None and known["size"] == size and known["mtime_ns"] == mtime_ns:
+        return str(known["digest"])
+    from marlin_demo.video.digest import file_digest
+
+    return file_digest(path)
+
+
+def triage(store: Store, items: list[Item], summary: Summary) -> list[Pending]:
+    """Sort INPUT into unchanged and moved (handled now, no model) and the videos to caption."""
+    todo: list[Pending] = []
+    claimed: set[str] = set()
+    for item in items:
+        try:
+            st = os.stat(item.path)
+            digest = _digest(store, item.path, st.st_size, st.st_mtime_ns)
+        except OSError as exc:
+            summary.failures.append({"video": shown_name(item), "reason": "unreadable", "error": str(exc)})
+            continue
+        name = shown_name(item)
+        known = store.by_digest(digest)
+        if digest in claimed or (known is not None and known["path"] == item.path):
+            if known is not None and (known["size"], known["mtime_ns"]) != (st.st_size, st.st_mtime_ns):
+                store.touch(known["id"], st.st_size, st.st_mtime_ns)
+            summary.unchanged.append(name)
+        elif known is not None and not os.path.exists(known["path"]):
+            store.move(known["id"], name, item.path, st.st_size, st.st_mtime_ns)
+            summary.moved.append(name)
+        elif known is not None:  # a second copy of a video the library has: one entry per content
+            summary.unchanged.append(name)
+        else:
+            held = store.by_path(item.path)
+            todo.append(Pending(item, digest, st.st_size, st.st_mtime_ns, held["id"] if held else None))
+        claimed.add(digest)
+    return todo
+
+
+def prune(store: Store, summary: Summary) -> None:
+    """``--prune``: drop the entries whose file is gone (after moves were matched to their new path)."""
+    for video in store.videos():
+        if not os.path.exists(video["path"]):
+            store.remove(video["id"])
+            summary.pruned.append(video["name"])
+
+
+def assign_events(windows: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Each window's events: every merged event that overlaps the window (or starts in it)."""
+    out: list[list[dict[str, Any]]] = [[] for _ in windows]
+    for e in events:
+        for k, w in enumerate(windows):
+            last = k == len(windows) - 1
+            overlaps = e["start"] < w["end"] and e["end"] > w["start"]
+            starts = w["start"] <= e["start"] < w["end"] or (last and e["start"] >= w["start"])
+            if overlaps or starts:
+                out[k].append(e)
+    return out
+
+
+def caption_windows(row: dict[str, Any]) -> tuple[float, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(duration, windows, events) of a caption row (``CaptionResult.to_dict`` + ``duration_s``)."""
+    duration = float(row["duration_s"])
+    windows = list(row.get("windows") or []) or [{"start": 0.0, "end": duration, "scene": row["scene"]}]
+    return duration, windows, list(row.get("events") or [])
+
+
+def write_thumbnail(path: str, at: float, out: Path) -> bool:
+    """A small JPEG of the frame shown at ``at`` seconds (the first frame at or after it)."""
+    import av
+
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            tb = float(stream.time_base or 0) or 1 / 90000
+            container.seek(max(0, int(at / tb)), stream=stream, backward=True, any_frame=False)
+            frame = None
+            for frame in container.decode(stream):
+                if frame.pts is not None and frame.pts * tb >= at:
+                    break
+            if frame is None:
+                return False
+            height = max(2, round(frame.height * THUMB_WIDTH / max(1, frame.width)))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            frame.to_image(width=THUMB_WIDTH, height=height).save(out, "JPEG", quality=70)
+            return True
+    except Exception:  # a thumbnail is a nicety: the window stays searchable without one
+        return False
+
+
+def store_caption(store: Store, job: Pending, row: dict[str, Any]) -> int:
+    """Thumbnails first (files a rerun overwrites), then the video in one transaction; its window count."""
+    duration, windows, events = caption_windows(row)
+    texts = []
+    for k, (w, evs) in enumerate(zip(windows, assign_events(windows, events), strict=True)):
+        rel = f"{THUMBS_DIR}/{job.vid}/{k}.jpg"
+        ok = write_thumbnail(job.item.path, (w["start"] + w["end"]) / 2, store.folder / rel)
+        texts.append(
+            WindowText(
+                float(w["start"]), float(w["end"]), str(w.get("scene") or ""), evs, rel if ok else None
+            )
+        )
+    store.put_video(
+        vid=job.vid,
+        digest=job.digest,
+        name=shown_name(job.item),
+        path=job.item.path,
+        size=job.size,
+        mtime_ns=job.mtime_ns,
+        duration=duration,
+        windows=texts,
+        events=events,
+    )
+    return len(texts)
+
+
+def caption_row(engine: Any, path: str, variant: Variant) -> dict[str, Any]:
+    """One video's caption through the service (``status`` ok with the caption JSON, or error + sentence)."""
+    from marlin_demo import service  # the one request path (late: the CLI's --help stays fast)
+
+    try:
+        result = service.run(engine, "caption", path, variant)
+    except Exception as exc:
+        reason, sentence = failure(exc)
+        return {"status": "error", "reason": reason, "error": sentence}
+    return {"status": "ok", **result.to_dict(), "duration_s": float(result.info.duration_s)}
+
+
+class IndexWorker:
+    """A Ray Data callable class (``index --ray``): one engine and variant per actor; rows as JSON text."""
+
+    def __init__(self, settings: Settings, variant: Variant) -> None:
+        from marlin_demo.engine import Engine
+
+        self.engine = Engine(settings)
+        self.engine.load(variant)
+        self.variant = variant
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        rows = [
+            json.dumps({"key": str(k), **caption_row(self.engine, str(p), self.variant)}, ensure_ascii=False)
+            for k, p in zip(batch["key"], batch["path"], strict=True)
+        ]
+        return {"row": np.array(rows, dtype=object)}
+
+
+def caption_local(
+    engine: Any, todo: list[Pending], variant: Variant
+) -> Iterator[tuple[Pending, dict[str, Any]]]:
+    for job in todo:
+        yield job, caption_row(engine, job.item.path, variant)
+
+
+def caption_ray(
+    settings: Settings,
+    todo: list[Pending],
+    variant: Variant,
+    address: str | None,
+    workers: int,
+    gpus: float | None,
+) -> Iterator[tuple[Pending, dict[str, Any]]]:
+    from marlin_demo.library.cluster import rows_on_ray
+
+    jobs = {job.digest: job for job in todo}
+    records = [{"key": job.digest, "path": job.item.path} for job in todo]
+    kwargs = {"settings": settings, "variant": variant}
+    for row in rows_on_ray(IndexWorker, kwargs, records, address, workers, gpus):
+        yield jobs[row.pop("key")], row
+
+
+def index(
+    store: Store,
+    items: list[Item],
+    captions: Callable[[list[Pending]], Iterator[tuple[Pending, dict[str, Any]]]],
+    *,
+    prune_gone: bool = False,
+    note: Note | None = None,
+) -> Summary:
+    """Triage INPUT, caption what is new or changed (``captions``: local or Ray), store each as it comes."""
+    summary = Summary()
+    todo = triage(store, items, summary)
+    for job, row in captions(todo):
+        name = shown_name(job.item)
+        if row.get("status") != "ok":
+            summary.failures.append({"video": name, "reason": row["reason"], "error": row["error"]})
+            if note:
+                note(f"failed {name}: {row['error']}")
+            continue
+        windows = store_caption(store, job, row)
+        if job.replaces and job.replaces != job.vid:
+            store.drop_thumbnails(job.replaces)
+        (summary.updated if job.replaces else summary.added).append(name)
+        if note:
+            note(f"indexed {name} ({windows} window{'s' if windows != 1 else ''})")
+    if prune_gone:
+        prune(store, summary)
+    return summary

@@ -1,0 +1,143 @@
+"""``search``: one question across a library, in two stages (docs/LIBRARY.md).
+
+Stage 1 ranks every caption window by the full-text relevance of its scene and events (FTS5 BM25,
+porter stems) and keeps the best N (``Settings.search_candidates``); stage 2 asks Marlin's find
+only inside those windows, through the service (``service.focus.find_in_windows``). A moment's
+``score`` combines the two: ``FIND_WEIGHT * find + (1 - FIND_WEIGHT) * retrieval / best retrieval``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from marlin_demo import contract
+from marlin_demo.library.store import Hit, Store
+from marlin_demo.results import FindResult, Window
+from marlin_demo.settings import Settings, Variant
+
+DEFAULT_TOP_K = 10
+#: The find score's share of the combined score; the rest is the window's stage-1 relevance relative
+#: to the best candidate's (1 for the best window, 0 for a window with no matching word).
+FIND_WEIGHT = 0.5
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class SearchAnswer:
+    """The answer; ``to_dict`` is the ``--json`` / ``/search`` JSON. ``skipped``: videos that could not
+    be searched now (moved or changed since indexing), each with its sentence (stderr, not the JSON)."""
+
+    query: str
+    videos: int
+    windows: int
+    searched_windows: int
+    moments: list[dict[str, Any]]
+    skipped: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "library": {"videos": self.videos, "windows": self.windows},
+            "searched_windows": self.searched_windows,
+            "moments": list(self.moments),
+        }
+
+
+def combined_score(find: float, retrieval: float, best_retrieval: float) -> float:
+    """The documented ranking of moments across videos (both parts in [0, 1])."""
+    rel = retrieval / best_retrieval if best_retrieval > 0 else 0.0
+    return FIND_WEIGHT * min(1.0, max(0.0, find)) + (1 - FIND_WEIGHT) * min(1.0, max(0.0, rel))
+
+
+def _window_of(start: float, end: float, hits: list[Hit]) -> Hit:
+    """The chosen caption window a moment belongs to: the one holding its midpoint (else most overlap)."""
+    mid = (start + end) / 2
+    inside = [h for h in hits if h.start <= mid <= h.end]
+    if inside:
+        return max(inside, key=lambda h: h.retrieval)
+    return max(hits, key=lambda h: min(end, h.end) - max(start, h.start))
+
+
+def moments_of(result: FindResult, hits: list[Hit], best: float) -> list[dict[str, Any]]:
+    """The answer's moments of one video, each with its caption window and combined score."""
+    out = []
+    for m in result.moments:
+        h = _window_of(m.start, m.end, hits)
+        out.append(
+            {
+                "video": h.name,
+                "id": h.video,
+                "start": round(m.start, 3),
+                "end": round(m.end, 3),
+                "score": round(combined_score(m.score, h.retrieval, best), 4),
+                "retrieval_score": round(h.retrieval, 4),
+                "window": [round(h.start, 3), round(h.end, 3)],
+                "thumbnail": h.thumbnail,
+            }
+        )
+    return out
+
+
+def search(
+    store: Store,
+    query: str,
+    settings: Settings,
+    engine: Callable[[], Any],
+    variant: Variant,
+    *,
+    top_k: int = DEFAULT_TOP_K,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> SearchAnswer:
+    """Both stages; ``engine`` is called only when stage 1 found windows to ask (an empty library or no
+    candidate answers at once). A bad query (empty, too long) is a ValueError with find's sentence.
+
+    ``progress(k, n)``: ``(0, n)`` once stage 1 chose n windows, then after each video's windows are
+    asked; ``stop`` set (the tab's Stop): no further window is asked and the moments so far are kept."""
+    clean = contract.sanitize_query(query, settings.max_query_chars)
+    if top_k < 1:
+        raise ValueError(f"--top-k must be at least 1, got {top_k}.")
+    if settings.search_candidates < 1:
+        raise ValueError(f"search_candidates must be at least 1, got {settings.search_candidates}.")
+    videos, windows = store.counts()
+    hits = store.stage1(clean, settings.search_candidates)
+    answer = SearchAnswer(clean, videos, windows, 0, [])
+    if not hits:
+        return answer
+    from marlin_demo.service.focus import find_in_windows  # the request path (late: --help stays fast)
+
+    best = max(h.retrieval for h in hits)
+    by_video: dict[str, list[Hit]] = {}
+    for h in hits:
+        by_video.setdefault(h.video, []).append(h)
+    found: list[dict[str, Any]] = []
+    done = 0
+    if progress is not None:
+        progress(0, len(hits))
+    model = engine()
+    for group in by_video.values():
+        if stop is not None and stop.is_set():
+            break
+        path = group[0].path
+        if not os.path.isfile(path):
+            answer.skipped.append(f"{group[0].name}: the file is gone since it was indexed (rerun index).")
+            continue
+        wins = [Window(h.k, h.start, h.end) for h in group]
+        try:
+            result = find_in_windows(model, path, clean, variant, wins, stop)
+        except ValueError as exc:  # the video (not the query: it is clean) cannot be read now
+            answer.skipped.append(f"{group[0].name}: {exc}")
+            continue
+        found += moments_of(result, group, best)
+        done += len(group)
+        if progress is not None:
+            progress(done, len(hits))
+    answer.searched_windows = done
+    found.sort(key=lambda m: (-m["score"], m["video"], m["start"]))
+    answer.moments = found[:top_k]
+    return answer

@@ -1,0 +1,360 @@
+"""The library's database: one SQLite file (stdlib ``sqlite3``, WAL) with an FTS5 index over each window.
+
+One row per content digest (``videos.digest`` is UNIQUE, and so is ``path``): a video is written in one
+transaction (its row, its windows, their full-text rows, its events), so a process killed at any moment
+leaves each video either wholly there or wholly absent. WAL lets a search read while an index writes.
+Thumbnails are files under ``thumbs/`` named by the video's id, written before the commit: a kill leaves
+at most a file the next run overwrites.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DB_FILE = "library.sqlite"
+THUMBS_DIR = "thumbs"
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS videos(
+  id TEXT PRIMARY KEY,
+  digest TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  path TEXT NOT NULL UNIQUE,
+  size INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  duration REAL NOT NULL,
+  indexed TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS windows(
+  wid INTEGER PRIMARY KEY,
+  video TEXT NOT NULL REFERENCES videos(id) ON DELETE CASCADE,
+  k INTEGER NOT NULL,
+  start REAL NOT NULL,
+  end REAL NOT NULL,
+  scene TEXT NOT NULL,
+  events TEXT NOT NULL,
+  thumbnail TEXT,
+  UNIQUE(video, k)
+);
+CREATE TABLE IF NOT EXISTS events(
+  video TEXT NOT NULL REFERENCES videos(id) ON DELETE CASCADE,
+  start REAL NOT NULL,
+  end REAL NOT NULL,
+  description TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_video ON events(video);
+CREATE VIRTUAL TABLE IF NOT EXISTS windows_fts USING fts5(scene, events, tokenize='porter unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS windows_terms USING fts5vocab(windows_fts, 'row');
+CREATE TRIGGER IF NOT EXISTS windows_ai AFTER INSERT ON windows BEGIN
+  INSERT INTO windows_fts(rowid, scene, events) VALUES (new.wid, new.scene, new.events);
+END;
+CREATE TRIGGER IF NOT EXISTS windows_ad AFTER DELETE ON windows BEGIN
+  DELETE FROM windows_fts WHERE rowid = old.wid;
+END;
+"""
+
+#: Words too common in captions to rank anything: left out of the match unless the query has nothing else.
+STOP_WORDS = frozenset(
+    "a an the and or of to in on at by for with from into onto over under is are was were be been it its "
+    "this that these those there then while as up down out off again".split()
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class LibraryError(ValueError):
+    """An unusable library folder or set-up: one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class WindowText:
+    """A caption window as indexed: its times, scene and events (global seconds on its video)."""
+
+    start: float
+    end: float
+    scene: str
+    events: list[dict[str, Any]]
+    thumbnail: str | None = None
+
+    @property
+    def events_text(self) -> str:
+        return "\n".join(str(e.get("description", "")) for e in self.events)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A stage-1 hit: one caption window with its full-text relevance (higher is better; 0: no match)."""
+
+    wid: int
+    video: str
+    name: str
+    path: str
+    k: int
+    start: float
+    end: float
+    thumbnail: str | None
+    retrieval: float
+
+
+#: A word in more windows than this (and this share of them) is common: it still scores the windows that
+#: match a rarer word of the query, but does not make every window a candidate (see ``match_expression``).
+COMMON_MIN_WINDOWS = 1000
+COMMON_SHARE = 0.05
+
+
+def query_words(query: str) -> list[str]:
+    """The words stage 1 asks for: casefolded, each once, stop words left out unless nothing else is left."""
+    words = _WORD.findall(query.casefold())
+    return list(dict.fromkeys([w for w in words if w not in STOP_WORDS] or words))[:64]
+
+
+def _quoted(words: Sequence[str]) -> str:
+    return "(" + " OR ".join('"' + w.replace('"', '""') + '"' for w in words) + ")"
+
+
+def match_expression(query: str, common: Sequence[str] = ()) -> str | None:
+    """The FTS5 MATCH text for any user text: every word quoted as a string and OR-ed, so nothing in the
+    query (quotes, OR, NEAR(, *, -, ^, SQL) is ever read as query syntax. None: the query has no word.
+
+    ``common`` words only score: the candidates are the windows with a rarer word, ranked by all of them
+    (``(rare...) AND (all...)``), so a frequent word does not make BM25 score most of a large library."""
+    words = query_words(query)
+    if not words:
+        return None
+    rare = [w for w in words if w not in common]
+    if not rare or len(rare) == len(words):
+        return _quoted(words)
+    return f"{_quoted(rare)} AND {_quoted(words)}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Store:
+    """One connection to ``DIR/library.sqlite`` (created with its schema when missing)."""
+
+    def __init__(self, folder: str | Path, *, create: bool = True) -> None:
+        self.folder = Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise LibraryError(f"--library {self.folder} is a file: give a folder.")
+        if not create and not (self.folder / DB_FILE).is_file():
+            raise LibraryError(
+                f"No library at {self.folder}: build one with "
+                "`python -m marlin_demo index INPUT --library DIR`."
+            )
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.folder / DB_FILE, timeout=30.0, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise LibraryError(
+                f"{self.folder / DB_FILE} is not a usable library ({exc}): use another --library, "
+                "or --fresh to rebuild it."
+            ) from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+
+    def check_setup(self, setup: dict[str, Any]) -> None:
+        """Record ``setup`` in a new library; refuse one built with another (batch's fingerprint rule)."""
+        old = self.meta().get("setup")
+        if old is None:
+            with self.transaction():
+                self.db.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('setup', ?), ('schema', ?), ('created', ?)",
+                    (json.dumps(setup), json.dumps(SCHEMA_VERSION), json.dumps(_now())),
+                )
+            return
+        diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in setup.items() if old.get(k) != v]
+        if diffs:
+            raise LibraryError(
+                f"{self.folder} was indexed with another model or settings ({'; '.join(diffs)}): "
+                "use another --library, or --fresh to rebuild this one."
+            )
+
+    @staticmethod
+    def wipe(folder: str | Path) -> None:
+        """``--fresh``: remove the database and thumbnails (nothing else in the folder)."""
+        root = Path(folder)
+        for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
+            (root / name).unlink(missing_ok=True)
+        shutil.rmtree(root / THUMBS_DIR, ignore_errors=True)
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self.db)
+
+    # -- videos ------------------------------------------------------------------------------------
+
+    def by_digest(self, digest: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM videos WHERE digest = ?", (digest,))
+
+    def by_path(self, path: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM videos WHERE path = ?", (path,))
+
+    def video(self, vid: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM videos WHERE id = ?", (vid,))
+
+    def videos(self) -> list[dict[str, Any]]:
+        cur = self.db.execute("SELECT * FROM videos ORDER BY name")
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, row, strict=True)) for row in cur]
+
+    def _one(self, sql: str, args: Sequence[Any]) -> dict[str, Any] | None:
+        cur = self.db.execute(sql, args)
+        row = cur.fetchone()
+        return None if row is None else dict(zip([c[0] for c in cur.description], row, strict=True))
+
+    def put_video(
+        self,
+        *,
+        vid: str,
+        digest: str,
+        name: str,
+        path: str,
+        size: int,
+        mtime_ns: int,
+        duration: float,
+        windows: Sequence[WindowText],
+        events: Iterable[dict[str, Any]],
+    ) -> None:
+        """Write one video and everything about it in one transaction, replacing any entry that held its
+        path (a changed file) or its digest."""
+        with self.transaction():
+            self.db.execute("DELETE FROM videos WHERE path = ? OR digest = ?", (path, digest))
+            self.db.execute(
+                "INSERT INTO videos VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (vid, digest, name, path, size, mtime_ns, duration, _now()),
+            )
+            self.db.executemany(
+                "INSERT INTO windows(video, k, start, end, scene, events, thumbnail) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (vid, k, w.start, w.end, w.scene, w.events_text, w.thumbnail)
+                    for k, w in enumerate(windows)
+                ],
+            )
+            self.db.executemany(
+                "INSERT INTO events VALUES (?, ?, ?, ?)",
+                [(vid, e["start"], e["end"], e["description"]) for e in events],
+            )
+
+    def move(self, vid: str, name: str, path: str, size: int, mtime_ns: int) -> None:
+        """A moved or renamed file: its path changes, its captions stay."""
+        with self.transaction():
+            self.db.execute("DELETE FROM videos WHERE path = ? AND id != ?", (path, vid))
+            self.db.execute(
+                "UPDATE videos SET name = ?, path = ?, size = ?, mtime_ns = ? WHERE id = ?",
+                (name, path, size, mtime_ns, vid),
+            )
+
+    def touch(self, vid: str, size: int, mtime_ns: int) -> None:
+        """Remember a re-stamped (same content) file's size and mtime, so its digest is not read again."""
+        with self.transaction():
+            self.db.execute("UPDATE videos SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, vid))
+
+    def remove(self, vid: str) -> None:
+        with self.transaction():
+            self.db.execute("DELETE FROM videos WHERE id = ?", (vid,))
+        self.drop_thumbnails(vid)
+
+    def drop_thumbnails(self, vid: str) -> None:
+        """The thumbnails of an entry no longer in the database."""
+        shutil.rmtree(self.folder / THUMBS_DIR / vid, ignore_errors=True)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def counts(self) -> tuple[int, int]:
+        """(videos, windows)."""
+        (videos,) = self.db.execute("SELECT COUNT(*) FROM videos").fetchone()
+        (windows,) = self.db.execute("SELECT COUNT(*) FROM windows").fetchone()
+        return int(videos), int(windows)
+
+    def windows_of(self, vid: str) -> list[dict[str, Any]]:
+        cur = self.db.execute(
+            "SELECT k, start, end, scene, events, thumbnail FROM windows WHERE video = ? ORDER BY k", (vid,)
+        )
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, row, strict=True)) for row in cur]
+
+    def common_words(self, query: str) -> list[str]:
+        """The query's words that are in more than ``COMMON_SHARE`` of the windows (and over
+        ``COMMON_MIN_WINDOWS``): their stems, from the tokenizer itself, looked up in the term table.
+        When every word is that frequent, the rarest is not counted as common."""
+        total = self.counts()[1]
+        floor = max(COMMON_MIN_WINDOWS, COMMON_SHARE * total)
+        words = query_words(query)
+        if total <= floor or not words:
+            return []
+        probe = sqlite3.connect(":memory:")
+        try:
+            probe.execute("CREATE VIRTUAL TABLE q USING fts5(t, tokenize='porter unicode61')")
+            probe.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'instance')")
+            probe.executemany("INSERT INTO q(rowid, t) VALUES (?, ?)", list(enumerate(words, 1)))
+            stems = list(probe.execute("SELECT doc, term FROM qv"))
+        finally:
+            probe.close()
+        docs: dict[str, int] = {}
+        for doc, term in stems:
+            row = self.db.execute("SELECT doc FROM windows_terms WHERE term = ?", (term,)).fetchone()
+            word = words[doc - 1]
+            docs[word] = max(docs.get(word, 0), int(row[0]) if row else 0)
+        common = [w for w in words if docs.get(w, 0) > floor]
+        if len(common) == len(words):  # every word is frequent: the rarest one picks the candidates
+            common.remove(min(words, key=lambda w: docs.get(w, 0)))
+        return common
+
+    def stage1(self, query: str, limit: int) -> list[Hit]:
+        """The ``limit`` windows whose scene and events best match ``query`` (FTS5 BM25, porter stems),
+        best first; when the library has at most ``limit`` windows, every window (unmatched ones last,
+        with relevance 0). Any text is a valid query."""
+        hits: list[Hit] = []
+        expr = match_expression(query, self.common_words(query))
+        select = (
+            "SELECT w.wid, w.video, v.name, v.path, w.k, w.start, w.end, w.thumbnail, {score} "
+            "FROM windows w JOIN videos v ON v.id = w.video "
+        )
+        if expr is not None and limit > 0:
+            # the full-text index answers first (only matching windows are scored), then the few rows join
+            top = (
+                "WITH top AS (SELECT rowid AS wid, -bm25(windows_fts) AS r FROM windows_fts "
+                "WHERE windows_fts MATCH ? ORDER BY bm25(windows_fts) LIMIT ?) "
+            )
+            sql = top + select.format(score="top.r") + "JOIN top ON top.wid = w.wid ORDER BY top.r DESC"
+            hits = [Hit(*row) for row in self.db.execute(sql, (expr, limit))]
+        if len(hits) < limit and self.counts()[1] <= limit:
+            seen = {h.wid for h in hits}
+            rest = self.db.execute(select.format(score="0.0") + "ORDER BY v.name, w.k")
+            hits += [Hit(*row) for row in rest if row[0] not in seen]
+        return hits
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on an error): the writer's one lock per video."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")

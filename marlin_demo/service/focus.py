@@ -1,0 +1,49 @@
+"""Find in chosen parts of a video: the seam a library search's stage 2 runs through.
+
+A search asks find only inside the few caption windows its full-text stage chose; each is covered
+by the find windows ``plan_for("find")`` gives for its length (the same lengths and overlap as a
+whole video's find), so only those windows are decoded and asked, through the long-video runner
+in the scheduler's turns, like every windowed request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from marlin_demo import service
+from marlin_demo.engine import Engine
+from marlin_demo.longvideo import plan as win
+from marlin_demo.results import FindResult, Window
+from marlin_demo.settings import Variant
+from marlin_demo.video.windows import plan_window
+
+
+def find_in_windows(
+    engine: Engine,
+    path: str | Path,
+    query: str,
+    variant: Variant,
+    windows: Sequence[Window],
+    stop: threading.Event | None = None,
+) -> FindResult:
+    """Find ``query`` only in ``windows`` (global seconds) of the video at ``path``: the find windows
+    inside each, answered in time order; moments are on the video's own timeline, best first. ``stop``
+    set (a visitor's Stop): no further window is asked."""
+    p = Path(path)
+    info = engine.info(p)
+    bounds: set[tuple[float, float]] = set()
+    for w in windows:
+        start, end = max(0.0, float(w.start)), min(float(w.end), info.duration_s)
+        if end <= start:
+            continue
+        for fw in win.plan_for("find", end - start, engine.settings, limit=False):
+            bounds.add((round(start + fw.start, 6), round(start + fw.end, 6)))
+    if not bounds:
+        raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
+    plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(sorted(bounds))]
+    # in turns, like any request
+    result = service.answer_plans(engine, "find", p, plans, variant, query, stop)
+    assert isinstance(result, FindResult)
+    return result

@@ -1,0 +1,552 @@
+"""Library tab: one question across every video of a library; ``/search`` and the MCP tool ``search``.
+
+The library is the app's own example clips (indexed once per model and settings, under the example
+cache root, at the first search, or in the background at start-up where a GPU is there), or a folder
+built by ``index`` (``--library DIR``). The browser never names a server path: the server chooses the
+library, and only its videos and thumbnails are served (``allowed_paths``). See docs/LIBRARY.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import html
+import json
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from marlin_demo import contract
+from marlin_demo.library import index as idx
+from marlin_demo.library import search as library_search
+from marlin_demo.library.collection import Item
+from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
+from marlin_demo.library.store import THUMBS_DIR, LibraryError, Store
+from marlin_demo.service import space
+from marlin_demo.ui.api_docs import use_local_examples
+from marlin_demo.ui.common import (
+    GPU_EVENT,
+    PRIVATE_UI,
+    UIContext,
+    status_html,
+    user_errors,
+)
+from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
+
+PLAYER_ID = "library-video"
+CSS = """
+#library-tab .ml-head { padding: 10px 14px; border-radius: 12px;
+  border: 1px solid var(--border-color-primary); }
+#library-tab .ml-head.ml-none { background: rgba(100,116,139,.10); }
+#library-tab .ml-q { font-weight: 600; }
+#library-tab .ml-h { color: var(--body-text-color-subdued); font-size: .92em; margin-top: 2px; }
+#library-tab .caption-label { white-space: normal; overflow: visible; text-overflow: clip; max-width: 92%; }
+#library-tab .ml-about { color: var(--body-text-color-subdued); font-size: .92em; }
+"""
+
+
+# ---------------------------------------------------------------------------
+# The library: which folder, built once per process when it is the examples'
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class LibrarySource:
+    """The tab's library. ``items``: the example clips to index here (None: a library built by ``index``,
+    served as it is). The index is built once, in one thread, whoever asked first; every visitor who
+    searches meanwhile sees its progress (``progress``)."""
+
+    folder: Path
+    variant: str
+    items: list[Item] | None
+    engine: Any
+    label: str
+    done: int = 0
+    total: int = 0
+    ready: bool = False
+    error: str | None = None
+    _thread: threading.Thread | None = None
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def allowed_paths(self) -> list[str]:
+        """What the app may serve from this library: its thumbnails and its videos, nothing else."""
+        paths = [str(self.folder / THUMBS_DIR)]
+        if self.items is not None:
+            return paths + [it.path for it in self.items]
+        try:
+            store = Store(self.folder, create=False)
+        except LibraryError:
+            return paths
+        try:
+            return paths + [v["path"] for v in store.videos()]
+        finally:
+            store.close()
+
+    def start(self) -> None:
+        """Build the index in the background (once; again after a failure)."""
+        with self._cond:
+            if self.ready or (self._thread is not None and self._thread.is_alive()):
+                return
+            self.error = None
+            self._thread = threading.Thread(target=self._build, name="library-index", daemon=True)
+            self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            if self.items is None:
+                Store(self.folder, create=False).close()  # one sentence when the folder holds no library
+            else:
+                self._index(self.items)
+            outcome: tuple[bool, str | None] = (True, None)
+        except Exception as exc:  # said to the visitor as one sentence
+            outcome = (False, str(exc) if isinstance(exc, ValueError) else f"Indexing failed ({exc}).")
+        with self._cond:
+            self.ready, self.error = outcome
+            self._cond.notify_all()
+
+    def _index(self, items: list[Item]) -> None:
+        store = Store(self.folder)
+        try:
+            store.check_setup(idx.setup_fingerprint(self.engine.settings, self.variant))
+
+            def captions(todo: list[idx.Pending]) -> Iterator[tuple[idx.Pending, dict[str, Any]]]:
+                with self._cond:
+                    self.total = len(todo)
+                    self._cond.notify_all()
+                return idx.caption_local(self.engine, todo, self.variant)
+
+            def note(line: str) -> None:
+                with self._cond:
+                    self.done += 1
+                    self._cond.notify_all()
+
+            idx.index(store, items, captions, prune_gone=True, note=note)
+        finally:
+            store.close()
+
+    def progress(self) -> Iterator[tuple[int, int]]:
+        """(videos captioned, videos to caption) each time it changes, until the index is ready; a
+        failed build raises LibraryError with its sentence."""
+        self.start()
+        last: tuple[int, int] | None = None
+
+        def changed(seen: tuple[int, int] | None) -> bool:
+            return self.ready or self.error is not None or (self.done, self.total) != seen
+
+        while True:
+            with self._cond:
+                self._cond.wait_for(functools.partial(changed, last))
+                ready, error, now = self.ready, self.error, (self.done, self.total)
+            if error is not None:
+                raise LibraryError(error)
+            if ready:
+                return
+            last = now
+            yield now
+
+
+def default_source(ctx: UIContext) -> LibrarySource:
+    """``--library DIR`` when set, else the example clips, indexed under the example cache root in a
+    folder keyed by the model and every setting that changes captions."""
+    s = ctx.engine.settings
+    if s.library_dir:
+        folder = Path(s.library_dir).expanduser().resolve()
+        setup: dict[str, Any] = {}
+        try:
+            store = Store(folder, create=False)
+            setup = store.meta().get("setup", {})
+            store.close()
+        except LibraryError:
+            pass
+        variant = setup.get("variant") if setup.get("variant") in ctx.variants else ctx.default_variant
+        return LibrarySource(folder, str(variant), None, ctx.engine, f"the library at {folder.name}")
+    variant = ctx.default_variant
+    clips = [(e["video"], ctx.clip(e).stat().st_size if ctx.clip(e).exists() else 0) for e in ctx.examples]
+    key = json.dumps([idx.setup_fingerprint(s, variant), clips], sort_keys=True, default=str)
+    # beside what Gradio caches for the app (GRADIO_EXAMPLES_CACHE moves it), one folder per model,
+    # settings and example set: kept across restarts, never shown for another model
+    root = Path(os.environ.get("GRADIO_EXAMPLES_CACHE", ".gradio/cached_examples"))
+    folder = root.resolve() / f"marlin-library-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    items = [
+        Item(id=str(e["video"]), video=str(e["video"]), path=str(ctx.clip(e).resolve()), query=None)
+        for e in ctx.examples
+    ]
+    return LibrarySource(folder, variant, items, ctx.engine, f"the app's {len(items)} example clips")
+
+
+def gpu_here() -> bool:
+    """A GPU this process holds now (not ZeroGPU's, lent per call): the index is then built at start-up."""
+    if space.zero_gpu():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+# ---------------------------------------------------------------------------
+# One search
+# ---------------------------------------------------------------------------
+
+
+def run_search(
+    source: LibrarySource, query: str, top_k: int, progress: Any = None, stop: Any = None
+) -> SearchAnswer:
+    """Both stages on the library (its own connection: SQLite's belong to one thread)."""
+    store = Store(source.folder, create=False)
+    try:
+        s = source.engine.settings
+        return library_search.search(
+            store, query, s, lambda: source.engine, source.variant, top_k=top_k, progress=progress, stop=stop
+        )
+    finally:
+        store.close()
+
+
+def public_answer(
+    source: LibrarySource, answer: SearchAnswer, block: gr.components.Component
+) -> dict[str, Any]:
+    """The issue's JSON, with each thumbnail a URL this server serves (a copy in Gradio's cache: the
+    library's own folder is never named)."""
+    out = answer.to_dict()
+    for m in out["moments"]:
+        thumb = m.get("thumbnail")
+        cached = block.move_resource_to_block_cache(str(source.folder / thumb)) if thumb else None
+        m["thumbnail"] = f"/gradio_api/file={cached}" if cached else None
+    return out
+
+
+@dataclass
+class LibraryTab:
+    query: gr.Textbox
+    run: gr.Button
+    stop: gr.Button
+    progress: gr.HTML
+    headline: gr.HTML
+    status: gr.HTML
+    gallery: gr.Gallery
+    player: gr.Video
+    chosen: gr.HTML
+    open_in_find: gr.Button
+    moments: gr.State
+    picked: gr.State
+    top_k: gr.Number
+    api_button: gr.Button
+    api_out: gr.JSON
+    source: LibrarySource
+
+
+def about_html(source: LibrarySource) -> str:
+    return (
+        f'<div class="ml-about">Searches {html.escape(source.label)}: first the words of every caption '
+        "window (full text), then Marlin's find only in the best "
+        f"{source.engine.settings.search_candidates} windows. Each moment shows its score (find and text "
+        "combined) and its text relevance; choose one to play it.</div>"
+    )
+
+
+def headline_html(answer: dict[str, Any], tiny: bool) -> str:
+    lib, n = answer["library"], len(answer["moments"])
+    q = html.escape(answer["query"])
+    if not lib["windows"]:
+        body, cls = "The library is empty: no video has been indexed yet.", " ml-none"
+    elif not n:
+        body, cls = (
+            "No moment found: no caption window matches these words, or find gave no span.",
+            " ml-none",
+        )
+    else:
+        videos = len({m["id"] for m in answer["moments"]})
+        body, cls = f"{n} moment{'s' if n != 1 else ''} in {videos} video{'s' if videos != 1 else ''}", ""
+    extra = (
+        f"{lib['videos']} videos, {lib['windows']} windows; find asked in "
+        f"{answer['searched_windows']} of them."
+    )
+    if tiny:
+        extra += " Tiny stand-in: its captions and spans are meaningless."
+    return (
+        f'<div class="ml-head{cls}"><div class="ml-q">“{q}”</div><div>{body}</div>'
+        f'<div class="ml-h">{extra}</div></div>'
+    )
+
+
+def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(thumbnail, caption) per moment: video, time span and both scores."""
+    items = []
+    for m in moments:
+        thumb = source.folder / m["thumbnail"] if m.get("thumbnail") else None
+        caption = (
+            f"{m['video']} · {m['start']:.1f}–{m['end']:.1f} s · score {m['score']:.2f} · "
+            f"text {m['retrieval_score']:.2f}"
+        )
+        if thumb is not None and thumb.is_file():
+            items.append((str(thumb), caption))
+    return items
+
+
+def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Updates]:
+    """Build the library if it is not yet (its progress), stage 1 at once, then window k of N; the
+    moments as a gallery. A bad query or failure is one sentence under the query."""
+    source = tab.source
+    try:
+        clean = contract.sanitize_query(query, ctx.engine.settings.max_query_chars)
+    except ValueError as exc:
+        yield {tab.progress: "", tab.status: status_html(str(exc), error=True)}
+        return
+    cleared: Updates = {
+        tab.status: "",
+        tab.gallery: None,
+        tab.moments: [],
+        tab.open_in_find: gr.update(visible=False),
+        tab.chosen: "",
+        tab.headline: '<div class="ml-head">Searching…</div>',
+    }
+    yield {**cleared, tab.progress: progress_html(0.02, "Opening the library…")}
+    try:
+        for done, total in source.progress():
+            text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned…"
+            yield {tab.progress: progress_html(0.02 + 0.3 * done / max(1, total), text)}
+        yield from _stages(ctx, tab, clean)
+    except (gr.Error, LibraryError) as exc:
+        message = exc.message if isinstance(exc, gr.Error) else str(exc)
+        yield {tab.progress: "", tab.headline: "", tab.status: status_html(message, error=True)}
+
+
+def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
+    """The search in a worker thread; its progress comes back through a queue. Closing this (Stop)
+    stops it between windows."""
+    source = tab.source
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            answer = run_search(
+                source, clean, DEFAULT_TOP_K, lambda k, n: events.put(("progress", (k, n))), stop
+            )
+            events.put(("done", answer))
+        except BaseException as exc:
+            events.put(("error", exc))
+
+    threading.Thread(target=work, name="library-search", daemon=True).start()
+    try:
+        while True:
+            kind, value = events.get()
+            if kind == "progress":
+                k, n = value
+                text = (
+                    f"Stage 1: {n} candidate window{'s' if n != 1 else ''} chosen by their captions; "
+                    if k == 0
+                    else ""
+                ) + f"asking find in window {k} of {n}…"
+                yield {tab.progress: progress_html(0.35 + 0.65 * k / max(1, n), text)}
+            elif kind == "error":
+                with user_errors():
+                    raise value
+            else:
+                yield _answer_updates(ctx, tab, value)
+                return
+    finally:
+        stop.set()
+
+
+def _answer_updates(ctx: UIContext, tab: LibraryTab, answer: SearchAnswer) -> Updates:
+    d = answer.to_dict()
+    paths = {h["id"]: h["path"] for h in _videos(tab.source)}
+    moments = [{**m, "path": paths.get(m["id"], "")} for m in d["moments"]]
+    items = gallery_items(tab.source, moments)
+    return {
+        tab.progress: "",
+        tab.headline: headline_html(d, ctx.engine.settings.is_tiny),
+        tab.gallery: items or None,
+        tab.moments: moments,
+    }
+
+
+def _videos(source: LibrarySource) -> list[dict[str, Any]]:
+    store = Store(source.folder, create=False)
+    try:
+        return store.videos()
+    finally:
+        store.close()
+
+
+def stopped_html() -> str:
+    return (
+        '<div class="ml-head ml-none"><div>Stopped</div><div class="ml-h">You stopped this search; '
+        "an index being built goes on in the background.</div></div>"
+    )
+
+
+# ---------------------------------------------------------------------------
+# Layout and wiring
+# ---------------------------------------------------------------------------
+
+
+def render(ctx: UIContext) -> LibraryTab:
+    """Lay out the tab (its CSS comes with it: ``CSS``, scoped to ``#library-tab``)."""
+    source = default_source(ctx)
+    if source.items is not None and gpu_here():
+        source.start()  # a GPU is here now: the index is ready before the first visitor asks
+    with gr.Column(elem_id="library-tab"):
+        gr.HTML(about_html(source), elem_id="library-about")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=5, min_width=320):
+                query = gr.Textbox(
+                    label="What happens? One question across every video",
+                    placeholder="e.g. a ball rolls across the floor",
+                    max_length=ctx.settings.max_query_chars,
+                    lines=1,
+                    elem_id="library-query",
+                )
+                status = gr.HTML("", elem_id="library-status")
+                with gr.Row(elem_classes="mr-buttons"):
+                    run = gr.Button("Search the library", variant="primary", elem_id="library-run")
+                    stop = gr.Button("Stop", variant="stop", visible=False, elem_id="library-stop")
+                progress = gr.HTML("", elem_id="library-progress")
+                headline = gr.HTML("", elem_id="library-headline")
+                gallery = gr.Gallery(
+                    label="Moments, best first (choose one to play it)",
+                    columns=3,
+                    height="auto",
+                    allow_preview=False,
+                    elem_id="library-moments",
+                )
+            with gr.Column(scale=5, min_width=320):
+                player = gr.Video(label="The chosen moment", interactive=False, elem_id=PLAYER_ID, height=300)
+                chosen = gr.HTML("", elem_id="library-chosen")
+                open_in_find = gr.Button("Open in Find", visible=False, elem_id="library-open-find")
+        use_local_examples([], [query])  # the API page's snippet asks a sentence, not "Hello!!"
+        top_k = gr.Number(DEFAULT_TOP_K, visible=False, precision=0)
+        api_button = gr.Button("api", visible=False)
+        api_out = gr.JSON(label="search", visible=False)
+    return LibraryTab(
+        query,
+        run,
+        stop,
+        progress,
+        headline,
+        status,
+        gallery,
+        player,
+        chosen,
+        open_in_find,
+        gr.State([]),
+        gr.State(None),
+        top_k,
+        api_button,
+        api_out,
+        source,
+    )
+
+
+def listen(
+    ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, find_video: gr.Video, find_query: gr.Textbox
+) -> None:
+    """Run/Stop, choosing a moment (plays it there), "Open in Find", and the public ``/search``."""
+    buttons = [tab.run, tab.stop]
+
+    def search_ui(query: str) -> Iterator[Updates]:
+        yield from with_buttons(search_updates(ctx, tab, query), buttons)
+
+    outputs = [
+        tab.progress,
+        tab.headline,
+        tab.status,
+        tab.gallery,
+        tab.moments,
+        tab.open_in_find,
+        tab.chosen,
+        *buttons,
+    ]
+    wire_run_and_stop(
+        [tab.run.click, tab.query.submit],
+        search_ui,
+        [tab.query],
+        outputs,
+        buttons,
+        tab.progress,
+        stopped_html,
+        tab.headline,
+    )
+
+    def choose(moments: list[dict[str, Any]], evt: gr.SelectData) -> Updates:
+        m = moments[evt.index] if isinstance(evt.index, int) and evt.index < len(moments) else None
+        if m is None or not m.get("path"):
+            return {tab.chosen: status_html("This moment's video is not available.", error=True)}
+        text = (
+            f"<b>{html.escape(m['video'])}</b> · {m['start']:.1f} s → {m['end']:.1f} s · score "
+            f"{m['score']:.2f} (text {m['retrieval_score']:.2f}; caption window "
+            f"{m['window'][0]:g}–{m['window'][1]:g} s)"
+        )
+        return {
+            tab.player: m["path"],
+            tab.picked: m,
+            tab.chosen: text,
+            tab.open_in_find: gr.update(visible=True),
+        }
+
+    def jump(m: dict[str, Any] | None) -> Any:
+        """The player seeks to the moment (a follow-up: it cannot ride on the value update)."""
+        return gr.skip() if not m else gr.update(playback_position=float(m["start"]))
+
+    tab.gallery.select(
+        choose, tab.moments, [tab.player, tab.picked, tab.chosen, tab.open_in_find], **PRIVATE_UI
+    ).then(jump, tab.picked, tab.player, **PRIVATE_UI)
+
+    def open_in_find(m: dict[str, Any] | None, query: str) -> Updates:
+        if not m:
+            return {}
+        return {find_video: m["path"], find_query: query, tabs: gr.Tabs(selected="find")}
+
+    tab.open_in_find.click(
+        open_in_find,
+        [tab.picked, tab.query],
+        [find_video, find_query, tabs],
+        api_visibility="private",
+        show_progress="hidden",
+    )
+    _listen_api(ctx, tab)
+
+
+def _listen_api(ctx: UIContext, tab: LibraryTab) -> None:
+    def search(query: str, top_k: float = DEFAULT_TOP_K) -> dict[str, Any]:  # the MCP tool's name
+        """Find a described moment across every video of this server's library (its example clips unless it
+        serves another): full-text search over each video's caption windows, then find in the best ones.
+
+        Args:
+            query: The event in plain words, e.g. "a ball rolls across the floor" (not empty).
+            top_k: Most moments to return (1-50, default 10).
+
+        Returns:
+            JSON {"query": str, "library": {"videos": int, "windows": int}, "searched_windows": int,
+            "moments": [{"video": str, "id": str, "start": float, "end": float, "score": float,
+            "retrieval_score": float, "window": [start, end], "thumbnail": str or null}]}, best first.
+            "video" is the video's name in the library and "id" its entry; start/end are seconds on that
+            video's own timeline; "score" (0-1) combines find's confidence with the window's text relevance
+            ("retrieval_score", BM25); "window" is the caption window find was asked in; "thumbnail" is a
+            URL path on this server. An empty library, or no match, is an empty "moments" list.
+        """
+        k = DEFAULT_TOP_K if top_k is None else int(top_k)
+        if not 1 <= k <= 50:
+            raise gr.Error(f"top_k must be between 1 and 50, got {top_k:g}.", print_exception=False)
+        with user_errors():
+            clean = contract.sanitize_query(query or "", ctx.engine.settings.max_query_chars)
+            for _ in tab.source.progress():
+                pass
+            return public_answer(tab.source, run_search(tab.source, clean, k), tab.api_out)
+
+    tab.api_button.click(
+        search,
+        [tab.query, tab.top_k],
+        tab.api_out,
+        api_name="search",
+        api_description="Moments of a described event across the library's videos: {query, "
+        "library, searched_windows, moments}",
+        **GPU_EVENT,
+    )

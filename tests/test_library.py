@@ -1,0 +1,459 @@
+"""``index`` and ``search``: known captions through the indexer's writer (ranking), the tiny model end to
+end, reruns (add, change, move, prune), a SIGKILL mid-index, hostile queries, an empty library, reading
+while writing.
+
+The tiny model writes stock sentences, so ranking is tested on captions written through ``store_caption``;
+the model runs only for the mechanics. One library is built per module (small windows keep it quick).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marlin_demo.library import index as idx
+from marlin_demo.library.cli import format_answer
+from marlin_demo.library.collection import Item, collect
+from marlin_demo.library.search import combined_score, search
+from marlin_demo.library.store import DB_FILE, LibraryError, Store, match_expression
+from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.settings import Settings
+from tests.media_factory import ffmpeg
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+MEDIA = ROOT.parent / "shared" / "media"
+#: small windows: a 24 s clip is three caption windows, each three find windows
+WINDOWS = {"caption_window_s": 8.0, "find_window_s": 4.0, "find_overlap_s": 1.0}
+TOKENS = {"caption_max_new_tokens": 32, "find_max_new_tokens": 16}
+#: bf16: the tiny 16-bit variant loads without GPTQModel (seconds less per process)
+VARIANT = "bf16"
+FAST = ["--model", "tiny"] + [f"--{k.replace('_', '-')}={v}" for k, v in {**TOKENS, **WINDOWS}.items()]
+HOSTILE = ['"', "NEAR(", "*", "--", ";", "OR", 'cup" OR 1=1; NEAR(*', "x'); DROP TABLE videos; --", "^a -b"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marlin_demo", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+def tiny_settings() -> Settings:
+    return Settings(model="tiny", **TOKENS, **WINDOWS)  # type: ignore[arg-type]
+
+
+def _encode(out: Path, seconds: int, pattern: str, fps: int, codec: list[str]) -> Path:
+    ffmpeg("-f", "lavfi", "-i", f"{pattern}=size=160x120:rate={fps}", "-t", str(seconds), *codec, str(out))
+    return out
+
+
+def make_vp9(out: Path, seconds: int = 2, pattern: str = "testsrc2") -> Path:
+    vp9 = ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "200k"]
+    return _encode(out, seconds, pattern, 10, vp9)
+
+
+def make_h264(out: Path, seconds: int, pattern: str = "testsrc2") -> Path:
+    return _encode(
+        out, seconds, pattern, 5, ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]
+    )
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short clip, a 24 s clip (three windows), VP9, HEVC and AV1 (when the shared media are there),
+    and a text file named .mp4."""
+    root = tmp_path_factory.mktemp("videos")
+    (root / "sub").mkdir()
+    shutil.copy(EXAMPLES / "blue_square.mp4", root / "blue_square.mp4")
+    make_h264(root / "sub" / "long.mp4", 24)
+    make_vp9(root / "vp9.webm")
+    for name in ("h265_video.mp4", "av1_video.mkv"):
+        if (MEDIA / name).is_file():
+            shutil.copy(MEDIA / name, root / name)
+    (root / "notes.mp4").write_text("not a video\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def library(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    lib = tmp_path_factory.mktemp("lib")
+    proc = cli("index", str(folder), "--library", str(lib), "--json", "--variant", VARIANT, *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return lib, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    from marlin_demo.engine import Engine
+
+    return Engine(tiny_settings())
+
+
+# ---------------------------------------------------------------------------- ranking on known captions
+
+
+def write_known(store: Store, name: str, windows: list[tuple[float, float, str, list[str]]]) -> str:
+    """One video's caption written by the indexer's own writer (thumbnails, transaction and all)."""
+    digest = name.encode().hex().ljust(64, "0")[:64]
+    clip = store.folder.parent / "clips" / name  # its own file: one entry per path
+    clip.parent.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLES / "blue_square.mp4", clip)
+    item = Item(id=name, video=name, path=str(clip), query=None)
+    row = {
+        "duration_s": windows[-1][1],
+        "scene": " ".join(w[2] for w in windows),
+        "windows": [{"start": s, "end": e, "scene": scene} for s, e, scene, _ in windows],
+        "events": [
+            {"start": s + i, "end": s + i + 1, "description": d}
+            for s, _e, _scene, descs in windows
+            for i, d in enumerate(descs)
+        ],
+    }
+    job = idx.Pending(item, digest, 1, 1, None)
+    idx.store_caption(store, job, row)
+    return job.vid
+
+
+@pytest.fixture
+def known(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "known")
+    write_known(store, "pool.mp4", [
+        (0, 60, "A sunny garden with a swimming pool.", ["A dog runs across the lawn."]),
+        (60, 120, "A garden with a pool.", ["A dog jumps into the pool.", "The dog swims to the edge."]),
+    ])  # fmt: skip
+    write_known(store, "park.mp4", [(0, 45, "A city park in autumn.", ["A dog chases a ball."])])
+    write_known(store, "sofa.mp4", [(0, 30, "A living room.", ["A cat sleeps on the sofa."])])
+    return store
+
+
+def test_stage1_ranks_known_captions_by_relevance(known: Store) -> None:
+    hits = known.stage1("a dog jumped into the pool", 10)
+    order = [(h.name, h.k) for h in hits]
+    assert order[0] == ("pool.mp4", 1)  # stems: "jumped" finds "jumps"; dog + jump + pool
+    assert set(order[1:3]) == {("pool.mp4", 0), ("park.mp4", 0)}  # two of the three words
+    assert order[-1] == ("sofa.mp4", 0) and hits[-1].retrieval == 0.0  # small library: every window, last
+    assert [h.retrieval for h in hits] == sorted((h.retrieval for h in hits), reverse=True)
+    assert [h.name for h in known.stage1("cat sofa", 1)] == ["sofa.mp4"]
+
+
+def test_stage1_keeps_only_the_best_n_in_a_larger_library(known: Store) -> None:
+    hits = known.stage1("the edge", 2)  # 4 windows > N = 2: only what matches
+    assert [(h.name, h.k) for h in hits] == [("pool.mp4", 1)]
+    assert known.stage1("helicopter", 2) == []
+
+
+def test_known_windows_keep_times_events_and_thumbnails(known: Store) -> None:
+    pool = next(v for v in known.videos() if v["name"] == "pool.mp4")
+    wins = known.windows_of(pool["id"])
+    assert [(w["start"], w["end"]) for w in wins] == [(0, 60), (60, 120)]
+    assert "jumps into the pool" in wins[1]["events"] and "jumps" not in wins[0]["events"]
+    assert (known.folder / wins[0]["thumbnail"]).read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_hostile_queries_are_words_never_syntax(known: Store, query: str) -> None:
+    expr = match_expression(query)
+    assert expr is None or all(part.strip("()").startswith('"') for part in expr.split(" OR "))
+    known.stage1(query, 3)  # never raises
+    assert known.counts() == (3, 4)  # and never reaches SQL
+
+
+def test_combined_score_orders_by_both_stages() -> None:
+    assert combined_score(0.8, 5.0, 5.0) == pytest.approx(0.9)
+    assert combined_score(0.8, 0.0, 5.0) == pytest.approx(0.4)
+    assert combined_score(0.8, 5.0, 5.0) > combined_score(0.8, 2.5, 5.0) > combined_score(0.2, 2.5, 5.0)
+
+
+def test_setup_mismatch_is_refused(known: Store) -> None:
+    known.check_setup({"model": "tiny", "variant": VARIANT})
+    known.check_setup({"model": "tiny", "variant": VARIANT})
+    with pytest.raises(LibraryError, match=r"another model or settings .*--fresh"):
+        known.check_setup({"model": "marlin", "variant": VARIANT})
+
+
+# ---------------------------------------------------------------------------- the tiny model end to end
+
+
+@pytest.mark.slow
+def test_index_end_to_end(folder: Path, library: tuple[Path, dict[str, Any]]) -> None:
+    lib, summary = library
+    videos = [p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "notes.mp4"]
+    assert summary["videos"] == summary["added"] == len(videos) and summary["failed"] == 1
+    (bad,) = summary["failures"]
+    assert bad["video"] == "notes.mp4" and bad["reason"] == "not_a_video" and bad["error"].endswith(".")
+    store = Store(lib, create=False)
+    s = tiny_settings()
+    entries = store.videos()
+    assert sorted(v["name"] for v in entries) == sorted(p.relative_to(folder).as_posix() for p in videos)
+    total = 0
+    for v in entries:
+        wins = store.windows_of(v["id"])
+        assert [(w["start"], w["end"]) for w in wins] == [
+            (pytest.approx(w.start), pytest.approx(w.end)) for w in plan_for("caption", v["duration"], s)
+        ]
+        assert all((lib / w["thumbnail"]).read_bytes()[:3] == b"\xff\xd8\xff" for w in wins)
+        total += len(wins)
+    assert summary["windows"] == total and total >= len(entries) + 2  # the 24 s clip has three windows
+
+
+@pytest.mark.slow
+def test_search_cli_json_shape(library: tuple[Path, dict[str, Any]]) -> None:
+    lib, summary = library
+    store = Store(lib, create=False)
+    scene = store.db.execute("SELECT scene FROM windows WHERE scene != '' LIMIT 1").fetchone()[0]
+    proc = cli("search", str(lib), scene[:200], "--top-k", "3", "--search-candidates", "2", "--json", *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)
+    assert set(d) == {"query", "library", "searched_windows", "moments"}
+    assert d["library"] == {"videos": summary["videos"], "windows": summary["windows"]}
+    assert d["searched_windows"] == 2 and 1 <= len(d["moments"]) <= 3
+    durations = {v["id"]: v["duration"] for v in store.videos()}
+    for m in d["moments"]:
+        assert set(m) == {"video", "id", "start", "end", "score", "retrieval_score", "window", "thumbnail"}
+        assert not Path(m["video"]).is_absolute() and m["id"] in durations
+        assert (
+            m["window"][0] - 1e-6
+            <= m["start"]
+            <= m["end"]
+            <= m["window"][1] + 1e-6
+            <= durations[m["id"]] + 1e-3
+        )
+        assert (lib / m["thumbnail"]).is_file() and 0 <= m["score"] <= 1
+    assert [m["score"] for m in d["moments"]] == sorted((m["score"] for m in d["moments"]), reverse=True)
+    text = format_answer(d)  # what the command prints without --json
+    assert all(m["video"] in text for m in d["moments"]) and "score" in text
+
+
+@pytest.mark.slow
+def test_search_decodes_only_the_find_windows_of_the_chosen_window(
+    library: tuple[Path, dict[str, Any]], engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib, _ = library
+    store = Store(lib, create=False)
+    long_id = next(v["id"] for v in store.videos() if v["name"] == "sub/long.mp4")
+    query = store.windows_of(long_id)[1]["scene"] or "a video"
+    decoded: list[tuple[float, float]] = []
+    real = engine.window_frames
+
+    def spy(path: Path, plans: list[Any]) -> Any:
+        decoded.extend((wp.window.start, wp.window.end) for wp in plans)
+        return real(path, plans)
+
+    monkeypatch.setattr(engine, "window_frames", spy)
+    s = tiny_settings().with_(search_candidates=1)
+    asked: list[tuple[int, int]] = []
+    answer = search(
+        store, query, s, lambda: engine, VARIANT, top_k=5, progress=lambda k, n: asked.append((k, n))
+    )
+    (hit,) = store.stage1(answer.query, 1)
+    assert answer.searched_windows == 1 and asked == [(0, 1), (1, 1)]  # stage 1 at once, then stage 2
+    assert {tuple(m["window"]) for m in answer.moments} == {(hit.start, hit.end)}
+    # the find windows (4 s, 1 s overlap) inside the chosen caption window, and nothing else
+    want = [(hit.start + w.start, hit.start + w.end) for w in plan_for("find", hit.end - hit.start, s)]
+    assert decoded == [(pytest.approx(a), pytest.approx(b)) for a, b in want] and len(want) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ['"', "NEAR(", "*", "--", ";", "OR"])
+def test_hostile_queries_search_end_to_end(
+    library: tuple[Path, dict[str, Any]], engine: Any, query: str
+) -> None:
+    store = Store(library[0], create=False)
+    answer = search(store, query, tiny_settings().with_(search_candidates=2), lambda: engine, VARIANT)
+    d = answer.to_dict()
+    assert d["library"]["videos"] == store.counts()[0] and isinstance(d["moments"], list)
+    assert d["searched_windows"] <= 2
+
+
+def test_empty_library_answers_an_empty_list(tmp_path: Path) -> None:
+    store = Store(tmp_path / "empty")
+
+    def no_engine() -> Any:
+        raise AssertionError("an empty library must not load a model")
+
+    d = search(store, "a dog jumps", tiny_settings(), no_engine, VARIANT).to_dict()
+    assert d == {
+        "query": "a dog jumps",
+        "library": {"videos": 0, "windows": 0},
+        "searched_windows": 0,
+        "moments": [],
+    }
+    with pytest.raises(ValueError, match="empty"):
+        search(store, "   ", tiny_settings(), no_engine, VARIANT)
+    with pytest.raises(ValueError, match=r"too long|at most"):
+        search(store, "x" * 501, tiny_settings(), no_engine, VARIANT)
+
+
+def test_search_cli_bad_input_exits_2(tmp_path: Path) -> None:
+    proc = cli("search", str(tmp_path / "nowhere"), "a dog")
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: No library at")
+    Store(tmp_path / "empty").close()
+    empty = cli("search", str(tmp_path / "empty"), "a dog", "--json")
+    assert empty.returncode == 0 and json.loads(empty.stdout)["moments"] == []
+
+
+# ---------------------------------------------------------------------------- reruns
+
+
+@pytest.mark.slow
+def test_rerun_add_change_move_prune(tmp_path: Path, engine: Any) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    a, b = make_vp9(src / "a.webm", 2), make_vp9(src / "b.webm", 2, "mandelbrot")
+    store = Store(tmp_path / "lib")
+    captioned: list[str] = []
+
+    def captions(todo: list[idx.Pending]) -> Any:
+        captioned.extend(shown for shown in (idx.shown_name(j.item) for j in todo))
+        return idx.caption_local(engine, todo, VARIANT)
+
+    def run(prune: bool = False) -> dict[str, Any]:
+        captioned.clear()
+        return idx.index(store, collect(str(src), "caption"), captions, prune_gone=prune).to_dict(store)
+
+    first = run()
+    assert (first["added"], first["videos"]) == (2, 2) and sorted(captioned) == ["a.webm", "b.webm"]
+    again = run()
+    assert (again["unchanged"], again["added"], captioned) == (2, 0, [])
+    make_h264(src / "c.mp4", 2)
+    assert (run()["added"], captioned) == (1, ["c.mp4"])
+    old_b = store.by_path(str(b.resolve()))
+    make_vp9(b, 3, "testsrc")  # new content at a known path
+    changed = run()
+    assert (changed["updated"], changed["videos"], captioned) == (1, 3, ["b.webm"])
+    assert store.video(old_b["id"]) is None and not (store.folder / "thumbs" / old_b["id"]).exists()
+    (src / "sub").mkdir()
+    moved_to = src / "sub" / "renamed.webm"
+    a.rename(moved_to)
+    moved = run()
+    assert (moved["moved"], moved["videos"], captioned) == (1, 3, [])
+    assert store.by_path(str(moved_to.resolve()))["name"] == "sub/renamed.webm"
+    shutil.copy(moved_to, src / "copy.webm")  # the same content twice: still one entry
+    assert (run()["videos"], captioned) == (3, [])
+    (src / "c.mp4").unlink()
+    kept = run()
+    assert kept["videos"] == 3 and kept["pruned"] == 0  # gone, but only --prune drops it
+    pruned = run(prune=True)
+    assert (pruned["pruned"], pruned["videos"]) == (1, 2)
+    digests = [r[0] for r in store.db.execute("SELECT digest FROM videos")]
+    assert len(digests) == len(set(digests))
+    (fts,) = store.db.execute("SELECT COUNT(*) FROM windows_fts").fetchone()
+    assert fts == store.counts()[1]  # the full-text rows follow every delete
+
+
+@pytest.mark.slow
+def test_other_settings_are_refused_unless_fresh(library: tuple[Path, dict[str, Any]], folder: Path) -> None:
+    lib, _ = library
+    other = [*FAST, "--caption-max-new-tokens", "24"]
+    proc = cli("index", str(folder), "--library", str(lib), *other)
+    assert proc.returncode == 2
+    assert "another model or settings" in proc.stderr and "--fresh" in proc.stderr.strip().splitlines()[-1]
+
+
+# ------------------------------------------------------------------ SIGKILL, and reading while writing
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for k, pattern in enumerate(("testsrc", "testsrc2", "mandelbrot")):
+        make_vp9(src / f"v{k}.webm", 2, pattern)
+    lib = tmp_path / "lib"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marlin_demo", "index", str(src), "--library", str(lib), "--variant", VARIANT,
+         *FAST], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the child says so after each commit: no sleeping
+        if line.startswith("index: indexed"):
+            break
+    # a reader while the writer goes on (WAL): a consistent snapshot, and a search that answers
+    reader = Store(lib, create=False)
+    videos, windows = reader.counts()
+    assert videos >= 1 and windows >= videos
+    assert isinstance(reader.stage1("a video", 3), list)
+    reader.close()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    db = sqlite3.connect(lib / DB_FILE)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    before = {r[0] for r in db.execute("SELECT id FROM videos")}
+    (fts,) = db.execute("SELECT COUNT(*) FROM windows_fts").fetchone()
+    (wins,) = db.execute("SELECT COUNT(*) FROM windows").fetchone()
+    assert 1 <= len(before) and fts == wins  # each video whole or absent
+    db.close()
+    again = cli("index", str(src), "--library", str(lib), "--json", *FAST)
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = json.loads(again.stdout)
+    assert s["videos"] == 3 and s["unchanged"] == len(before) and s["added"] == 3 - len(before)
+    store = Store(lib, create=False)
+    assert before <= {v["id"] for v in store.videos()}
+    (n, distinct) = store.db.execute("SELECT COUNT(*), COUNT(DISTINCT digest) FROM videos").fetchone()
+    assert n == distinct == 3
+
+
+def test_digest_is_not_read_again_for_an_unchanged_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clip = tmp_path / "v" / "a.mp4"
+    clip.parent.mkdir()
+    shutil.copy(EXAMPLES / "blue_square.mp4", clip)
+    store = Store(tmp_path / "lib")
+    items = collect(str(clip.parent), "caption")
+    row = {"duration_s": 10.0, "scene": "s", "windows": [], "events": []}
+    idx.index(store, items, lambda todo: iter([(j, {"status": "ok", **row}) for j in todo]))
+    import marlin_demo.video.digest as digest
+
+    def boom(path: Any) -> str:
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(digest, "file_digest", boom)
+    again = idx.index(store, items, lambda todo: iter(()))
+    assert again.unchanged == ["a.mp4"]
+    os.utime(clip, ns=(1, 1))  # a new stamp: hashed again (here: the patched hash says so)
+    with pytest.raises(AssertionError, match="hashed again"):
+        idx.index(store, items, lambda todo: iter(()))
+
+
+def test_frequent_words_score_but_do_not_pick_candidates(
+    known: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import marlin_demo.library.store as store_mod
+
+    monkeypatch.setattr(store_mod, "COMMON_MIN_WINDOWS", 1)
+    monkeypatch.setattr(store_mod, "COMMON_SHARE", 0.3)  # 4 windows: a word in 2 or more is common
+    assert known.common_words("a dog jumped into the pool") == [
+        "dog",
+        "pool",
+    ]  # stems looked up: "jump" is rare
+    assert (
+        match_expression("dog jumped pool", ["dog", "pool"]) == '("jumped") AND ("dog" OR "jumped" OR "pool")'
+    )
+    assert [(h.name, h.k) for h in known.stage1("a dog jumped into the pool", 1)] == [("pool.mp4", 1)]
+    assert known.common_words("dog garden") == ["dog"]  # all frequent: the rarest still picks the candidates
+
+
+def test_scale_benchmark_runs_small() -> None:
+    from tests.script_loader import load_script
+
+    bench = load_script(ROOT / "benchmarks" / "bench_library_scale.py")
+    r = bench.run(windows=300, queries=4)
+    assert (r["windows"], r["videos"], r["queries"]) == (300, 3, 4)
+    for side in ("stage1", "scan_db", "scan_memory"):
+        assert 0 < r[side]["p50_ms"] <= r[side]["p95_ms"]
+    assert r["speedup_vs_scan_db"] > 0 and "x faster" in bench.render(r)
+    writer = bench.Writer(0)
+    text = writer.window(0.0)
+    assert text.scene and 2 <= len(text.events) <= 4  # caption-like sentences, not random strings
+    assert set(bench.WORD.findall(text.scene.lower())) <= set(bench.WORD.findall(" ".join(
+        writer.scenes + bench.NOUNS + bench.VERBS + bench.ADJECTIVES).lower()))  # fmt: skip

@@ -1,0 +1,189 @@
+"""The library in the app: ``/search`` over gradio_client and the MCP tool ``search`` on the shared server
+(its default library: the example clips, indexed once per server at the first search), and the Library
+tab in the real browser on a ``--library`` of three clips with known captions (written by the indexer's
+own writer, so stage 1 has words to rank; stage 2 is the tiny model's find).
+
+The tiny model's answers are meaningless: only shapes, bounds and the hand-offs are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from test_mcp import call, text_of, with_session
+from ui_support import ARTIFACTS, EXAMPLES, AppServer, app_server, start_app, stop_app  # noqa: F401
+
+from marlin_demo.library import index as idx
+from marlin_demo.library.collection import Item
+from marlin_demo.library.store import Store
+
+pytestmark = pytest.mark.slow
+
+MOMENT_KEYS = {"video", "id", "start", "end", "score", "retrieval_score", "window", "thumbnail"}
+SHOTS = ARTIFACTS / "screenshots"
+
+
+def example_names() -> set[str]:
+    return {e["video"] for e in json.loads((EXAMPLES / "examples.json").read_text())}
+
+
+def built_scene(server: AppServer) -> str:
+    """A caption window's scene from the library the server built (a query stage 1 surely matches)."""
+    (db,) = list(server.examples_cache.glob("*/library-*/library.sqlite"))
+    con = sqlite3.connect(db)
+    try:
+        return str(con.execute("SELECT scene FROM windows WHERE scene != '' LIMIT 1").fetchone()[0])[:200]
+    finally:
+        con.close()
+
+
+def check_answer(d: dict[str, Any], server: AppServer, top_k: int) -> None:
+    assert set(d) == {"query", "library", "searched_windows", "moments"}
+    assert (
+        d["library"]["videos"] == len(example_names()) and d["library"]["windows"] >= d["library"]["videos"]
+    )
+    assert len(d["moments"]) <= top_k
+    for m in d["moments"]:
+        assert set(m) == MOMENT_KEYS and m["video"] in example_names() and not Path(m["id"]).is_absolute()
+        assert m["window"][0] - 1e-6 <= m["start"] <= m["end"] <= m["window"][1] + 1e-6
+        assert 0 <= m["score"] <= 1
+        assert m["thumbnail"].startswith("/gradio_api/file=") and "library-" not in m["thumbnail"]
+        got = httpx.get(server.url.rstrip("/") + m["thumbnail"], timeout=30)
+        assert got.status_code == 200 and got.content[:3] == b"\xff\xd8\xff"  # a JPEG the app serves
+
+
+def test_search_endpoint_over_gradio_client(app_server: AppServer) -> None:  # noqa: F811
+    client = Client(app_server.url, verbose=False)
+    first = client.predict("a ball rolls", 2, api_name="/search")  # builds the examples' library once
+    assert first["library"]["videos"] == len(example_names())
+    scene = built_scene(app_server)
+    d = client.predict(scene, 3, api_name="/search")
+    check_answer(d, app_server, 3)
+    assert d["searched_windows"] >= 1  # its own scene's words: stage 1 chose windows and find ran
+    for bad, sentence in (("   ", "empty"), ("x" * 2000, "")):
+        with pytest.raises(AppError) as info:
+            client.predict(bad, 3, api_name="/search")
+        assert str(info.value).strip().endswith(".") and sentence in str(info.value).lower()
+    with pytest.raises(AppError, match="top_k must be between 1 and 50"):
+        client.predict(scene, 0, api_name="/search")
+
+
+def test_search_tool_with_a_real_mcp_client(app_server: AppServer) -> None:  # noqa: F811
+    tools = {t.name: t for t in with_session(app_server, lambda s: s.list_tools()).tools}
+    schema = tools["search"].inputSchema
+    assert list(schema["properties"]) == ["query", "top_k"] and "Returns: JSON" in tools["search"].description
+    Client(app_server.url, verbose=False).predict(
+        "a ball rolls", 1, api_name="/search"
+    )  # the library is built
+    d = json.loads(text_of(call(app_server, "search", {"query": built_scene(app_server), "top_k": 2})))
+    check_answer(d, app_server, 2)
+
+
+# ---------------------------------------------------------------------------- the tab in the browser
+
+KNOWN = {
+    "garden/pool.mp4": (
+        "ball_rolls.mp4",
+        "A sunny garden with a swimming pool.",
+        "A dog jumps into the pool.",
+    ),
+    "park.mp4": ("people_meet.mp4", "A city park in autumn.", "A dog chases a ball."),
+    "sofa.mp4": ("lamp_on_off.mp4", "A living room at night.", "A cat sleeps on the sofa."),
+}
+
+
+def known_library(root: Path) -> Path:
+    """Three clips whose one caption window each is a known sentence (the indexer's writer)."""
+    store = Store(root / "lib")
+    for name, (clip, scene, event) in KNOWN.items():
+        path = root / "videos" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXAMPLES / clip, path)
+        duration = json.loads((EXAMPLES / "examples.json").read_text())
+        seconds = next(float(e["duration"]) for e in duration if e["video"] == clip)
+        row = {
+            "duration_s": seconds,
+            "scene": scene,
+            "windows": [{"start": 0.0, "end": seconds, "scene": scene}],
+            "events": [{"start": 1.0, "end": 3.0, "description": event}],
+        }
+        item = Item(id=name, video=name, path=str(path), query=None)
+        idx.store_caption(store, idx.Pending(item, name.encode().hex().ljust(64, "0")[:64], 1, 1, None), row)
+    store.close()
+    return root / "lib"
+
+
+@pytest.fixture(scope="module")
+def library_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    root = tmp_path_factory.mktemp("marlin-library")
+    server = start_app(
+        root / "app",
+        "--library",
+        str(known_library(root)),
+        "--find-max-new-tokens",
+        "12",
+        "--search-candidates",
+        "2",
+        "--variants",
+        "bf16,gptq",
+        extra_env={"MARLIN_CACHE_EXAMPLES": "off"},
+    )
+    yield server
+    stop_app(server)
+
+
+def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer) -> None:
+    from ui_support import ARTIFACTS as _  # noqa: F401 - the screenshots folder
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("Debian chromium is not installed")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.goto(library_server.url)
+        pg.get_by_role("tab", name="Library · search all").click()
+        pg.wait_for_selector("#library-about")
+        assert "the library at lib" in pg.inner_text("#library-about")
+        pg.fill("#library-query textarea", "a dog jumped into the pool")
+        pg.click("#library-run")
+        pg.wait_for_selector("#library-moments img", timeout=240_000)
+        head = pg.inner_text("#library-headline")
+        assert "“a dog jumped into the pool”" in head and "3 videos, 3 windows" in head
+        captions = pg.locator("#library-moments .caption-label").all_inner_texts()
+        assert captions and all(" s · score " in c and "text " in c for c in captions)
+        assert captions[0].startswith("garden/pool.mp4")  # dog + jump + pool: the best text and a head start
+        pg.wait_for_selector("#library-run", state="visible")  # Run is back: the search is over
+        pg.locator("#library-moments .thumbnail-item").first.click()
+        pg.wait_for_selector("#library-video video")
+        assert "garden/pool.mp4" in pg.inner_text("#library-chosen")
+        pg.screenshot(path=str(SHOTS / "6_library_desktop.png"), full_page=True)
+        pg.set_viewport_size({"width": 420, "height": 900})
+        pg.wait_for_function("document.documentElement.scrollWidth <= window.innerWidth", timeout=10_000)
+        pg.screenshot(path=str(SHOTS / "6_library_phone.png"), full_page=True)
+        pg.set_viewport_size({"width": 1400, "height": 1000})
+        pg.click("#library-open-find")
+        pg.wait_for_selector("#find-video video", timeout=60_000)
+        assert pg.input_value("#find-query textarea") == "a dog jumped into the pool"
+        # honest states: no match in a library larger than N is said, not an error
+        pg.get_by_role("tab", name="Library · search all").click()
+        pg.fill("#library-query textarea", "helicopter")
+        pg.click("#library-run")
+        pg.wait_for_selector("#library-headline .ml-none", timeout=60_000)
+        browser.close()
+    assert not errors, errors
