@@ -128,7 +128,7 @@ def stream_message(
         "done": True,
         "text": text,
         "first_text_s": None if first is None else round(first, 3),
-        "result": result.to_dict(),
+        "result": caption_json(result),
     }
 
 
