@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("app", help="serve the Gradio app (the flags of python app.py; app --help lists them)")
     p = sub.add_parser("caption", help="scene paragraph and timed events for a video")
     p.add_argument("video")
+    p.add_argument(
+        "--chapters",
+        action="store_true",
+        help="print YouTube chapters (0:00 Title lines) to paste into a video description",
+    )
     _add_model_args(p)
     p.set_defaults(func=cmd_caption)
     p = sub.add_parser("find", help="start-end span of a described event")
@@ -165,7 +170,13 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+        print(json.dumps(_service().caption_json(result) if args.command == "caption" else result.to_dict(),
+                         ensure_ascii=False, indent=2))  # fmt: skip
+    elif getattr(args, "chapters", False):
+        chapters = _service().caption_json(result)["chapters"]
+        if not chapters["lines"]:  # the clip cannot have chapters: say why, on stderr
+            print(chapters["reason"], file=sys.stderr)
+        print("\n".join(chapters["lines"]))
     else:
         if engine.settings.is_tiny:
             print(TINY_NOTE)

@@ -30,7 +30,18 @@ def test_caption_json(variant: str) -> None:
     proc = run_cli("caption", str(CLIP), "--model", "tiny", "--variant", variant, "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
-    assert set(d) == {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
+    assert set(d) == {
+        "variant",
+        "model",
+        "scene",
+        "events",
+        "raw",
+        "repaired",
+        "metrics",
+        "windows",
+        "chapters",
+    }
+    assert set(d["chapters"]) == {"lines", "reason"}  # the API's caption JSON, chapters included
     assert d["variant"] == variant
     assert d["metrics"]["device"] == "cpu"
 
@@ -86,3 +97,23 @@ def test_unknown_variant_rejected() -> None:
     proc = run_cli("caption", str(CLIP), "--model", "tiny", "--variant", "fp8")
     assert proc.returncode == 2
     assert "Unknown variant 'fp8'" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_caption_chapters_lines_or_why_not(capsys: pytest.CaptureFixture[str]) -> None:
+    """--chapters prints what a video description takes; a clip too short for chapters says why."""
+    from marlin_demo import cli
+
+    argv = ["caption", "--model", "tiny", "--caption-max-new-tokens", "48", "--chapters"]
+    assert cli.main([*argv[:1], str(ROOT / "examples" / "flower.mp4"), *argv[1:]]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == "" and out.err.strip().splitlines()[-1].startswith(
+        "No chapters: this clip is 5 s"
+    )
+    assert cli.main([*argv[:1], str(ROOT / "examples" / "people_table.mp4"), *argv[1:]]) == 0
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    if lines:  # YouTube's rules: first at 0:00, at least three
+        assert lines[0].startswith("0:00 ") and len(lines) >= 3
+    else:
+        assert "No chapters" in out.err

@@ -33,6 +33,18 @@ def test_about_lists_every_real_credit(examples: list[dict]) -> None:
             assert ex["video"] in text
 
 
+def test_attribution_is_a_link_the_app_or_the_space_serves(
+    examples: list[dict], examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    local = credits_markdown(examples, examples_dir)
+    served = f"(/gradio_api/file={(examples_dir / 'ATTRIBUTION.md').resolve()})"
+    assert f"[examples/ATTRIBUTION.md]{served}" in local
+    monkeypatch.setenv("SPACE_ID", "owner/space")
+    on_space = credits_markdown(examples, examples_dir)
+    assert "(https://huggingface.co/spaces/owner/space/blob/main/examples/ATTRIBUTION.md)" in on_space
+
+
 def test_credit_line_for_a_copied_example_and_none_for_other_clips(
     examples: list[dict], examples_dir: Path, tmp_path: Path
 ) -> None:

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from marlin_demo import agreement as cmp
-from marlin_demo import contract
+from marlin_demo import contract, subtitles
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
 from marlin_demo.longvideo import runner
-from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, Stage, Task
+from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Result, Stage, Task
 from marlin_demo.service import space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
@@ -61,6 +61,14 @@ __all__ = [
 
 Video = str | Path | PreparedVideo
 T = TypeVar("T")
+
+
+def caption_json(result: CaptionResult) -> dict[str, Any]:
+    """A caption's JSON as the API and the CLI give it: the result plus its chapters (YouTube's
+    ``0:00 Title`` lines, or the sentence saying why the clip has none)."""
+    data = result.to_dict()
+    data["chapters"] = subtitles.chapters(result.events, result.info.duration_s).to_dict()
+    return data
 
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:

@@ -24,7 +24,9 @@ MODEL_FACTS = """
   `<start - end> description`) and **find** (`From <start> to <end>.` for a described event).
 - Video is sampled at **2 frames/s, 4 to 240 frames** (about 2 minutes), at most 200,704 pixels per frame;
   every frame group carries its timestamp, so answers are in seconds of the clip.
-- Checkpoints: `NemoStation/Marlin-2B` (16-bit, gated), `NemoStation/Marlin-2B-GPTQ` (4-bit). BF16 weights are
+- Checkpoints: [`NemoStation/Marlin-2B`](https://huggingface.co/NemoStation/Marlin-2B) (16-bit; its model
+  card, behind an access form, gives the licence as **Apache-2.0**) and
+  [`NemoStation/Marlin-2B-GPTQ`](https://huggingface.co/NemoStation/Marlin-2B-GPTQ) (4-bit). BF16 weights are
   about 4.4 GB; GPTQ int4 (embeddings, lm_head and the vision tower kept 16-bit) about 2.4 GB.
 - Generation is greedy; captions stop at 768 new tokens by default (the model card uses 2048;
   `MARLIN_CAPTION_MAX_NEW_TOKENS`), find answers at 64.
@@ -63,8 +65,11 @@ python app.py --model tiny        # offline stand-in: no GPU, no network
 python app.py --help              # every setting (also MARLIN_* env vars)
 ```
 Without Hub access or local weights, `python app.py` still starts: it falls back to the tiny stand-in and
-says why at the top of the page. Cached example outputs go to `.gradio/cached_examples`
-(`GRADIO_EXAMPLES_CACHE` moves them; `MARLIN_CACHE_EXAMPLES=eager|lazy|off` picks when they are made).
+says why at the top of the page. On this Space, **Duplicate this Space** (the ⋮ menu at the top right of
+the Space's page) copies it to your own account to run on a GPU of your own, without its queue and
+limits. An example's answer is kept after its first run (`MARLIN_CACHE_EXAMPLES=eager|lazy|off` picks
+when); the Library tab's index of the examples lives under `.gradio/cached_examples` (`GRADIO_EXAMPLES_CACHE`
+moves it).
 """
 
 
@@ -102,8 +107,10 @@ for message in client.submit(clip, "{v}", api_name="/caption_stream"):
     print(message["text"])
 ```
 Variants: {", ".join(f"`{x}`" for x in ctx.variants)}. `metrics` holds latency_s, ttft_s, output_tokens,
-tokens_per_s, video_tokens, peak_memory_mb, memory_kind, load_s and device. Requests run one at a time;
-when {ctx.settings.queue_size} are already waiting the server answers "Queue is full": try again later.
+tokens_per_s, video_tokens, peak_memory_mb, memory_kind, load_s, device and queue_s (the wait for other
+requests' turns). Requests take turns on the model window by window, so a short clip never waits for a
+whole long video; when {ctx.settings.queue_size} are already held the server answers "Queue is full": try
+again later.
 """
 
 
@@ -112,7 +119,7 @@ def render(ctx: UIContext) -> gr.Markdown:
     with gr.Row():
         with gr.Column(scale=1):
             gr.Markdown(MODEL_FACTS + SEED_FIGURES, elem_id="about-facts")
-            gr.Markdown(credits_markdown(ctx.examples), elem_id="about-credits")
+            gr.Markdown(credits_markdown(ctx.examples, ctx.examples_dir), elem_id="about-credits")
         with gr.Column(scale=1):
             md = gr.Markdown(RUN_LOCALLY + api_snippets(ctx), elem_id="about-run")
     return md

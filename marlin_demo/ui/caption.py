@@ -168,11 +168,7 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
     return files
 
 
-def caption_json(result: CaptionResult) -> dict[str, Any]:
-    """``/caption``'s JSON: the result, plus its chapters (YouTube's ``0:00 Title`` lines, or why none)."""
-    data = result.to_dict()
-    data["chapters"] = subtitles.chapters(result.events, result.info.duration_s).to_dict()
-    return data
+caption_json = service.caption_json  # ``/caption``'s JSON, the CLI's too
 
 
 def chapters_html(result: CaptionResult) -> str:

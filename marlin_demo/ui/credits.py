@@ -7,11 +7,14 @@ changes), so a clip and its attribution cannot be separated.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from marlin_demo.settings import EXAMPLES_DIR
 from marlin_demo.ui.common import UIContext
 
 CREDITS_HEADING = "### Example clips: credits"
@@ -44,7 +47,7 @@ def _bold_title(example: Mapping[str, Any]) -> str:
     return f"**{title}**{text[len(title) :]}" if text.startswith(title + ":") else text
 
 
-def credits_markdown(examples: Sequence[Mapping[str, Any]]) -> str:
+def credits_markdown(examples: Sequence[Mapping[str, Any]], examples_dir: Path = EXAMPLES_DIR) -> str:
     """The About tab's list: every example's credit, real footage first (the file's order)."""
     rows = [f"- {_bold_title(e)}" for e in examples if e.get("set") != "rendered" and credit_text(e)]
     rendered = [e for e in examples if e.get("set") == "rendered"]
@@ -53,7 +56,20 @@ def credits_markdown(examples: Sequence[Mapping[str, Any]]) -> str:
         rows.append(f"- {names}: drawn for this project by `examples/render_examples.py`.")
     if not rows:
         return ""
-    return f"{CREDITS_HEADING}\n" + "\n".join(rows) + "\n\nAlso in `examples/ATTRIBUTION.md`.\n"
+    return (
+        f"{CREDITS_HEADING}\n"
+        + "\n".join(rows)
+        + f"\n\nAlso in [examples/ATTRIBUTION.md]({attribution_url(examples_dir)}).\n"
+    )
+
+
+def attribution_url(examples_dir: Path) -> str:
+    """Where a visitor reads ATTRIBUTION.md: the Space's file page on a Space, else the app's own copy
+    (the examples folder is one the app serves)."""
+    space = os.environ.get("SPACE_ID")
+    if space:
+        return f"https://huggingface.co/spaces/{space}/blob/main/examples/ATTRIBUTION.md"
+    return f"/gradio_api/file={(examples_dir / 'ATTRIBUTION.md').resolve()}"
 
 
 def credit_box(elem_id: str) -> gr.HTML:
