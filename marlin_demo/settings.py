@@ -281,7 +281,7 @@ class Settings:
         default=True,
         metadata={
             "env": "MARLIN_MCP",
-            "help": "serve /caption, /find, /compare as MCP tools at /gradio_api/mcp/ (same port)",
+            "help": "serve /caption, /find, /compare, /search as MCP tools at /gradio_api/mcp/ (same port)",
         },
     )
     # Gradio's own variables are honoured after ours (flag, MARLIN_*, GRADIO_*, default), as
