@@ -88,11 +88,12 @@ client = Client("{target}")
 clip = handle_file("clip.mp4")
 
 # What happens: {{variant, model, scene, raw, repaired, metrics,
-#   events: [{{start, end, description}}]}}
+#   events: [{{start, end, description}}], windows: [{{start, end, scene}}],
+#   chapters: {{lines: ["0:00 Title", ...], reason}}}}
 caption = client.predict(clip, "{v}", api_name="/caption")
 
 # When: {{variant, model, query, span: [start, end] or None,
-#   format_ok, raw, metrics}}
+#   format_ok, raw, metrics, moments: [{{start, end, score}}] best first}}
 found = client.predict(clip, "a person opens the door", "{v}",
                        api_name="/find")
 
@@ -100,6 +101,10 @@ found = client.predict(clip, "a person opens the door", "{v}",
 #   agreement: {{"gptq|bnb4": ...}}, scores (bundled examples)}}
 both = client.predict(clip, "find", "a person opens the door",
                       api_name="/compare")
+
+# Across the library (the examples, or --library DIR): {{query, library: {{videos, windows}},
+#   searched_windows, moments: [{{video, id, start, end, score, retrieval_score, window, thumbnail}}]}}
+hits = client.predict("a person opens the door", 10, api_name="/search")
 
 # The caption as it is written: {{done: False, text}} messages,
 # then {{done: True, text, first_text_s, result: <as /caption>}}
