@@ -456,7 +456,7 @@ def from_args(args: argparse.Namespace, base: Settings | None = None) -> Setting
 
 
 def settings_table() -> list[tuple[str, str, str, str]]:
-    """(env var, flag, default, help) rows: the README's configuration table comes from here."""
+    """(env var, flag, default, help) rows: docs/CONFIGURATION.md's table is checked against them."""
     return [
         (f.metadata["env"], flag_of(f.name), repr(f.default), f.metadata["help"]) for f in fields(Settings)
     ]

@@ -80,7 +80,7 @@ def test_generation_lengths_default_to_the_reference() -> None:
 
 
 def test_query_length_defaults_to_the_settings() -> None:
-    # the settings are the one home of the cap (500, README's settings table); the contract's
+    # the settings are the one home of the cap (500, docs/CONFIGURATION.md); the contract's
     # functions fall back to it when a caller passes none
     limit = Settings().max_query_chars
     assert limit == 500

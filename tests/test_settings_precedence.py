@@ -130,8 +130,8 @@ def test_gpu_estimate_follows_the_window_settings() -> None:
 
 
 def test_readme_configuration_table_lists_every_setting() -> None:
-    """The README's table names every setting's variable and flag (``settings_table`` is its source)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    """docs/CONFIGURATION.md's table names every setting's variable and flag (``settings_table``)."""
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
     rows = [line for line in readme.splitlines() if line.startswith("| `MARLIN_")]
     missing = [
         (env, flag)
