@@ -67,16 +67,17 @@ def _check_find(d: dict[str, Any], variant: str, query: str, duration: float) ->
 # --------------------------------------------------------------------------- shape of the API
 
 
-def test_only_the_four_endpoints_are_public(client: Client) -> None:
+def test_only_the_five_endpoints_are_public(client: Client) -> None:
     api = client.view_api(return_format="dict", print_info=False)
     named = api["named_endpoints"]
-    assert set(named) == {"/caption", "/caption_stream", "/find", "/compare"}
+    assert set(named) == {"/caption", "/caption_stream", "/find", "/compare", "/search"}
     params = {name: [p["parameter_name"] for p in ep["parameters"]] for name, ep in named.items()}
     assert params == {
         "/caption": ["video", "variant"],
         "/caption_stream": ["video", "variant"],
         "/find": ["video", "query", "variant"],
         "/compare": ["video", "task", "query"],
+        "/search": ["query", "top_k"],
     }
     assert not api["unnamed_endpoints"]
 

@@ -38,7 +38,7 @@ def example_names() -> set[str]:
 
 def built_scene(server: AppServer) -> str:
     """A caption window's scene from the library the server built (a query stage 1 surely matches)."""
-    (db,) = list(server.examples_cache.glob("*/library-*/library.sqlite"))
+    (db,) = list(server.examples_cache.glob("marlin-library-*/library.sqlite"))
     con = sqlite3.connect(db)
     try:
         return str(con.execute("SELECT scene FROM windows WHERE scene != '' LIMIT 1").fetchone()[0])[:200]
@@ -56,7 +56,7 @@ def check_answer(d: dict[str, Any], server: AppServer, top_k: int) -> None:
         assert set(m) == MOMENT_KEYS and m["video"] in example_names() and not Path(m["id"]).is_absolute()
         assert m["window"][0] - 1e-6 <= m["start"] <= m["end"] <= m["window"][1] + 1e-6
         assert 0 <= m["score"] <= 1
-        assert m["thumbnail"].startswith("/gradio_api/file=") and "library-" not in m["thumbnail"]
+        assert m["thumbnail"].startswith("/gradio_api/file=") and "marlin-library-" not in m["thumbnail"]
         got = httpx.get(server.url.rstrip("/") + m["thumbnail"], timeout=30)
         assert got.status_code == 200 and got.content[:3] == b"\xff\xd8\xff"  # a JPEG the app serves
 
