@@ -20,7 +20,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from marlin_demo.engine import Cancelled, Engine, EngineError
 
@@ -35,8 +35,6 @@ class Ticket:
     windows: int
     stop: threading.Event | None = None
     queue_s: float = 0.0
-    turns: int = 0
-    started: float = field(default_factory=time.perf_counter)
 
 
 class Scheduler:
@@ -93,7 +91,6 @@ class Scheduler:
             self._waiting.popleft()
             self._running = ticket
         ticket.queue_s += time.perf_counter() - t0
-        ticket.turns += 1
         try:
             yield
         finally:

@@ -12,13 +12,11 @@ here imports ``spaces`` (it must be imported before CUDA is initialised, which `
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 from marlin_demo.results import Task
@@ -48,29 +46,6 @@ def zero_gpu() -> bool:
     except ImportError:
         return False
     return bool(Config.zero_gpu)
-
-
-def video_seconds(path: str | os.PathLike[str] | None) -> float:
-    """The clip's duration for sizing a GPU slot; 0.0 when it cannot be read (bad input fails later).
-
-    Remembered per file (resolved path, size, mtime): a repeat request does not probe it again.
-    """
-    if not path or not Path(path).is_file():
-        return 0.0
-    try:
-        p = Path(path).resolve()
-        st = p.stat()
-        return _probe_seconds(str(p), st.st_size, st.st_mtime_ns)
-    except Exception:
-        return 0.0
-
-
-@functools.lru_cache(maxsize=64)
-def _probe_seconds(path: str, size: int, mtime_ns: int) -> float:
-    """``probe(path).duration_s``; size and mtime only key the cache (an edited file is probed again)."""
-    from marlin_demo.video import probe
-
-    return float(probe(path).duration_s)
 
 
 def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: Task = "caption") -> int:
