@@ -169,7 +169,9 @@ def render(ctx: UIContext) -> CompareTab:
             visible=False,
             elem_id="compare-coldwarm",
         )
-    with gr.Accordion("This session's runs", open=True, elem_id="compare-session-acc", visible=False) as acc:
+    # "hidden", not False: the table stays mounted, so the rows that come with the reveal are drawn
+    acc_options: dict[str, Any] = {"open": True, "elem_id": "compare-session-acc", "visible": "hidden"}
+    with gr.Accordion("This session's runs", **acc_options) as acc:
         session = gr.State([])
         session_table = gr.Dataframe(
             titled(pd.DataFrame(columns=SESSION_COLUMNS)),
