@@ -108,8 +108,8 @@ class CompareTab:
 
 def render(ctx: UIContext) -> CompareTab:
     """Lay out the tab."""
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=4, min_width=300):
+    with gr.Row(equal_height=False, elem_classes="mr-tab"):
+        with gr.Column(scale=4, min_width=300, elem_classes="mr-inputs"):
             video = upload_video(label="Video", sources=["upload"], elem_id=VIDEO_ID, height=260)
             credit = credit_box("compare-credit")
             video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
@@ -138,8 +138,9 @@ def render(ctx: UIContext) -> CompareTab:
             )
             api_button = gr.Button("api", visible=False)
             api_out = gr.JSON(label="comparison", visible=False)
-            _examples(ctx, [video, task, query])
-        with gr.Column(scale=8, min_width=420):
+            with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
+                _examples(ctx, [video, task, query])
+        with gr.Column(scale=8, min_width=420, elem_classes="mr-results"):
             summary = gr.HTML("", elem_id="compare-summary")
             cards = gr.HTML(
                 EMPTY_CARDS,
@@ -150,6 +151,7 @@ def render(ctx: UIContext) -> CompareTab:
         titled(pd.DataFrame(columns=METRIC_COLUMNS)),
         label="Cost of each variant on this request",
         interactive=False,
+        wrap=True,  # titles wrap between words, so all eleven columns fit a desktop page
         visible=False,  # empty outputs stay hidden until a comparison has run
         elem_id="compare-metrics",
     )

@@ -414,6 +414,11 @@ def find_updates(
         ctx.answers.keep(key, view.result, view.cold)
 
 
+#: The follow-up step after a run: Find's player seeks to the best moment's start.
+SEEK_JS = """(start) => { const v = document.querySelector('#find-video video');
+  if (v && start !== null && start !== undefined) v.currentTime = start; }"""
+
+
 def cleared_outputs(tab: FindTab) -> Updates:
     """Nothing of an earlier answer (its clip changed, or the run failed)."""
     return {
@@ -458,10 +463,6 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
     def first_step(video: str | None, query: str, variant: str, request: gr.Request) -> Updates:
         return kept_example(ctx, tab, video, query, variant, request)
 
-    def jump(start: float | None) -> Any:
-        """Follow-up update: the player seeks to the span's start (it cannot ride on a value update)."""
-        return gr.skip() if start is None else gr.update(playback_position=float(start))
-
     def suggest(video: str | None) -> Any:
         """Offer the example's queries when the clip is one of the examples."""
         example = ctx.ground_truth(video)
@@ -492,7 +493,9 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         example,
     )
     for end in ends:
-        end.then(jump, tab.jump_to, tab.video, **PRIVATE_UI)
+        # in the page, not an update of the player: an update landing after the visitor cleared the
+        # clip would put the old clip back in the player
+        end.then(None, tab.jump_to, None, js=SEEK_JS, **PRIVATE_UI)
     clear = functools.partial(cleared_outputs, tab)
     clear_when_clip_changes(ctx, "find", tab.video, list(clear()), clear)
     tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
