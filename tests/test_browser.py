@@ -736,6 +736,16 @@ def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> 
     assert not pg.is_visible("#compare-metrics") and not pg.is_visible("#compare-plot-latency_s")
 
 
+#: Each tab (as its label starts) and its main button (None: a tab to read, without one).
+FIRST_SCREENS = [
+    ("Caption", "#caption-run"),
+    ("Find", "#find-run"),
+    ("Compare", "#compare-run"),
+    ("Library", "#library-run"),
+    ("About", None),
+]
+
+
 def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_text(
     browser,
     app_server: AppServer,  # noqa: F811
@@ -745,10 +755,16 @@ def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_te
     try:
         pg.goto(app_server.url)
         pg.wait_for_selector("#caption-run", timeout=60_000)
-        # the first screen: the one-line description and the main button above the fold
-        assert pg.is_visible("#marlin-header .mh-title p")
-        bottom = pg.evaluate("document.querySelector('#caption-run').getBoundingClientRect().bottom")
-        assert bottom <= PHONE["height"], bottom
+        # every tab's first screen: the one-line description and the tab's main button above the fold
+        for tab, button in FIRST_SCREENS:
+            _open_tab(pg, tab)
+            pg.wait_for_selector(button or "#about-facts", timeout=30_000)
+            pg.evaluate("window.scrollTo(0, 0)")
+            assert pg.is_visible("#marlin-header .mh-title p"), tab
+            if button:
+                bottom = pg.evaluate(f"document.querySelector('{button}').getBoundingClientRect().bottom")
+                assert bottom <= PHONE["height"], (tab, bottom)
+            _shot(pg, f"11_first_screen_{tab.split()[0].lower()}_phone")
         _open_tab(pg, "Find")
         _upload(pg, "#find-video", CLIP)
         pg.locator("#find-query textarea, #find-query input").first.fill("the ball stops")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.results import Done, Loaded, Moment, Progress, RunInfo, Stage
-from marlin_demo.ui import timeline
+from marlin_demo.ui import caption, find, timeline
 from marlin_demo.ui.common import UIContext, clip_status, status_html
 from marlin_demo.ui.running import BarView, RunState, StageView, follow, progress_html, throttled
 from marlin_demo.video import VideoInfo
@@ -188,3 +188,18 @@ def test_compare_draws_no_empty_or_process_wide_chart() -> None:
     assert _chart_update(mem, "peak_memory_mb", "cpu_peak_rss")["visible"] is False
     gpu = _chart_update(mem, "peak_memory_mb", "cuda_peak_allocated")
     assert gpu["visible"] and "GPU peak allocated" in gpu["title"]
+
+
+def test_the_empty_timeline_shows_the_shape_of_the_result_to_come() -> None:
+    """Before a run the result column is a faint preview (Caption: timed events; Find: one span),
+    not a bare dashed box, and its sentence says what will appear."""
+    for tab, bars in ((caption, 3), (find, 1)):
+        page = timeline.placeholder(tab.PLACEHOLDER, tab.GHOST)
+        ghost = re.search(r'<div class="mt-ghost" aria-hidden="true">(.*?)</div>', page)
+        assert ghost is not None, page
+        spans = re.findall(r'style="left:(\d+)%;width:(\d+)%"', ghost.group(1))
+        assert len(spans) == bars
+        assert all(0 <= int(a) and int(a) + int(w) <= 100 and int(w) > 0 for a, w in spans)
+        assert tab.PLACEHOLDER in page
+    assert "mt-ghost" not in timeline.placeholder("No result.")  # after an error: the sentence only
+    assert "dashed" not in timeline.TIMELINE_CSS.split(".mt-timeline.mt-empty")[1].split("}")[0]

@@ -56,6 +56,7 @@ from marlin_demo.ui.running import (
 
 PLAYER_ID = "caption-player"
 PLACEHOLDER = "Choose a clip and caption it: its events appear here on a time axis; click one to play it."
+GHOST = ((0.03, 0.28), (0.34, 0.61), (0.67, 0.96))  # the empty timeline's faint bars: timed events
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
 
 
@@ -253,7 +254,7 @@ def render(ctx: UIContext) -> CaptionTab:
         render=False,
     )
     tl = gr.HTML(
-        timeline.placeholder(PLACEHOLDER),
+        timeline.placeholder(PLACEHOLDER, GHOST),
         js_on_load=timeline.TIMELINE_JS,
         elem_id="caption-timeline",
         render=False,
@@ -526,7 +527,7 @@ def cleared_outputs(tab: CaptionTab) -> Updates:
     """Nothing of an earlier clip's caption (its clip changed)."""
     return {
         tab.scene: "",
-        tab.timeline: timeline.placeholder(PLACEHOLDER),
+        tab.timeline: timeline.placeholder(PLACEHOLDER, GHOST),
         tab.table: [],
         tab.player: None,
         tab.metrics: "",

@@ -61,6 +61,7 @@ from marlin_demo.video import VideoError, export_clip
 
 VIDEO_ID = "find-video"
 PLACEHOLDER = "Describe an event and run Find: its span appears here; click it to play it."
+GHOST = ((0.41, 0.63),)  # the empty timeline's faint bars: one span
 
 
 @dataclass
@@ -211,7 +212,7 @@ def render(ctx: UIContext) -> FindTab:
     """Lay out the tab; outputs are made first so the examples can name them."""
     headline = gr.HTML("", elem_id="find-headline", render=False)
     tl = gr.HTML(
-        timeline.placeholder(PLACEHOLDER),
+        timeline.placeholder(PLACEHOLDER, GHOST),
         js_on_load=timeline.TIMELINE_JS,
         elem_id="find-timeline",
         render=False,
@@ -423,7 +424,7 @@ def cleared_outputs(tab: FindTab) -> Updates:
     """Nothing of an earlier answer (its clip changed, or the run failed)."""
     return {
         tab.headline: "",
-        tab.timeline: timeline.placeholder(PLACEHOLDER),
+        tab.timeline: timeline.placeholder(PLACEHOLDER, GHOST),
         tab.metrics: "",
         tab.raw: "",
         tab.notice: "",

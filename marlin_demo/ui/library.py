@@ -262,7 +262,8 @@ def headline_html(answer: dict[str, Any], tiny: bool) -> str:
         )
     else:
         videos = len({m["id"] for m in answer["moments"]})
-        body, cls = f"{n} moment{'s' if n != 1 else ''} in {videos} video{'s' if videos != 1 else ''}", ""
+        found = f"{n} moment{'s' if n != 1 else ''} in {videos} video{'s' if videos != 1 else ''}"
+        body, cls = f"{found}: choose one to play it", ""
     extra = (
         f"{lib['videos']} videos, {lib['windows']} windows; find asked in "
         f"{answer['searched_windows']} of them."
@@ -411,8 +412,9 @@ def render(ctx: UIContext) -> LibraryTab:
                 progress = gr.HTML("", elem_id="library-progress")
                 headline = gr.HTML("", elem_id="library-headline")
                 gallery = gr.Gallery(
-                    label="Moments, best first (choose one to play it)",
+                    label="Moments, best first",  # the headline says to choose one
                     columns=3,
+                    buttons=[],  # choosing is all a tile does; a button would sit on the label
                     height="auto",
                     allow_preview=False,
                     elem_id="library-moments",

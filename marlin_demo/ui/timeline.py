@@ -93,9 +93,12 @@ def _axis(duration: float) -> str:
     return f'<div class="mt-axis">{"".join(ticks)}</div>'
 
 
-def placeholder(text: str) -> str:
-    """The empty timeline shown before a run (or after an error)."""
-    return f'<div class="mt-timeline mt-empty"><p>{html.escape(text)}</p></div>'
+def placeholder(text: str, ghost: Sequence[tuple[float, float]] = ()) -> str:
+    """The empty timeline shown before a run (or after an error). ``ghost``: faint bars (fractions
+    of the axis) that show the shape of the result to come, so the first screen says what it gives."""
+    bars = "".join(f'<span style="left:{a:.0%};width:{b - a:.0%}"></span>' for a, b in ghost)
+    track = f'<div class="mt-ghost" aria-hidden="true">{bars}</div>' if ghost else ""
+    return f'<div class="mt-timeline mt-empty">{track}<p>{html.escape(text)}</p></div>'
 
 
 def timeline_html(
@@ -307,9 +310,14 @@ setInterval(() => {
 
 TIMELINE_CSS = """
 .mt-timeline { padding: 6px 2px 2px; user-select: none; }
-.mt-timeline.mt-empty { border: 1px dashed var(--border-color-primary); border-radius: 10px;
-  padding: 18px; text-align: center; color: var(--body-text-color-subdued); }
+.mt-timeline.mt-empty { border: 1px solid var(--border-color-primary); border-radius: 10px;
+  padding: 18px; text-align: center; color: var(--body-text-color-subdued);
+  background: var(--background-fill-secondary); }
 .mt-timeline.mt-empty p { margin: 0; }
+.mt-ghost { position: relative; height: 28px; margin: 0 0 14px; border-radius: 8px;
+  background: var(--background-fill-primary); border: 1px solid var(--border-color-primary); }
+.mt-ghost span { position: absolute; top: 5px; bottom: 5px; border-radius: 5px;
+  background: rgba(13,148,136,.22); }
 .mt-track { position: relative; border-radius: 10px; background: var(--background-fill-secondary);
   border: 1px solid var(--border-color-primary); overflow: hidden; }
 .mt-item { position: absolute; height: 28px; border-radius: 7px; border: none; cursor: pointer;
