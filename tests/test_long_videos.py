@@ -20,7 +20,7 @@ from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import plan as win
 from marlin_demo.longvideo import runner
-from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage
+from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, WindowDone
 from marlin_demo.settings import Settings
 from marlin_demo.ui.caption import stream_message
 from marlin_demo.video import probe
@@ -237,3 +237,26 @@ def test_compare_prepares_a_long_video_per_window(long_clip: Path) -> None:
         assert first.cached_video is expect_cached  # the second compare reads every window from the cache
         assert eng.video_cache_len() == 0  # no whole-clip decode
     assert eng.loaded() == {}
+
+
+@pytest.mark.parametrize(("task", "parser"), [("caption", "parse_caption"), ("find", "parse_span")])
+def test_each_window_is_parsed_once_however_many_follow(
+    engine: Engine, long_clip: Path, monkeypatch: pytest.MonkeyPatch, task: str, parser: str
+) -> None:
+    """Each finished window's answer is parsed, mapped (and for find scored) once; later windows only
+    merge again (it was re-parsed at every later window: n^2 parses on a long video)."""
+    calls: list[str] = []
+    real = getattr(contract, parser)
+
+    def counted(text: str, *args: object, **kwargs: object) -> object:
+        calls.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(contract, parser, counted)
+    query = "the lamp turns off" if task == "find" else None
+    stages = list(service.stream(engine, task, str(long_clip), VARIANT, query))
+    done = [s for s in stages if isinstance(s, WindowDone)]
+    assert len(done) >= 3
+    assert len(calls) == len(done)  # one parse per window, not 1 + 2 + ... + n
+    final = stages[-1]
+    assert isinstance(final, Done) and final.result.raw == done[-1].result.raw

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from marlin_demo import contract
+from marlin_demo.contract import CaptionParse, SpanParse
 from marlin_demo.engine import Engine
 from marlin_demo.engine.core import ClipRun
 from marlin_demo.engine.generation import Generation
@@ -33,6 +34,7 @@ from marlin_demo.results import (
     Stage,
     Task,
     VideoInfo,
+    Window,
     WindowDone,
 )
 from marlin_demo.settings import Variant
@@ -175,14 +177,22 @@ def raw_text(runs: list[WindowRun], n: int) -> str:
     )
 
 
+def caption_part(r: WindowRun) -> tuple[Window, CaptionParse]:
+    """One finished window's caption, parsed and mapped to global time (once per window)."""
+    parsed = contract.parse_caption(r.run.gen.text)
+    return r.plan.window, win.map_caption(parsed, r.plan.window, offset=r.plan.offset_s)
+
+
 def caption_result(
-    engine: Engine, variant: Variant, runs: list[WindowRun], n: int, whole: VideoInfo, started: float
+    engine: Engine,
+    variant: Variant,
+    runs: list[WindowRun],
+    parts: list[tuple[Window, CaptionParse]],
+    n: int,
+    whole: VideoInfo,
+    started: float,
 ) -> CaptionResult:
-    """The windows answered so far as one caption: events mapped to global time on one timeline."""
-    parts = []
-    for r in runs:
-        parsed = contract.parse_caption(r.run.gen.text)
-        parts.append((r.plan.window, win.map_caption(parsed, r.plan.window, offset=r.plan.offset_s)))
+    """The windows answered so far (``parts``: their mapped captions) as one caption on one timeline."""
     merged = win.merge_captions(parts)
     metrics, info = combined(runs, whole, started)
     info.repairs = [*merged.repairs, *merged.joined]
@@ -200,20 +210,23 @@ def caption_result(
     )
 
 
+def find_answer(engine: Engine, variant: Variant, r: WindowRun) -> tuple[Window, SpanParse, float | None]:
+    """One finished window's span, mapped to global time and scored (once per window)."""
+    mapped = win.map_span(contract.parse_span(r.run.gen.text), r.plan.window, offset=r.plan.offset_s)
+    return r.plan.window, mapped, engine.score(r.run.gen, variant)
+
+
 def find_result(
     engine: Engine,
     variant: Variant,
     query: str,
     runs: list[WindowRun],
+    answers: list[tuple[Window, SpanParse, float | None]],
     n: int,
     whole: VideoInfo,
     started: float,
 ) -> FindResult:
-    """The windows searched so far as one answer: each span scored and mapped, duplicates merged."""
-    answers = []
-    for r in runs:
-        mapped = win.map_span(contract.parse_span(r.run.gen.text), r.plan.window, offset=r.plan.offset_s)
-        answers.append((r.plan.window, mapped, engine.score(r.run.gen, variant)))
+    """The windows searched so far (``answers``: their mapped, scored spans) as one answer."""
     moments = win.merge_moments(answers, max(1, engine.settings.top_k))
     metrics, info = combined(runs, whole, started)
     info.repairs = [note for _, p, _ in answers for note in p.repairs]
@@ -254,14 +267,18 @@ def answer_windows(
         prompt = contract.find_prompt(clean, engine.settings.max_query_chars)
         limit, logprobs = engine.settings.find_max_new_tokens, True
     runs: list[WindowRun] = []
+    parts: list[tuple[Window, CaptionParse]] = []
+    answers: list[tuple[Window, SpanParse, float | None]] = []
     result: Result | None = None
     whole = engine.info(path)
     for wr in run_windows(engine, path, plans, variant, prompt, limit, on_text, on_stage, logprobs, execute):
-        runs.append(wr)
+        runs.append(wr)  # each window is parsed, mapped (and scored) once; only the merge is redone
         if task == "caption":
-            result = caption_result(engine, variant, runs, n, whole, wr.started)
+            parts.append(caption_part(wr))
+            result = caption_result(engine, variant, runs, parts, n, whole, wr.started)
         else:
-            result = find_result(engine, variant, clean, runs, n, whole, wr.started)
+            answers.append(find_answer(engine, variant, wr))
+            result = find_result(engine, variant, clean, runs, answers, n, whole, wr.started)
         if on_stage is not None:
             on_stage(WindowDone(len(runs), n, result))
     assert result is not None  # plans is never empty
