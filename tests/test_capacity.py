@@ -3,6 +3,8 @@ measured speeds (service/speeds.json), never contradict each other; contradictin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from marlin_demo import cli
@@ -95,3 +97,28 @@ def test_gpu_request_follows_windows_and_the_note_says_it(monkeypatch: pytest.Mo
     assert f"about {10 * each} s of GPU" in note and f"10 calls of up to {each} s" in note
     monkeypatch.setattr(space, "zero_gpu", lambda: False)
     assert space.gpu_note("caption", 600, s) == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["batch", "examples/flower.mp4", "--task", "caption", "--out", "{tmp}/out"],
+        ["index", "examples/flower.mp4", "--library", "{tmp}/lib"],
+        ["bench", "--out", "{tmp}/bench"],
+        ["bench", "search", "--out", "{tmp}/search"],
+    ],
+    ids=["batch", "index", "bench", "bench-search"],
+)
+def test_every_command_refuses_contradicting_settings_before_it_runs(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """batch, index and bench check the settings against the speeds as caption/find and the app do,
+    in one line, before any model loads or any output is written."""
+    monkeypatch.setenv("MARLIN_MODEL", "tiny")
+    monkeypatch.setenv("MARLIN_DEVICE", "cpu")
+    monkeypatch.setenv("MARLIN_REQUEST_TIMEOUT_S", "5")
+    code = cli.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("error: MARLIN_REQUEST_TIMEOUT_S=5 ") and "\n" not in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -26,9 +26,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from marlin_demo.batch.writer import BatchError, ResultsWriter
     from marlin_demo.library.collection import InputError, collect
     from marlin_demo.models.fingerprint import fingerprint
+    from marlin_demo.service.startup import check_limits
 
     try:
         settings = settings_mod.from_args(args)
+        check_limits(settings)
         items = collect(args.input, args.task, args.query)
         fp = fingerprint(settings, "")
         fp.pop("data_digest", None)  # the inputs may grow between runs: only new items run

@@ -36,6 +36,7 @@ from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from marlin_demo.results import TASKS
+from marlin_demo.service.startup import check_limits
 
 
 def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
@@ -69,6 +70,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise BenchError("--limit must be at least 1.")
     try:
         settings = settings_mod.from_args(args)
+        check_limits(settings)
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None

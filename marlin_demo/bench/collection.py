@@ -37,6 +37,7 @@ from marlin_demo.library.search import search
 from marlin_demo.library.store import LibraryError, Store
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
+from marlin_demo.service.startup import check_limits
 
 DEFAULT_OUT = "bench_out/search"
 TINY_NOTE = (
@@ -247,6 +248,7 @@ def cmd_search_bench(args: argparse.Namespace) -> int:
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1.")
         settings = settings_mod.from_args(args).with_(variants=args.variant)  # the one it runs
+        check_limits(settings)
         data = resolve_data(args.data) or Path(args.data).expanduser()
         if not (data / "examples.json").is_file():
             raise ValueError(f"--data {args.data}: no examples.json there (give `long` or a data folder).")

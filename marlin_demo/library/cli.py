@@ -67,11 +67,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     from marlin_demo.library import index as idx
     from marlin_demo.library.collection import InputError, collect
     from marlin_demo.library.store import LibraryError, Store
+    from marlin_demo.service.startup import check_limits
 
     if args.workers < 1:
         return _err("--workers must be at least 1.")
     try:
         settings = settings_mod.from_args(args)
+        check_limits(settings)
         items = collect(args.input, "caption")
         if args.fresh:
             Store.wipe(args.library)
@@ -144,11 +146,13 @@ def format_answer(d: dict[str, Any]) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     from marlin_demo.library.search import search
     from marlin_demo.library.store import LibraryError, Store
+    from marlin_demo.service.startup import check_limits
 
     try:
         store = Store(args.library, create=False)
         setup = store.meta().get("setup", {})
         settings = _search_settings(args, setup)
+        check_limits(settings)
         variant = args.variant or setup.get("variant") or "gptq"
     except (LibraryError, ValueError) as exc:
         return _err(str(exc))
