@@ -441,6 +441,18 @@ def test_frequent_words_score_but_do_not_pick_candidates(
     )
     assert [(h.name, h.k) for h in known.stage1("a dog jumped into the pool", 1)] == [("pool.mp4", 1)]
     assert known.common_words("dog garden") == ["dog"]  # all frequent: the rarest still picks the candidates
+    assert known.common_words("dog helicopter") == []  # no window has the rare word: "dog" picks them
+    assert len(known.stage1("dog helicopter", 3)) == 3
+
+
+def test_counts_follow_writes_by_this_connection_and_others(known: Store) -> None:
+    assert known.counts() == (3, 4)
+    other = Store(known.folder)
+    write_known(other, "street.mp4", [(0, 30, "A street.", ["A car passes."])])
+    assert known.counts() == other.counts() == (4, 5)  # counted again: another connection wrote
+    known.remove(other.by_path(str(known.folder.parent / "clips" / "street.mp4"))["id"])
+    assert known.counts() == other.counts() == (3, 4)  # and again: this one wrote
+    other.close()
 
 
 def test_scale_benchmark_runs_small() -> None:
