@@ -456,6 +456,8 @@ def test_counts_follow_writes_by_this_connection_and_others(known: Store) -> Non
 
 
 def test_scale_benchmark_runs_small() -> None:
+    from collections import Counter
+
     from tests.script_loader import load_script
 
     bench = load_script(ROOT / "benchmarks" / "bench_library_scale.py")
@@ -464,8 +466,18 @@ def test_scale_benchmark_runs_small() -> None:
     for side in ("stage1", "scan_db", "scan_memory"):
         assert 0 < r[side]["p50_ms"] <= r[side]["p95_ms"]
     assert r["speedup_vs_scan_db"] > 0 and "x faster" in bench.render(r)
+    assert r["text"]["agreement_with_plain_bm25"] == 1.0  # 300 windows: no word is common, plain BM25
     writer = bench.Writer(0)
-    text = writer.window(0.0)
+    assert len(writer.kinds) > 2000  # a caption vocabulary of a few thousand words
+    text = writer.video(1)[0]
     assert text.scene and 2 <= len(text.events) <= 4  # caption-like sentences, not random strings
-    assert set(bench.WORD.findall(text.scene.lower())) <= set(bench.WORD.findall(" ".join(
-        writer.scenes + bench.NOUNS + bench.VERBS + bench.ADJECTIVES).lower()))  # fmt: skip
+    shapes = " ".join(
+        p for e in writer.examples for s in e.scenes + e.events for p in s if isinstance(p, str)
+    )
+    words = set(bench.WORD.findall((text.scene + " " + text.events_text).lower()))
+    assert words <= set(writer.kinds) | set(bench.WORD.findall(shapes.lower()))
+    drawn = Counter(writer.draw("object") for _ in range(3000))  # Zipfian: the head is common, the tail rare
+    head, tail = writer.words["object"][:10], writer.words["object"][-300:]
+    assert sum(drawn[w] for w in head) / len(head) > 30 * sum(drawn[w] for w in tail) / len(tail)
+    qs = writer.queries(6)  # a ground-truth query, then one made the same way as the text
+    assert qs[0::2] == writer.truth_queries[:3] and not set(qs[1::2]) & set(writer.truth_queries)
