@@ -3,11 +3,15 @@ end, reruns (add, change, move, prune), a SIGKILL mid-index, hostile queries, an
 while writing.
 
 The tiny model writes stock sentences, so ranking is tested on captions written through ``store_caption``;
-the model runs only for the mechanics. One library is built per module (small windows keep it quick).
+the model runs only for the mechanics. One library is built per module (small windows and short clips keep
+it quick), and the CLI runs in this process (``cli``: the model's imports and load are paid once), except
+where a test needs a process of its own (``cli_process``: the entry point's exit code, a SIGKILL).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -41,10 +45,28 @@ FAST = ["--model", "tiny"] + [f"--{k.replace('_', '-')}={v}" for k, v in {**TOKE
 HOSTILE = ['"', "NEAR(", "*", "--", ";", "OR", 'cup" OR 1=1; NEAR(*', "x'); DROP TABLE videos; --", "^a -b"]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m marlin_demo ARGS`` in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "marlin_demo", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The same CLI (``marlin_demo.cli.main``) in this process: its exit code, stdout and stderr. The
+    SIGTERM handler ``index`` sets is put back."""
+    from marlin_demo import cli as main_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main_cli.main(list(args))
+    except SystemExit as exc:  # argparse refused the arguments
+        code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    return subprocess.CompletedProcess(["marlin_demo", *args], code, out.getvalue(), err.getvalue())
 
 
 def tiny_settings() -> Settings:
@@ -69,11 +91,11 @@ def make_h264(out: Path, seconds: int, pattern: str = "testsrc2") -> Path:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short clip, a 24 s clip (three windows), VP9, HEVC and AV1 (when the shared media are there),
-    and a text file named .mp4."""
+    """A short clip (an example's first 8 s, one window), a 24 s clip (three windows), VP9, HEVC and AV1
+    (when the shared media are there), and a text file named .mp4."""
     root = tmp_path_factory.mktemp("videos")
     (root / "sub").mkdir()
-    shutil.copy(EXAMPLES / "blue_square.mp4", root / "blue_square.mp4")
+    ffmpeg("-i", str(EXAMPLES / "blue_square.mp4"), "-t", "8", "-c", "copy", str(root / "blue_square.mp4"))
     make_h264(root / "sub" / "long.mp4", 24)
     make_vp9(root / "vp9.webm")
     for name in ("h265_video.mp4", "av1_video.mkv"):
@@ -294,7 +316,7 @@ def test_empty_library_answers_an_empty_list(tmp_path: Path) -> None:
 
 
 def test_search_cli_bad_input_exits_2(tmp_path: Path) -> None:
-    proc = cli("search", str(tmp_path / "nowhere"), "a dog")
+    proc = cli_process("search", str(tmp_path / "nowhere"), "a dog")
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: No library at")
     Store(tmp_path / "empty").close()
     empty = cli("search", str(tmp_path / "empty"), "a dog", "--json")
