@@ -452,7 +452,9 @@ def build(folder: Path, windows: int, seed: int) -> tuple[Store, Writer, dict[st
         "vocabulary": len(writer.kinds),
         "distinct_words": len(df),
         "words_per_window": round(tokens / max(1, made), 1),
-        "most_common": [(w, round(n / made, 3)) for w, n in df.most_common(12)],
+        "most_common_vocabulary": [(w, round(n / made, 3)) for w, n in df.most_common() if w in writer.kinds][
+            :12
+        ],
         "df": df,
     }
     return store, writer, {"build_s": round(write_s, 2), "text": text}
@@ -568,6 +570,8 @@ def render(r: dict[str, Any]) -> str:
         f"before, {r['load_average_after'][0]} after",
         f"text: {t['distinct_words']:,} distinct words ({t['vocabulary_used']:,} of the "
         f"{t['vocabulary']:,}-word vocabulary, the rest the shapes' own), {t['words_per_window']} a window",
+        "its commonest vocabulary words, by share of the windows: "
+        + ", ".join(f"{w} {share:.0%}" for w, share in t["most_common_vocabulary"]),
         f"query words: each in {pct(t['query_word_share_p50'])} of the windows (median; p90 "
         f"{pct(t['query_word_share_p90'])}, max {pct(t['query_word_share_max'])})",
         f"stage 1: scores {t['matched_windows_mean']:,} windows a query (mean; max "
