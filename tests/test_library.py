@@ -3,11 +3,15 @@ end, reruns (add, change, move, prune), a SIGKILL mid-index, hostile queries, an
 while writing.
 
 The tiny model writes stock sentences, so ranking is tested on captions written through ``store_caption``;
-the model runs only for the mechanics. One library is built per module (small windows keep it quick).
+the model runs only for the mechanics. One library is built per module (small windows and short clips keep
+it quick), and the CLI runs in this process (``cli``: the model's imports and load are paid once), except
+where a test needs a process of its own (``cli_process``: the entry point's exit code, a SIGKILL).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -41,10 +45,28 @@ FAST = ["--model", "tiny"] + [f"--{k.replace('_', '-')}={v}" for k, v in {**TOKE
 HOSTILE = ['"', "NEAR(", "*", "--", ";", "OR", 'cup" OR 1=1; NEAR(*', "x'); DROP TABLE videos; --", "^a -b"]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m marlin_demo ARGS`` in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "marlin_demo", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The same CLI (``marlin_demo.cli.main``) in this process: its exit code, stdout and stderr. The
+    SIGTERM handler ``index`` sets is put back."""
+    from marlin_demo import cli as main_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main_cli.main(list(args))
+    except SystemExit as exc:  # argparse refused the arguments
+        code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    return subprocess.CompletedProcess(["marlin_demo", *args], code, out.getvalue(), err.getvalue())
 
 
 def tiny_settings() -> Settings:
@@ -69,11 +91,11 @@ def make_h264(out: Path, seconds: int, pattern: str = "testsrc2") -> Path:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short clip, a 24 s clip (three windows), VP9, HEVC and AV1 (when the shared media are there),
-    and a text file named .mp4."""
+    """A short clip (an example's first 8 s, one window), a 24 s clip (three windows), VP9, HEVC and AV1
+    (when the shared media are there), and a text file named .mp4."""
     root = tmp_path_factory.mktemp("videos")
     (root / "sub").mkdir()
-    shutil.copy(EXAMPLES / "blue_square.mp4", root / "blue_square.mp4")
+    ffmpeg("-i", str(EXAMPLES / "blue_square.mp4"), "-t", "8", "-c", "copy", str(root / "blue_square.mp4"))
     make_h264(root / "sub" / "long.mp4", 24)
     make_vp9(root / "vp9.webm")
     for name in ("h265_video.mp4", "av1_video.mkv"):
@@ -294,7 +316,7 @@ def test_empty_library_answers_an_empty_list(tmp_path: Path) -> None:
 
 
 def test_search_cli_bad_input_exits_2(tmp_path: Path) -> None:
-    proc = cli("search", str(tmp_path / "nowhere"), "a dog")
+    proc = cli_process("search", str(tmp_path / "nowhere"), "a dog")
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: No library at")
     Store(tmp_path / "empty").close()
     empty = cli("search", str(tmp_path / "empty"), "a dog", "--json")
@@ -441,9 +463,23 @@ def test_frequent_words_score_but_do_not_pick_candidates(
     )
     assert [(h.name, h.k) for h in known.stage1("a dog jumped into the pool", 1)] == [("pool.mp4", 1)]
     assert known.common_words("dog garden") == ["dog"]  # all frequent: the rarest still picks the candidates
+    assert known.common_words("dog helicopter") == []  # no window has the rare word: "dog" picks them
+    assert len(known.stage1("dog helicopter", 3)) == 3
+
+
+def test_counts_follow_writes_by_this_connection_and_others(known: Store) -> None:
+    assert known.counts() == (3, 4)
+    other = Store(known.folder)
+    write_known(other, "street.mp4", [(0, 30, "A street.", ["A car passes."])])
+    assert known.counts() == other.counts() == (4, 5)  # counted again: another connection wrote
+    known.remove(other.by_path(str(known.folder.parent / "clips" / "street.mp4"))["id"])
+    assert known.counts() == other.counts() == (3, 4)  # and again: this one wrote
+    other.close()
 
 
 def test_scale_benchmark_runs_small() -> None:
+    from collections import Counter
+
     from tests.script_loader import load_script
 
     bench = load_script(ROOT / "benchmarks" / "bench_library_scale.py")
@@ -452,8 +488,18 @@ def test_scale_benchmark_runs_small() -> None:
     for side in ("stage1", "scan_db", "scan_memory"):
         assert 0 < r[side]["p50_ms"] <= r[side]["p95_ms"]
     assert r["speedup_vs_scan_db"] > 0 and "x faster" in bench.render(r)
+    assert r["text"]["agreement_with_plain_bm25"] == 1.0  # 300 windows: no word is common, plain BM25
     writer = bench.Writer(0)
-    text = writer.window(0.0)
+    assert len(writer.kinds) > 2000  # a caption vocabulary of a few thousand words
+    text = writer.video(1)[0]
     assert text.scene and 2 <= len(text.events) <= 4  # caption-like sentences, not random strings
-    assert set(bench.WORD.findall(text.scene.lower())) <= set(bench.WORD.findall(" ".join(
-        writer.scenes + bench.NOUNS + bench.VERBS + bench.ADJECTIVES).lower()))  # fmt: skip
+    shapes = " ".join(
+        p for e in writer.examples for s in e.scenes + e.events for p in s if isinstance(p, str)
+    )
+    words = set(bench.WORD.findall((text.scene + " " + text.events_text).lower()))
+    assert words <= set(writer.kinds) | set(bench.WORD.findall(shapes.lower()))
+    drawn = Counter(writer.draw("object") for _ in range(3000))  # Zipfian: the head is common, the tail rare
+    head, tail = writer.words["object"][:10], writer.words["object"][-300:]
+    assert sum(drawn[w] for w in head) / len(head) > 30 * sum(drawn[w] for w in tail) / len(tail)
+    qs = writer.queries(6)  # a ground-truth query, then one made the same way as the text
+    assert qs[0::2] == writer.truth_queries[:3] and not set(qs[1::2]) & set(writer.truth_queries)

@@ -22,6 +22,9 @@ from typing import Any
 DB_FILE = "library.sqlite"
 THUMBS_DIR = "thumbs"
 SCHEMA_VERSION = 1
+#: Reads go through a memory map of the file (up to this size) instead of a read call per page: stage 1
+#: walks long posting lists, and the map shares the OS page cache across connections.
+MMAP_BYTES = 1 << 30
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -158,12 +161,14 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
             self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise LibraryError(
                 f"{self.folder / DB_FILE} is not a usable library ({exc}): use another --library, "
                 "or --fresh to rebuild it."
             ) from None
+        self._counts: tuple[tuple[int, int], tuple[int, int]] | None = None  # (version, counts)
 
     def close(self) -> None:
         self.db.close()
@@ -282,10 +287,14 @@ class Store:
     # -- reading -----------------------------------------------------------------------------------
 
     def counts(self) -> tuple[int, int]:
-        """(videos, windows)."""
-        (videos,) = self.db.execute("SELECT COUNT(*) FROM videos").fetchone()
-        (windows,) = self.db.execute("SELECT COUNT(*) FROM windows").fetchone()
-        return int(videos), int(windows)
+        """(videos, windows); counted again only after a write, by this connection or another."""
+        (other,) = self.db.execute("PRAGMA data_version").fetchone()
+        version = (int(other), self.db.total_changes)
+        if self._counts is None or self._counts[0] != version:
+            (videos,) = self.db.execute("SELECT COUNT(*) FROM videos").fetchone()
+            (windows,) = self.db.execute("SELECT COUNT(*) FROM windows").fetchone()
+            self._counts = version, (int(videos), int(windows))
+        return self._counts[1]
 
     def windows_of(self, vid: str) -> list[dict[str, Any]]:
         cur = self.db.execute(
@@ -296,29 +305,28 @@ class Store:
 
     def common_words(self, query: str) -> list[str]:
         """The query's words that are in more than ``COMMON_SHARE`` of the windows (and over
-        ``COMMON_MIN_WINDOWS``): their stems, from the tokenizer itself, looked up in the term table.
-        When every word is that frequent, the rarest is not counted as common."""
+        ``COMMON_MIN_WINDOWS``): each word matched as stage 1 matches it (quoted, porter stems), its
+        windows counted up to that floor. When no other word is in any window, the rarest of them
+        (counted in full) is not counted as common."""
         total = self.counts()[1]
-        floor = max(COMMON_MIN_WINDOWS, COMMON_SHARE * total)
+        floor = int(max(COMMON_MIN_WINDOWS, COMMON_SHARE * total))
         words = query_words(query)
         if total <= floor or not words:
             return []
-        probe = sqlite3.connect(":memory:")
-        try:
-            probe.execute("CREATE VIRTUAL TABLE q USING fts5(t, tokenize='porter unicode61')")
-            probe.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'instance')")
-            probe.executemany("INSERT INTO q(rowid, t) VALUES (?, ?)", list(enumerate(words, 1)))
-            stems = list(probe.execute("SELECT doc, term FROM qv"))
-        finally:
-            probe.close()
-        docs: dict[str, int] = {}
-        for doc, term in stems:
-            row = self.db.execute("SELECT doc FROM windows_terms WHERE term = ?", (term,)).fetchone()
-            word = words[doc - 1]
-            docs[word] = max(docs.get(word, 0), int(row[0]) if row else 0)
-        common = [w for w in words if docs.get(w, 0) > floor]
-        if len(common) == len(words):  # every word is frequent: the rarest one picks the candidates
-            common.remove(min(words, key=lambda w: docs.get(w, 0)))
+
+        def windows_with(word: str, cap: int | None) -> int:
+            sql = "SELECT rowid FROM windows_fts WHERE windows_fts MATCH ?"
+            if cap is not None:
+                sql += f" LIMIT {cap}"
+            (n,) = self.db.execute(f"SELECT COUNT(*) FROM ({sql})", (_quoted([word]),)).fetchone()
+            return int(n)
+
+        counted = {w: windows_with(w, floor + 1) for w in words}
+        common = [w for w in words if counted[w] > floor]
+        if common and not any(counted[w] for w in words if w not in common):
+            # no rarer word is in any window (every word is frequent, or the rest are in none, such as
+            # a misspelt one): the rarest frequent word picks the candidates
+            common.remove(min(common, key=lambda w: windows_with(w, None)))
         return common
 
     def stage1(self, query: str, limit: int) -> list[Hit]:
@@ -334,10 +342,10 @@ class Store:
         if expr is not None and limit > 0:
             # the full-text index answers first (only matching windows are scored), then the few rows join
             top = (
-                "WITH top AS (SELECT rowid AS wid, -bm25(windows_fts) AS r FROM windows_fts "
-                "WHERE windows_fts MATCH ? ORDER BY bm25(windows_fts) LIMIT ?) "
-            )
-            sql = top + select.format(score="top.r") + "JOIN top ON top.wid = w.wid ORDER BY top.r DESC"
+                "WITH top AS (SELECT rowid AS wid, bm25(windows_fts) AS r FROM windows_fts "
+                "WHERE windows_fts MATCH ? ORDER BY r LIMIT ?) "
+            )  # bm25 is lower for a better match; named once, it is computed once a row
+            sql = top + select.format(score="-top.r") + "JOIN top ON top.wid = w.wid ORDER BY top.r"
             hits = [Hit(*row) for row in self.db.execute(sql, (expr, limit))]
         if len(hits) < limit and self.counts()[1] <= limit:
             seen = {h.wid for h in hits}
