@@ -71,9 +71,22 @@ def _shot_phone(pg, name: str) -> None:
     try:
         # nothing widens the page past the phone's width (wide tables scroll in their own box)
         pg.wait_for_function("document.documentElement.scrollWidth <= window.innerWidth", timeout=30_000)
+        assert pg.evaluate(EXAMPLES_LAST) == [], name
         _shot(pg, name)
     finally:
         pg.set_viewport_size(size)
+
+
+#: On a phone the examples come after everything of the result: the blocks (with an id) of the tab
+#: shown that end below the examples' top (none when the examples are last, or the tab has none).
+EXAMPLES_LAST = """(() => {
+  const ex = [...document.querySelectorAll('.mr-examples')].find(e => e.offsetParent !== null);
+  const tab = ex?.closest('[role="tabpanel"], .tabitem');
+  if (!tab) return [];
+  const top = ex.getBoundingClientRect().top;
+  return [...tab.querySelectorAll('[id]:not([id=""])')].filter(e => !ex.contains(e) && e.offsetParent !== null
+    && e.getBoundingClientRect().height > 0 && e.getBoundingClientRect().bottom > top + 1).map(e => e.id);
+})()"""
 
 
 def _downloads_an_mp4(pg, link: str) -> None:
@@ -108,6 +121,17 @@ def _click_as_soon_as_shown(pg, selector: str, timeout_ms: int = 30_000) -> bool
              step(); })""",
         [selector, timeout_ms],
     )
+
+
+def _stop_once_running(pg, tab: str) -> None:
+    """Click ``tab``'s Stop once the request itself has reported (its bar no longer says it waits for its
+    turn): a Stop in the very first instant, before Gradio has registered the run, is not what this checks."""
+    pg.wait_for_function(
+        "(t => t && !t.includes('Waiting for its turn'))"
+        f"(document.querySelector('#{tab}-progress')?.innerText.trim())",
+        timeout=60_000,
+    )
+    assert _click_as_soon_as_shown(pg, f"#{tab}-stop")
 
 
 def _wait_player_at(pg, video: str, start: float) -> None:
@@ -156,7 +180,7 @@ def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
     # Stop: the run is cancelled, the page says so, Run comes back; the next run answers (the server
     # and its one-request-at-a-time lock are fine after a stop)
     pg.click("#caption-run")
-    assert _click_as_soon_as_shown(pg, "#caption-stop")
+    _stop_once_running(pg, "caption")
     pg.wait_for_selector("#caption-scene .mc-stopped", timeout=30_000)
     pg.wait_for_selector("#caption-run", state="visible", timeout=30_000)
     assert not pg.is_visible("#caption-stop")
@@ -354,6 +378,7 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
             "i => document.getElementById(i).getBoundingClientRect().top)"
         )
         assert tops == sorted(tops), tops
+        assert pg.evaluate(EXAMPLES_LAST) == []  # the tables and charts too
         _shot(pg, "3_compare_phone")
     finally:
         pg.set_viewport_size(desktop)
@@ -585,7 +610,7 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         )
         pg.locator("#find-query textarea, #find-query input").first.fill("the ball rolls")
         pg.click("#find-run")  # Stop works on Find too, and the run after it answers
-        assert _click_as_soon_as_shown(pg, "#find-stop")
+        _stop_once_running(pg, "find")
         # "Stopped" is a queued step after the cancel: under a loaded machine's queue it takes seconds
         pg.wait_for_function(
             "document.querySelector('#find-headline')?.innerText.includes('Stopped')", timeout=30_000
@@ -774,7 +799,7 @@ def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_te
         pg.wait_for_function(
             """() => { const r = document.querySelector('#find-headline .mf-head').getBoundingClientRect();
                        return r.top >= 0 && r.top < window.innerHeight - 40; }""",
-            timeout=15_000,
+            timeout=30_000,
         )
         head, examples = pg.evaluate(
             "['#find-headline', '#find-examples']"

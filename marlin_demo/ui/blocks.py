@@ -52,6 +52,12 @@ HEAD = (
 )
 
 
+def page() -> gr.Column:
+    """A run tab's one column: on a phone its parts are reordered inside it (inputs, result, the
+    rest of the result, examples last: style.css)."""
+    return gr.Column(elem_classes="mr-page")
+
+
 def theme() -> gr.themes.Base:
     """Soft theme with system fonts only (no web-font download: the app must work offline)."""
     fonts = [
@@ -148,11 +154,11 @@ def build_demo(
         head = header.render(ctx)
         # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
         with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap") as tabs:
-            with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"):
+            with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"), page():
                 cap = caption.render(ctx)
-            with gr.Tab("Find · when", id="find", elem_id="tab-find"):
+            with gr.Tab("Find · when", id="find", elem_id="tab-find"), page():
                 fnd = find.render(ctx)
-            with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"):
+            with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"), page():
                 cmp_tab = compare.render(ctx)
             with gr.Tab("Library · search all", id="library", elem_id="tab-library"):
                 lib = library.render(ctx)
