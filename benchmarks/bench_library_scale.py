@@ -476,15 +476,16 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 
 def query_stats(store: Store, queries: list[str], df: Counter[str], windows: int) -> dict[str, Any]:
-    """How common the queries' words are in the text, how many windows stage 1 scores (its match), and
-    how many of its best N are plain BM25's best N (every query word matched and scored, no common-word
-    rule), as a share."""
+    """How common the queries' words are in the text, how many windows stage 1 scores (its match), for
+    how many queries only the windows with every rarer word, and how many of its best N are plain BM25's
+    best N (every query word matched and scored, no common-word rule), as a share."""
     shares = sorted(df[w] / windows for q in queries for w in query_words(q))
     count = "SELECT COUNT(*) FROM windows_fts WHERE windows_fts MATCH ?"
     best = "SELECT rowid FROM windows_fts WHERE windows_fts MATCH ? ORDER BY bm25(windows_fts) LIMIT ?"
-    matched, agree = [], []
+    matched, agree, every = [], [], 0
     for q in queries:
-        expr, plain = match_expression(q, store.common_words(q)), match_expression(q)
+        expr, plain = store.stage1_expression(q, CANDIDATES), match_expression(q)
+        every += expr != match_expression(q, store.common_words(q))
         matched.append(store.db.execute(count, (expr,)).fetchone()[0] if expr else 0)
         full = {wid for (wid,) in store.db.execute(best, (plain, CANDIDATES))} if plain else set()
         got = {h.wid for h in store.stage1(q, CANDIDATES)}
@@ -495,6 +496,7 @@ def query_stats(store: Store, queries: list[str], df: Counter[str], windows: int
         "query_word_share_max": round(shares[-1], 4),
         "matched_windows_mean": round(statistics.fmean(matched)),
         "matched_windows_max": max(matched),
+        "queries_every_rare_word": every,
         "agreement_with_plain_bm25": round(statistics.fmean(agree), 3),
     }
 
@@ -575,7 +577,8 @@ def render(r: dict[str, Any]) -> str:
         f"query words: each in {pct(t['query_word_share_p50'])} of the windows (median; p90 "
         f"{pct(t['query_word_share_p90'])}, max {pct(t['query_word_share_max'])})",
         f"stage 1: scores {t['matched_windows_mean']:,} windows a query (mean; max "
-        f"{t['matched_windows_max']:,}), words in over {r['common_share']:.0%} of them only scoring; "
+        f"{t['matched_windows_max']:,}), words in over {r['common_share']:.0%} of them only scoring, "
+        f"{t['queries_every_rare_word']} of the {r['queries']} queries only windows with every rarer word; "
         f"{pct(t['agreement_with_plain_bm25'])} of its best {CANDIDATES} are plain BM25's best",
         "",
         "| | mean ms/query | p50 | p95 | stage 1 is |",

@@ -467,6 +467,34 @@ def test_frequent_words_score_but_do_not_pick_candidates(
     assert len(known.stage1("dog helicopter", 3)) == 3
 
 
+def test_enough_windows_with_every_rare_word_are_the_only_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import marlin_demo.library.store as store_mod
+
+    monkeypatch.setattr(store_mod, "COMMON_MIN_WINDOWS", 1)
+    monkeypatch.setattr(store_mod, "COMMON_SHARE", 0.5)  # 6 windows: a word in 4 or more is common
+    store = Store(tmp_path / "lib")
+    beach = "A long sandy beach under a grey sky near the old harbour wall."
+    write_known(store, "beach.mp4", [(0, 60, beach, ["A boy on the beach flies a kite while gulls circle."])])
+    write_known(store, "kite.mp4", [(0, 60, "A kite.", ["A kite. A kite. A kite."])])
+    write_known(store, "sand.mp4", [(0, 60, "A beach.", ["A beach. A beach. A beach."])])
+    write_known(store, "rest.mp4", [(k * 60, k * 60 + 60, "A room.", ["A person reads."]) for k in range(3)])
+    assert store.common_words("kite beach") == []  # each in 2 of the 6 windows: both rare
+    assert store.stage1_expression("kite beach", 1) == '("kite") AND ("beach")'  # 1 window has both: enough
+    (both,) = store.stage1("kite beach", 1)
+    assert both.name == "beach.mp4"  # not plain BM25's best (a short window repeating one word), but found
+    assert store.stage1_expression("kite beach", 3) == '("kite" OR "beach")'  # 1 < 3: any rare word
+    hits = store.stage1("kite beach", 3)  # the fallback fills, ranked by BM25 as before
+    assert {hits[0].name, hits[1].name} == {"kite.mp4", "sand.mp4"} and hits[2].name == "beach.mp4"
+    assert hits[2].retrieval == pytest.approx(both.retrieval)  # the same score under either rule
+    assert store.stage1_expression("kite helicopter", 1) == '("kite" OR "helicopter")'  # no window has both
+    assert [h.name for h in store.stage1("kite helicopter", 1)] == ["kite.mp4"]
+    for query in HOSTILE:
+        store.stage1(f"kite beach {query}", 1)  # the conjunction quotes every word too: never raises
+    store.close()
+
+
 def test_counts_follow_writes_by_this_connection_and_others(known: Store) -> None:
     assert known.counts() == (3, 4)
     other = Store(known.folder)

@@ -124,19 +124,22 @@ def _quoted(words: Sequence[str]) -> str:
     return "(" + " OR ".join('"' + w.replace('"', '""') + '"' for w in words) + ")"
 
 
-def match_expression(query: str, common: Sequence[str] = ()) -> str | None:
+def match_expression(query: str, common: Sequence[str] = (), *, every_rare: bool = False) -> str | None:
     """The FTS5 MATCH text for any user text: every word quoted as a string and OR-ed, so nothing in the
     query (quotes, OR, NEAR(, *, -, ^, SQL) is ever read as query syntax. None: the query has no word.
 
     ``common`` words only score: the candidates are the windows with a rarer word, ranked by all of them
-    (``(rare...) AND (all...)``), so a frequent word does not make BM25 score most of a large library."""
+    (``(rare...) AND (all...)``), so a frequent word does not make BM25 score most of a large library.
+    ``every_rare``: the candidates must hold every rarer word (each quoted, AND-ed); the phrases scored
+    are the same as without it, so a window scores the same under both."""
     words = query_words(query)
     if not words:
         return None
     rare = [w for w in words if w not in common]
-    if not rare or len(rare) == len(words):
+    if not rare:
         return _quoted(words)
-    return f"{_quoted(rare)} AND {_quoted(words)}"
+    pick = " AND ".join(_quoted([w]) for w in rare) if every_rare and len(rare) > 1 else _quoted(rare)
+    return pick if len(rare) == len(words) else f"{pick} AND {_quoted(words)}"
 
 
 def _now() -> str:
@@ -308,8 +311,7 @@ class Store:
         ``COMMON_MIN_WINDOWS``): each word matched as stage 1 matches it (quoted, porter stems), its
         windows counted up to that floor. When no other word is in any window, the rarest of them
         (counted in full) is not counted as common."""
-        total = self.counts()[1]
-        floor = int(max(COMMON_MIN_WINDOWS, COMMON_SHARE * total))
+        total, floor = self.counts()[1], self._common_floor()
         words = query_words(query)
         if total <= floor or not words:
             return []
@@ -329,12 +331,32 @@ class Store:
             common.remove(min(common, key=lambda w: windows_with(w, None)))
         return common
 
+    def _common_floor(self) -> int:
+        return int(max(COMMON_MIN_WINDOWS, COMMON_SHARE * self.counts()[1]))
+
+    def stage1_expression(self, query: str, limit: int) -> str | None:
+        """The MATCH text stage 1 scores for ``query``: in a library over the common-word floor, when at
+        least ``limit`` windows hold every rarer word of the query, only those (the conjunction: plain
+        BM25's best windows are mostly among them, and they are few, so `bm25` scores few windows);
+        otherwise the windows with any rarer word (``match_expression``)."""
+        common = self.common_words(query)
+        expr = match_expression(query, common)
+        rare = [w for w in query_words(query) if w not in common]
+        if len(rare) < 2 or limit < 1 or self.counts()[1] <= self._common_floor():
+            return expr  # a small library: BM25 over every matching window is cheap and exact
+        every = " AND ".join(_quoted([w]) for w in rare)
+        (n,) = self.db.execute(
+            "SELECT COUNT(*) FROM (SELECT rowid FROM windows_fts WHERE windows_fts MATCH ? LIMIT ?)",
+            (every, limit),
+        ).fetchone()  # counted without `bm25`, up to limit: far cheaper than scoring
+        return match_expression(query, common, every_rare=True) if n >= limit else expr
+
     def stage1(self, query: str, limit: int) -> list[Hit]:
-        """The ``limit`` windows whose scene and events best match ``query`` (FTS5 BM25, porter stems),
-        best first; when the library has at most ``limit`` windows, every window (unmatched ones last,
-        with relevance 0). Any text is a valid query."""
+        """The ``limit`` windows whose scene and events best match ``query`` (FTS5 BM25, porter stems;
+        the candidates are ``stage1_expression``'s), best first; when the library has at most ``limit``
+        windows, every window (unmatched ones last, with relevance 0). Any text is a valid query."""
         hits: list[Hit] = []
-        expr = match_expression(query, self.common_words(query))
+        expr = self.stage1_expression(query, limit)
         select = (
             "SELECT w.wid, w.video, v.name, v.path, w.k, w.start, w.end, w.thumbnail, {score} "
             "FROM windows w JOIN videos v ON v.id = w.video "
