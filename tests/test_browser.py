@@ -110,13 +110,14 @@ def _upload(pg, root: str, path: Path) -> None:
 
 
 def _click_as_soon_as_shown(pg, selector: str, timeout_ms: int = 30_000) -> bool:
-    """Click ``selector`` in the page the frame it is shown (False: not shown within ``timeout_ms``).
-    Playwright's own click waits for the element to be stable first, and on a loaded machine a
-    tiny model's run can end in between."""
+    """Click ``selector`` in the page the frame it can be clicked (shown, and past the Stop buttons'
+    short unarmed start); False: not within ``timeout_ms``. Playwright's own click waits for the
+    element to be stable first, and on a loaded machine a tiny model's run can end in between."""
     return pg.evaluate(
         """([sel, ms]) => new Promise(done => { const end = performance.now() + ms; const step = () => {
              const b = document.querySelector(sel);
-             if (b && b.offsetParent !== null) { b.click(); done(true); }
+             if (b && b.offsetParent !== null && getComputedStyle(b).pointerEvents !== 'none') {
+               b.click(); done(true); }
              else if (performance.now() > end) done(false); else requestAnimationFrame(step); };
              step(); })""",
         [selector, timeout_ms],
@@ -682,6 +683,23 @@ def _example(pg, tab: str, title: str):
 def _caption_done(pg) -> None:
     pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
     pg.wait_for_selector("#caption-run", state="visible", timeout=30_000)
+
+
+def test_a_double_click_on_run_runs_once_and_is_not_stopped(page) -> None:
+    """Stop takes Run's place: the second click of a double-click (a person's, 150 ms apart, on the same
+    spot) must not stop the run the first one started."""
+    pg = page
+    _upload(pg, "#caption-video", CLIP)
+    pg.wait_for_selector("#caption-status .ms-ok", timeout=60_000)
+    box = pg.locator("#caption-run").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    pg.mouse.click(x, y)
+    pg.wait_for_timeout(150)  # the scenario itself: the gap between a double-click's two clicks
+    pg.mouse.click(x, y)
+    pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+    pg.wait_for_selector("#caption-run", state="visible", timeout=30_000)
+    assert pg.locator("#caption-scene .mc-stopped").count() == 0
+    assert "Stopped" not in pg.inner_text("#caption-scene")
 
 
 def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> None:
