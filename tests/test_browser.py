@@ -195,7 +195,8 @@ def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
         "document.querySelector('#caption-scene').innerText.toUpperCase().includes('SCENE')",
         timeout=RUN_TIMEOUT_MS,
     )
-    assert pg.locator("#caption-table tbody tr").count() >= 1
+    pg.wait_for_selector("#caption-table tbody td", state="attached", timeout=30_000)  # its rows
+    assert pg.is_visible("#caption-table")  # the events table, shown with them
     for name in ("ball_rolls.events.json", "ball_rolls.vtt", "ball_rolls.srt"):  # named after the clip
         pg.wait_for_selector(f'#caption-files td.filename[aria-label="{name}"]', timeout=30_000)
     assert pg.locator("#caption-files .label-clear-button:visible").count() == 0  # downloads: no × buttons

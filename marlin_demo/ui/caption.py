@@ -144,9 +144,14 @@ def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
     return [(w["start"], w["end"]) for w in result.windows] if len(result.windows) > 1 else []
 
 
-def _rows(events: list[Event]) -> list[list[Any]]:
-    """The events table: times rounded to tenths, as the timeline shows them."""
-    return [[i + 1, round(e.start, 1), round(e.end, 1), e.description] for i, e in enumerate(events)]
+def _rows(events: list[Event]) -> Any:
+    """The events table (times rounded to tenths, as the timeline shows them), shown only with rows.
+
+    Hidden by ``visible="hidden"``, not by CSS on its own rows: a table hidden until it has drawn a
+    row sometimes never drew one (Gradio draws the rows that fit the table's height, zero while hidden).
+    """
+    rows = [[i + 1, round(e.start, 1), round(e.end, 1), e.description] for i, e in enumerate(events)]
+    return gr.update(value=rows, visible=True if rows else "hidden")
 
 
 def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
@@ -267,6 +272,7 @@ def render(ctx: UIContext) -> CaptionTab:
         interactive=False,
         wrap=True,
         label="Events",
+        visible="hidden",  # until a result has events (see _rows)
         elem_id="caption-table",
         column_widths=["8%", "14%", "14%", "64%"],
         render=False,
@@ -382,7 +388,7 @@ class CaptionView(BarView):
         t = self.tab
         cleared: Updates = {
             t.timeline: timeline.placeholder("The events appear here as the model writes them."),
-            t.table: [],
+            t.table: _rows([]),
             t.player: None,
             t.metrics: "",
             t.files: None,
@@ -528,7 +534,7 @@ def cleared_outputs(tab: CaptionTab) -> Updates:
     return {
         tab.scene: "",
         tab.timeline: timeline.placeholder(PLACEHOLDER, GHOST),
-        tab.table: [],
+        tab.table: _rows([]),
         tab.player: None,
         tab.metrics: "",
         tab.files: None,
