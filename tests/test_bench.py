@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 import pytest
 
 from marlin_demo import bench, cli
+from marlin_demo.bench import cli as bench_cli
+from marlin_demo.bench.longset import resolve_data
 from marlin_demo.contract import Event
 from marlin_demo.engine import EngineError
 from marlin_demo.models import LoadedModel, ModelLoadError, Source
@@ -472,21 +474,31 @@ def test_bench_tiny_subset_and_resume(tmp_path: Path) -> None:
     _check_outputs(out, ["gptq", "bnb4", "bf16"])
 
 
+def test_bench_reads_the_examples_unless_told_otherwise(tmp_path: Path) -> None:
+    """Without ``--data`` bench reads the app's examples, as the README runs it; ``long`` names the
+    long-video set; anything else is a folder."""
+    assert bench_cli.data_folder(None) == bench.DEFAULT_DATA == EXAMPLES
+    assert bench_cli.data_folder("long") == resolve_data("long") is not None
+    assert bench_cli.data_folder(str(tmp_path)) == tmp_path
+
+
 @pytest.mark.slow
 @needs_examples
 def test_bench_tiny_examples_both_sets(tmp_path: Path) -> None:
-    """The default data folder (examples/) as the README runs it, with the seed card's pair, on the
-    first clip of each set (``--limit 1``: one real, one rendered clip): both tasks, a table per set.
+    """The examples' two sets (a real and a rendered clip), with the seed card's pair and ``--limit 1``:
+    both tasks, a table per set.
 
-    Every example clip itself is checked (decoded, its truth inside it) in test_examples.py; running
-    all twelve through two variants here cost ~7 minutes of the suite for no further assertion.
+    The shortest clip of each set: the first real one is 70 s (two caption windows, three find windows
+    a query) and cost three minutes of the suite for no further assertion. Every example clip itself
+    is checked (decoded, its truth inside it) in test_examples.py.
     """
+    data = _subset(tmp_path, ("flower.mp4", "blue_square.mp4"))
     out = tmp_path / "out"
     argv = ["bench", "--model", "tiny", "--variants", "gptq,bnb4", "--repeats", "1", "--limit", "1"]
-    assert cli.main([*argv, "--out", str(out), *TINY_FLAGS]) == 0
+    assert cli.main([*argv, "--data", str(data), "--out", str(out), *TINY_FLAGS]) == 0
     results = _check_outputs(out, ["gptq", "bnb4"])
     assert results["comparison"]["gptq_vs_bnb4"]["overall_retention"] is not None
-    assert results["data"]["dir"] == str(bench.DEFAULT_DATA)
+    assert results["data"]["dir"] == str(data)
     assert results["data"]["sets"] == {"real": 1, "rendered": 1}
     for group in results["sets"].values():
         for variant in ("gptq", "bnb4"):

@@ -63,6 +63,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
 
+def data_folder(data: str | None) -> Path:
+    """``--data``: a named set (``long``), a folder, or the app's examples when not given."""
+    return resolve_data(data) or (Path(data).expanduser() if data else DEFAULT_DATA)
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise BenchError("--repeats must be at least 1.")
@@ -78,7 +83,7 @@ def _bench(args: argparse.Namespace) -> int:
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
     tasks = parse_list(args.tasks, "tasks", TASKS)
     settings = settings.with_(variants=",".join(variants))
-    data_dir = resolve_data(args.data) or (Path(args.data).expanduser() if args.data else DEFAULT_DATA)
+    data_dir = data_folder(args.data)
     if not data_dir.is_dir():
         raise BenchError(
             f"the data folder {data_dir} does not exist: pass --data DIR (a folder with examples.json)."
