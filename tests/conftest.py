@@ -68,4 +68,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first_index = {}
     for index, item in enumerate(items):
         first_index.setdefault(item.path, index)
-    items.sort(key=lambda item: (item.path in heavy, first_index[item.path]))
+    # among the heavy files the longest go first, so no worker starts one of them near the end
+    longest = {name: rank for rank, name in enumerate(LONGEST_FILES)}
+
+    def key(item: pytest.Item) -> tuple[bool, int, int]:
+        rank = longest.get(item.path.name, len(longest)) if item.path in heavy else 0
+        return item.path in heavy, rank, first_index[item.path]
+
+    items.sort(key=key)
+
+
+#: The heavy files that take longest in a whole-suite run (CI's durations), longest first.
+LONGEST_FILES = (
+    "test_browser.py",
+    "test_batch.py",
+    "test_bench.py",
+    "test_quantize.py",
+    "test_library_app.py",
+)
