@@ -57,7 +57,6 @@ CREATE TABLE IF NOT EXISTS events(
 );
 CREATE INDEX IF NOT EXISTS events_video ON events(video);
 CREATE VIRTUAL TABLE IF NOT EXISTS windows_fts USING fts5(scene, events, tokenize='porter unicode61');
-CREATE VIRTUAL TABLE IF NOT EXISTS windows_terms USING fts5vocab(windows_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS windows_ai AFTER INSERT ON windows BEGIN
   INSERT INTO windows_fts(rowid, scene, events) VALUES (new.wid, new.scene, new.events);
 END;
@@ -124,6 +123,11 @@ def _quoted(words: Sequence[str]) -> str:
     return "(" + " OR ".join('"' + w.replace('"', '""') + '"' for w in words) + ")"
 
 
+def _all_of(words: Sequence[str]) -> str:
+    """The MATCH text of the windows holding every one of ``words`` (each quoted)."""
+    return " AND ".join(_quoted([w]) for w in words)
+
+
 def match_expression(query: str, common: Sequence[str] = (), *, every_rare: bool = False) -> str | None:
     """The FTS5 MATCH text for any user text: every word quoted as a string and OR-ed, so nothing in the
     query (quotes, OR, NEAR(, *, -, ^, SQL) is ever read as query syntax. None: the query has no word.
@@ -138,7 +142,7 @@ def match_expression(query: str, common: Sequence[str] = (), *, every_rare: bool
     rare = [w for w in words if w not in common]
     if not rare:
         return _quoted(words)
-    pick = " AND ".join(_quoted([w]) for w in rare) if every_rare and len(rare) > 1 else _quoted(rare)
+    pick = _all_of(rare) if every_rare and len(rare) > 1 else _quoted(rare)
     return pick if len(rare) == len(words) else f"{pick} AND {_quoted(words)}"
 
 
@@ -317,11 +321,7 @@ class Store:
             return []
 
         def windows_with(word: str, cap: int | None) -> int:
-            sql = "SELECT rowid FROM windows_fts WHERE windows_fts MATCH ?"
-            if cap is not None:
-                sql += f" LIMIT {cap}"
-            (n,) = self.db.execute(f"SELECT COUNT(*) FROM ({sql})", (_quoted([word]),)).fetchone()
-            return int(n)
+            return self._matching(_quoted([word]), cap)
 
         counted = {w: windows_with(w, floor + 1) for w in words}
         common = [w for w in words if counted[w] > floor]
@@ -330,6 +330,14 @@ class Store:
             # a misspelt one): the rarest frequent word picks the candidates
             common.remove(min(common, key=lambda w: windows_with(w, None)))
         return common
+
+    def _matching(self, expr: str, cap: int | None) -> int:
+        """How many windows match ``expr``, counted up to ``cap`` (None: all), without scoring them."""
+        sql = "SELECT rowid FROM windows_fts WHERE windows_fts MATCH ?"
+        if cap is not None:
+            sql += f" LIMIT {int(cap)}"
+        (n,) = self.db.execute(f"SELECT COUNT(*) FROM ({sql})", (expr,)).fetchone()
+        return int(n)
 
     def _common_floor(self) -> int:
         return int(max(COMMON_MIN_WINDOWS, COMMON_SHARE * self.counts()[1]))
@@ -344,11 +352,7 @@ class Store:
         rare = [w for w in query_words(query) if w not in common]
         if len(rare) < 2 or limit < 1 or self.counts()[1] <= self._common_floor():
             return expr  # a small library: BM25 over every matching window is cheap and exact
-        every = " AND ".join(_quoted([w]) for w in rare)
-        (n,) = self.db.execute(
-            "SELECT COUNT(*) FROM (SELECT rowid FROM windows_fts WHERE windows_fts MATCH ? LIMIT ?)",
-            (every, limit),
-        ).fetchone()  # counted without `bm25`, up to limit: far cheaper than scoring
+        n = self._matching(_all_of(rare), limit)  # counted without `bm25`, up to limit: far cheaper
         return match_expression(query, common, every_rare=True) if n >= limit else expr
 
     def stage1(self, query: str, limit: int) -> list[Hit]:

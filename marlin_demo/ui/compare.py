@@ -172,8 +172,9 @@ def render(ctx: UIContext) -> CompareTab:
             elem_id="compare-coldwarm",
         )
     # "hidden", not False: the table stays mounted, so the rows that come with the reveal are drawn
-    acc_options: dict[str, Any] = {"open": True, "elem_id": "compare-session-acc", "visible": "hidden"}
-    with gr.Accordion("This session's runs", **acc_options) as acc:
+    with gr.Accordion(
+        "This session's runs", open=True, elem_id="compare-session-acc", visible="hidden"
+    ) as acc:
         session = gr.State([])
         session_table = gr.Dataframe(
             titled(pd.DataFrame(columns=SESSION_COLUMNS)),
