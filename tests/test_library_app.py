@@ -1,5 +1,6 @@
-"""The library in the app: ``/search`` over gradio_client and the MCP tool ``search`` on the shared server
-(its default library: the example clips, indexed once per server at the first search), and the Library
+"""The library in the app: ``/search`` over gradio_client and the MCP tool ``search`` on a server whose
+default library (its example clips, indexed once per server at the first search) is two of the app's
+short examples (all twelve cost two minutes of the suite to index, for the same checks), and the Library
 tab in the real browser on a ``--library`` of three clips with known captions (written by the indexer's
 own writer, so stage 1 has words to rank; stage 2 is the tiny model's find).
 
@@ -20,7 +21,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_mcp import call, text_of, with_session
-from ui_support import ARTIFACTS, EXAMPLES, AppServer, app_server, start_app, stop_app  # noqa: F401
+from ui_support import ARTIFACTS, EXAMPLES, AppServer, start_app, stop_app
 
 from marlin_demo.library import index as idx
 from marlin_demo.library.collection import Item
@@ -32,8 +33,29 @@ MOMENT_KEYS = {"video", "id", "start", "end", "score", "retrieval_score", "windo
 SHOTS = ARTIFACTS / "screenshots"
 
 
+#: the examples of ``examples_server``: a real clip and a rendered one, the shortest of each set
+SHORT_EXAMPLES = ("flower.mp4", "ball_rolls.mp4")
+
+
 def example_names() -> set[str]:
-    return {e["video"] for e in json.loads((EXAMPLES / "examples.json").read_text())}
+    return set(SHORT_EXAMPLES)
+
+
+@pytest.fixture(scope="module")
+def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """The app with an examples folder of ``SHORT_EXAMPLES`` (their entries as examples.json has them)."""
+    root = tmp_path_factory.mktemp("marlin-examples")
+    folder = root / "examples"
+    folder.mkdir()
+    every = json.loads((EXAMPLES / "examples.json").read_text())
+    entries = [e for e in every if e["video"] in SHORT_EXAMPLES]
+    assert {e["video"] for e in entries} == set(SHORT_EXAMPLES)
+    (folder / "examples.json").write_text(json.dumps(entries))
+    for name in SHORT_EXAMPLES:
+        shutil.copy(EXAMPLES / name, folder / name)
+    server = start_app(root / "app", extra_env={"MARLIN_EXAMPLES_DIR": str(folder)})
+    yield server
+    stop_app(server)
 
 
 def built_scene(server: AppServer) -> str:
@@ -61,13 +83,13 @@ def check_answer(d: dict[str, Any], server: AppServer, top_k: int) -> None:
         assert got.status_code == 200 and got.content[:3] == b"\xff\xd8\xff"  # a JPEG the app serves
 
 
-def test_search_endpoint_over_gradio_client(app_server: AppServer) -> None:  # noqa: F811
-    client = Client(app_server.url, verbose=False)
+def test_search_endpoint_over_gradio_client(examples_server: AppServer) -> None:
+    client = Client(examples_server.url, verbose=False)
     first = client.predict("a ball rolls", 2, api_name="/search")  # builds the examples' library once
     assert first["library"]["videos"] == len(example_names())
-    scene = built_scene(app_server)
+    scene = built_scene(examples_server)
     d = client.predict(scene, 3, api_name="/search")
-    check_answer(d, app_server, 3)
+    check_answer(d, examples_server, 3)
     assert d["searched_windows"] >= 1  # its own scene's words: stage 1 chose windows and find ran
     for bad, sentence in (("   ", "empty"), ("x" * 2000, "")):
         with pytest.raises(AppError) as info:
@@ -77,15 +99,16 @@ def test_search_endpoint_over_gradio_client(app_server: AppServer) -> None:  # n
         client.predict(scene, 0, api_name="/search")
 
 
-def test_search_tool_with_a_real_mcp_client(app_server: AppServer) -> None:  # noqa: F811
-    tools = {t.name: t for t in with_session(app_server, lambda s: s.list_tools()).tools}
+def test_search_tool_with_a_real_mcp_client(examples_server: AppServer) -> None:
+    tools = {t.name: t for t in with_session(examples_server, lambda s: s.list_tools()).tools}
     schema = tools["search"].inputSchema
     assert list(schema["properties"]) == ["query", "top_k"] and "Returns: JSON" in tools["search"].description
-    Client(app_server.url, verbose=False).predict(
+    Client(examples_server.url, verbose=False).predict(
         "a ball rolls", 1, api_name="/search"
     )  # the library is built
-    d = json.loads(text_of(call(app_server, "search", {"query": built_scene(app_server), "top_k": 2})))
-    check_answer(d, app_server, 2)
+    query = built_scene(examples_server)
+    d = json.loads(text_of(call(examples_server, "search", {"query": query, "top_k": 2})))
+    check_answer(d, examples_server, 2)
 
 
 # ---------------------------------------------------------------------------- the tab in the browser
