@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from marlin_demo.library.collection import collect
 from tests.media_factory import make
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,22 +159,39 @@ def test_resume_after_sigkill_adds_only_missing_rows(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["rows"] == 3
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["jsonl", "csv"])
-def test_manifest_with_queries(kind: str, tmp_path: Path) -> None:
-    entries = [
-        ("blue_square.mp4", "the blue square appears", "a"),
-        ("blue_square.mp4", "the room is empty again", None),
-        ("ball_rolls.mp4", "the ball rolls", "c"),
-    ]
-    manifest = tmp_path / f"m.{kind}"
-    for name in {e[0] for e in entries}:
-        shutil.copy(EXAMPLES / name, tmp_path / name)
+MANIFEST = [
+    ("blue_square.mp4", "the blue square appears", "a"),
+    ("blue_square.mp4", "the room is empty again", None),
+    ("ball_rolls.mp4", "the ball rolls", "c"),
+]
+
+
+def _manifest(folder: Path, kind: str) -> Path:
+    """``MANIFEST`` as a .jsonl or .csv file beside its clips."""
+    manifest = folder / f"m.{kind}"
+    for name in {e[0] for e in MANIFEST}:
+        shutil.copy(EXAMPLES / name, folder / name)
     if kind == "jsonl":
-        lines = [json.dumps({"video": v, "query": q, **({"id": i} if i else {})}) for v, q, i in entries]
+        lines = [json.dumps({"video": v, "query": q, **({"id": i} if i else {})}) for v, q, i in MANIFEST]
         manifest.write_text("\n".join(lines) + "\n")
     else:
-        manifest.write_text("video,query,id\n" + "".join(f'{v},"{q}",{i or ""}\n' for v, q, i in entries))
+        manifest.write_text("video,query,id\n" + "".join(f'{v},"{q}",{i or ""}\n' for v, q, i in MANIFEST))
+    return manifest
+
+
+def test_csv_and_jsonl_manifests_give_the_same_requests(tmp_path: Path) -> None:
+    """What a manifest becomes (the requests the batch runs) does not depend on its format; the run
+    itself is checked once, on the .jsonl (``test_manifest_with_queries``)."""
+    jsonl, csv = (collect(str(_manifest(tmp_path, kind)), "find") for kind in ("jsonl", "csv"))
+    assert [(it.id, it.video, it.path, it.query) for it in csv] == [
+        (it.id, it.video, it.path, it.query) for it in jsonl
+    ]
+    assert len(jsonl) == 3 and {"a", "c"} <= {it.id for it in jsonl}
+
+
+@pytest.mark.slow
+def test_manifest_with_queries(tmp_path: Path) -> None:
+    manifest = _manifest(tmp_path, "jsonl")
     out = tmp_path / "out"
     proc = batch(str(manifest), "--task", "find", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
