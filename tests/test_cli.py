@@ -1,4 +1,5 @@
-"""The CLI as a user runs it: a subprocess, real files, stdout and exit codes."""
+"""The CLI as a user runs it: a subprocess, real files, stdout and exit codes (where a second run would only
+pay the imports again, the same ``main`` runs in this process)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,20 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["gptq", "bnb4", "bf16"])
-def test_caption_json(variant: str) -> None:
-    proc = run_cli("caption", str(CLIP), "--model", "tiny", "--variant", variant, "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    d = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
+def test_caption_json(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """gptq (the default) in a subprocess as a user runs it; the other two through the same ``main``
+    in this process (a subprocess each would pay the imports again for no other difference)."""
+    argv = ["caption", str(CLIP), "--model", "tiny", "--variant", variant, "--json"]
+    if variant == "gptq":
+        proc = run_cli(*argv)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        stdout = proc.stdout
+    else:
+        from marlin_demo import cli
+
+        assert cli.main(argv) == 0
+        stdout = capsys.readouterr().out
+    d = json.loads(stdout)  # stdout holds the JSON and nothing else
     assert set(d) == {
         "variant",
         "model",
@@ -47,22 +58,26 @@ def test_caption_json(variant: str) -> None:
 
 
 @pytest.mark.slow
-def test_find_json_and_readable() -> None:
+def test_find_json_and_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    """The JSON from a subprocess, as a user runs it; the readable form through the same ``main`` here."""
     proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)
     assert set(d) == {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
     assert d["query"] == "the blue square appears"
 
-    proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--variant", "bf16")
-    assert proc.returncode == 0
-    assert "random weights" in proc.stdout
-    assert "Query: the blue square appears" in proc.stdout
-    assert ("Span:" in proc.stdout) or ("No span" in proc.stdout)
-    assert "latency" in proc.stdout
+    from marlin_demo import cli
+
+    argv = ["find", str(CLIP), "the blue square appears", "--model", "tiny", "--variant", "bf16"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "random weights" in out
+    assert "Query: the blue square appears" in out
+    assert ("Span:" in out) or ("No span" in out)
+    assert "latency" in out
     # what the JSON leaves out: the kernels that ran (bf16: no GPTQ kernel) and the reuse
-    assert "kernel bf16 · attention sdpa / gated-deltanet:torch, conv1d:torch" in proc.stdout
-    assert "nothing reused" in proc.stdout  # a fresh process: nothing cached yet
+    assert "kernel bf16 · attention sdpa / gated-deltanet:torch, conv1d:torch" in out
+    assert "nothing reused" in out  # a fresh run of the command: nothing cached yet
 
 
 @pytest.mark.slow
