@@ -658,11 +658,14 @@ CONTRAST_JS = """async () => {
   return r.violations.flatMap(v => v.nodes.map(
     n => n.target.join(' ') + ': ' + n.any.map(a => a.message).join('; ')));
 }"""
-#: switch the theme as Gradio does (``dark`` on the body); Chromium keeps a link's colour across that
-#: change, so links are put back fresh, as a page loaded in that theme draws them
-THEME_JS = """dark => {
+#: switch the theme as Gradio does (``dark`` on the body) and wait for the colour transitions it starts;
+#: Chromium keeps a link's colour across that change, so links are put back fresh, as a page loaded in
+#: that theme draws them
+THEME_JS = """async dark => {
   document.body.classList.toggle('dark', dark);
   for (const a of document.querySelectorAll('a')) a.replaceWith(a.cloneNode(true));
+  const moving = document.getAnimations().filter(a => a instanceof CSSTransition);
+  await Promise.all(moving.map(a => a.finished.catch(() => null)));
 }"""
 FIRST_RUN = "Webb telescope in the clean room"  # an example no other test clicks: its first run is live
 
