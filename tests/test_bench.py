@@ -444,34 +444,51 @@ def _subset(tmp_path: Path, names: tuple[str, ...]) -> Path:
 
 @pytest.mark.slow
 @needs_examples
-def test_bench_tiny_subset_and_resume(tmp_path: Path) -> None:
-    """gptq, bnb4 and bf16 on one example clip, twice; the rerun resumes without new requests (one clip
-    is enough for the counts and the resume; a second one cost 70 s of the suite for no new assertion)."""
-    data = _subset(tmp_path, ("ball_rolls.mp4",))
+def test_bench_tiny_both_sets_three_variants_and_resume(tmp_path: Path) -> None:
+    """gptq, bnb4 and bf16, twice, on the shortest clip of each example set (a real and a rendered one)
+    with ``--limit 1``: the counts, a table per set, the seed card's comparison; then the rerun resumes
+    without new requests.
+
+    One run for all of it: each run pays its loads and warm-ups, and the first real clip (70 s: two
+    caption windows, three find windows a query) cost minutes of the suite for no further assertion.
+    Every example clip itself is checked (decoded, its truth inside it) in test_examples.py.
+    """
+    data = _subset(tmp_path, ("flower.mp4", "ball_rolls.mp4"))
     out = tmp_path / "out"
-    argv = ["bench", "--model", "tiny", "--variants", "gptq,bnb4,bf16", "--data", str(data)]
-    argv += ["--repeats", "2", "--out", str(out), *TINY_FLAGS]
+    variants = ["gptq", "bnb4", "bf16"]
+    argv = ["bench", "--model", "tiny", "--variants", ",".join(variants), "--data", str(data)]
+    argv += ["--repeats", "2", "--limit", "1", "--out", str(out), *TINY_FLAGS]
     assert cli.main(argv) == 0
-    results = _check_outputs(out, ["gptq", "bnb4", "bf16"])
+    results = _check_outputs(out, variants)
     n = sum(1 + len(e["queries"]) for e in json.loads((data / "examples.json").read_text()))
-    for v in ("gptq", "bnb4", "bf16"):
+    for v in variants:
         r = results["variants"][v]
         assert r["requests"] == {"planned": 2 * n, "ok": 2 * n, "failed": 0, "missing": 0}
         assert r["speed"]["memory_kind"] == "cpu_peak_rss" and r["speed"]["device"] == "cpu"
         assert r["speed"]["all"]["tokens_per_s"]["median"] > 0
     assert results["variants"]["bnb4"]["load"]["kernel"] == "bitsandbytes-nf4"
     assert results["models"]["sources"]["gptq"]["quantized"] == "gptq"
-    assert "cpu_peak_rss" in (out / "summary.md").read_text(encoding="utf-8")
+    assert results["comparison"]["gptq_vs_bnb4"]["overall_retention"] is not None
+    assert results["data"]["dir"] == str(data)
+    assert results["data"]["sets"] == {"real": 1, "rendered": 1}
+    for group in results["sets"].values():
+        for v in variants:
+            per = group["variants"][v]
+            assert per["requests"]["ok"] == per["requests"]["planned"] > 0
+            assert per["speed"]["find"]["latency_s"]["median"] > 0
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    assert "cpu_peak_rss" in summary and "### Real footage" in summary and "### Rendered" in summary
+    assert (out / "sets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     lines = _lines(out / "requests.jsonl")
-    assert lines == 3 * 2 * n
+    assert lines == len(variants) * 2 * n
     loads = _lines(out / "variants.jsonl")
     t0 = time.perf_counter()
     assert cli.main(argv) == 0
     assert _lines(out / "requests.jsonl") == lines
     assert _lines(out / "variants.jsonl") == loads  # nothing loaded, no warm-up
     assert time.perf_counter() - t0 < 30
-    _check_outputs(out, ["gptq", "bnb4", "bf16"])
+    _check_outputs(out, variants)
 
 
 def test_bench_reads_the_examples_unless_told_otherwise(tmp_path: Path) -> None:
@@ -480,31 +497,3 @@ def test_bench_reads_the_examples_unless_told_otherwise(tmp_path: Path) -> None:
     assert bench_cli.data_folder(None) == bench.DEFAULT_DATA == EXAMPLES
     assert bench_cli.data_folder("long") == resolve_data("long") is not None
     assert bench_cli.data_folder(str(tmp_path)) == tmp_path
-
-
-@pytest.mark.slow
-@needs_examples
-def test_bench_tiny_examples_both_sets(tmp_path: Path) -> None:
-    """The examples' two sets (a real and a rendered clip), with the seed card's pair and ``--limit 1``:
-    both tasks, a table per set.
-
-    The shortest clip of each set: the first real one is 70 s (two caption windows, three find windows
-    a query) and cost three minutes of the suite for no further assertion. Every example clip itself
-    is checked (decoded, its truth inside it) in test_examples.py.
-    """
-    data = _subset(tmp_path, ("flower.mp4", "blue_square.mp4"))
-    out = tmp_path / "out"
-    argv = ["bench", "--model", "tiny", "--variants", "gptq,bnb4", "--repeats", "1", "--limit", "1"]
-    assert cli.main([*argv, "--data", str(data), "--out", str(out), *TINY_FLAGS]) == 0
-    results = _check_outputs(out, ["gptq", "bnb4"])
-    assert results["comparison"]["gptq_vs_bnb4"]["overall_retention"] is not None
-    assert results["data"]["dir"] == str(data)
-    assert results["data"]["sets"] == {"real": 1, "rendered": 1}
-    for group in results["sets"].values():
-        for variant in ("gptq", "bnb4"):
-            per = group["variants"][variant]
-            assert per["requests"]["ok"] == per["requests"]["planned"] > 0
-            assert per["speed"]["find"]["latency_s"]["median"] > 0
-    summary = (out / "summary.md").read_text(encoding="utf-8")
-    assert "### Real footage" in summary and "### Rendered" in summary
-    assert (out / "sets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
