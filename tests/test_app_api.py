@@ -8,6 +8,7 @@ input, the bounded queue, and the example cache.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
@@ -231,27 +232,33 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
 # --------------------------------------------------------------------------- fallback
 
 
-def test_default_model_without_hub_falls_back_to_tiny_and_says_why(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def fallback_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """``python app.py --model marlin`` with no Hub and no weights, placed only through Gradio's own
+    GRADIO_SERVER_NAME/GRADIO_SERVER_PORT (one start serves both tests below)."""
+    root = tmp_path_factory.mktemp("fallback")
+    server = start_app(
+        root, "--model", "marlin", extra_env={"MARLIN_CACHE_EXAMPLES": "off"}, address_flags=False
+    )
+    yield server
+    stop_app(server)
+
+
+def test_default_model_without_hub_falls_back_to_tiny_and_says_why(fallback_server: AppServer) -> None:
     """`python app.py` without Hub access or weights still comes up; a banner gives the reason and fix."""
-    server = start_app(tmp_path / "fallback", "--model", "marlin", extra_env={"MARLIN_CACHE_EXAMPLES": "off"})
-    try:
-        config = httpx.get(server.url + "config", timeout=30).text
-        assert "could not be loaded" in config and "HF_HUB_OFFLINE" in config
-        assert "python app.py --model tiny" in config  # the fix
-        client = Client(server.url, verbose=False)
-        d = client.predict(handle_file(CLIP), "the ball", "bf16", api_name="/find")  # bf16: quickest to load
-        assert "tiny" in d["model"]
-    finally:
-        stop_app(server)
+    config = httpx.get(fallback_server.url + "config", timeout=30).text
+    assert "could not be loaded" in config and "HF_HUB_OFFLINE" in config
+    assert "python app.py --model tiny" in config  # the fix
+    client = Client(fallback_server.url, verbose=False)
+    d = client.predict(handle_file(CLIP), "the ball", "bf16", api_name="/find")  # bf16: quickest to load
+    assert "tiny" in d["model"]
 
 
-def test_gradio_server_port_is_honoured(tmp_path: Path) -> None:
+def test_gradio_server_port_is_honoured(fallback_server: AppServer) -> None:
     """Gradio's own GRADIO_SERVER_NAME/GRADIO_SERVER_PORT place the server when no flag or MARLIN_* does."""
-    env = {"MARLIN_CACHE_EXAMPLES": "off"}
-    server = start_app(tmp_path / "gradio-env", extra_env=env, address_flags=False)
-    try:  # start_app waited until the app answered on that port, given only through GRADIO_SERVER_PORT
-        assert server.port != 7860
-        assert httpx.get(server.url + "config", timeout=30).status_code == 200
-        assert f"http://127.0.0.1:{server.port}" in server.log_tail(200)  # Gradio's own "Running on" line
-    finally:
-        stop_app(server)
+    # start_app waited until the app answered on that port, given only through GRADIO_SERVER_PORT
+    assert fallback_server.port != 7860
+    assert httpx.get(fallback_server.url + "config", timeout=30).status_code == 200
+    assert f"http://127.0.0.1:{fallback_server.port}" in fallback_server.log_tail(
+        200
+    )  # Gradio's "Running on"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -90,3 +91,29 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
             assert row["caption_long"]["output_tokens"] >= 1  # the long-caption step ran
         else:
             assert row["compile_state"] == "off"
+    _check_speeds(report, out, tmp_path)
+
+
+def _check_speeds(report: dict, out: Path, tmp_path: Path) -> None:
+    """The report's figures for speeds.json, and ``--apply-speeds``: refused for a dry run; a CUDA
+    run's report (here the dry run's rows, marked as one) is written under h200, other figures kept."""
+    from marlin_demo.service.capacity import Speed
+
+    gc = _gpu_check()
+    entry = report["speeds_entry"]
+    firsts = [row[t]["ttft_s"] for row in report["full"] for t in ("caption", "find")]
+    assert entry["decode_tokens_per_s"] > 0 and entry["prefill_s"] >= max(firsts) > 0
+    assert report["clip"]["video_tokens"] < gc.largest_window_tokens()  # the scale only ever grows
+    assert "scripts/gpu_check.py" in entry["source"]
+    speeds = tmp_path / "speeds.json"
+    shutil.copy(gc.SPEEDS_FILE, speeds)
+    before = json.loads(speeds.read_text())
+    assert gc.main(["--apply-speeds", str(out)]) == 2  # a dry run: one line, nothing written
+    assert json.loads(gc.SPEEDS_FILE.read_text()) == before
+    cuda = tmp_path / "cuda.json"
+    cuda.write_text(json.dumps({**report, "dry_run": False, "device": "cuda"}))
+    got = gc.apply_speeds(cuda, speeds_file=speeds)
+    after = json.loads(speeds.read_text())
+    assert after["h200"] == got and got["decode_tokens_per_s"] == entry["decode_tokens_per_s"]
+    assert got["prepare_s"] == before["h200"]["prepare_s"] and after["cpu-tiny"] == before["cpu-tiny"]
+    assert Speed(name="h200", **got).prefill_s == entry["prefill_s"]  # the app reads it as before
