@@ -234,12 +234,12 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
 
 @pytest.fixture(scope="module")
 def fallback_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    """``python app.py --model marlin`` with no Hub and no weights, placed only through Gradio's own
-    GRADIO_SERVER_NAME/GRADIO_SERVER_PORT (one start serves both tests below)."""
+    """``python app.py --model marlin`` with no Hub and no weights and an extra variant whose folder is
+    missing, placed only through Gradio's own GRADIO_SERVER_NAME/GRADIO_SERVER_PORT (one start serves
+    the three tests below)."""
     root = tmp_path_factory.mktemp("fallback")
-    server = start_app(
-        root, "--model", "marlin", extra_env={"MARLIN_CACHE_EXAMPLES": "off"}, address_flags=False
-    )
+    env = {"MARLIN_CACHE_EXAMPLES": "off", "MARLIN_EXTRA_VARIANTS": "broken=/nonexistent/v"}
+    server = start_app(root, "--model", "marlin", extra_env=env, address_flags=False)
     yield server
     stop_app(server)
 
@@ -262,3 +262,11 @@ def test_gradio_server_port_is_honoured(fallback_server: AppServer) -> None:
     assert f"http://127.0.0.1:{fallback_server.port}" in fallback_server.log_tail(
         200
     )  # Gradio's "Running on"
+
+
+def test_compare_api_and_tab_share_the_failing_variant_behaviour(fallback_server: AppServer) -> None:
+    """A variant that cannot load is reported in Compare's answer; the others still answer."""
+    client = Client(fallback_server.url, verbose=False)
+    d = client.predict(handle_file(CLIP), "caption", "", api_name="/compare")
+    assert "broken" in d["errors"] and "broken" not in d["results"]
+    assert {"gptq", "bnb4"} <= set(d["results"])

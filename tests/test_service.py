@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from gradio_client import Client, handle_file
-from ui_support import EXAMPLES, start_app, stop_app
+from ui_support import EXAMPLES
 
 from marlin_demo import service
 from marlin_demo.engine import Engine, EngineError
@@ -66,15 +63,3 @@ def test_compare_bad_input_fails_before_any_variant(engine: Engine) -> None:
     only_broken = list(service.compare(engine, "caption", CLIP, ["broken"]))[-1]
     with pytest.raises(EngineError, match="No variant could answer: broken"):
         only_broken.require_answer()
-
-
-def test_compare_api_and_tab_share_the_failing_variant_behaviour(tmp_path: Path) -> None:
-    server = start_app(tmp_path / "broken", extra_env={"MARLIN_EXTRA_VARIANTS": "broken=/nonexistent/v",
-                                                       "MARLIN_CACHE_EXAMPLES": "off"})  # fmt: skip
-    try:
-        client = Client(server.url, verbose=False)
-        d = client.predict(handle_file(CLIP), "caption", "", api_name="/compare")
-        assert "broken" in d["errors"] and "broken" not in d["results"]
-        assert {"gptq", "bnb4"} <= set(d["results"])
-    finally:
-        stop_app(server)
