@@ -4,6 +4,7 @@ No network on the GPU machine (wheels: scripts/gpu_wheels.sh, docs/GPU_CHECK.md)
 
     python scripts/gpu_check.py --out gpu_check.json            # on a CUDA machine
     python scripts/gpu_check.py --dry-run --out /tmp/check.json  # the same steps on the CPU, scaled down
+    python scripts/gpu_check.py --apply-speeds gpu_check.json    # back here: its figures into speeds.json
 
 It builds the tiny checkpoint (for its tokenizer and processor), a random-weight model with
 Marlin-2B's dimensions (Qwen3.5-2B layout: 24 layers, hidden 2048, a 0.33B vision tower,
@@ -12,7 +13,9 @@ fla linear-attention kernels on/off, compiled decoding on/off) on a synthetic 60
 load time, compile time, TTFT, decode tokens/s, caption and find latency, peak allocated
 memory, and the kernels that ran. The goal rows run first, no row starts after
 ``--budget-s``, and the JSON is rewritten after every row, so a cut run still reports.
-A row that fails records its error and the check goes on.
+A row that fails records its error and the check goes on. The report ends with the figures the
+app's limits are derived from (``speeds_entry``); ``--apply-speeds`` writes them into
+``marlin_demo/service/speeds.json``.
 Random weights: the figures are about speed and memory, never about answers.
 """
 
@@ -35,6 +38,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from marlin_demo import contract
+from marlin_demo.video import TEMPORAL_PATCH_SIZE
+
+#: the table the app's limits are derived from (service/capacity.py)
+SPEEDS_FILE = Path(__file__).resolve().parents[1] / "marlin_demo" / "service" / "speeds.json"
 
 # Marlin-2B / Qwen3.5-2B layout (2.21B parameters: text 1.88B incl. the 0.51B tied embedding, vision 0.33B)
 FULL_TEXT = {
@@ -201,6 +208,53 @@ def plan_rows(device: str, backends: list[str], fla: bool, dry_run: bool) -> lis
     return rows
 
 
+def largest_window_tokens() -> int:
+    """Video tokens of the largest window the model is given: the frame budget at the pixel budget."""
+    p = contract.VideoParams()
+    return (p.max_frames // TEMPORAL_PATCH_SIZE) * (p.max_pixels // (p.factor * p.factor))
+
+
+def speeds_entry(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The figures speeds.json takes from this run; None when no row measured both tasks.
+
+    The slowest decode rate of any row (the limits must hold whichever kernels load) and the longest
+    first-token time, scaled linearly from the clip's video tokens to the largest window's. Video
+    preparation and the per-call overhead are not measured here: they keep their recorded values.
+    """
+    rows = [r for r in report.get("full", []) if "caption" in r and "find" in r]
+    metrics = [r[t] for r in rows for t in ("caption", "find")]
+    rates = [m["tokens_per_s"] for m in metrics if m.get("tokens_per_s")]
+    firsts = [m["ttft_s"] for m in metrics if m.get("ttft_s") is not None]
+    if not rates or not firsts:
+        return None
+    clip, largest = report["clip"]["video_tokens"], largest_window_tokens()
+    decode, first = min(rates), max(firsts)
+    where = report["versions"].get("gpu") or report["device"]
+    return {
+        "decode_tokens_per_s": round(decode, 1),
+        "prefill_s": round(first * largest / clip, 1),
+        "source": (
+            f"scripts/gpu_check.py on {where} ({time.strftime('%Y-%m-%d')}, full-size random weights): "
+            f"slowest decode {decode:.1f} tok/s over {len(rows)} rows; first token at most "
+            f"{first:.2f} s for {clip:,} video tokens, scaled to the largest window's {largest:,}"
+        ),
+    }
+
+
+def apply_speeds(report_path: Path, key: str = "h200", speeds_file: Path = SPEEDS_FILE) -> dict[str, Any]:
+    """Write a GPU run's figures into speeds.json under ``key`` (its other figures kept)."""
+    report = json.loads(report_path.read_text())
+    if report.get("dry_run") or report.get("device") != "cuda":
+        raise ValueError(f"{report_path} is a CPU dry run, not a GPU's figures: apply a CUDA run's report.")
+    entry = speeds_entry(report)
+    if entry is None:
+        raise ValueError(f"{report_path} has no row that measured both caption and find.")
+    table = json.loads(speeds_file.read_text())
+    table[key] = {**table.get(key, {}), **entry}
+    speeds_file.write_text(json.dumps(table, indent=2, ensure_ascii=False) + "\n")
+    return table[key]
+
+
 def set_fla(on: bool) -> str:
     """Turn the fla-bound Gated DeltaNet ops on or off for the next load (returns what is bound)."""
     import importlib
@@ -299,7 +353,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=420.0, help="start no new row after this many seconds"
     )
+    parser.add_argument(
+        "--apply-speeds",
+        metavar="REPORT",
+        help="write a CUDA run's figures into marlin_demo/service/speeds.json (no measuring)",
+    )
+    parser.add_argument("--speeds-key", default="h200", help="the speeds.json entry --apply-speeds writes")
     args = parser.parse_args(argv)
+    if args.apply_speeds:
+        try:
+            entry = apply_speeds(Path(args.apply_speeds), args.speeds_key)
+        except FileNotFoundError:
+            print(f"error: no report at {args.apply_speeds}.", file=sys.stderr)
+            return 2
+        except (OSError, ValueError) as exc:  # a JSON decode error is a ValueError
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps({args.speeds_key: entry}, indent=2))
+        return 0
 
     import tempfile
 
@@ -371,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.with_tiny:
             report["tiny"] = []
             run_rows("tiny", base, clip, args.caption_tokens, rows_plan, save, report["tiny"], deadline)
+    report["speeds_entry"] = speeds_entry(report)
     save()
-    print(json.dumps({"out": args.out, "total_s": report["total_s"]}))
+    print(json.dumps({"out": args.out, "total_s": report["total_s"], "speeds_entry": report["speeds_entry"]}))
     return 0
 
 
