@@ -89,35 +89,65 @@ def test_gptq_load_is_offline_and_touches_no_network(tmp_path: Path) -> None:
     assert seen["kernel"] and seen["kernel"] != "unknown"
 
 
-def test_fla_runs_only_on_cuda_tensors() -> None:
-    """With fla-core installed, transformers binds it for every device; CPU calls must stay on PyTorch."""
-    pytest.importorskip("fla")
-    import importlib
-
-    import torch
-
-    from marlin_demo.models.kernels import FLA_OPS, QWEN35_MODELING, import_real_kernels, linear_kernel_for
-
+# Runs in a fresh interpreter (nothing of transformers' Qwen3.5 module bound yet); prints what was bound.
+_BINDING = r"""
+import importlib, json, sys
+import torch
+from marlin_demo.models.kernels import FLA_OPS, QWEN35_MODELING, bind_linear_kernels, import_real_kernels
+from marlin_demo.models.kernels import linear_kernel_for
+if sys.argv[1] == "cuda-steps":  # what import_real_kernels does on a CUDA machine: fla first, then bind
+    import fla
+    module = importlib.import_module(QWEN35_MODELING)
+    bind_linear_kernels(module)
+else:  # this machine as it is
     import_real_kernels()
     module = importlib.import_module(QWEN35_MODELING)
-    for name in FLA_OPS:
-        assert linear_kernel_for(module, name, "cuda") == "fla"
-        assert linear_kernel_for(module, name, "cpu") == "torch"
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(1, 6, 2, 16) for _ in range(3))
-    g, beta = -torch.rand(1, 6, 2), torch.rand(1, 6, 2)
-    kw = {
-        "g": g,
-        "beta": beta,
-        "initial_state": None,
-        "output_final_state": True,
-        "use_qk_l2norm_in_kernel": True,
-        "cu_seqlens": None,
-    }
-    out, state = module.torch_chunk_gated_delta_rule(q, k, v, **kw)
-    ref = module.torch_chunk_gated_delta_rule.__wrapped__
-    ref_out, ref_state = ref(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
-    assert torch.equal(out, ref_out) and torch.equal(state, ref_state)
+out = {"fla_imported": "fla" in sys.modules and sys.modules["fla"] is not None,
+       "kernels": {n: [linear_kernel_for(module, n, d) for d in ("cuda", "cpu")] for n in FLA_OPS}}
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 6, 2, 16) for _ in range(3))
+g, beta = -torch.rand(1, 6, 2), torch.rand(1, 6, 2)
+kw = {"g": g, "beta": beta, "initial_state": None, "output_final_state": True,
+      "use_qk_l2norm_in_kernel": True, "cu_seqlens": None}
+o, st = module.torch_chunk_gated_delta_rule(q, k, v, **kw)
+ref = module.torch_chunk_gated_delta_rule.__wrapped__
+ro, rs = ref(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+out["cpu_equals_reference"] = bool(torch.equal(o, ro) and torch.equal(st, rs))
+import fla  # importable afterwards, whatever the binding left
+print("BINDING " + json.dumps(out))
+"""
+
+
+def _binding(mode: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", _BINDING, mode], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("BINDING ")]
+    return json.loads(line[len("BINDING ") :])
+
+
+def test_fla_runs_only_on_cuda_tensors() -> None:
+    """On a CUDA machine transformers binds fla for every device; CPU calls must stay on PyTorch."""
+    pytest.importorskip("fla")
+    got = _binding("cuda-steps")
+    assert got["kernels"] == {"torch_chunk_gated_delta_rule": ["fla", "torch"],
+                              "torch_recurrent_gated_delta_rule": ["fla", "torch"]}  # fmt: skip
+    assert got["cpu_equals_reference"]
+
+
+def test_without_cuda_fla_is_not_imported() -> None:
+    """fla could never run without CUDA: the binding leaves it out (no import, transformers' own ops)."""
+    pytest.importorskip("fla")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine binds fla")
+    got = _binding("as-is")
+    assert not got["fla_imported"]
+    assert got["kernels"] == {"torch_chunk_gated_delta_rule": ["torch", "torch"],
+                              "torch_recurrent_gated_delta_rule": ["torch", "torch"]}  # fmt: skip
+    assert got["cpu_equals_reference"]
 
 
 @pytest.mark.slow

@@ -15,13 +15,14 @@ Two facts of this stack shape this module (docs/GPU_CHECK.md):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,15 +206,35 @@ def import_real_kernels() -> None:
     gptqmodel puts a pure-PyTorch ``causal_conv1d`` into ``sys.modules`` unless the real one
     is already there. Importing the Qwen3.5 module here too fixes the binding before gptqmodel
     can touch it: the real kernel when installed, else transformers' own fallback, whatever
-    variant loads first (so bf16 and gptq differ only by their weights).
+    variant loads first (so bf16 and gptq differ only by their weights). Without CUDA, fla (Triton,
+    CUDA tensors only) could never run: it is left out of the binding, which spares every process on a
+    CPU machine its import (~1.5 s) and Triton's "not supported" warning.
     """
-    import contextlib
     import importlib
 
-    for name in ("fla", "causal_conv1d", QWEN35_MODELING):
-        if name in sys.modules:
-            continue
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
+    import torch
+
+    cuda = torch.cuda.is_available()
+    for name in ("fla", "causal_conv1d") if cuda else ("causal_conv1d",):
+        if name not in sys.modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+    if QWEN35_MODELING not in sys.modules:
+        with contextlib.suppress(Exception), contextlib.nullcontext() if cuda else _hidden("fla"):
+            importlib.import_module(QWEN35_MODELING)
     if QWEN35_MODELING in sys.modules:  # fla runs on CUDA tensors only (Triton): CPU keeps the fallback
         bind_linear_kernels(sys.modules[QWEN35_MODELING])
+
+
+@contextlib.contextmanager
+def _hidden(package: str) -> Iterator[None]:
+    """``package`` cannot be imported inside the block (unless already imported); importable after it."""
+    if package in sys.modules:
+        yield
+        return
+    sys.modules[package] = None  # type: ignore[assignment]  # Python's own "blocked import" marker
+    try:
+        yield
+    finally:
+        if sys.modules.get(package, 0) is None:
+            del sys.modules[package]
