@@ -208,7 +208,8 @@ def import_real_kernels() -> None:
     can touch it: the real kernel when installed, else transformers' own fallback, whatever
     variant loads first (so bf16 and gptq differ only by their weights). Without CUDA, fla (Triton,
     CUDA tensors only) could never run: it is left out of the binding, which spares every process on a
-    CPU machine its import (~1.5 s) and Triton's "not supported" warning.
+    CPU machine its import (~1.5 s) and Triton's "not supported" warning. (On ZeroGPU, ``spaces``, which
+    app.py imports first, reports CUDA in the main process too, so fla is bound there as on any GPU.)
     """
     import importlib
 
