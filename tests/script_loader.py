@@ -1,11 +1,15 @@
-"""Scripts the tests import by path (benchmarks/, scripts/, examples/ are not packages)."""
+"""Scripts the tests import by path (benchmarks/, scripts/, examples/ are not packages), and code they
+run in a fresh interpreter (where import order is what is under test)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 
 def load_script(path: Path) -> ModuleType:
@@ -21,3 +25,13 @@ def load_script(path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_fresh(code: str, tag: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> Any:
+    """Run ``code`` in a fresh interpreter; it must succeed and print one ``TAG <json>`` line: that JSON."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith(tag + " "))
+    return json.loads(line[len(tag) + 1 :])

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from script_loader import run_fresh
 
 from marlin_demo.models.kernels import GPTQ_CUDA_ORDER, gptq_kernel_plan
 
@@ -72,17 +70,7 @@ def test_gptq_load_is_offline_and_touches_no_network(tmp_path: Path) -> None:
         MARLIN_GPTQ_BUILD_DIR=str(tmp_path / "kernels"),
         PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
     )
-    out = subprocess.run(
-        [sys.executable, "-c", _AUDIT, str(ROOT / "examples" / "ball_rolls.mp4")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    line = next(x for x in out.stdout.splitlines() if x.startswith("AUDIT "))
-    seen = json.loads(line[len("AUDIT ") :])
+    seen = run_fresh(_AUDIT, "AUDIT", str(ROOT / "examples" / "ball_rolls.mp4"), cwd=tmp_path, env=env)
     assert seen["offline_at_import"] == "1"
     assert seen["network"] == []
     assert seen["build_dir"] == str(tmp_path / "kernels")
@@ -118,19 +106,10 @@ print("BINDING " + json.dumps(out))
 """
 
 
-def _binding(mode: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", _BINDING, mode], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("BINDING ")]
-    return json.loads(line[len("BINDING ") :])
-
-
 def test_fla_runs_only_on_cuda_tensors() -> None:
     """On a CUDA machine transformers binds fla for every device; CPU calls must stay on PyTorch."""
     pytest.importorskip("fla")
-    got = _binding("cuda-steps")
+    got = run_fresh(_BINDING, "BINDING", "cuda-steps", cwd=ROOT)
     assert got["kernels"] == {"torch_chunk_gated_delta_rule": ["fla", "torch"],
                               "torch_recurrent_gated_delta_rule": ["fla", "torch"]}  # fmt: skip
     assert got["cpu_equals_reference"]
@@ -143,7 +122,7 @@ def test_without_cuda_fla_is_not_imported() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine binds fla")
-    got = _binding("as-is")
+    got = run_fresh(_BINDING, "BINDING", "as-is", cwd=ROOT)
     assert not got["fla_imported"]
     assert got["kernels"] == {"torch_chunk_gated_delta_rule": ["torch", "torch"],
                               "torch_recurrent_gated_delta_rule": ["torch", "torch"]}  # fmt: skip

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from script_loader import run_fresh
 
 from marlin_demo.models import _gptq_kernel
 
@@ -37,12 +35,8 @@ def _load_in_fresh_process(extra_path: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     if extra_path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD_BOTH], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    result: dict[str, str] = run_fresh(LOAD_BOTH, "RESULT", cwd=ROOT, env=env)
+    return result
 
 
 def _kernel_package(root: Path, body: str) -> Path:
