@@ -3,7 +3,9 @@
 #   bash scripts/dev.sh app  [app.py flags...]   launch the demo (python app.py)
 #   bash scripts/dev.sh test [pytest args...]    run the whole test suite
 # Set-up is idempotent: system packages only when missing, the virtual
-# environment (.venv) only when requirements*.txt changed since the last install.
+# environment (.venv) only when the development set changed since the last install: requirements-dev.txt
+# (+ requirements-test.txt) pinned by constraints-dev.txt, Python 3.11 and torch 2.14.1. The Space's own
+# set (requirements.txt: Python 3.12, torch 2.11.0) is CI's second lane: scripts/space_lane.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,12 +22,12 @@ fi
 
 PY=${PYTHON:-python3}
 stamp=.venv/.requirements.sha
-want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+want=$(cat requirements-dev.txt requirements-test.txt constraints-dev.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] creating .venv and installing requirements (a few minutes the first time)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r requirements.txt -r requirements-dev.txt
+  .venv/bin/python -m pip install -q -r requirements-dev.txt -c constraints-dev.txt
   .venv/bin/python -m pip check
   echo "$want" > "$stamp"
 fi

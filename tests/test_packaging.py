@@ -40,7 +40,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     root = tmp_path_factory.mktemp("packaging")
     src = root / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "requirements.txt"):
+    for name in ("pyproject.toml", "README.md", "requirements.txt", "requirements-sdk.txt"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "marlin_demo", src / "marlin_demo", ignore=shutil.ignore_patterns("__pycache__"))
     wheels = root / "wheels"
