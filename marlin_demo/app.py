@@ -43,15 +43,17 @@ def build(
     argv: Sequence[str] | None = None, prog: str = "python app.py"
 ) -> tuple[Any, dict[str, Any], settings_mod.Settings]:
     """Settings from env + flags, an engine (or the tiny fallback), the Blocks and its launch kwargs."""
-    from marlin_demo.service.startup import check_limits, preload, start_engine
+    from marlin_demo.service.startup import check_limits, preload, prepare_zero_gpu, start_engine
     from marlin_demo.ui.blocks import build_demo
 
     settings = settings_mod.from_args(parse_args(argv, prog))
     try:
         check_limits(settings, space.zero_gpu())
-    except ValueError as exc:  # settings that contradict the measured speeds: one line, exit 2
+    except ValueError as exc:  # settings that contradict the speeds or ZeroGPU: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None
+    if space.zero_gpu():
+        prepare_zero_gpu()  # before any load: GPTQ's kernel is chosen from the platform, not by finding nvcc
     engine, status = start_engine(settings)
     if status.fell_back:
         log.warning("Marlin-2B unavailable, serving the tiny stand-in: %s", status.fallback_reason)

@@ -13,3 +13,24 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 #: stopped with Ctrl-C (128 + SIGINT, as shells report it)
 EXIT_INTERRUPTED = 130
+
+#: pyproject.toml's extras: what each brings that a command imports (the Space installs none of them)
+EXTRAS = {"batch": ("ray",), "bench": ("matplotlib",)}
+
+
+def missing_extra(extra: str, command: str) -> str | None:
+    """One sentence naming the extra to install when ``command`` needs it and it is missing, else None.
+
+    The package is not on PyPI, so the sentence says how to install from a checkout."""
+    import importlib.util
+
+    def absent(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is None
+        except ValueError:  # in sys.modules as None: an import blocked on purpose
+            return True
+
+    missing = [m for m in EXTRAS[extra] if absent(m)]
+    if not missing:
+        return None
+    return f"{command} needs the [{extra}] extra ({', '.join(missing)}): pip install -e '.[{extra}]'"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
 
 #: The settings ``batch`` takes as flags (``commands`` metadata of ``Settings``).
 SETTINGS_FLAGS = settings_mod.flags_for("batch")
@@ -28,6 +28,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from marlin_demo.models.fingerprint import fingerprint
     from marlin_demo.service.startup import check_limits
 
+    need = missing_extra("batch", "batch --ray") if args.ray is not None else None
+    if need:  # before anything is written to --out
+        print(f"error: {need}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         settings = settings_mod.from_args(args)
         check_limits(settings)

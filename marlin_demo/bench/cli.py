@@ -34,7 +34,7 @@ from marlin_demo.bench.records import (
 )
 from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
 from marlin_demo.results import TASKS
 from marlin_demo.service.startup import check_limits
 
@@ -69,6 +69,9 @@ def data_folder(data: str | None) -> Path:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    need = missing_extra("bench", "bench")  # its plots: before any model work, not after it
+    if need:
+        raise BenchError(need)
     if args.repeats < 1:
         raise BenchError("--repeats must be at least 1.")
     if args.limit is not None and args.limit < 1:

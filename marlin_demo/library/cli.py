@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
 
 #: index takes batch's settings; search those too (but ``--top-k`` is its own: moments to return)
 #: plus its own (``commands`` metadata ``search``).
@@ -71,6 +71,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         return _err("--workers must be at least 1.")
+    need = missing_extra("batch", "index --ray") if args.ray is not None else None
+    if need:
+        return _err(need)
     try:
         settings = settings_mod.from_args(args)
         check_limits(settings)

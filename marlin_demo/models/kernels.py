@@ -34,6 +34,9 @@ FLA_OPS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
 #: GPTQ kernels tried on CUDA when MARLIN_GPTQ_BACKEND=auto, fastest first.
 GPTQ_CUDA_ORDER = ("gptq_marlin", "gptq_triton", "gptq_torch")
 
+#: GPTQ kernels needing no compiler but Triton's own JIT: the MARLIN_GPTQ_BACKEND values ZeroGPU can run
+GPTQ_NO_COMPILER = ("auto", "gptq_triton", "gptq_torch")
+
 #: Where GPTQModel's nvcc-built kernels (Marlin) are cached unless MARLIN_GPTQ_BUILD_DIR says otherwise.
 DEFAULT_GPTQ_BUILD_DIR = Path.home() / ".cache" / "marlin-demo" / "gptq-kernels"
 
@@ -111,12 +114,31 @@ def linear_kernel_for(module: Any, name: str, device: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- GPTQ
-def available_gptq_kernels(device: str) -> set[str]:
+#: whether kernels that a compiler builds at first use (GPTQModel's Marlin: nvcc) may be tried; the app
+#: turns this off on ZeroGPU, which has no nvcc (a fact of the platform, so it is never looked for there)
+_COMPILER_BUILDS = [True]
+
+
+def allow_compiler_builds(allowed: bool) -> None:
+    """Allow or forbid kernels that need a compiler at first use (the caller knows the platform:
+    ``service`` turns them off on ZeroGPU); Triton's own JIT needs no nvcc and stays allowed."""
+    _COMPILER_BUILDS[0] = allowed
+
+
+def compiler_builds_allowed() -> bool:
+    """See :func:`allow_compiler_builds`."""
+    return _COMPILER_BUILDS[0]
+
+
+def available_gptq_kernels(device: str, compiler_builds: bool | None = None) -> set[str]:
     """GPTQ kernels worth trying on ``device``: what can build or run here, decided without building.
 
     Marlin needs compute capability >= 8.0 and either nvcc (first use compiles it, ~2 min)
-    or an earlier build in the cache folder; Triton needs ``triton``. The load itself is the
-    final test: a kernel that fails there is skipped for the next one.
+    or an earlier build in the cache folder; Triton needs ``triton`` (its kernels JIT-compile at
+    first launch with Triton's own compiler, no nvcc). With ``compiler_builds`` False (None: the
+    process's setting, :func:`allow_compiler_builds`; ZeroGPU turns it off) Marlin is never
+    offered and nvcc is not even looked for. The load itself is the final test: a kernel that
+    fails there is skipped for the next one.
     """
     if device != "cuda":
         return set()
@@ -125,6 +147,8 @@ def available_gptq_kernels(device: str) -> set[str]:
     out = {"gptq_torch"}
     if importlib.util.find_spec("triton") is not None:
         out.add("gptq_triton")
+    if not (compiler_builds_allowed() if compiler_builds is None else compiler_builds):
+        return out
     major = torch.cuda.get_device_capability(0)[0] if torch.cuda.is_available() else 0
     built = any(gptq_build_dir().glob("marlin_bf16*/**/*.so")) if gptq_build_dir().is_dir() else False
     if major >= 8 and (built or _nvcc() is not None):

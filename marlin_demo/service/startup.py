@@ -17,7 +17,8 @@ from urllib.parse import urlparse
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError, pick_device
-from marlin_demo.service import capacity
+from marlin_demo.models.kernels import GPTQ_NO_COMPILER, allow_compiler_builds
+from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -123,5 +124,29 @@ def check_limits(settings: Settings, zero_gpu: bool = False) -> None:
     except ModelLoadError:
         return  # the load says what is wrong with the device
     found = capacity.conflicts(settings, device, zero_gpu)
+    if zero_gpu:
+        found += zero_gpu_refusals(settings)
     if found:
         raise ValueError(" ".join(found))
+
+
+def zero_gpu_refusals(settings: Settings) -> list[str]:
+    """What ZeroGPU cannot run, one sentence each (``zerogpu.json``: no torch.compile, no nvcc)."""
+    found = []
+    if settings.compile and not zerogpu.facts()["torch_compile"]:
+        found.append(
+            "MARLIN_COMPILE (torch.compile) is not supported on ZeroGPU: unset it there (ZeroGPU compiles "
+            f"only ahead of time, {zerogpu.facts()['aot_compile']}, which this app does not use)."
+        )
+    if settings.gptq_backend not in GPTQ_NO_COMPILER and not zerogpu.facts()["nvcc"]:
+        found.append(
+            f"MARLIN_GPTQ_BACKEND={settings.gptq_backend} may need nvcc to build at first use, and ZeroGPU "
+            f"has none: use one of {', '.join(GPTQ_NO_COMPILER)} there."
+        )
+    return found
+
+
+def prepare_zero_gpu() -> None:
+    """Tell the layers below what ZeroGPU is: no compiler, so no kernel that builds with one is tried
+    (decided from the platform, never by looking for nvcc). Called at start-up, before any load."""
+    allow_compiler_builds(bool(zerogpu.facts()["nvcc"]))
