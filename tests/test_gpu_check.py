@@ -117,3 +117,17 @@ def _check_speeds(report: dict, out: Path, tmp_path: Path) -> None:
     assert after["h200"] == got and got["decode_tokens_per_s"] == entry["decode_tokens_per_s"]
     assert got["prepare_s"] == before["h200"]["prepare_s"] and after["cpu-tiny"] == before["cpu-tiny"]
     assert Speed(name="h200", **got).prefill_s == entry["prefill_s"]  # the app reads it as before
+
+
+def test_zero_gpu_plan_is_what_the_space_runs() -> None:
+    """The Space's rows: eager only (ZeroGPU has no torch.compile), GPTQ by ``auto`` (Triton, then torch
+    there) and ``gptq_torch``, never a kernel nvcc builds; each row says it is a ZeroGPU row."""
+    plan = _gpu_check().plan_rows("cuda", ["gptq_marlin"], fla=True, dry_run=False, zero_gpu=True)
+    assert [(r["variant"], r["gptq_backend"]) for r in plan] == [
+        ("gptq", "auto"),
+        ("gptq", "gptq_torch"),
+        ("bnb4", "auto"),
+        ("bf16", "auto"),
+    ]
+    assert all(r["zero_gpu"] and r["fla"] and not r["compile"] for r in plan)
+    assert "not on the Space's card" in _gpu_check().ZERO_GPU_NOTE
