@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="gptq,bnb4,bf16")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    parser.add_argument(
+        "--compute-dtype", default="auto", help="what the variants compute in (MARLIN_COMPUTE_DTYPE's values)"
+    )
     args = parser.parse_args(argv)
 
     from marlin_demo.contract import CAPTION_PROMPT, find_prompt
@@ -99,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         variants=args.variants,
         cache_dir=str(args.cache_dir) if args.cache_dir else "",
         prefix_cache_size=0,
+        compute_dtype=args.compute_dtype,
     )
     engine = Engine(settings)
     names = [v for v in args.variants.split(",") if v]
     loaded = {n: engine.load(n) for n in names}
+    print(f"computing in {sorted({m.compute_dtype for m in loaded.values()})}", file=sys.stderr)
     rows = []
     for clip in clips():
         prepared = engine.prepare(clip)
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             for task, prompt in (("caption", CAPTION_PROMPT), ("find", find_prompt(FIND_QUERY))):
                 r = answer(loaded[name], engine, prepared, prompt, args.max_new_tokens)
                 row = {"clip": label(clip), "variant": name, "task": task, **r}
+                row["compute_dtype"] = loaded[name].compute_dtype
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     if args.out:

@@ -49,6 +49,7 @@ def format_run(info: Any) -> str:
         parts.append(f"first text {info.first_text_s:.2f} s")
     parts.append(f"kernel {info.kernel or '-'}")
     parts.append(f"attention {info.attention or '-'}")
+    parts.append(f"computed in {info.runtime.compute_dtype or '-'}")
     if info.compile and info.compile != "off":
         parts.append(f"compile {info.compile}, {info.compile_s:.1f} s paid")
     reused = [what for what, yes in (("video", info.cached_video), ("prefix", info.reused_prefix)) if yes]

@@ -159,6 +159,36 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 
 @dataclass
+class Runtime:
+    """Where and how an answer was computed: the public answer's ``runtime`` block.
+
+    ``kernel`` is the variant's linear kernel (GPTQModel's class names for gptq, ``bitsandbytes-nf4``,
+    ``bf16``/``fp32`` for 16-bit weights); ``compute_dtype`` what it computed in, which on a CPU without
+    native bf16 is float32 (``models.compute``). ``gpu_calls`` / ``gpu_asked_s`` / ``gpu_used_s``: the
+    ZeroGPU calls this request made, the seconds they asked for and the seconds they held (0 off ZeroGPU).
+    """
+
+    device: str = ""
+    compute_dtype: str = ""
+    kernel: str = ""
+    gpu_calls: int = 0
+    gpu_asked_s: float = 0.0
+    gpu_used_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "compute_dtype": self.compute_dtype,
+            "kernel": self.kernel,
+            "gpu_calls": {
+                "calls": self.gpu_calls,
+                "asked_s": round(self.gpu_asked_s, 1),
+                "used_s": round(self.gpu_used_s, 1),
+            },
+        }
+
+
+@dataclass
 class RunInfo:
     """Details kept beside a result but not in its public JSON (tests, bench, UI extras)."""
 
@@ -178,6 +208,7 @@ class RunInfo:
     video: VideoInfo | None = None
     #: a long video: each window's own run details, in window order (empty for a one-window video)
     windows: list[RunInfo] = field(default_factory=list)
+    runtime: Runtime = field(default_factory=Runtime)
 
 
 @dataclass
@@ -203,6 +234,7 @@ class CaptionResult:
             "raw": self.raw,
             "repaired": self.repaired,
             "metrics": self.metrics.to_dict(),
+            "runtime": self.info.runtime.to_dict(),
             "windows": [
                 {"start": round(w["start"], 3), "end": round(w["end"], 3), "scene": w["scene"]}
                 for w in self.windows
@@ -233,6 +265,7 @@ class FindResult:
             "format_ok": self.format_ok,
             "raw": self.raw,
             "metrics": self.metrics.to_dict(),
+            "runtime": self.info.runtime.to_dict(),
             "moments": [
                 {"start": round(m.start, 3), "end": round(m.end, 3), "score": round(m.score, 4)}
                 for m in self.moments

@@ -147,6 +147,15 @@ class Settings:
         default="auto",
         metadata={"env": "MARLIN_DEVICE", "commands": ("run", "bench", "batch"), "help": "auto, cuda or cpu"},
     )
+    compute_dtype: str = field(
+        default="auto",
+        metadata={
+            "env": "MARLIN_COMPUTE_DTYPE",
+            "commands": ("run", "bench", "batch"),
+            "help": "what the model computes in: auto (bf16 on a GPU; on a CPU bf16 only where the "
+            "processor runs it natively, else float32), bfloat16, float16 or float32",
+        },
+    )
     caption_max_new_tokens: int = field(
         default=768,
         metadata={

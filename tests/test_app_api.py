@@ -19,12 +19,25 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, app_server, start_app, stop_app  # noqa: F401
 
+from marlin_demo.models import compute
+
 pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
 CLIP_S = 12.0
-CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows", "chapters"}
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
+CAPTION_KEYS = {
+    "variant",
+    "model",
+    "scene",
+    "events",
+    "raw",
+    "repaired",
+    "metrics",
+    "runtime",
+    "windows",
+    "chapters",
+}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
 METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
                "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 
@@ -44,6 +57,13 @@ def _check_metrics(m: dict[str, Any]) -> None:
     assert m["memory_kind"] == "cpu_peak_rss" and m["device"] == "cpu"
 
 
+def _check_runtime(r: dict[str, Any]) -> None:
+    """Where it ran and in what: this machine's CPU, in the type the compute choice gives here."""
+    assert set(r) == {"device", "compute_dtype", "kernel", "gpu_calls"}
+    assert r["device"] == "cpu" and r["compute_dtype"] == compute.choose("cpu", "bfloat16").dtype
+    assert r["kernel"] and r["gpu_calls"] == {"calls": 0, "asked_s": 0.0, "used_s": 0.0}  # not on ZeroGPU
+
+
 def _check_caption(d: dict[str, Any], variant: str, duration: float, keys: set[str] = CAPTION_KEYS) -> None:
     assert set(d) == keys
     assert d["variant"] == variant and "tiny" in d["model"]
@@ -53,6 +73,7 @@ def _check_caption(d: dict[str, Any], variant: str, duration: float, keys: set[s
         assert set(e) == {"start", "end", "description"}
         assert 0 <= e["start"] <= e["end"] <= duration + 1e-6
     _check_metrics(d["metrics"])
+    _check_runtime(d["runtime"])
 
 
 def _check_find(d: dict[str, Any], variant: str, query: str, duration: float) -> None:
@@ -63,6 +84,7 @@ def _check_find(d: dict[str, Any], variant: str, query: str, duration: float) ->
         s, e = d["span"]
         assert 0 <= s <= e <= duration + 1e-6
     _check_metrics(d["metrics"])
+    _check_runtime(d["runtime"])
 
 
 # --------------------------------------------------------------------------- shape of the API

@@ -49,12 +49,13 @@ def test_caption_json(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
         "raw",
         "repaired",
         "metrics",
+        "runtime",
         "windows",
         "chapters",
     }
     assert set(d["chapters"]) == {"lines", "reason"}  # the API's caption JSON, chapters included
     assert d["variant"] == variant
-    assert d["metrics"]["device"] == "cpu"
+    assert d["metrics"]["device"] == "cpu" and d["runtime"]["device"] == "cpu"
 
 
 @pytest.mark.slow
@@ -63,7 +64,17 @@ def test_find_json_and_readable(capsys: pytest.CaptureFixture[str]) -> None:
     proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)
-    assert set(d) == {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
+    assert set(d) == {
+        "variant",
+        "model",
+        "query",
+        "span",
+        "format_ok",
+        "raw",
+        "metrics",
+        "runtime",
+        "moments",
+    }
     assert d["query"] == "the blue square appears"
 
     from marlin_demo import cli

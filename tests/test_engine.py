@@ -65,7 +65,17 @@ def _check_metrics(m: dict, prepared_tokens: int) -> None:
 def test_caption_shape_and_prompt(engine: Engine, variant: str) -> None:
     result = engine.caption(CLIP, variant)
     d = result.to_dict()
-    assert set(d) == {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
+    assert set(d) == {
+        "variant",
+        "model",
+        "scene",
+        "events",
+        "raw",
+        "repaired",
+        "metrics",
+        "runtime",
+        "windows",
+    }
     assert d["variant"] == variant and "tiny" in d["model"]
     assert isinstance(d["scene"], str) and isinstance(d["raw"], str) and d["raw"]
     assert isinstance(d["repaired"], bool)
@@ -86,7 +96,17 @@ def test_caption_shape_and_prompt(engine: Engine, variant: str) -> None:
 def test_find_shape(engine: Engine, variant: str) -> None:
     result = engine.find(CLIP, "the ball stops", variant)
     d = result.to_dict()
-    assert set(d) == {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
+    assert set(d) == {
+        "variant",
+        "model",
+        "query",
+        "span",
+        "format_ok",
+        "raw",
+        "metrics",
+        "runtime",
+        "moments",
+    }
     assert d["query"] == "the ball stops"
     duration = engine.prepare(CLIP).info.duration_s
     if d["span"] is not None:

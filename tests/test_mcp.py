@@ -32,8 +32,19 @@ from marlin_demo.ui.mcp_tools import DATA_URL_ONLY, NO_URLS, TOOLS
 pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
-CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows", "chapters"}
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
+CAPTION_KEYS = {
+    "variant",
+    "model",
+    "scene",
+    "events",
+    "raw",
+    "repaired",
+    "metrics",
+    "runtime",
+    "windows",
+    "chapters",
+}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
 METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
                "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 

@@ -292,7 +292,17 @@ def test_output_loads_as_a_variant_and_captions(recipe: str, engine) -> None:
     name = NAMES[recipe]
     result = engine.caption(CLIP, name)
     d = result.to_dict()
-    assert set(d) == {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "windows"}
+    assert set(d) == {
+        "variant",
+        "model",
+        "scene",
+        "events",
+        "raw",
+        "repaired",
+        "metrics",
+        "runtime",
+        "windows",
+    }
     assert d["variant"] == name and d["raw"]
     for e in d["events"]:
         assert set(e) == {"start", "end", "description"}

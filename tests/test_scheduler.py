@@ -11,6 +11,7 @@ import multiprocessing
 import pickle
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,7 +116,9 @@ def _same(a: CaptionResult, b: CaptionResult) -> None:
 
 def test_zero_gpu_one_call_per_window_streaming_between(zero_gpu: ForkingGPU, solo: dict[str, Any]) -> None:
     engine = _engine()
+    t0 = time.perf_counter()
     stages = list(service.stream(engine, "caption", str(LONG), VARIANT))
+    wall = time.perf_counter() - t0
     assert len(zero_gpu.calls) == 3  # one spaces.GPU call per window, none for the whole request
     per_call = space.call_seconds("caption", engine.settings)
     assert zero_gpu.calls == [per_call] * 3 and per_call <= capacity.MAX_GPU_S
@@ -126,6 +129,10 @@ def test_zero_gpu_one_call_per_window_streaming_between(zero_gpu: ForkingGPU, so
     done = stages[-1]
     assert isinstance(done, Done) and isinstance(done.result, CaptionResult)
     _same(done.result, solo[LONG.name])  # nothing assumed to survive between calls: same answer
+    runtime = done.result.to_dict()["runtime"]  # the public answer says what the request asked of ZeroGPU
+    assert runtime["gpu_calls"]["calls"] == 3 and runtime["gpu_calls"]["asked_s"] == sum(zero_gpu.calls)
+    assert 0 < runtime["gpu_calls"]["used_s"] <= round(wall, 1) + 0.05  # the calls' time, within the request
+    assert solo[LONG.name].to_dict()["runtime"]["gpu_calls"]["calls"] == 0  # off ZeroGPU: none
 
 
 def test_zero_gpu_short_clip_is_one_call(zero_gpu: ForkingGPU, solo: dict[str, Any]) -> None:

@@ -163,6 +163,7 @@ def aggregate(
                     "load_s",
                     "footprint_mb",
                     "kernel",
+                    "compute_dtype",
                     "attention",
                     "compile",
                     "device",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
+from marlin_demo.models import compute
 from marlin_demo.models.fingerprint import FINGERPRINT_FIELDS, fingerprint, stack_fingerprint
 
 #: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
@@ -62,6 +63,8 @@ def environment() -> dict[str, Any]:
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
         "memory_total_mb": _mem_total_mb(),
+        # what the compute type follows on a CPU (models.compute); the fingerprint's stack has the choice
+        "cpu_16bit": compute.probe().describe(),
         "packages": versions,
         "cuda": None,
         "cudnn": None,

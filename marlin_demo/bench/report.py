@@ -213,6 +213,7 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
         ("Weight footprint (MB)", lambda v: _get(v, "load", "footprint_mb"), "mb"),
         ("Allocated after load (MB, CUDA)", lambda v: _get(v, "load", "allocated_after_load_mb"), "mb"),
         ("Kernel", lambda v: _get(v, "load", "kernel"), "str"),
+        ("Computed in (MARLIN_COMPUTE_DTYPE)", lambda v: _get(v, "load", "compute_dtype"), "str"),
         ("Attention / linear-attention path", lambda v: _get(v, "load", "attention"), "str"),
         ("Compiled decoding (MARLIN_COMPILE)", lambda v: _get(v, "load", "compile"), "str"),
         ("Device", lambda v: _get(v, "speed", "device"), "str"),

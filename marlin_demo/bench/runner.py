@@ -39,6 +39,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         decode_s=res.info.decode_s,
         first_text_s=res.info.first_text_s,
         kernel=res.info.kernel,
+        runtime=res.info.runtime.to_dict(),
         attention=res.info.attention,
         compile=res.info.compile,
         compile_s=res.info.compile_s,

@@ -45,6 +45,7 @@ from marlin_demo.results import (
     Prepared,
     Result,
     RunInfo,
+    Runtime,
     Stage,
     VideoInfo,
 )
@@ -289,6 +290,7 @@ class Engine:
             decode_s=prepared.decode_s,
             kernel=loaded.kernel,
             attention=loaded.attention,
+            runtime=Runtime(device=loaded.device, compute_dtype=loaded.compute_dtype, kernel=loaded.kernel),
             compile=compiled.state_of(loaded).describe() if self.settings.compile else "off",
             compile_s=getattr(getattr(loaded, "compile_state", None), "compile_s", 0.0),
             prefill_s=prefill_s,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
+from marlin_demo.models import compute
 from marlin_demo.models.kernels import (
     available_gptq_kernels,
     gptq_kernel_plan,
@@ -58,6 +59,9 @@ class LoadedModel:
     footprint_mb: float
     kernel: str = "torch"
     attention: str = "torch"
+    #: what it computes in (``compute.choose``): its weights' type, or float32 on a CPU without that type
+    compute_dtype: str = "bfloat16"
+    compute_reason: str = ""
     keepalive: list[Any] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
@@ -70,6 +74,7 @@ class LoadedModel:
             "footprint_mb": round(self.footprint_mb, 2),
             "kernel": self.kernel,
             "attention": self.attention,
+            "compute_dtype": self.compute_dtype,
         }
 
 
@@ -238,18 +243,20 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
     """Load one variant; any failure becomes a ``ModelLoadError`` naming the fix."""
     source = resolve_source(settings, variant)
     device = pick_device(settings.device)
+    try:
+        choice = compute_choice(settings, variant, device)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
     import_real_kernels()
     t0 = time.perf_counter()
     try:
         trust = _check_remote_code(settings, source)
         if source.quantized == "gptq":
             model, keep, kernel = _load_gptq(
-                source, device, trust, settings.gptq_backend, settings.gptq_build_dir
+                source, device, trust, settings.gptq_backend, settings.gptq_build_dir, choice.dtype
             )
         else:
-            kind = variants.kind_of(variant)
-            dtype = kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
-            model, keep, kernel = _load_transformers(source, device, trust, dtype)
+            model, keep, kernel = _load_transformers(source, device, trust, choice.dtype)
         if source.is_local:  # a quantize-built mixed variant keeps vision linears as int8 in a sidecar
             from marlin_demo.models.rtn import apply_sidecar
 
@@ -274,8 +281,21 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
         footprint_mb=footprint,
         kernel=kernel,
         attention=_attention_path(model, device),
+        compute_dtype=choice.dtype,
+        compute_reason=choice.reason,
         keepalive=keep,
     )
+
+
+def weights_dtype(settings: Settings, variant: str) -> str:
+    """The type of a variant's 16-bit weights: its kind's (``variants``), bf16 for an extra folder."""
+    kind = variants.kind_of(variant)
+    return kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
+
+
+def compute_choice(settings: Settings, variant: str, device: str) -> compute.Choice:
+    """What ``variant`` computes in on ``device`` (``compute.choose``; MARLIN_COMPUTE_DTYPE overrides)."""
+    return compute.choose(device, weights_dtype(settings, variant), settings.compute_dtype)
 
 
 def _hub_kwargs(source: Source) -> dict[str, Any]:
@@ -323,7 +343,12 @@ def _load_transformers(
 
 
 def _load_gptq(
-    source: Source, device: str, trust: bool, backend: str = "auto", build_dir: str = ""
+    source: Source,
+    device: str,
+    trust: bool,
+    backend: str = "auto",
+    build_dir: str = "",
+    dtype: str = "bfloat16",
 ) -> tuple[Any, list[Any], str]:
     """GPTQModel load with the kernels of ``kernels.gptq_kernel_plan`` tried in order.
 
@@ -336,7 +361,8 @@ def _load_gptq(
 
     gptqmodel = import_gptqmodel(build_dir)
     BACKEND, GPTQModel = gptqmodel.BACKEND, gptqmodel.GPTQModel
-    kwargs: dict[str, Any] = {"dtype": torch.bfloat16, "trust_remote_code": trust}
+    # the dequantized matmuls and the 16-bit parts (vision tower, embeddings, lm_head) compute in ``dtype``
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "trust_remote_code": trust}
     if not source.is_local:
         kwargs["revision"] = source.revision
     if device == "cuda":

@@ -10,7 +10,7 @@ import importlib.util
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.models import ModelLoadError, pick_device
+from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
 from marlin_demo.settings import Settings
 
@@ -24,7 +24,8 @@ FINGERPRINT_FIELDS = tuple(
 
 
 def stack_fingerprint(settings: Settings) -> dict[str, Any]:
-    """What runs, decided before any load: device, Gated DeltaNet kernel, GPTQ kernel order, compile."""
+    """What runs, decided before any load: device, compute type per variant, Gated DeltaNet kernel, GPTQ
+    kernel order, compile."""
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
@@ -34,8 +35,16 @@ def stack_fingerprint(settings: Settings) -> dict[str, Any]:
         "device": device,
         "gated_deltanet": "fla" if fla else "torch",
         "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
+        "compute_dtype": {v: _compute(settings, v, device) for v in settings.variant_list},
         "compile": settings.compile,
     }
+
+
+def _compute(settings: Settings, variant: str, device: str) -> str:
+    try:
+        return compute_choice(settings, variant, device).dtype
+    except ValueError as exc:  # a bad MARLIN_COMPUTE_DTYPE: the load says so; the record keeps the value
+        return str(exc)
 
 
 def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ public ``/compare`` endpoint both use it, so they behave the same):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import queue
 import threading
@@ -61,6 +62,7 @@ __all__ = [
 
 Video = str | Path | PreparedVideo
 T = TypeVar("T")
+R = TypeVar("R", bound=Result)
 
 
 def caption_json(result: CaptionResult) -> dict[str, Any]:
@@ -114,7 +116,7 @@ def answer(
                 engine, kind, Path(str(video)), plans, variant, query, on_text, on_stage, execute
             )
         res.metrics.queue_s = ticket.queue_s
-    return res
+    return execute.report(res)
 
 
 def answer_plans(
@@ -129,11 +131,10 @@ def answer_plans(
     """Answer these windows of a file, chosen by the caller (a library search's best windows), in
     turns with every other request, like any windowed request."""
     with scheduler_for(engine).request(len(plans), stop) as ticket:
-        res = runner.answer_windows(
-            engine, task, path, plans, variant, query, None, None, _Turns(engine, ticket, task)
-        )
+        execute = _Turns(engine, ticket, task)
+        res = runner.answer_windows(engine, task, path, plans, variant, query, None, None, execute)
         res.metrics.queue_s = ticket.queue_s
-    return res
+    return execute.report(res)
 
 
 def _whole(
@@ -183,6 +184,8 @@ class _Turns:
         self.scheduler = scheduler_for(engine)
         self.ticket = ticket
         self.seconds = space.call_seconds(task, engine.settings)
+        self.calls = 0
+        self.used_s = 0.0
 
     def __call__(
         self,
@@ -191,9 +194,24 @@ class _Turns:
         on_stage: Callable[[Any], None] | None,
     ) -> T:
         with self.scheduler.turn(self.ticket):
-            if space.zero_gpu():
+            if not space.zero_gpu():
+                return work(on_text, on_stage)
+            self.calls += 1
+            t0 = time.perf_counter()
+            try:
                 return space.gpu_call(work, self.seconds, on_text, on_stage)
-            return work(on_text, on_stage)
+            finally:
+                self.used_s += time.perf_counter() - t0
+
+    def report(self, res: R) -> R:
+        """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""
+        res.info.runtime = dataclasses.replace(
+            res.info.runtime,
+            gpu_calls=self.calls,
+            gpu_asked_s=float(self.calls * self.seconds),
+            gpu_used_s=self.used_s,
+        )
+        return res
 
 
 def run(engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:

@@ -506,6 +506,8 @@ def metrics_html(
         ("Device", html.escape(str(m.get("device", "–"))), f"variant {variant}"),
     ]
     if info is not None:
+        dtype = html.escape(info.runtime.compute_dtype or "–")
+        cards[-1] = ("Device", f"{cards[-1][1]} · {dtype}", f"variant {variant}, computed in {dtype}")
         cards[2:2] = [("First text", fmt(info.first_text_s, " s"), "until the first visible words")]
         compiled = f"; compiled decoding: {info.compile}" if info.compile and info.compile != "off" else ""
         if compiled:

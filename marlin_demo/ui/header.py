@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import gradio as gr
 
+from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.service import capacity
 from marlin_demo.service.startup import FALLBACK_FIX
 from marlin_demo.ui.common import PRIVATE_UI, UIContext, tiny_in_use, variant_label
@@ -35,15 +36,21 @@ TAGLINE = (
 
 
 def _device(ctx: UIContext) -> str:
-    loaded = ctx.engine.loaded()
-    if loaded:
-        return ", ".join(sorted({m.device for m in loaded.values()}))
+    """The device and what the models compute in there ("cpu · float32"), with the reason as a tooltip."""
     try:
-        from marlin_demo.models import pick_device
-
-        return pick_device(ctx.settings.device)
-    except Exception as exc:
-        return f"unavailable ({exc})"
+        device = pick_device(ctx.settings.device)
+        choices = {compute_choice(ctx.engine.settings, v, device) for v in ctx.variants}
+    except (ModelLoadError, ValueError) as exc:
+        return html.escape(f"unavailable ({exc})")
+    loaded = ctx.engine.loaded()
+    if loaded:  # what really loaded (a variant may have been loaded under other settings)
+        device = ", ".join(sorted({m.device for m in loaded.values()}))
+    dtypes = ", ".join(sorted({c.dtype for c in choices}))
+    why = "; ".join(sorted({c.reason for c in choices}))
+    return (
+        f'{html.escape(device)} · <span class="mh-dtype" title="{html.escape(why)}">'
+        f"computes in {html.escape(dtypes)}</span>"
+    )
 
 
 def _source(ctx: UIContext) -> str:
@@ -131,7 +138,7 @@ def header_html(ctx: UIContext) -> str:
         '<div class="mh-facts">'
         f'<span class="mh-fact"><span class="mh-k">Model</span> {html.escape(_source(ctx))}</span>'
         f'<span class="mh-fact mh-variants"><span class="mh-k">Variants</span> {chips_html(ctx)}</span>'
-        f'<span class="mh-fact"><span class="mh-k">Device</span> {html.escape(_device(ctx))}</span>'
+        f'<span class="mh-fact"><span class="mh-k">Device</span> {_device(ctx)}</span>'
         f"{limits_html(ctx)}</div>"
         f"{banners_html(ctx)}</div>"
     )

@@ -1,0 +1,128 @@
+"""The type a model computes in: 16-bit where the processor runs it natively, float32 elsewhere.
+
+Every variant's weights are 16-bit (bf16), and on a GPU they compute in bf16. A CPU without native
+bf16 instructions (no AVX512-BF16 and no AMX: most AMD processors before Zen 4, many cloud VMs and
+laptops) has no fast path for it: a bf16 matmul there runs about 30x slower than float32
+(docs/SPEED.md). So on a CPU a 16-bit type is used only where the processor runs it natively. The
+variant keeps its name (it names its weights); what it computed in is reported in every answer's
+``runtime`` block, the header and the settings fingerprint. ``MARLIN_COMPUTE_DTYPE`` overrides.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from dataclasses import dataclass
+
+#: the types a model may compute in, and the setting's values
+COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
+SETTING_VALUES = ("auto", *COMPUTE_DTYPES)
+#: short names people write, accepted by the setting
+ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+@dataclass(frozen=True)
+class CpuCaps:
+    """What torch reports about this CPU's 16-bit arithmetic: the checks the choice rests on.
+
+    ``aten``: ``torch.backends.cpu.get_cpu_capability()`` (the kernels ATen dispatches to; it honours
+    ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated). On x86 the bf16 checks are
+    ``torch.cpu._is_avx512_bf16_supported()`` and ``torch.cpu._is_amx_tile_supported()``; the fp16 one
+    ``torch.ops.mkldnn._is_mkldnn_fp16_supported()`` (AVX512-FP16 or AMX-FP16). Elsewhere (Arm) oneDNN's
+    own ``_is_mkldnn_bf16_supported`` / ``_is_mkldnn_fp16_supported`` say whether the instructions exist.
+    """
+
+    x86: bool
+    aten: str
+    avx512_bf16: bool = False
+    amx_tile: bool = False
+    mkldnn_bf16: bool = False
+    mkldnn_fp16: bool = False
+
+    def native(self, dtype: str) -> bool:
+        """Whether this CPU computes ``dtype`` with its own instructions (float32 always)."""
+        if dtype == "float32":
+            return True
+        if dtype == "bfloat16":
+            if self.x86:  # ATen below AVX512 runs bf16 through its slow reference kernels
+                return self.aten.upper().startswith("AVX512") and (self.avx512_bf16 or self.amx_tile)
+            return self.mkldnn_bf16
+        if dtype == "float16":
+            return self.mkldnn_fp16 and (not self.x86 or self.aten.upper().startswith("AVX512"))
+        return False
+
+    def describe(self) -> str:
+        """The facts in one line (bench environment, docs)."""
+        if self.x86:
+            return (
+                f"ATen {self.aten}, AVX512-BF16 {'yes' if self.avx512_bf16 else 'no'}, "
+                f"AMX {'yes' if self.amx_tile else 'no'}, fp16 {'yes' if self.mkldnn_fp16 else 'no'}"
+            )
+        return (
+            f"ATen {self.aten}, bf16 {'yes' if self.mkldnn_bf16 else 'no'}, "
+            f"fp16 {'yes' if self.mkldnn_fp16 else 'no'}"
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> CpuCaps:
+    """This machine's ``CpuCaps``, asked of torch once (they cannot change while the process runs)."""
+    import torch
+
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+    def ask(fn: str, where: object) -> bool:
+        try:
+            return bool(getattr(where, fn)())
+        except (AttributeError, RuntimeError):
+            return False
+
+    return CpuCaps(
+        x86=x86,
+        aten=str(torch.backends.cpu.get_cpu_capability()),
+        avx512_bf16=x86 and ask("_is_avx512_bf16_supported", torch.cpu),
+        amx_tile=x86 and ask("_is_amx_tile_supported", torch.cpu),
+        mkldnn_bf16=ask("_is_mkldnn_bf16_supported", torch.ops.mkldnn),
+        mkldnn_fp16=ask("_is_mkldnn_fp16_supported", torch.ops.mkldnn),
+    )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The compute type chosen and why (the header and the bench say the reason)."""
+
+    dtype: str
+    reason: str
+
+    @property
+    def short(self) -> str:
+        return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(self.dtype, self.dtype)
+
+
+def parse_setting(setting: str) -> str:
+    """``MARLIN_COMPUTE_DTYPE`` checked: auto or one of ``COMPUTE_DTYPES`` (short names accepted)."""
+    value = (setting or "auto").strip().lower()
+    value = ALIASES.get(value, value)
+    if value not in SETTING_VALUES:
+        raise ValueError(
+            f"MARLIN_COMPUTE_DTYPE={setting!r} is not a compute type: "
+            "choose auto, bfloat16, float16 or float32."
+        )
+    return value
+
+
+def choose(device: str, wanted: str, setting: str = "auto", caps: CpuCaps | None = None) -> Choice:
+    """The type a variant whose weights are ``wanted`` computes in on ``device``.
+
+    A set ``setting`` wins everywhere. Otherwise CUDA keeps ``wanted``; a CPU keeps it only where it
+    runs it natively (``CpuCaps.native``) and computes in float32 elsewhere.
+    """
+    value = parse_setting(setting)
+    if value != "auto":
+        return Choice(value, "set by MARLIN_COMPUTE_DTYPE")
+    if device == "cuda" or wanted == "float32":
+        return Choice(wanted, "the weights' own type")
+    caps = caps or probe()
+    if caps.native(wanted):
+        return Choice(wanted, f"this CPU computes {wanted} natively")
+    return Choice("float32", f"this CPU has no native {wanted} ({caps.describe()})")

@@ -1,0 +1,171 @@
+"""The compute type follows the device: bf16 on CUDA, on a CPU only where the processor runs it natively."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from script_loader import run_fresh
+
+from marlin_demo.models import compute, compute_choice
+from marlin_demo.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: every capability torch can report on x86, as ATen's dispatch level and the 16-bit instruction checks
+X86_LEVELS = ("DEFAULT", "AVX2", "AVX512")
+
+
+@pytest.mark.parametrize(
+    ("aten", "avx512_bf16", "amx", "fp16"), list(itertools.product(X86_LEVELS, *[(False, True)] * 3))
+)
+def test_x86_choice_for_each_capability(aten: str, avx512_bf16: bool, amx: bool, fp16: bool) -> None:
+    """bf16 only with AVX512 kernels and AVX512-BF16 or AMX; fp16 only with native fp16; else float32."""
+    caps = compute.CpuCaps(
+        x86=True, aten=aten, avx512_bf16=avx512_bf16, amx_tile=amx, mkldnn_bf16=True, mkldnn_fp16=fp16
+    )
+    bf16 = compute.choose("cpu", "bfloat16", caps=caps)
+    native_bf16 = aten == "AVX512" and (avx512_bf16 or amx)
+    assert bf16.dtype == ("bfloat16" if native_bf16 else "float32")
+    assert ("natively" in bf16.reason) == native_bf16
+    if not native_bf16:  # the reason names what the CPU lacks, in the facts torch gave
+        assert f"ATen {aten}" in bf16.reason and "no native bfloat16" in bf16.reason
+    fp16_choice = compute.choose("cpu", "float16", caps=caps)
+    assert fp16_choice.dtype == ("float16" if fp16 and aten == "AVX512" else "float32")
+    # CUDA never changes: the weights' own type whatever the CPU is
+    assert compute.choose("cuda", "bfloat16", caps=caps).dtype == "bfloat16"
+    assert compute.choose("cuda", "float16", caps=caps).dtype == "float16"
+
+
+@pytest.mark.parametrize(("bf16", "fp16"), list(itertools.product((False, True), repeat=2)))
+def test_arm_choice_follows_onednn(bf16: bool, fp16: bool) -> None:
+    caps = compute.CpuCaps(x86=False, aten="SVE256", mkldnn_bf16=bf16, mkldnn_fp16=fp16)
+    assert compute.choose("cpu", "bfloat16", caps=caps).dtype == ("bfloat16" if bf16 else "float32")
+    assert compute.choose("cpu", "float16", caps=caps).dtype == ("float16" if fp16 else "float32")
+
+
+def test_the_setting_overrides_everywhere_and_bad_values_are_named() -> None:
+    slow = compute.CpuCaps(x86=True, aten="AVX2")
+    for value, want in (
+        ("bfloat16", "bfloat16"),
+        ("bf16", "bfloat16"),
+        ("fp32", "float32"),
+        ("float16", "float16"),
+    ):
+        for device in ("cpu", "cuda"):
+            choice = compute.choose(device, "bfloat16", value, caps=slow)
+            assert (choice.dtype, choice.reason) == (want, "set by MARLIN_COMPUTE_DTYPE")
+    assert compute.choose("cpu", "bfloat16", " AUTO ", caps=slow).dtype == "float32"
+    with pytest.raises(ValueError, match=r"MARLIN_COMPUTE_DTYPE='int8' .*auto, bfloat16, float16 or float32"):
+        compute.choose("cpu", "bfloat16", "int8", caps=slow)
+
+
+def test_the_probe_asks_torch() -> None:
+    """The real probe reports what torch's own checks say on this machine."""
+    caps = compute.probe()
+    assert caps.aten == torch.backends.cpu.get_cpu_capability()
+    assert caps.mkldnn_bf16 == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if caps.x86:
+        assert caps.avx512_bf16 == torch.cpu._is_avx512_bf16_supported()
+        assert caps.amx_tile == torch.cpu._is_amx_tile_supported()
+
+
+def test_settings_variants_and_the_fingerprint() -> None:
+    """A variant keeps its name; the choice is per variant (its weights' type) and in the fingerprint."""
+    from marlin_demo.models.fingerprint import stack_fingerprint
+
+    settings = Settings(model="tiny", device="cpu", compute_dtype="float32")
+    assert compute_choice(settings, "gptq", "cpu").dtype == "float32"
+    stack = stack_fingerprint(settings)
+    assert stack["compute_dtype"] == {"gptq": "float32", "bnb4": "float32", "bf16": "float32"}
+    auto = stack_fingerprint(settings.with_(compute_dtype="auto"))["compute_dtype"]
+    assert set(auto.values()) == {compute.choose("cpu", "bfloat16").dtype}
+
+
+# One variant of each loader, loaded as the app loads them; what each computes in and reports.
+LOAD_ALL = """
+import json, torch
+from marlin_demo.models import load_variant
+from marlin_demo.settings import from_env
+
+settings = from_env()
+out = {}
+for v in ("gptq", "bnb4", "bf16"):
+    m = load_variant(settings, v)
+    floats = sorted({str(p.dtype) for p in m.model.parameters() if p.is_floating_point()})
+    out[v] = {"compute": m.compute_dtype, "reason": m.compute_reason, "floats": floats, "kernel": m.kernel}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARLIN_COMPUTE")}
+    env.update(MARLIN_MODEL="tiny", MARLIN_DEVICE="cpu", **extra)
+    return env
+
+
+@pytest.mark.slow
+def test_an_avx2_only_cpu_loads_every_variant_in_float32() -> None:
+    """With ATen held to AVX2 (as on an AVX2-only processor) every loader computes in float32: the
+    16-bit weights, bnb4's compute type and GPTQ's dequantized matmuls; the variants keep their names."""
+    out = run_fresh(LOAD_ALL, "RESULT", cwd=ROOT, env=_env(ATEN_CPU_CAPABILITY="avx2"))
+    for variant, got in out.items():
+        assert got["compute"] == "float32", (variant, got)
+        assert "no native bfloat16" in got["reason"] and "ATen AVX2" in got["reason"]
+        assert "torch.bfloat16" not in got["floats"], (variant, got)  # nothing left computing in bf16
+    assert out["bf16"]["kernel"] == "fp32"
+    assert out["bnb4"]["kernel"] == "bitsandbytes-nf4"
+    assert "TorchAten" in out["gptq"]["kernel"] or "Torch" in out["gptq"]["kernel"], out["gptq"]
+
+
+@pytest.mark.slow
+def test_the_override_loads_bf16_on_any_cpu() -> None:
+    out = run_fresh(
+        LOAD_ALL, "RESULT", cwd=ROOT, env=_env(ATEN_CPU_CAPABILITY="avx2", MARLIN_COMPUTE_DTYPE="bf16")
+    )
+    for variant, got in out.items():
+        assert got["compute"] == "bfloat16" and got["reason"] == "set by MARLIN_COMPUTE_DTYPE", variant
+    assert out["bf16"]["floats"] == ["torch.bfloat16"]
+
+
+@pytest.mark.slow
+def test_the_cli_and_the_json_say_what_ran_on_an_avx2_cpu(examples_dir: Path) -> None:
+    """The CLI's JSON carries the runtime block; its readable form says the compute type too."""
+    clip = str(examples_dir / "blue_square.mp4")
+    env = _env(ATEN_CPU_CAPABILITY="avx2")
+    cmd = [sys.executable, "-m", "marlin_demo", "caption", clip, "--variant", "bf16"]
+    proc = subprocess.run([*cmd, "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runtime = json.loads(proc.stdout)["runtime"]
+    assert runtime["device"] == "cpu" and runtime["compute_dtype"] == "float32"
+    assert runtime["kernel"] == "fp32"
+    assert runtime["gpu_calls"] == {"calls": 0, "asked_s": 0.0, "used_s": 0.0}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "computed in float32" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_the_side_by_side_benchmark_reports_both_types(tmp_path: Path) -> None:
+    """benchmarks/bench_compute_dtype.py on one clip and variant: each row ran in the type it names."""
+    from script_loader import load_script
+
+    bench = load_script(ROOT / "benchmarks" / "bench_compute_dtype.py")
+    out = tmp_path / "report.json"
+    assert (
+        bench.main(
+            ["--variants", "bf16", "--clips", "examples/blue_square.mp4", "--repeats", "1", "--out", str(out)]
+        )
+        == 0
+    )
+    report = json.loads(out.read_text())
+    assert {r["dtype"] for r in report["rows"]} == {"bfloat16", "float32"}
+    (row,) = [t for t in report["table"] if t["task"] == "caption"]
+    assert row["float32_speedup"] == round(row["bfloat16_s"] / row["float32_s"], 2)
+    assert report["auto_choice"] == compute.choose("cpu", "bfloat16").dtype
