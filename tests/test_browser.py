@@ -7,6 +7,7 @@ so each test selects its tab first. Waits are on page state, never fixed sleeps.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,6 +179,11 @@ def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
     pg.wait_for_selector("#caption-video video", timeout=60_000)
     pg.wait_for_selector("#caption-status .ms-ok", timeout=60_000)
     assert "Ready: 12.0 s" in pg.inner_text("#caption-status")
+    # before Run, how long this clip will take on this CPU (service.cost: one line, the ZeroGPU cost's too)
+    assert re.search(
+        r"On this CPU \((bfloat16|float32)\), a caption of this clip takes about \d+",
+        pg.inner_text("#caption-status"),
+    )
     # Stop: the run is cancelled, the page says so, Run comes back; the next run answers (the server
     # and its one-request-at-a-time lock are fine after a stop)
     pg.click("#caption-run")

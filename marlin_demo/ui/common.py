@@ -28,8 +28,8 @@ from marlin_demo import agreement as cmp
 from marlin_demo import settings as settings_mod
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.results import RunInfo, memory_label
-from marlin_demo.service import space
+from marlin_demo.results import RunInfo, Task, memory_label
+from marlin_demo.service import cost
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.ui import example_notes
@@ -396,7 +396,7 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
     Only the file's facts are probed here (no decoding); the run says the rest in the same place.
     """
     from marlin_demo.longvideo import plan as win
-    from marlin_demo.video import validate
+    from marlin_demo.video import plan_sampling, validate
 
     if not video:
         return ""
@@ -412,7 +412,9 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
     text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
     if len(parts) > 1:
         text += f"; read as {len(parts)} windows of up to {size:g} s"
-    note = space.gpu_note("find" if task == "find" else "caption", info.duration_s, s)
+    kind: Task = "find" if task == "find" else "caption"
+    plan = plan_sampling(info, ctx.engine.params)
+    note = cost.estimate_line(kind, plan, info.duration_s, s, ctx.variants[:1], ctx.engine.params)
     return status_html(text + "." + (f" {note}" if note else ""))
 
 

@@ -1,0 +1,71 @@
+"""The one line that says, before Run, what a request will cost here (service.cost)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marlin_demo.contract import VideoParams
+from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.models import compute
+from marlin_demo.service import capacity, cost, space
+from marlin_demo.settings import Settings
+from marlin_demo.video import plan_sampling, probe
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TINY = Settings(model="tiny", device="cpu")
+
+
+def _plan(name: str):  # type: ignore[no-untyped-def]
+    info = probe(EXAMPLES / name)
+    return info, plan_sampling(info, VideoParams())
+
+
+def test_a_short_clip_is_one_window_with_its_own_share_of_a_full_prefill() -> None:
+    info, plan = _plan("ball_rolls.mp4")  # 12 s: one caption window, 24 frames
+    speed = capacity.speed_for(TINY, "cpu")
+    assert speed is not None
+    est = cost.estimate("caption", plan, info.duration_s, TINY, speed)
+    share = plan.video_tokens / cost.largest_window_tokens()
+    assert est.windows == 1 and 0 < share < 1
+    assert est.first_s == pytest.approx(speed.prepare_s + speed.overhead_s + speed.prefill_s * share)
+    assert est.most_s == pytest.approx(est.first_s + TINY.caption_max_new_tokens / speed.decode_tokens_per_s)
+
+
+def test_a_long_video_costs_each_window_and_no_window_more_than_a_full_one() -> None:
+    _info, plan = _plan("ball_rolls.mp4")
+    speed = capacity.speed_for(TINY, "cpu")
+    assert speed is not None
+    long_s = 600.0  # the same picture size, ten minutes: windows as the request would run them
+    est = cost.estimate("find", plan, long_s, TINY, speed)
+    n = len(plan_for("find", long_s, TINY, limit=False))
+    assert est.windows == n > 1
+    per_window = speed.prepare_s + speed.overhead_s
+    assert n * per_window < est.first_s <= n * (per_window + speed.prefill_s)
+    assert est.most_s == pytest.approx(est.first_s + n * TINY.find_max_new_tokens / speed.decode_tokens_per_s)
+
+
+def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    info, plan = _plan("ball_rolls.mp4")
+    line = cost.estimate_line("caption", plan, info.duration_s, TINY, ["gptq"])
+    dtype = compute.choose("cpu", "bfloat16").dtype
+    assert line.startswith(f"On this CPU ({dtype}), a caption of this clip takes about ")
+    assert "768-token limit" in line and "the answer runs" in line
+    three = cost.estimate_line("caption", plan, info.duration_s, TINY, ["gptq", "bnb4", "bf16"])
+    assert "a caption on 3 variants" in three and "every answer runs" in three
+    # no speed measured in this compute type for the real model: said, not guessed
+    unmeasured = Settings(model="marlin", device="cpu", compute_dtype="float16")
+    assert capacity.speed_for(unmeasured, "cpu") is None
+    assert "never measured" in cost.estimate_line("find", plan, info.duration_s, unmeasured)
+    # on ZeroGPU the same line is the GPU cost
+    monkeypatch.setattr(space, "zero_gpu", lambda: True)
+    assert cost.estimate_line("caption", plan, 600.0, TINY) == space.gpu_note("caption", 600.0, TINY)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(0.2, "1 s"), (12.4, "12 s"), (119, "119 s"), (130, "2 min 10 s"), (900, "15 min"), (7300, "2 h 1 min")],
+)
+def test_durations_read_as_a_wait(seconds: float, words: str) -> None:
+    assert cost.duration_words(seconds) == words
