@@ -147,12 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _engine(args: argparse.Namespace) -> Any:
-    """The engine for a command, once its settings agree with the measured speeds (else a ValueError)."""
+    """The engine for a command, once its settings agree with the measured speeds and the variant asked
+    for can run on this machine (else a ValueError saying why, in one sentence)."""
     from marlin_demo.engine import Engine
-    from marlin_demo.service.startup import check_limits
+    from marlin_demo.service.startup import check_limits, offered
 
     settings = settings_mod.from_args(args)
     check_limits(settings)
+    settings, withheld = offered(settings)
+    if getattr(args, "variant", None) in withheld:
+        raise ValueError(withheld[args.variant])
     return Engine(settings)
 
 

@@ -3,6 +3,8 @@ measured speeds (service/speeds.json), never contradict each other; contradictin
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,180 @@ def test_every_command_refuses_contradicting_settings_before_it_runs(
     assert code == 2, err
     assert err.startswith("error: MARLIN_REQUEST_TIMEOUT_S=5 ") and "\n" not in err, err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+# --------------------------------------------------------------------------- the real model on a CPU
+
+REAL_CPU = LOCAL.with_(device="cpu")
+CPU_ENTRIES = sorted(k for k, s in capacity.speeds().items() if s.isa)
+
+
+def _cpu(isa: str, threads: int, dtype: str = "bfloat16") -> capacity.Speed:
+    """A CPU entry as --apply-speeds writes it (figures made up: the matching is under test)."""
+    return capacity.Speed(
+        name=capacity.cpu_key(isa, threads),
+        decode_tokens_per_s=2.0,
+        prefill_s=600.0,
+        prepare_s=15.0,
+        overhead_s=5.0,
+        isa=isa,
+        threads=threads,
+        variants={"gptq": {"compute_dtype": dtype, "window_peak_mb": 5000}},
+    )
+
+
+def test_a_cpu_entry_is_matched_by_class_compute_type_and_threads() -> None:
+    entries = [_cpu("avx512bf16", 2), _cpu("avx2", 2, "float32"), _cpu("avx2", 8, "float32")]
+    table = {s.name: s for s in entries}
+    bf16, avx2_2, avx2_8 = entries
+    assert capacity.cpu_speed(table, "avx512bf16", 2, "bfloat16") == (bf16, 1.0)
+    assert capacity.cpu_speed(table, "avx512bf16", 16, "bfloat16") == (bf16, 1.0)  # more threads: as measured
+    assert capacity.cpu_speed(table, "avx2", 4, "float32") == (avx2_2, 1.0)  # the most threads at or under
+    assert capacity.cpu_speed(table, "avx2", 8, "float32") == (avx2_8, 1.0)
+    assert capacity.cpu_speed(table, "avx2", 1, "float32") == (avx2_2, 0.5)  # fewer: scaled down
+    # AVX512 without native bf16 computes in float32: the slower measured class's float32 figures
+    assert capacity.cpu_speed(table, "avx512", 2, "float32") == (avx2_2, 1.0)
+    assert capacity.cpu_speed(table, "avx512bf16", 2, "float32") == (avx2_2, 1.0)
+    # nothing measured in that type, or below AVX2: nothing derived
+    assert capacity.cpu_speed(table, "avx2", 2, "bfloat16") is None
+    assert capacity.cpu_speed(table, "default", 2, "float32") is None
+    half = capacity.scaled(avx2_2, 0.5)
+    assert (half.decode_tokens_per_s, half.prefill_s, half.prepare_s) == (1.0, 1200.0, 15.0)
+
+
+def test_cpu_class_follows_what_torch_reports() -> None:
+    from marlin_demo.models.compute import CpuCaps
+
+    assert capacity.cpu_isa(CpuCaps(x86=True, aten="AVX512", avx512_bf16=True)) == "avx512bf16"
+    assert capacity.cpu_isa(CpuCaps(x86=True, aten="AVX512", amx_tile=True)) == "avx512bf16"
+    assert capacity.cpu_isa(CpuCaps(x86=True, aten="AVX512")) == "avx512"
+    # ATEN_CPU_CAPABILITY=avx2 on a bf16 machine: ATen runs AVX2 kernels, so the class is avx2
+    assert capacity.cpu_isa(CpuCaps(x86=True, aten="AVX2", avx512_bf16=True)) == "avx2"
+    assert capacity.cpu_isa(CpuCaps(x86=True, aten="DEFAULT")) == "default"
+    assert capacity.cpu_key("avx2", 2) == "cpu-avx2-2t"
+
+
+@pytest.mark.parametrize("key", CPU_ENTRIES)
+def test_a_measured_cpu_entry_has_every_variants_figures(key: str) -> None:
+    """Written by scripts/cpu_check.py --apply-speeds: its own rates are the slowest variant's."""
+    speed = capacity.speeds()[key]
+    assert key == capacity.cpu_key(speed.isa, speed.threads) and "scripts/cpu_check.py" in speed.source
+    ran = {v: f for v, f in speed.variants.items() if "error" not in f}
+    assert ran, speed.variants
+    for fig in ran.values():
+        assert fig["peak_mb"] > 0 and fig["window_peak_mb"] >= fig["peak_mb"] * 0.5
+        assert fig["load_s"] > 0 and fig["prefill_tokens_per_s"] > 0 and fig["decode_tokens_per_s"] > 0
+    assert speed.decode_tokens_per_s == min(f["window_decode_tokens_per_s"] for f in ran.values())
+    assert speed.prefill_s == max(f["prefill_s"] for f in ran.values())
+
+
+@pytest.mark.parametrize("key", CPU_ENTRIES)
+def test_limits_derived_from_a_cpu_entry(key: str) -> None:
+    """One window's time on a CPU: its measured prefill, every allowed token at its measured decode rate,
+    the recorded preparation and overhead; far beyond the GPU-sized default time limit, which says so."""
+    speed = capacity.speeds()[key]
+    for task in ("caption", "find"):
+        tokens = capacity.max_new_tokens(task, REAL_CPU)
+        expected = speed.overhead_s + speed.prefill_s + tokens / speed.decode_tokens_per_s
+        assert capacity.model_s(task, REAL_CPU, speed) == pytest.approx(expected)
+        assert capacity.window_s(task, REAL_CPU, speed) == pytest.approx(expected + speed.prepare_s)
+    need = math.ceil(capacity.window_s("caption", REAL_CPU, speed))
+    assert need > REAL_CPU.request_timeout_s
+    enough = REAL_CPU.with_(request_timeout_s=float(need))
+    assert capacity.window_s("caption", enough, speed) <= enough.request_timeout_s
+
+
+def test_this_cpu_gets_its_measured_entry(caplog: pytest.LogCaptureFixture) -> None:
+    """The real model on this CPU: the entry of its class in its compute type (every x86 CPU with AVX2
+    or more has one: bf16 where native, else the AVX2 float32 one); its conflicts are a warning at
+    start-up, not a refusal (the stand-in may answer instead)."""
+    if not CPU_ENTRIES or capacity.cpu_isa() not in ("avx2", "avx512", "avx512bf16"):
+        pytest.skip(f"no entry measured for a {capacity.cpu_isa()} CPU")
+    speed = capacity.speed_for(REAL_CPU, "cpu")
+    assert speed is not None and speed.isa
+    found = capacity.conflicts(REAL_CPU, "cpu")
+    assert found and "raise it to at least" in found[0]
+    with caplog.at_level("WARNING"):
+        check_limits(REAL_CPU)  # no raise
+    assert "raise it to at least" in caplog.text
+    assert capacity.speed_for(REAL_CPU.with_(model="tiny"), "cpu") == capacity.speeds()["cpu-tiny"]
+
+
+@pytest.mark.parametrize("key", CPU_ENTRIES)
+def test_a_variant_that_does_not_fit_the_memory_is_withheld(key: str) -> None:
+    """Each variant's measured peak for a full window against a machine's memory (a parameter here):
+    over 90% of it, the variant is not offered, in one sentence; one that failed on that CPU never is."""
+    speed = capacity.speeds()[key]
+    failed = {v for v, f in speed.variants.items() if "error" in f}
+    peaks = {v: f["window_peak_mb"] for v, f in speed.variants.items() if v not in failed}
+    roomy = max(peaks.values()) / capacity.MEMORY_SHARE + 1
+    assert set(capacity.withheld(speed, roomy)) == failed
+    smallest = min(peaks.values()) / capacity.MEMORY_SHARE + 1
+    out = capacity.withheld(speed, smallest)
+    assert set(out) == failed | {v for v, p in peaks.items() if p > min(peaks.values())}
+    for sentence in out.values():
+        assert sentence.endswith(".") and sentence.count(". ") == 0, sentence
+    assert all("GB" in out[v] for v in set(out) - failed)
+    # a 16 GB cpu-basic machine: exactly the variants whose measured window peak is over 90% of it
+    cpu_basic = capacity.withheld(speed, 16 * 1024)
+    assert set(cpu_basic) == failed | {v for v, p in peaks.items() if p > capacity.MEMORY_SHARE * 16 * 1024}
+    assert capacity.withheld(capacity.speeds()["h200"], 1.0) == {}  # not a CPU entry: nothing withheld
+
+
+def test_start_up_offers_only_what_fits_this_machines_memory() -> None:
+    from marlin_demo.service.startup import offered, start_engine
+
+    speed = capacity.speed_for(REAL_CPU, "cpu")
+    if speed is None:
+        pytest.skip("no CPU entry for this machine")
+    failed = {v for v, f in speed.variants.items() if "error" in f}
+    roomy, why = offered(REAL_CPU, total_mb=10**9)
+    assert set(why) == failed and roomy.variant_list == [v for v in REAL_CPU.variant_list if v not in failed]
+    none_fit, why = offered(REAL_CPU, total_mb=1.0)
+    assert none_fit.variant_list == [] and set(why) == {"gptq", "bnb4", "bf16"}
+    engine, status = start_engine(REAL_CPU, total_mb=1.0)  # nothing fits: the stand-in, and why
+    assert engine.settings.is_tiny and status.fell_back and status.fallback_reason == status.withheld_note
+    assert engine.variants == ["gptq", "bnb4", "bf16"]  # the stand-in runs them all
+    assert offered(REAL_CPU.with_(model="tiny"), total_mb=1.0)[1] == {}
+
+
+def test_a_variant_that_cannot_run_here_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A speeds table whose entry for this CPU says bf16 failed there: the CLI refuses --variant bf16 with
+    that sentence before loading anything, and start-up leaves it out, saying why (the table is test data
+    in a file of its own; nothing measured is replaced)."""
+    from marlin_demo.service.startup import ModelStatus, offered
+
+    speed = capacity.speed_for(REAL_CPU, "cpu")
+    if speed is None:
+        pytest.skip("no CPU entry for this machine")
+    table = json.loads(capacity.SPEEDS_FILE.read_text())
+    key = speed.name.split(" ")[0]
+    table[key]["variants"]["bf16"] = {"error": "RuntimeError: no CPU kernel for this op"}
+    speeds = tmp_path / "speeds.json"
+    speeds.write_text(json.dumps(table))
+    monkeypatch.setattr(capacity, "SPEEDS_FILE", speeds)
+    capacity.speeds.cache_clear()
+    try:
+        model = tmp_path / "model"
+        model.mkdir()
+        argv = [
+            "caption",
+            "examples/flower.mp4",
+            "--model",
+            str(model),
+            "--device",
+            "cpu",
+            "--variant",
+            "bf16",
+        ]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err == "error: bf16 (16-bit) cannot run on this CPU: RuntimeError: no CPU kernel for this op."
+        # start-up leaves it out and keeps the sentence for the page (the variant radio's note)
+        settings, why = offered(REAL_CPU.with_(model=str(model)), total_mb=10**9)
+        assert "bf16" not in settings.variant_list and why["bf16"] == err.removeprefix("error: ")
+        assert ModelStatus(requested=str(model), withheld=why).withheld_note.count("bf16 (16-bit)") == 1
+    finally:
+        capacity.speeds.cache_clear()

@@ -1,11 +1,14 @@
 """What a request can cost and which videos the app can finish: the limits derived from measured speeds.
 
 ``speeds.json`` holds per-device figures (decode rate, prefill, video preparation, overhead), taken from
-the GPU check and a CPU run of the tiny stand-in. From them and the settings this module derives how
-long one window can take, what a ZeroGPU call must ask for, and the longest video each task can finish;
-start-up refuses settings that contradict them (``conflicts``), so a video the limits accept is one the
-app can answer. The request time limit applies per window (a window's model work, not the time spent
-waiting for other requests).
+the GPU check, a CPU run of the tiny stand-in and the CPU check of the real model's size
+(scripts/cpu_check.py: one entry per instruction-set class and thread count, with each variant's peak
+memory). From them and the settings this module derives how long one window can take, what a ZeroGPU
+call must ask for, the longest video each task can finish, and on a CPU which variants this machine
+cannot run (``withheld``); start-up refuses settings that contradict them (``conflicts``), so a video the
+limits accept is one the app can answer (the real model on a CPU is warned about, not refused:
+``startup.check_limits``). The request time limit applies per window (a window's model work, not the
+time spent waiting for other requests).
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from marlin_demo import variants
 from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.models import compute
 from marlin_demo.results import Task
 from marlin_demo.settings import Settings, env_name
 
@@ -39,6 +46,17 @@ class Speed:
     prepare_s: float  # decoding and resizing one window's frames on the CPU
     overhead_s: float  # everything else of one call (moving tensors, parsing, scoring)
     source: str = ""
+    #: a CPU entry's instruction-set class (``cpu_isa``) and the threads it was measured with
+    isa: str = ""
+    threads: int = 0
+    #: per variant, a CPU entry's measured figures (``peak_mb``, ``window_peak_mb``...) or its ``error``
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def compute_dtype(self) -> str:
+        """What a CPU entry's variants computed in (bfloat16 where none says)."""
+        found = {str(v["compute_dtype"]) for v in self.variants.values() if "compute_dtype" in v}
+        return found.pop() if len(found) == 1 else "bfloat16"
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,12 +65,130 @@ def speeds() -> dict[str, Speed]:
     return {name: Speed(name=name, **fig) for name, fig in raw.items() if not name.startswith("_")}
 
 
+#: instruction-set classes, slowest first: with no entry for this CPU's class, the slowest measured
+#: class at or below it is used (a faster CPU finishes no later than its figures say)
+ISA_ORDER = ("default", "avx2", "avx512", "avx512bf16")
+
+
+def cpu_isa(caps: compute.CpuCaps | None = None) -> str:
+    """This CPU's class for the speeds table: avx512bf16 (native bf16: AVX512-BF16 or AMX), avx512, avx2
+    or default, as torch reports it (``compute.probe``; ATEN_CPU_CAPABILITY lowers it)."""
+    caps = caps or compute.probe()
+    aten = caps.aten.lower()
+    if not caps.x86:
+        return "arm-bf16" if caps.native("bfloat16") else "arm"
+    if aten.startswith("avx512"):
+        return "avx512bf16" if caps.native("bfloat16") else "avx512"
+    return "avx2" if aten.startswith("avx2") else "default"
+
+
+def cpu_key(isa: str, threads: int) -> str:
+    """The speeds.json key of a CPU entry: ``cpu-avx512bf16-2t``."""
+    return f"cpu-{isa}-{threads}t"
+
+
+def cpu_threads() -> int:
+    """The threads torch computes with here (what an entry's ``threads`` is compared with)."""
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def cpu_speed(table: Mapping[str, Speed], isa: str, threads: int, dtype: str) -> tuple[Speed, float] | None:
+    """The CPU entry for this class, threads and compute type, and the factor its rates are scaled by.
+
+    Only an entry measured in the same compute type counts. Its class: this CPU's, else the fastest
+    measured class below it. Its threads: this many, else the most threads at or under this many (used
+    as measured: more threads are no slower), else the fewest above, its rates scaled down by the ratio
+    (prefill grows with cores; decode, bound by memory, grows less, so the scaling is pessimistic).
+    None when no entry qualifies (nothing is derived, as before any CPU was measured).
+    """
+    cpu = [s for s in table.values() if s.isa and s.compute_dtype == dtype]
+    rank = {name: i for i, name in enumerate(ISA_ORDER)}
+    same = [s for s in cpu if s.isa == isa]
+    if not same and isa in rank:
+        lower = [s for s in cpu if s.isa in rank and rank[s.isa] < rank[isa]]
+        best = max((rank[s.isa] for s in lower), default=None)
+        same = [s for s in lower if rank[s.isa] == best]
+    if not same:
+        return None
+    under = [s for s in same if s.threads <= threads]
+    if under:
+        return max(under, key=lambda s: s.threads), 1.0
+    fewest = min(same, key=lambda s: s.threads)
+    return fewest, threads / fewest.threads
+
+
+def scaled(speed: Speed, factor: float) -> Speed:
+    """``speed`` with its rates times ``factor`` (prefill time divided by it); unchanged at 1."""
+    if factor == 1.0:
+        return speed
+    return Speed(
+        name=f"{speed.name} x{factor:.2g}",
+        decode_tokens_per_s=speed.decode_tokens_per_s * factor,
+        prefill_s=speed.prefill_s / factor,
+        prepare_s=speed.prepare_s,
+        overhead_s=speed.overhead_s,
+        source=speed.source,
+        isa=speed.isa,
+        threads=speed.threads,
+        variants=speed.variants,
+    )
+
+
 def speed_for(settings: Settings, device: str) -> Speed | None:
     """The figures for this device and model: the H200's on any GPU (the one measured), the tiny
-    stand-in's on a CPU; None for the real model on a CPU (not measured: nothing derived)."""
+    stand-in's on a CPU; for the real model on a CPU the entry measured on this class of CPU in the
+    compute type it will use (``cpu_speed``), or None where none was (nothing derived)."""
     if device == "cuda":
         return speeds()["h200"]
-    return speeds()["cpu-tiny"] if settings.is_tiny else None
+    if settings.is_tiny:
+        return speeds()["cpu-tiny"]
+    dtype = compute.choose("cpu", "bfloat16", settings.compute_dtype).dtype
+    found = cpu_speed(speeds(), cpu_isa(), cpu_threads(), dtype)
+    return None if found is None else scaled(*found)
+
+
+def total_memory_mb() -> float:
+    """This machine's memory for one process: the smaller of the RAM and the container's limit (cgroup)."""
+    total = 0.0
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) / 1024
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) < 2**60:
+            total = min(total, int(raw) / 2**20)
+    return total
+
+
+#: share of the memory a variant's peak may use: the page, the OS and the video's frames need the rest
+MEMORY_SHARE = 0.9
+
+
+def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
+    """{variant: why it is not offered} for a CPU entry: it failed on this CPU, or its measured peak
+    for a full window does not fit in ``total_mb`` (``MEMORY_SHARE`` of it). Empty off a CPU entry."""
+    if speed is None or not speed.isa:
+        return {}
+    out: dict[str, str] = {}
+    for name, fig in speed.variants.items():
+        label = variants.label(name)
+        if "error" in fig:
+            out[name] = f"{label} cannot run on this CPU: {str(fig['error']).rstrip('.')}."
+            continue
+        peak = float(fig.get("window_peak_mb") or fig.get("peak_mb") or 0.0)
+        if peak > MEMORY_SHARE * total_mb:
+            out[name] = (
+                f"{label} is not offered on this machine: a full window needs about {peak / 1024:.1f} GB of "
+                f"memory at its peak (measured on {speed.name}) and this machine has "
+                f"{total_mb / 1024:.1f} GB."
+            )
+    return out
 
 
 def max_new_tokens(task: Task, settings: Settings) -> int:

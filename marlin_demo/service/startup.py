@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -36,10 +36,18 @@ class ModelStatus:
 
     requested: str
     fallback_reason: str | None = None
+    #: {variant: why it is not offered on this machine} (``capacity.withheld``: it fails on this CPU or
+    #: does not fit in its memory)
+    withheld: dict[str, str] = field(default_factory=dict)
 
     @property
     def fell_back(self) -> bool:
         return self.fallback_reason is not None
+
+    @property
+    def withheld_note(self) -> str:
+        """One sentence per variant not offered here ("" when every variant is)."""
+        return " ".join(self.withheld.values())
 
 
 def _hub_unavailable(settings: Settings, variant: str) -> str | None:
@@ -75,13 +83,20 @@ def _hub_unavailable(settings: Settings, variant: str) -> str | None:
         return f"The Hugging Face Hub ({host}) is unreachable ({why}) and {repo} is not in the local cache."
 
 
-def start_engine(settings: Settings) -> tuple[Engine, ModelStatus]:
+def start_engine(settings: Settings, total_mb: float | None = None) -> tuple[Engine, ModelStatus]:
     """An engine that can answer: the requested model, or the tiny stand-in with the reason why.
 
     For a real model the first variant is loaded now; a ``ModelLoadError``
-    switches to ``settings.with_(model="tiny")`` and keeps the message for the banner.
+    switches to ``settings.with_(model="tiny")`` and keeps the message for the banner. On a CPU the
+    variants this machine cannot run are not offered (``offered``; ``total_mb``: its memory, measured
+    when None); the status says why.
     """
     status = ModelStatus(requested=settings.model)
+    stand_in = settings.with_(model="tiny")  # every variant: the stand-in runs them all
+    settings, status.withheld = offered(settings, total_mb)
+    if status.withheld and not settings.variant_list:  # nothing this machine can run
+        status.fallback_reason = status.withheld_note
+        return Engine(stand_in), status
     engine = Engine(settings)
     if settings.is_tiny or not engine.variants:
         return engine, status
@@ -95,7 +110,33 @@ def start_engine(settings: Settings) -> tuple[Engine, ModelStatus]:
             reason = str(exc)
     log.warning("falling back to the tiny stand-in: %s", reason)
     status.fallback_reason = reason
-    return Engine(settings.with_(model="tiny")), status
+    status.withheld = {}  # the stand-in runs every variant
+    return Engine(stand_in), status
+
+
+def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings, dict[str, str]]:
+    """The settings with the variants this machine cannot run left out, and why each is left out.
+
+    On a CPU the measured entry for this machine (``capacity.speed_for``) says which variants failed
+    there and how much memory each needs for a full window; one that needs more than this machine has
+    (``total_mb``, default ``capacity.total_memory_mb()``) is not offered. On a GPU, for the tiny
+    stand-in, or where no CPU entry matches, every variant is offered.
+    """
+    if settings.is_tiny:
+        return settings, {}
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        return settings, {}  # the load says what is wrong with the device
+    if device != "cpu":
+        return settings, {}
+    speed = capacity.speed_for(settings, device)
+    reasons = capacity.withheld(speed, capacity.total_memory_mb() if total_mb is None else total_mb)
+    reasons = {v: why for v, why in reasons.items() if v in settings.variant_list}
+    if not reasons:
+        return settings, {}
+    kept = [v for v in settings.variants.split(",") if v.strip() and v.strip() not in reasons]
+    return settings.with_(variants=",".join(v.strip() for v in kept)), reasons
 
 
 def preload(engine: Engine) -> dict[str, str]:
@@ -117,13 +158,19 @@ def preload(engine: Engine) -> dict[str, str]:
 def check_limits(settings: Settings, zero_gpu: bool = False) -> None:
     """Refuse settings that contradict the measured speeds (``capacity``), with one sentence per conflict.
 
-    Raised at start-up, before any request, so a video the limits accept is one the app can answer.
+    Raised at start-up, before any request, so a video the limits accept is one the app can answer. The
+    real model on a CPU is the exception: its conflicts are logged as a warning (one line on stderr).
     """
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
         return  # the load says what is wrong with the device
     found = capacity.conflicts(settings, device, zero_gpu)
+    if found and device == "cpu" and not settings.is_tiny:
+        # the real model on a CPU: said, not refused. Its measured window takes far longer than the
+        # GPU-sized defaults allow, and it may never load (no Hub: the stand-in answers instead)
+        log.warning("%s", " ".join(found))
+        found = []
     if zero_gpu:
         found += zero_gpu_refusals(settings)
     if found:

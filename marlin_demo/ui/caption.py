@@ -302,7 +302,11 @@ def render(ctx: UIContext) -> CaptionTab:
             video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             video.change(functools.partial(clip_status, ctx, task="caption"), video, status, **PRIVATE_UI)
             variant = gr.Radio(
-                ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="caption-variant"
+                ctx.variant_choices(),
+                value=ctx.default_variant,
+                label="Variant",
+                info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
+                elem_id="caption-variant",
             )
             with gr.Row(elem_classes="mr-buttons"):
                 run = gr.Button("Caption this video", variant="primary", elem_id="caption-run")

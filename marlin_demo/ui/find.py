@@ -253,7 +253,11 @@ def render(ctx: UIContext) -> FindTab:
                 elem_id="find-suggestions",
             )
             variant = gr.Radio(
-                ctx.variant_choices(), value=ctx.default_variant, label="Variant", elem_id="find-variant"
+                ctx.variant_choices(),
+                value=ctx.default_variant,
+                label="Variant",
+                info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
+                elem_id="find-variant",
             )
             with gr.Row(elem_classes="mr-buttons"):
                 run = gr.Button(
