@@ -69,9 +69,6 @@ def data_folder(data: str | None) -> Path:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    need = missing_extra("bench", "bench")  # its plots: before any model work, not after it
-    if need:
-        raise BenchError(need)
     if args.repeats < 1:
         raise BenchError("--repeats must be at least 1.")
     if args.limit is not None and args.limit < 1:
@@ -82,6 +79,9 @@ def _bench(args: argparse.Namespace) -> int:
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None
+    need = missing_extra("bench", "bench")  # its plots: said before any model work, not after it
+    if need:
+        raise BenchError(need)
     allowed = [*(k.name for k in registry.kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
     tasks = parse_list(args.tasks, "tasks", TASKS)
