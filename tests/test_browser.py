@@ -574,6 +574,7 @@ def windowed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppSer
         "MARLIN_FIND_OVERLAP_S": "1",
         "MARLIN_CACHE_EXAMPLES": "off",
         "MARLIN_STREAM_EVERY_S": "0.3",
+        "ATEN_CPU_CAPABILITY": "avx2",  # as on an AVX2-only processor: no native bf16, so float32
     }
     server = start_app(
         tmp_path_factory.mktemp("marlin-windowed"),
@@ -592,9 +593,14 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
     try:
         pg.goto(windowed_server.url)
         pg.wait_for_selector("#caption-run", timeout=60_000)
+        # a CPU without native bf16 computes in float32, and the page says so up front
+        assert "cpu · computes in float32" in pg.inner_text("#marlin-header")
+        reason = pg.get_attribute("#marlin-header .mh-dtype", "title") or ""
+        assert "no native bfloat16" in reason and "ATen AVX2" in reason
         _upload(pg, "#caption-video", CLIP)
         pg.wait_for_selector("#caption-status .ms-ok", timeout=60_000)
         assert "2 windows" in pg.inner_text("#caption-status")
+        assert "On this CPU (float32)" in pg.inner_text("#caption-status")
         pg.click("#caption-run")
         # window progress: k of n, and the windows on the timeline, answered ones marked as they finish
         pg.wait_for_function(
@@ -605,6 +611,7 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         assert pg.locator("#caption-timeline .mt-win").count() == 2
         _shot(pg, "7_long_caption_running")
         pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+        assert "cpu · float32" in pg.inner_text("#caption-metrics")  # what this answer computed in
         assert pg.locator("#caption-timeline .mt-win").count() == 2  # the finished timeline keeps them
         assert pg.inner_text("#caption-progress").strip() == ""
         for e in pg.locator("#caption-timeline .mt-event").all():

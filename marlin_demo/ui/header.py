@@ -47,10 +47,8 @@ def _device(ctx: UIContext) -> str:
         device = ", ".join(sorted({m.device for m in loaded.values()}))
     dtypes = ", ".join(sorted({c.dtype for c in choices}))
     why = "; ".join(sorted({c.reason for c in choices}))
-    return (
-        f'{html.escape(device)} · <span class="mh-dtype" title="{html.escape(why)}">'
-        f"computes in {html.escape(dtypes)}</span>"
-    )
+    text = html.escape(f"{device} · computes in {dtypes}")
+    return f'<span class="mh-dtype" title="{html.escape(why)}">{text}</span>'
 
 
 def _source(ctx: UIContext) -> str:
