@@ -45,7 +45,8 @@ def estimate(
     speed: capacity.Speed,
     params: VideoParams | None = None,
 ) -> Estimate:
-    """Each window's preparation, overhead and prefill (scaled by its video tokens), plus decoding.
+    """Each window's preparation (scaled by its frames), overhead and prefill (by its video tokens), plus
+    decoding every token the task allows.
 
     ``plan``: the clip's sampling plan (its tokens per second of video give each window's tokens).
     """
@@ -53,10 +54,13 @@ def estimate(
     covered_s = max(plan.nframes / max(plan.sample_fps, 1e-9), 1e-9)
     per_s = plan.video_tokens / covered_s
     largest = largest_window_tokens(params)
+    p = params or VideoParams()
     first = 0.0
-    for w in windows:
-        share = min(1.0, per_s * min(w.duration, duration_s) / largest)
-        first += speed.prepare_s + speed.overhead_s + speed.prefill_s * share
+    for w in windows:  # a window's frames cost their share of a full window's preparation and prefill
+        seconds = min(w.duration, duration_s)
+        frames = min(1.0, seconds * p.fps / p.max_frames)
+        share = min(1.0, per_s * seconds / largest)
+        first += speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share
     decode = len(windows) * capacity.max_new_tokens(task, settings) / speed.decode_tokens_per_s
     return Estimate(first_s=first, most_s=first + decode, windows=len(windows))
 
