@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from gradio_client import Client, handle_file
+from result_shapes import FIND_KEYS
 from ui_support import EXAMPLES, ROOT, AppServer, app_server  # noqa: F401
 
 from marlin_demo.engine import Engine
@@ -19,7 +20,6 @@ from marlin_demo.settings import Settings
 pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "moments"}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
+from result_shapes import API_CAPTION_KEYS, CAPTION_KEYS, FIND_KEYS, METRIC_KEYS, RUNTIME_KEYS
 from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, app_server, start_app, stop_app  # noqa: F401
 
 from marlin_demo.models import compute
@@ -25,21 +26,6 @@ pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
 CLIP_S = 12.0
-CAPTION_KEYS = {
-    "variant",
-    "model",
-    "scene",
-    "events",
-    "raw",
-    "repaired",
-    "metrics",
-    "runtime",
-    "windows",
-    "chapters",
-}
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
-METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
-               "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +45,14 @@ def _check_metrics(m: dict[str, Any]) -> None:
 
 def _check_runtime(r: dict[str, Any]) -> None:
     """Where it ran and in what: this machine's CPU, in the type the compute choice gives here."""
-    assert set(r) == {"device", "compute_dtype", "kernel", "gpu_calls"}
+    assert set(r) == RUNTIME_KEYS
     assert r["device"] == "cpu" and r["compute_dtype"] == compute.choose("cpu", "bfloat16").dtype
     assert r["kernel"] and r["gpu_calls"] == {"calls": 0, "asked_s": 0.0, "used_s": 0.0}  # not on ZeroGPU
 
 
-def _check_caption(d: dict[str, Any], variant: str, duration: float, keys: set[str] = CAPTION_KEYS) -> None:
+def _check_caption(
+    d: dict[str, Any], variant: str, duration: float, keys: set[str] = API_CAPTION_KEYS
+) -> None:
     assert set(d) == keys
     assert d["variant"] == variant and "tiny" in d["model"]
     assert isinstance(d["scene"], str) and isinstance(d["raw"], str) and d["raw"]
@@ -159,7 +147,7 @@ def test_compare_caption(client: Client) -> None:
     assert d["task"] == "caption" and d["query"] is None
     assert set(d["results"]) == {"gptq", "bnb4"}
     for variant, r in d["results"].items():
-        _check_caption(r, variant, CLIP_S, CAPTION_KEYS - {"chapters"})  # the chapters: /caption's own
+        _check_caption(r, variant, CLIP_S, CAPTION_KEYS)  # the chapters: /caption's own
     pair = d["agreement"]["gptq|bnb4"]
     assert set(pair) == {"event_iou", "event_f1", "rouge_l"}
     assert all(0.0 <= v <= 1.0 for v in pair.values())

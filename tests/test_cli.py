@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from result_shapes import API_CAPTION_KEYS, FIND_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "blue_square.mp4"
@@ -41,18 +42,7 @@ def test_caption_json(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
         assert cli.main(argv) == 0
         stdout = capsys.readouterr().out
     d = json.loads(stdout)  # stdout holds the JSON and nothing else
-    assert set(d) == {
-        "variant",
-        "model",
-        "scene",
-        "events",
-        "raw",
-        "repaired",
-        "metrics",
-        "runtime",
-        "windows",
-        "chapters",
-    }
+    assert set(d) == API_CAPTION_KEYS
     assert set(d["chapters"]) == {"lines", "reason"}  # the API's caption JSON, chapters included
     assert d["variant"] == variant
     assert d["metrics"]["device"] == "cpu" and d["runtime"]["device"] == "cpu"
@@ -64,17 +54,7 @@ def test_find_json_and_readable(capsys: pytest.CaptureFixture[str]) -> None:
     proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(proc.stdout)
-    assert set(d) == {
-        "variant",
-        "model",
-        "query",
-        "span",
-        "format_ok",
-        "raw",
-        "metrics",
-        "runtime",
-        "moments",
-    }
+    assert set(d) == FIND_KEYS
     assert d["query"] == "the blue square appears"
 
     from marlin_demo import cli

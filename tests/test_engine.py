@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from result_shapes import CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
 
 from marlin_demo import contract, service
 from marlin_demo.engine import Engine, EngineError
@@ -21,18 +22,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "ball_rolls.mp4"
-METRIC_KEYS = {
-    "latency_s",
-    "ttft_s",
-    "output_tokens",
-    "tokens_per_s",
-    "video_tokens",
-    "peak_memory_mb",
-    "memory_kind",
-    "load_s",
-    "device",
-    "queue_s",
-}
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +54,7 @@ def _check_metrics(m: dict, prepared_tokens: int) -> None:
 def test_caption_shape_and_prompt(engine: Engine, variant: str) -> None:
     result = engine.caption(CLIP, variant)
     d = result.to_dict()
-    assert set(d) == {
-        "variant",
-        "model",
-        "scene",
-        "events",
-        "raw",
-        "repaired",
-        "metrics",
-        "runtime",
-        "windows",
-    }
+    assert set(d) == CAPTION_KEYS
     assert d["variant"] == variant and "tiny" in d["model"]
     assert isinstance(d["scene"], str) and isinstance(d["raw"], str) and d["raw"]
     assert isinstance(d["repaired"], bool)
@@ -96,17 +75,7 @@ def test_caption_shape_and_prompt(engine: Engine, variant: str) -> None:
 def test_find_shape(engine: Engine, variant: str) -> None:
     result = engine.find(CLIP, "the ball stops", variant)
     d = result.to_dict()
-    assert set(d) == {
-        "variant",
-        "model",
-        "query",
-        "span",
-        "format_ok",
-        "raw",
-        "metrics",
-        "runtime",
-        "moments",
-    }
+    assert set(d) == FIND_KEYS
     assert d["query"] == "the ball stops"
     duration = engine.prepare(CLIP).info.duration_s
     if d["span"] is not None:

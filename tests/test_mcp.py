@@ -23,6 +23,7 @@ from gradio_client.utils import encode_file_path
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.types import CallToolResult, TextContent
+from result_shapes import API_CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
 from ui_support import EXAMPLES, AppServer, app_server  # noqa: F401
 
 from marlin_demo import video
@@ -32,21 +33,6 @@ from marlin_demo.ui.mcp_tools import DATA_URL_ONLY, NO_URLS, TOOLS
 pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
-CAPTION_KEYS = {
-    "variant",
-    "model",
-    "scene",
-    "events",
-    "raw",
-    "repaired",
-    "metrics",
-    "runtime",
-    "windows",
-    "chapters",
-}
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
-METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
-               "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 
 
 def mcp_url(server: AppServer) -> str:
@@ -166,7 +152,7 @@ def test_caption_of_a_clip_sent_as_a_data_url(
     progress: bool,
 ) -> None:
     data = json_of(call(app_server, "caption", {"video": data_url(CLIP, "video/mp4")}, progress))
-    assert set(data) == CAPTION_KEYS
+    assert set(data) == API_CAPTION_KEYS
     assert data["variant"] == "gptq"
     assert isinstance(data["scene"], str) and isinstance(data["raw"], str) and data["raw"]
     assert isinstance(data["repaired"], bool)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from result_shapes import CAPTION_KEYS
 from safetensors import safe_open
 
 from marlin_demo import contract, quantize
@@ -292,17 +293,7 @@ def test_output_loads_as_a_variant_and_captions(recipe: str, engine) -> None:
     name = NAMES[recipe]
     result = engine.caption(CLIP, name)
     d = result.to_dict()
-    assert set(d) == {
-        "variant",
-        "model",
-        "scene",
-        "events",
-        "raw",
-        "repaired",
-        "metrics",
-        "runtime",
-        "windows",
-    }
+    assert set(d) == CAPTION_KEYS
     assert d["variant"] == name and d["raw"]
     for e in d["events"]:
         assert set(e) == {"start", "end", "description"}

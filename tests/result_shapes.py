@@ -1,0 +1,12 @@
+"""The public JSON shapes of README's "Result shapes": one list for the engine, CLI, API and MCP tests."""
+
+from __future__ import annotations
+
+METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_tokens", "peak_memory_mb",
+               "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
+RUNTIME_KEYS = {"device", "compute_dtype", "kernel", "gpu_calls"}
+#: a result's own ``to_dict()`` (engine, bench and batch rows)
+CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "runtime", "windows"}
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
+#: a caption as the API, MCP and the CLI's ``--json`` give it: with its chapters
+API_CAPTION_KEYS = CAPTION_KEYS | {"chapters"}
