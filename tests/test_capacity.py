@@ -301,3 +301,24 @@ def test_a_variant_that_cannot_run_here_is_named_in_one_line(
         assert ModelStatus(requested=str(model), withheld=why).withheld_note.count("bf16 (16-bit)") == 1
     finally:
         capacity.speeds.cache_clear()
+
+
+def test_the_page_says_why_a_variant_is_not_offered() -> None:
+    """Caption's and Find's variant choices leave the variant out and carry start-up's sentence."""
+    import gradio as gr
+
+    from marlin_demo.engine import Engine
+    from marlin_demo.service.startup import ModelStatus
+    from marlin_demo.ui.blocks import build_demo
+
+    tiny = LOCAL.with_(model="tiny", device="cpu")
+    why = {"bnb4": "bnb4 (nf4 4-bit) cannot run on this CPU: a reason."}
+    demo, _ = build_demo(Engine(tiny.with_(variants="gptq,bf16")), tiny, ModelStatus("marlin", withheld=why))
+    radios = {
+        b.elem_id: b
+        for b in demo.blocks.values()
+        if isinstance(b, gr.Radio) and b.elem_id in ("caption-variant", "find-variant")
+    }
+    assert set(radios) == {"caption-variant", "find-variant"}
+    for radio in radios.values():
+        assert radio.info == why["bnb4"] and [c[1] for c in radio.choices] == ["gptq", "bf16"]
