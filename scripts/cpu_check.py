@@ -9,10 +9,12 @@ its synthetic clip, packs a GPTQ copy with random int4 weights in GPTQModel's v1
 2B parameters on a CPU is not what is measured), then runs each variant through the real ``Engine`` in
 a process of its own, so each variant's peak memory is its own: load time, peak resident memory (of the
 load and of the run), the prefill rate on a short clip (vision tower included) and the decode rate over
-a fixed number of tokens (random weights never stop on their own: ``min_new_tokens`` forces the count).
-A full window's figures are scaled from them (``window_figures``). A small slice of the full model (one
-Gated DeltaNet layer and one attention layer at full width) is timed in bf16 and float32, natively and
-under an AVX2-only imitation (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``).
+a fixed number of tokens (random weights never stop on their own: ``min_new_tokens`` forces the count),
+then the first token of a longer clip. A full window's figures are scaled from the two clips
+(``window_figures``); a variant that loads but cannot answer records why, in one sentence. A small
+slice of the full model (one Gated DeltaNet layer and one attention layer at full width) is timed in
+bf16 and float32, natively and under an AVX2-only imitation
+(``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``).
 The compute type follows ``MARLIN_COMPUTE_DTYPE`` (auto: bf16 only where the CPU runs it natively).
 The report's ``speeds_entry`` is what ``--apply-speeds`` writes into ``service/speeds.json`` under
 the CPU's key (``capacity.cpu_key``: instruction-set class and threads). Random weights: speed and
@@ -194,10 +196,12 @@ def _reset_peak() -> bool:
 def measure_variant(
     variant: str, model_dir: Path, clip_s: float, warm_s: float, long_s: float, decode_tokens: int
 ) -> dict[str, Any]:
-    """Load ``variant`` of the full-size checkpoint and time a warm-up and a measured caption on a clip.
+    """Load ``variant`` of the full-size checkpoint, then caption a warm-up clip, the measured clip and a
+    longer one, each phase's peak memory its own.
 
     The measured caption generates exactly ``decode_tokens`` tokens: its first-token time is the prefill
-    (frames to pixels, the vision tower, the prompt's prefill) and the rest is the decode rate.
+    (frames to pixels, the vision tower, the prompt's prefill) and the rest is the decode rate. The
+    longer clip's first token is the second point the window's prefill and memory are scaled from.
     """
 
     import torch
