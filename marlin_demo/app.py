@@ -48,7 +48,7 @@ def build(
 
     settings = settings_mod.from_args(parse_args(argv, prog))
     try:
-        check_limits(settings, space.zero_gpu())
+        settings = check_limits(settings, space.zero_gpu())
     except ValueError as exc:  # settings that contradict the speeds or ZeroGPU: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT) from None

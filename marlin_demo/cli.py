@@ -153,7 +153,7 @@ def _engine(args: argparse.Namespace) -> Any:
     from marlin_demo.service.startup import check_limits, offered
 
     settings = settings_mod.from_args(args)
-    check_limits(settings)
+    settings = check_limits(settings)
     settings, withheld = offered(settings)
     if getattr(args, "variant", None) in withheld:
         raise ValueError(withheld[args.variant])

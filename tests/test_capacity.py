@@ -207,19 +207,31 @@ def test_limits_derived_from_a_cpu_entry(key: str) -> None:
     assert capacity.window_s("caption", enough, speed) <= enough.request_timeout_s
 
 
-def test_this_cpu_gets_its_measured_entry(caplog: pytest.LogCaptureFixture) -> None:
+def test_this_cpu_gets_its_measured_entry_and_a_time_limit_to_match(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real model on this CPU: the entry of its class in its compute type (every x86 CPU with AVX2
-    or more has one: bf16 where native, else the AVX2 float32 one); its conflicts are a warning at
-    start-up, not a refusal (the stand-in may answer instead)."""
+    or more has one: bf16 where native, else the AVX2 float32 one). Its window takes longer than the
+    default time limit: unset, the limit becomes that window's time (logged); set shorter, it is refused."""
     if capacity.cpu_isa() not in ("avx2", "avx512", "avx512bf16"):
         pytest.skip(f"no entry measured for a {capacity.cpu_isa()} CPU")
+    monkeypatch.delenv("MARLIN_REQUEST_TIMEOUT_S", raising=False)
     speed = capacity.speed_for(REAL_CPU, "cpu")
     assert speed is not None and speed.isa
     found = capacity.conflicts(REAL_CPU, "cpu")
     assert found and "raise it to at least" in found[0]
+    need = max(math.ceil(capacity.window_s(t, REAL_CPU, speed)) for t in ("caption", "find"))
     with caplog.at_level("WARNING"):
-        check_limits(REAL_CPU)  # no raise
-    assert "raise it to at least" in caplog.text
+        derived = check_limits(REAL_CPU)
+    assert derived.request_timeout_s == need > REAL_CPU.request_timeout_s
+    assert f"raised from 300 to {need} s" in caplog.text
+    assert capacity.conflicts(derived, "cpu") == []
+    monkeypatch.setenv("MARLIN_REQUEST_TIMEOUT_S", "300")  # chosen by the user: kept, and refused
+    with pytest.raises(ValueError, match="raise it to at least"):
+        check_limits(REAL_CPU)
+    monkeypatch.delenv("MARLIN_REQUEST_TIMEOUT_S")
+    with pytest.raises(ValueError, match="raise it to at least"):  # a flag's value other than the default
+        check_limits(REAL_CPU.with_(request_timeout_s=600.0))
     assert capacity.speed_for(REAL_CPU.with_(model="tiny"), "cpu") == capacity.speeds()["cpu-tiny"]
 
 

@@ -34,7 +34,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         settings = settings_mod.from_args(args)
-        check_limits(settings)
+        settings = check_limits(settings)
         items = collect(args.input, args.task, args.query)
         fp = fingerprint(settings, "")
         fp.pop("data_digest", None)  # the inputs may grow between runs: only new items run

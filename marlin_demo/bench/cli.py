@@ -75,7 +75,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise BenchError("--limit must be at least 1.")
     try:
         settings = settings_mod.from_args(args)
-        check_limits(settings)
+        settings = check_limits(settings)
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None

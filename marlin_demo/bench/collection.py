@@ -248,7 +248,7 @@ def cmd_search_bench(args: argparse.Namespace) -> int:
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1.")
         settings = settings_mod.from_args(args).with_(variants=args.variant)  # the one it runs
-        check_limits(settings)
+        settings = check_limits(settings)
         data = resolve_data(args.data) or Path(args.data).expanduser()
         if not (data / "examples.json").is_file():
             raise ValueError(f"--data {args.data}: no examples.json there (give `long` or a data folder).")

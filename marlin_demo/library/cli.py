@@ -76,7 +76,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         return _err(need)
     try:
         settings = settings_mod.from_args(args)
-        check_limits(settings)
+        settings = check_limits(settings)
         items = collect(args.input, "caption")
         if args.fresh:
             Store.wipe(args.library)
@@ -155,7 +155,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         store = Store(args.library, create=False)
         setup = store.meta().get("setup", {})
         settings = _search_settings(args, setup)
-        check_limits(settings)
+        settings = check_limits(settings)
         variant = args.variant or setup.get("variant") or "gptq"
     except (LibraryError, ValueError) as exc:
         return _err(str(exc))

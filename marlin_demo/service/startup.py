@@ -8,9 +8,10 @@ load, the fallback) needs no gradio, so a CLI, a batch job or a test can use it 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -18,8 +19,9 @@ from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError, pick_device
 from marlin_demo.models.kernels import GPTQ_NO_COMPILER, allow_compiler_builds
+from marlin_demo.results import TASKS
 from marlin_demo.service import capacity, zerogpu
-from marlin_demo.settings import Settings
+from marlin_demo.settings import Settings, env_name, env_value
 
 log = logging.getLogger(__name__)
 
@@ -155,26 +157,51 @@ def preload(engine: Engine) -> dict[str, str]:
     return errors
 
 
-def check_limits(settings: Settings, zero_gpu: bool = False) -> None:
-    """Refuse settings that contradict the measured speeds (``capacity``), with one sentence per conflict.
+def check_limits(settings: Settings, zero_gpu: bool = False) -> Settings:
+    """The settings to run with, once they agree with the measured speeds (``capacity``); a conflict is a
+    ValueError with one sentence per conflict.
 
-    Raised at start-up, before any request, so a video the limits accept is one the app can answer. The
-    real model on a CPU is the exception: its conflicts are logged as a warning (one line on stderr).
+    Checked at start-up, before any request, so a video the limits accept is one the app can answer. The
+    real model on a CPU takes far longer per window than the GPU-sized default time limit allows: where
+    ``MARLIN_REQUEST_TIMEOUT_S`` was not set, the limit becomes one window's measured time here (logged);
+    a limit set shorter than that is refused like any conflict.
     """
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
-        return  # the load says what is wrong with the device
+        return settings  # the load says what is wrong with the device
+    settings = _derived_time_limit(settings, device)
     found = capacity.conflicts(settings, device, zero_gpu)
-    if found and device == "cpu" and not settings.is_tiny:
-        # the real model on a CPU: said, not refused. Its measured window takes far longer than the
-        # GPU-sized defaults allow, and it may never load (no Hub: the stand-in answers instead)
-        log.warning("%s", " ".join(found))
-        found = []
     if zero_gpu:
         found += zero_gpu_refusals(settings)
     if found:
         raise ValueError(" ".join(found))
+    return settings
+
+
+def _derived_time_limit(settings: Settings, device: str) -> Settings:
+    """``settings`` with the time limit raised to one window's measured time on this CPU, when the real
+    model runs on a CPU and nobody set the limit (neither ``MARLIN_REQUEST_TIMEOUT_S`` nor its flag)."""
+    default = next(f.default for f in fields(Settings) if f.name == "request_timeout_s")
+    if device != "cpu" or settings.is_tiny or env_value("request_timeout_s"):
+        return settings
+    if settings.request_timeout_s != default:
+        return settings
+    speed = capacity.speed_for(settings, device)
+    if speed is None:
+        return settings
+    need = max(math.ceil(capacity.window_s(task, settings, speed)) for task in TASKS)
+    if need <= settings.request_timeout_s:
+        return settings
+    log.warning(
+        "%s raised from %g to %d s: one window of the real model can take that long on this CPU (%s, "
+        "service/speeds.json); set it to choose another limit.",
+        env_name("request_timeout_s"),
+        settings.request_timeout_s,
+        need,
+        speed.name,
+    )
+    return settings.with_(request_timeout_s=float(need))
 
 
 def zero_gpu_refusals(settings: Settings) -> list[str]:
