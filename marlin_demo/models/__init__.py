@@ -314,6 +314,9 @@ def _load_processor(source: Source, trust: bool) -> Any:
     return AutoProcessor.from_pretrained(source.location, trust_remote_code=trust, **_hub_kwargs(source))
 
 
+#: the modules bnb4 keeps 16-bit (substrings of module names, as transformers matches them)
+BNB4_SKIP = ["lm_head", "model.visual", "in_proj_a", "in_proj_b"]
+
 #: how a 16-bit load names its weights' dtype in ``kernel``
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -334,8 +337,11 @@ def _load_transformers(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_compute_dtype=torch_dtype,
-            # "visual" alone does not match: the full module path keeps the vision tower 16-bit
-            llm_int8_skip_modules=["lm_head", "model.visual"],
+            # "visual" alone does not match: the full module path keeps the vision tower 16-bit. The Gated
+            # DeltaNet's in_proj_a/in_proj_b stay 16-bit too, as GPTQ leaves them (quantizing them is reported
+            # to collapse Qwen3.5's output), and bitsandbytes' AVX512-BF16 CPU kernel cannot run their 16-wide
+            # outputs (it needs multiples of 32)
+            llm_int8_skip_modules=BNB4_SKIP,
         )
         kernel = "bitsandbytes-nf4"
     model = AutoModelForImageTextToText.from_pretrained(source.location, **kwargs)

@@ -53,7 +53,8 @@ measures the same quantities on this machine; expect other absolute numbers.
   not break down; it is not one of the figures above, which is why the two statements can both hold.
 - GPTQ recipe: 4-bit, group size 128, `desc_act=True`, symmetric, lm_head kept 16-bit, quantized with
   `gptqmodel`, calibration under a 5 GiB GPU memory cap. bnb4 is the 16-bit checkpoint loaded with
-  `BitsAndBytesConfig(load_in_4bit=True)` (nf4, bf16 compute).
+  `BitsAndBytesConfig(load_in_4bit=True)` (nf4, bf16 compute on a GPU), keeping lm_head, the vision tower
+  and the Gated DeltaNet's small `in_proj_a`/`in_proj_b` 16-bit, as the GPTQ checkpoint does.
 """
 
 RUN_LOCALLY = """
