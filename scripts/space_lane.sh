@@ -40,9 +40,11 @@ key=$( { "$py312" --version; echo "$sdk $spaces_version"
          sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' requirements.txt requirements-test.txt; } \
        | sha256sum | cut -c1-16)
 venv="$root/py312-$key"
+mkdir -p "$root"
+exec 9>"$root/.build.lock"
+flock 9  # two lanes at once (two clones): one builds, the other waits and reuses
 if [ ! -f "$venv/.complete" ]; then
   echo "[space] building $venv: $("$py312" --version), gradio==$sdk, spaces==$spaces_version, requirements.txt" >&2
-  mkdir -p "$root"
   rm -rf "$venv"  # an unfinished one (no .complete) is started again
   "$py312" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
@@ -75,6 +77,7 @@ if [ "$mode" != test ]; then
   exit 0
 fi
 
+flock -u 9
 # The tests the Space's behaviour rests on: its configuration against ZeroGPU's facts and the torch/torchcodec
 # pair decoding, the ZeroGPU path (stand-in `spaces`: refusals, GPU calls in forked processes, a served
 # caption), app start-up on the tiny model, caption/find/compare/search over the Gradio client, MCP, the
