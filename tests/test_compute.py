@@ -83,9 +83,10 @@ def test_settings_variants_and_the_fingerprint() -> None:
     settings = Settings(model="tiny", device="cpu", compute_dtype="float32")
     assert compute_choice(settings, "gptq", "cpu").dtype == "float32"
     stack = stack_fingerprint(settings)
-    assert stack["compute_dtype"] == {"gptq": "float32", "bnb4": "float32", "bf16": "float32"}
+    assert stack["compute_dtype"] == {"bfloat16": "float32"}  # what bf16 weights compute in here
     auto = stack_fingerprint(settings.with_(compute_dtype="auto"))["compute_dtype"]
-    assert set(auto.values()) == {compute.choose("cpu", "bfloat16").dtype}
+    assert auto == {"bfloat16": compute.choose("cpu", "bfloat16").dtype}
+    assert stack_fingerprint(settings.with_(variants="gptq")) == stack  # fewer variants: the same set-up
 
 
 # One variant of each loader, loaded as the app loads them; what each computes in and reports.

@@ -14,6 +14,7 @@ import pytest
 
 from marlin_demo import cli, variants
 from marlin_demo.engine import Engine
+from marlin_demo.models import compute
 from marlin_demo.settings import Settings
 from marlin_demo.variants import VariantKind
 
@@ -53,14 +54,26 @@ def fp16() -> Iterator[VariantKind]:
     variants.unregister(FP16.name)
 
 
+def _short(dtype: str) -> str:
+    return compute.Choice(dtype, "").short
+
+
 def test_the_kind_loads_with_its_own_dtype(fp16: VariantKind) -> None:
+    """Its weights' type where this CPU computes it natively (else float32, like every kind); forced with
+    MARLIN_COMPUTE_DTYPE, its own type everywhere."""
     import torch
 
     engine = Engine(Settings(model="tiny", variants="bf16,fp16", device="cpu"))
     loaded = engine.load("fp16")
-    assert loaded.kernel == "fp16"
-    assert {p.dtype for p in loaded.model.parameters()} == {torch.float16}
-    assert next(engine.load("bf16").model.parameters()).dtype == torch.bfloat16
+    want = compute.choose("cpu", "float16").dtype
+    assert loaded.kernel == _short(want) and loaded.compute_dtype == want
+    assert {p.dtype for p in loaded.model.parameters()} == {getattr(torch, want)}
+    bf16 = compute.choose("cpu", "bfloat16").dtype
+    assert next(engine.load("bf16").model.parameters()).dtype == getattr(torch, bf16)
+    forced = Engine(Settings(model="tiny", variants="fp16", device="cpu", compute_dtype="float16")).load(
+        "fp16"
+    )
+    assert forced.kernel == "fp16" and {p.dtype for p in forced.model.parameters()} == {torch.float16}
 
 
 def test_unregistered_kind_is_refused() -> None:
@@ -88,7 +101,7 @@ def test_bench_measures_the_new_kind(fp16: VariantKind, tmp_path: Path) -> None:
     argv = ["bench", *FLAGS, "--variants", "fp16,bf16", "--data", str(data), "--repeats", "1"]
     assert cli.main([*argv, "--tasks", "find", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert results["variants"]["fp16"]["load"]["kernel"] == "fp16"
+    assert results["variants"]["fp16"]["load"]["kernel"] == _short(compute.choose("cpu", "float16").dtype)
     assert results["variants"]["fp16"]["requests"]["failed"] == 0
     assert "fp16" in (out / "summary.md").read_text(encoding="utf-8")
 

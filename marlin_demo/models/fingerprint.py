@@ -10,7 +10,8 @@ import importlib.util
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.models import ModelLoadError, compute_choice, pick_device
+from marlin_demo import variants
+from marlin_demo.models import ModelLoadError, compute, pick_device
 from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
 from marlin_demo.settings import Settings
 
@@ -35,14 +36,17 @@ def stack_fingerprint(settings: Settings) -> dict[str, Any]:
         "device": device,
         "gated_deltanet": "fla" if fla else "torch",
         "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
-        "compute_dtype": {v: _compute(settings, v, device) for v in settings.variant_list},
+        "compute_dtype": _compute(settings, device),
         "compile": settings.compile,
     }
 
 
-def _compute(settings: Settings, variant: str, device: str) -> str:
+def _compute(settings: Settings, device: str) -> dict[str, str] | str:
+    """What weights of each 16-bit type compute in here (``compute.choose``), for every registered kind
+    whichever variants a run asks for (a rerun with fewer variants is the same set-up)."""
+    weights = sorted({kind.dtype for kind in variants.kinds()} | {"bfloat16"})
     try:
-        return compute_choice(settings, variant, device).dtype
+        return {w: compute.choose(device, w, settings.compute_dtype).dtype for w in weights}
     except ValueError as exc:  # a bad MARLIN_COMPUTE_DTYPE: the load says so; the record keeps the value
         return str(exc)
 
