@@ -5,15 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from script_loader import run_fresh
 
+from marlin_demo.cli import format_run
 from marlin_demo.models import compute, compute_choice
+from marlin_demo.results import RunInfo, Runtime
 from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,9 +89,10 @@ def test_settings_variants_and_the_fingerprint() -> None:
     assert stack_fingerprint(settings.with_(variants="gptq")) == stack  # fewer variants: the same set-up
 
 
-# One variant of each loader, loaded as the app loads them; what each computes in and reports.
-LOAD_ALL = """
-import json, torch
+# One fresh process as an AVX2-only CPU: each loader as the app loads it, the override, and the CLI's answer.
+AS_AVX2 = """
+import contextlib, io, json, sys
+from marlin_demo import cli
 from marlin_demo.models import load_variant
 from marlin_demo.settings import from_env
 
@@ -101,55 +102,51 @@ for v in ("gptq", "bnb4", "bf16"):
     m = load_variant(settings, v)
     floats = sorted({str(p.dtype) for p in m.model.parameters() if p.is_floating_point()})
     out[v] = {"compute": m.compute_dtype, "reason": m.compute_reason, "floats": floats, "kernel": m.kernel}
+forced = load_variant(settings.with_(compute_dtype="bf16"), "bf16")
+out["forced"] = {"compute": forced.compute_dtype, "reason": forced.compute_reason,
+                 "floats": sorted({str(p.dtype) for p in forced.model.parameters()})}
+text = io.StringIO()
+with contextlib.redirect_stdout(text):
+    code = cli.main(["caption", sys.argv[1], "--variant", "bf16", "--json"])
+out["cli"] = {"code": code, "json": json.loads(text.getvalue())}
 print("RESULT " + json.dumps(out))
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MARLIN_COMPUTE")}
-    env.update(MARLIN_MODEL="tiny", MARLIN_DEVICE="cpu", **extra)
-    return env
-
-
 @pytest.mark.slow
-def test_an_avx2_only_cpu_loads_every_variant_in_float32() -> None:
+def test_an_avx2_only_cpu_computes_in_float32_and_says_so(examples_dir: Path) -> None:
     """With ATen held to AVX2 (as on an AVX2-only processor) every loader computes in float32: the
-    16-bit weights, bnb4's compute type and GPTQ's dequantized matmuls; the variants keep their names."""
-    out = run_fresh(LOAD_ALL, "RESULT", cwd=ROOT, env=_env(ATEN_CPU_CAPABILITY="avx2"))
-    for variant, got in out.items():
+    16-bit weights, bnb4's compute type and GPTQ's dequantized matmuls; the variants keep their names,
+    the override still gives bf16, and the CLI's JSON (the API's shape) says what ran."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARLIN_COMPUTE")}
+    env.update(MARLIN_MODEL="tiny", MARLIN_DEVICE="cpu", ATEN_CPU_CAPABILITY="avx2")
+    out = run_fresh(AS_AVX2, "RESULT", str(examples_dir / "blue_square.mp4"), cwd=ROOT, env=env)
+    for variant in ("gptq", "bnb4", "bf16"):
+        got = out[variant]
         assert got["compute"] == "float32", (variant, got)
         assert "no native bfloat16" in got["reason"] and "ATen AVX2" in got["reason"]
         assert "torch.bfloat16" not in got["floats"], (variant, got)  # nothing left computing in bf16
     assert out["bf16"]["kernel"] == "fp32"
     assert out["bnb4"]["kernel"] == "bitsandbytes-nf4"
-    assert "TorchAten" in out["gptq"]["kernel"] or "Torch" in out["gptq"]["kernel"], out["gptq"]
+    assert out["gptq"]["kernel"] == "TorchFusedLinear"  # GPTQModel's CPU kernel that computes in float32
+    assert out["forced"] == {
+        "compute": "bfloat16",
+        "reason": "set by MARLIN_COMPUTE_DTYPE",
+        "floats": ["torch.bfloat16"],
+    }
+    assert out["cli"]["code"] == 0
+    runtime = out["cli"]["json"]["runtime"]
+    assert runtime == {
+        "device": "cpu",
+        "compute_dtype": "float32",
+        "kernel": "fp32",
+        "gpu_calls": {"calls": 0, "asked_s": 0.0, "used_s": 0.0},
+    }
 
 
-@pytest.mark.slow
-def test_the_override_loads_bf16_on_any_cpu() -> None:
-    out = run_fresh(
-        LOAD_ALL, "RESULT", cwd=ROOT, env=_env(ATEN_CPU_CAPABILITY="avx2", MARLIN_COMPUTE_DTYPE="bf16")
-    )
-    for variant, got in out.items():
-        assert got["compute"] == "bfloat16" and got["reason"] == "set by MARLIN_COMPUTE_DTYPE", variant
-    assert out["bf16"]["floats"] == ["torch.bfloat16"]
-
-
-@pytest.mark.slow
-def test_the_cli_and_the_json_say_what_ran_on_an_avx2_cpu(examples_dir: Path) -> None:
-    """The CLI's JSON carries the runtime block; its readable form says the compute type too."""
-    clip = str(examples_dir / "blue_square.mp4")
-    env = _env(ATEN_CPU_CAPABILITY="avx2")
-    cmd = [sys.executable, "-m", "marlin_demo", "caption", clip, "--variant", "bf16"]
-    proc = subprocess.run([*cmd, "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    runtime = json.loads(proc.stdout)["runtime"]
-    assert runtime["device"] == "cpu" and runtime["compute_dtype"] == "float32"
-    assert runtime["kernel"] == "fp32"
-    assert runtime["gpu_calls"] == {"calls": 0, "asked_s": 0.0, "used_s": 0.0}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "computed in float32" in proc.stdout + proc.stderr
+def test_the_readable_run_line_names_the_compute_type() -> None:
+    info = RunInfo(kernel="fp32", attention="sdpa", runtime=Runtime(device="cpu", compute_dtype="float32"))
+    assert "kernel fp32 · attention sdpa · computed in float32" in format_run(info)
 
 
 @pytest.mark.slow
