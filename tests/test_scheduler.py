@@ -7,8 +7,6 @@ call survives it but what the call streams back.
 
 from __future__ import annotations
 
-import multiprocessing
-import pickle
 import sys
 import threading
 import time
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stand_ins.spaces import forked
 
 from marlin_demo import service
 from marlin_demo.engine import Cancelled, Engine, EngineError
@@ -42,34 +41,7 @@ class ForkingGPU:
         def decorate(fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
             def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
                 self.calls.append(duration(*args, **kwargs) if callable(duration) else duration)
-                payload = pickle.dumps((args, kwargs))  # ZeroGPU hands the call its arguments pickled
-                ctx = multiprocessing.get_context("fork")
-                recv, send = ctx.Pipe(duplex=False)
-
-                def child() -> None:
-                    try:
-                        call_args, call_kwargs = pickle.loads(payload)
-                        for item in fn(*call_args, **call_kwargs):
-                            send.send(("item", item))
-                        send.send(("end", None))
-                    except BaseException as exc:
-                        send.send(("error", exc))
-
-                proc = ctx.Process(target=child, daemon=True)
-                proc.start()
-                send.close()
-                try:
-                    while True:
-                        kind, value = recv.recv()
-                        if kind == "error":
-                            raise value
-                        if kind == "end":
-                            return
-                        yield value
-                finally:  # closed early (a Stop): the call's process goes, and the GPU with it
-                    if proc.is_alive():
-                        proc.terminate()
-                    proc.join()
+                yield from forked(fn, args, kwargs)  # the stand-in package's own forked call
 
             return call
 

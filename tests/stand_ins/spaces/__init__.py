@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["GPU"]
+__all__ = ["GPU", "forked"]
 
 
 def _record(entry: dict[str, Any]) -> None:
@@ -31,41 +31,49 @@ def _record(entry: dict[str, Any]) -> None:
 _record({"imported": True, "torch_already_imported": "torch" in sys.modules})
 
 
+def forked(
+    func: Callable[..., Iterator[Any]], args: tuple[Any, ...], kwargs: dict[str, Any], duration: Any = None
+) -> Iterator[Any]:
+    """``func(*args, **kwargs)``'s items from a forked process, as ZeroGPU runs a call (arguments pickled;
+    closing the iterator early ends the process, as a Stop ends the call and frees its GPU)."""
+    payload = pickle.dumps((args, kwargs))  # ZeroGPU hands the call its arguments pickled
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            call_args, call_kwargs = pickle.loads(payload)
+            for item in func(*call_args, **call_kwargs):
+                send.send(("item", item))
+            send.send(("end", None))
+        except BaseException as exc:
+            send.send(("error", exc))
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    send.close()
+    _record({"call": True, "duration": duration, "parent": os.getpid(), "child": proc.pid})
+    try:
+        while True:
+            kind, value = recv.recv()
+            if kind == "error":
+                raise value
+            if kind == "end":
+                return
+            yield value
+    finally:  # closed early (a Stop): the call's process goes, and the GPU with it
+        if proc.is_alive():
+            proc.terminate()
+        proc.join()
+
+
 def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
     """``spaces.GPU`` and ``spaces.GPU(duration=...)``: each call of a generator function in a fork."""
 
     def decorate(func: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
             seconds = duration(*args, **kwargs) if callable(duration) else duration
-            payload = pickle.dumps((args, kwargs))  # ZeroGPU hands the call its arguments pickled
-            ctx = multiprocessing.get_context("fork")
-            recv, send = ctx.Pipe(duplex=False)
-
-            def child() -> None:
-                try:
-                    call_args, call_kwargs = pickle.loads(payload)
-                    for item in func(*call_args, **call_kwargs):
-                        send.send(("item", item))
-                    send.send(("end", None))
-                except BaseException as exc:
-                    send.send(("error", exc))
-
-            proc = ctx.Process(target=child, daemon=True)
-            proc.start()
-            send.close()
-            _record({"call": True, "duration": seconds, "parent": os.getpid(), "child": proc.pid})
-            try:
-                while True:
-                    kind, value = recv.recv()
-                    if kind == "error":
-                        raise value
-                    if kind == "end":
-                        return
-                    yield value
-            finally:  # closed early (a Stop): the call's process goes, and the GPU with it
-                if proc.is_alive():
-                    proc.terminate()
-                proc.join()
+            yield from forked(func, args, kwargs, seconds)
 
         return call
 
