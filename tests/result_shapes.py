@@ -10,3 +10,14 @@ CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metri
 FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
 #: a caption as the API, MCP and the CLI's ``--json`` give it: with its chapters
 API_CAPTION_KEYS = CAPTION_KEYS | {"chapters"}
+
+
+def cpu_kernel(variant: str) -> str:
+    """The kernel a tiny variant reports on this CPU, which follows its compute type (models.compute):
+    GPTQModel's int4 ATen kernel takes only 16-bit inputs, so in float32 its AUTO picks TorchFusedLinear."""
+    from marlin_demo.models import compute
+
+    dtype = compute.choose("cpu", "bfloat16")
+    if variant == "gptq":
+        return "TorchFusedLinear" if dtype.dtype == "float32" else "TorchAtenLinear"
+    return "bitsandbytes-nf4" if variant == "bnb4" else dtype.short

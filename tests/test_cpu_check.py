@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from result_shapes import cpu_kernel
 from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +128,7 @@ def test_dry_run_reports_every_variant_and_applies_only_a_real_run(tmp_path: Pat
     assert [r["variant"] for r in report["variants"]] == ["gptq", "bnb4", "bf16"]
     for row in report["variants"]:
         assert "error" not in row, row.get("error")
-        kernel = {"gptq": "TorchAtenLinear", "bnb4": "bitsandbytes-nf4"}.get(row["variant"])
+        kernel = {"gptq": cpu_kernel("gptq"), "bnb4": "bitsandbytes-nf4"}.get(row["variant"])
         assert kernel is None or kernel in row["kernel"], row["kernel"]  # the random GPTQ copy loads
         for key in ("load_s", "peak_mb", "load_peak_mb", "prefill_tokens_per_s", "decode_tokens_per_s"):
             assert row[key] > 0, key
