@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from marlin_demo import contract
-from marlin_demo.video import TEMPORAL_PATCH_SIZE
+from marlin_demo.video import largest_window_tokens
 
 #: the table the app's limits are derived from (service/capacity.py)
 SPEEDS_FILE = Path(__file__).resolve().parents[1] / "marlin_demo" / "service" / "speeds.json"
@@ -224,12 +224,6 @@ def plan_rows(
         add(eager_fla, False, False)
         add([*gptq[:1], ("bf16", "auto")], False, True)
     return rows
-
-
-def largest_window_tokens() -> int:
-    """Video tokens of the largest window the model is given: the frame budget at the pixel budget."""
-    p = contract.VideoParams()
-    return (p.max_frames // TEMPORAL_PATCH_SIZE) * (p.max_pixels // (p.factor * p.factor))
 
 
 def speeds_entry(report: dict[str, Any]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from marlin_demo.longvideo.plan import plan_for
 from marlin_demo.models import compute
 from marlin_demo.service import capacity, cost, space
 from marlin_demo.settings import Settings
-from marlin_demo.video import plan_sampling, probe
+from marlin_demo.video import largest_window_tokens, plan_sampling, probe
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TINY = Settings(model="tiny", device="cpu")
@@ -27,7 +27,7 @@ def test_a_short_clip_is_one_window_with_its_own_share_of_a_full_prefill() -> No
     speed = capacity.speed_for(TINY, "cpu")
     assert speed is not None
     est = cost.estimate("caption", plan, info.duration_s, TINY, speed)
-    share = plan.video_tokens / cost.largest_window_tokens()
+    share = plan.video_tokens / largest_window_tokens()
     frames = 12.0 * 2 / 240  # 2 fps of the 240-frame window preparation was measured for
     assert est.windows == 1 and 0 < share < 1
     assert est.first_s == pytest.approx(speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share)

@@ -16,16 +16,7 @@ from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.results import Task
 from marlin_demo.service import capacity, space
 from marlin_demo.settings import Settings, Variant
-from marlin_demo.video import SamplingPlan
-
-#: the spatial merge of Qwen3.5's vision tower: one video token per (2 frames x 32 x 32 pixels)
-_MERGE = 2
-
-
-def largest_window_tokens(params: VideoParams | None = None) -> int:
-    """Video tokens of the largest window the model is given (what ``prefill_s`` was measured for)."""
-    p = params or VideoParams()
-    return (p.max_frames // _MERGE) * (p.max_pixels // (p.factor * p.factor))
+from marlin_demo.video import SamplingPlan, largest_window_tokens
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ from marlin_demo.video.info import (
     validate,
 )
 from marlin_demo.video.pipeline import prepare, sample
-from marlin_demo.video.plan import SamplingPlan, plan_sampling
+from marlin_demo.video.plan import SamplingPlan, largest_window_tokens, plan_sampling
 
 __all__ = [
     "ALLOWED",
@@ -90,6 +90,7 @@ __all__ = [
     "fast_supported",
     "ffmpeg_available",
     "frame_pts",
+    "largest_window_tokens",
     "pick_backend",
     "plan_sampling",
     "prepare",

@@ -109,3 +109,10 @@ def plan_sampling(
 # ---------------------------------------------------------------------------
 # Decode
 # ---------------------------------------------------------------------------
+
+
+def largest_window_tokens(params: VideoParams | None = None) -> int:
+    """Video tokens of the largest window the model is given: the frame budget at the pixel budget (what
+    a full window's measured prefill is for)."""
+    p = params or VideoParams()
+    return (p.max_frames // TEMPORAL_PATCH_SIZE) * (p.max_pixels // (p.factor * p.factor))
