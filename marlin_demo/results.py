@@ -188,6 +188,23 @@ class Runtime:
         }
 
 
+@dataclass(frozen=True)
+class Partial:
+    """An answer cut short: ZeroGPU refused a later call, so only ``windows_done`` of ``windows_total``
+    windows were answered (the rest of the video was not looked at). ``reason`` is the visitor's sentence."""
+
+    reason: str
+    windows_done: int
+    windows_total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "windows_done": self.windows_done, "windows_total": self.windows_total}
+
+    def note(self) -> str:
+        """The label a partial answer carries where it is shown."""
+        return f"Partial answer: {self.windows_done} of {self.windows_total} windows answered. {self.reason}"
+
+
 @dataclass
 class RunInfo:
     """Details kept beside a result but not in its public JSON (tests, bench, UI extras)."""
@@ -224,6 +241,10 @@ class CaptionResult:
     info: RunInfo = field(default_factory=RunInfo)
     #: the windows answered, in global seconds, each with its own scene (one entry for a short video)
     windows: list[dict[str, Any]] = field(default_factory=list)
+    #: set when ZeroGPU refused a later window's call: the windows answered before it (else None)
+    partial: Partial | None = None
+    #: the part of the video asked about (start, end) in its own seconds, or None for the whole video
+    range_s: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -239,6 +260,8 @@ class CaptionResult:
                 {"start": round(w["start"], 3), "end": round(w["end"], 3), "scene": w["scene"]}
                 for w in self.windows
             ],
+            "partial": None if self.partial is None else self.partial.to_dict(),
+            "range": _range(self.range_s),
         }
 
 
@@ -255,6 +278,10 @@ class FindResult:
     info: RunInfo = field(default_factory=RunInfo)
     #: scored spans in global seconds, best first, at most top_k (``span`` is the first one's)
     moments: list[Moment] = field(default_factory=list)
+    #: set when ZeroGPU refused a later window's call: the windows searched before it (else None)
+    partial: Partial | None = None
+    #: the part of the video asked about (start, end) in its own seconds, or None for the whole video
+    range_s: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -270,10 +297,16 @@ class FindResult:
                 {"start": round(m.start, 3), "end": round(m.end, 3), "score": round(m.score, 4)}
                 for m in self.moments
             ],
+            "partial": None if self.partial is None else self.partial.to_dict(),
+            "range": _range(self.range_s),
         }
 
 
 Result = CaptionResult | FindResult
+
+
+def _range(span: tuple[float, float] | None) -> list[float] | None:
+    return None if span is None else [round(span[0], 3), round(span[1], 3)]
 
 
 # ---------------------------------------------------------------------------

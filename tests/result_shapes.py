@@ -6,8 +6,13 @@ METRIC_KEYS = {"latency_s", "ttft_s", "output_tokens", "tokens_per_s", "video_to
                "memory_kind", "load_s", "device", "queue_s"}  # fmt: skip
 RUNTIME_KEYS = {"device", "compute_dtype", "kernel", "gpu_calls"}
 #: a result's own ``to_dict()`` (engine, bench and batch rows)
-CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "runtime", "windows"}
-FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments"}
+#: ``partial``: null, or {reason, windows_done, windows_total} when ZeroGPU refused a later window's call;
+#: ``range``: null, or [start, end] in the video's own seconds when only that part was asked about
+CAPTION_KEYS = {"variant", "model", "scene", "events", "raw", "repaired", "metrics", "runtime", "windows",
+                "partial", "range"}  # fmt: skip
+FIND_KEYS = {"variant", "model", "query", "span", "format_ok", "raw", "metrics", "runtime", "moments",
+             "partial", "range"}  # fmt: skip
+PARTIAL_KEYS = {"reason", "windows_done", "windows_total"}
 #: a caption as the API, MCP and the CLI's ``--json`` give it: with its chapters
 API_CAPTION_KEYS = CAPTION_KEYS | {"chapters"}
 

@@ -34,7 +34,18 @@ from marlin_demo import agreement as cmp
 from marlin_demo import contract, subtitles
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
 from marlin_demo.longvideo import runner
-from marlin_demo.results import CaptionResult, Done, Loaded, Prepared, Progress, Result, Stage, Task
+from marlin_demo.results import (
+    CaptionResult,
+    Done,
+    Loaded,
+    Partial,
+    Prepared,
+    Progress,
+    Result,
+    Stage,
+    Task,
+    WindowDone,
+)
 from marlin_demo.service import space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
@@ -112,11 +123,41 @@ def answer(
             res = _whole(engine, task, video, variant, query, on_text, on_stage, execute)
             res.metrics.latency_s += ticket.queue_s  # the engine timed the clip from its turn on
         else:
-            res = runner.answer_windows(
-                engine, kind, Path(str(video)), plans, variant, query, on_text, on_stage, execute
-            )
+            path = Path(str(video))
+            res = _windows_kept(engine, kind, path, plans, variant, query, on_text, on_stage, execute)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
+
+
+def _windows_kept(
+    engine: Engine,
+    task: Task,
+    path: Path,
+    plans: list[WindowPlan],
+    variant: Variant,
+    query: str | None,
+    on_text: Callable[[str], None] | None,
+    on_stage: Callable[[Stage], None] | None,
+    execute: _Turns,
+) -> Result:
+    """The windows answered; when ZeroGPU refuses a later window's call, the windows answered before it
+    come back as the answer, marked ``partial`` (with none answered the refusal is the error)."""
+    last: list[WindowDone] = []
+
+    def keep(stage: Stage) -> None:
+        if isinstance(stage, WindowDone):
+            last[:] = [stage]
+        if on_stage is not None:
+            on_stage(stage)
+
+    try:
+        return runner.answer_windows(engine, task, path, plans, variant, query, on_text, keep, execute)
+    except space.GpuRefused as exc:
+        if not last:
+            raise
+        res = last[0].result
+        res.partial = Partial(str(exc), last[0].window, last[0].windows)
+        return res
 
 
 def answer_plans(
@@ -196,12 +237,17 @@ class _Turns:
         with self.scheduler.turn(self.ticket):
             if not space.zero_gpu():
                 return work(on_text, on_stage)
-            self.calls += 1
             t0 = time.perf_counter()
+            granted = True
             try:
                 return space.gpu_call(work, self.seconds, on_text, on_stage)
+            except space.GpuRefused:
+                granted = False  # refused before it started: nothing asked of the quota
+                raise
             finally:
-                self.used_s += time.perf_counter() - t0
+                if granted:
+                    self.calls += 1
+                    self.used_s += time.perf_counter() - t0
 
     def report(self, res: R) -> R:
         """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""

@@ -19,8 +19,9 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
+from marlin_demo.engine import EngineError
 from marlin_demo.results import Task
-from marlin_demo.service import capacity
+from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,16 @@ def gpu_note(task: Task, video_s: float, settings: Settings, runs: int = 1) -> s
     return f"This run asks ZeroGPU for about {total} s of GPU ({calls} call{plural} of up to {each} s)."
 
 
+class GpuRefused(EngineError):
+    """ZeroGPU refused (or stopped) a call: the message is the visitor's one sentence
+    (``zerogpu.refusal_sentence``), ``refusal`` what ``spaces`` said. A user error: the page and the API
+    show the sentence; a request that had answered windows before it returns them instead (``partial``)."""
+
+    def __init__(self, refusal: zerogpu.Refusal) -> None:
+        super().__init__(zerogpu.refusal_sentence(refusal))
+        self.refusal = refusal
+
+
 Work = Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T]
 
 
@@ -86,16 +97,24 @@ def gpu_call(
     module-level function whose engine pickles by reference (``Engine.__reduce__``); the result comes
     back pickled too. The call is a generator, so each text and stage streams back as it comes; a
     caller that stops listening (``on_text`` raises) closes the call and the GPU goes with it.
+    A refusal ``spaces`` raises (quota, illegal duration...) becomes ``GpuRefused`` with its sentence.
     """
     result: Any = None
-    with contextlib.closing(gpu_function()(work, seconds)) as items:
-        for kind, value in items:
-            if kind == "text" and on_text is not None:
-                on_text(value)
-            elif kind == "stage" and on_stage is not None:
-                on_stage(value)
-            elif kind == "done":
-                result = value
+    try:
+        with contextlib.closing(gpu_function()(work, seconds)) as items:
+            for kind, value in items:
+                if kind == "text" and on_text is not None:
+                    on_text(value)
+                elif kind == "stage" and on_stage is not None:
+                    on_stage(value)
+                elif kind == "done":
+                    result = value
+    except Exception as exc:
+        refusal = zerogpu.read_refusal(exc)
+        if refusal is None:
+            raise
+        log.warning("ZeroGPU refused a %s s call: %s", seconds, refusal)
+        raise GpuRefused(refusal) from None
     return result  # type: ignore[no-any-return]
 
 

@@ -6,6 +6,10 @@ is checked against them (``tests/test_space_env.py``: the README front matter an
 and the start-up refuses what ZeroGPU refuses (``startup.check_limits``). One fact is never copied here:
 the per-card factor ``spaces`` multiplies a call's requested duration by, which changes with ``spaces``
 releases; :func:`duration_factor` reads it from the installed ``spaces`` package at run time.
+
+The refusals ``spaces`` raises (quota exceeded, the Space's limit without a signed-in visitor, illegal
+duration, pending credits...) are kept there too, word for word: :func:`read_refusal` recognises one and
+:func:`refusal_sentence` says it to the visitor in one sentence.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +86,93 @@ def duration_factor(card: str | None = None) -> float:
         if row.get("model") == wanted:
             return float(row["duration_factor"])
     return float(table[0]["duration_factor"])
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A ZeroGPU call that ``spaces`` refused or stopped: which case (a key of ``zerogpu.json``'s
+    ``refusals``), the tier its message names, and the seconds and wait it says when it says them."""
+
+    kind: str
+    tier: str = ""  # over_quota: "free", "pro" or "" (a visitor who is not signed in)
+    requested_s: int | None = None  # the call's duration times the card's factor, as spaces charges it
+    left_s: int | None = None
+    wait: str = ""  # "13:12:05", as spaces writes it
+
+
+def read_refusal(exc: BaseException) -> Refusal | None:
+    """The refusal in an exception ``spaces`` raised (a ``gr.Error`` whose title and message come from
+    ``zerogpu.json``), or None for any other error. Read by title and message, so ``gradio`` is never
+    imported here."""
+    title = str(getattr(exc, "title", "") or "")
+    message = str(getattr(exc, "message", "") or exc)
+    for kind, fact in facts()["refusals"].items():
+        if not isinstance(fact, dict):
+            continue
+        found = re.search(fact["pattern"], message)
+        if found is None:
+            continue
+        if title not in ("", "Error") and title != fact["title"]:
+            continue  # the words of one case under another's title: not spaces' refusal
+        got = found.groupdict()
+        return Refusal(
+            kind=kind,
+            tier=(got.get("tier") or "").strip().lower(),
+            requested_s=int(got["requested"]) if got.get("requested") else None,
+            left_s=int(got["left"]) if got.get("left") else None,
+            wait=(got.get("wait") or "").strip(),
+        )
+    return None
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
+
+
+def refusal_sentence(refusal: Refusal) -> str:
+    """The one sentence a visitor reads: what ZeroGPU did, how much was left if it said so, what to do."""
+    day, free = _minutes(daily_quota_s("unauthenticated")), _minutes(daily_quota_s("free"))
+    sign_in = f"sign in to Hugging Face ({free} of GPU a day with a free account, {day} without)"
+    shorter = "choose a shorter time range of the video (each window is one GPU call)"
+    k = refusal.kind
+    if k == "over_quota":
+        wait = f"try again in {refusal.wait}" if refusal.wait else "try again later"
+        who = {"free": "your free account's", "pro": "your PRO account's"}.get(refusal.tier, "your")
+        todo = f"{wait}, or {shorter}" if refusal.tier else f"{wait}, {sign_in}, or {shorter}"
+        return (
+            f"ZeroGPU refused the next GPU call: it asks for {refusal.requested_s} s and {who} daily "
+            f"GPU quota has {refusal.left_s} s left; {todo}."
+        )
+    if k == "runs_limit":
+        return (
+            "ZeroGPU refused the next GPU call: you have used up your GPU runs for now; "
+            f"try again later, or {sign_in}."
+        )
+    if k == "space_limit":
+        return (
+            "ZeroGPU refused the next GPU call: without a signed-in visitor this Space's shared GPU "
+            f"limit is used up; {sign_in} and run it again, or try again later."
+        )
+    if k == "over_maximum":
+        asked = f"its {refusal.requested_s} s are" if refusal.requested_s else "it asks for"
+        return (
+            f"ZeroGPU refused the GPU call: {asked} more than one call may have for you; "
+            f"{sign_in} for a larger limit, or try again later."
+        )
+    if k == "pending_credits":
+        return (
+            "ZeroGPU refused the GPU call: too many of your GPU credits are held by tasks still "
+            "running; try again once they have finished."
+        )
+    if k == "queue_timeout":
+        return (
+            f"ZeroGPU had no free GPU for this call within 60 s; try again in a moment, or {sign_in} "
+            "for a higher place in its queue."
+        )
+    return (
+        "ZeroGPU stopped the GPU call: it ran past the seconds this Space sized it for; try again, "
+        "and tell the Space's owner if it happens again."
+    )

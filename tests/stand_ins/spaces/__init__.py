@@ -6,6 +6,13 @@ loaded at start-up), and each call runs as ZeroGPU runs it, in a forked process 
 back. The real package cannot run here: it asks the platform's device service for a GPU. Each call,
 and whether torch was imported before this package, is appended as a JSON line to the file named by
 ``MARLIN_STAND_IN_GPU_LOG`` (when set), for the test to read.
+
+A visitor's daily quota is kept as ``spaces`` 0.51.3 keeps it (``zero/client.py`` ``schedule``): a call
+asks for its duration times the card's factor, and one asking for more than is left is refused with the
+very ``gr.Error`` that ``spaces`` raises (same title and words); without a visitor token the refusal is
+"Space app has reached its GPU limit". ``QUOTA`` sets it in-process; a server reads
+``MARLIN_STAND_IN_QUOTA_S`` (seconds left) and ``MARLIN_STAND_IN_VISITOR`` (``none``: no token; ``ip``: a
+token but not signed in; ``free``; ``pro``). Without them no call is refused.
 """
 
 from __future__ import annotations
@@ -16,9 +23,64 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-__all__ = ["GPU", "forked"]
+__all__ = ["GPU", "QUOTA", "Quota", "forked"]
+
+#: spaces 0.51.3 zero/client.py, word for word
+EXAMPLES_RETRY_MESSAGE = "Try re-running outside of examples if it happened after clicking one"
+TOKENS_SETTINGS_URL = "https://huggingface.co/settings/tokens"
+SUBSCRIBE_TO_PRO_URL = "https://huggingface.co/subscribe/pro?from=ZeroGPU"
+
+
+@dataclass
+class Quota:
+    """One visitor's ZeroGPU quota: ``left_s`` (None: never refused), who asks (``visitor``: none, ip,
+    free, pro), the card's duration factor and the wait ``spaces`` names in its refusal."""
+
+    left_s: float | None = None
+    visitor: str = "free"
+    factor: float = 1.5
+    wait: timedelta = timedelta(hours=13, minutes=12, seconds=5)
+
+    def schedule(self, duration: float) -> None:
+        """Charge a call of ``duration`` seconds, or raise what ``spaces`` raises when it cannot."""
+        requested = round(duration * self.factor)
+        if self.left_s is None:
+            return
+        if requested > self.left_s:
+            raise self.refusal(requested)
+        self.left_s -= requested
+
+    def refusal(self, requested: int) -> Exception:
+        """``spaces``' own ``gr.Error`` for a call over the quota (an API call: no page sends the request)."""
+        import gradio as gr
+
+        if self.visitor == "none":
+            message = f"Space app has reached its GPU limit. {EXAMPLES_RETRY_MESSAGE}"
+        else:
+            gpu = {"free": "free ZeroGPU", "pro": "Pro ZeroGPU"}.get(self.visitor, "ZeroGPU")
+            message = (
+                f"You have exceeded your {gpu} quota ({requested}s requested vs. {round(self.left_s or 0)}s "
+                f"left). Try again in {self.wait}. "
+            )
+            if self.visitor == "ip":
+                message += f"Authenticate with a Hugging Face token for more quota - {TOKENS_SETTINGS_URL}"
+            elif self.visitor == "free":
+                pro = "Subscribe to Hugging Face PRO to get 40 min of ZeroGPU quota a day"
+                message += f"{pro} - {SUBSCRIBE_TO_PRO_URL}"
+        return gr.Error(message, title="ZeroGPU quota exceeded", print_exception=False)
+
+
+def _quota_from_env() -> Quota:
+    left = os.environ.get("MARLIN_STAND_IN_QUOTA_S")
+    return Quota(None if left is None else float(left), os.environ.get("MARLIN_STAND_IN_VISITOR", "free"))
+
+
+#: the quota every call is charged to (tests replace it)
+QUOTA = _quota_from_env()
 
 
 def _record(entry: dict[str, Any]) -> None:
@@ -73,6 +135,11 @@ def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
     def decorate(func: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
             seconds = duration(*args, **kwargs) if callable(duration) else duration
+            try:
+                QUOTA.schedule(seconds)  # refused here, before any process starts, as spaces does
+            except Exception as exc:
+                _record({"refused": True, "duration": seconds, "message": str(exc)})
+                raise
             yield from forked(func, args, kwargs, seconds)
 
         return call

@@ -1,0 +1,128 @@
+"""When ZeroGPU refuses a call: one sentence for the visitor, the windows already answered kept (``partial``).
+
+The stand-in ``spaces`` (``tests/stand_ins/spaces``) keeps a visitor's quota as ``spaces`` 0.51.3 does and
+raises its very ``gr.Error`` (title and words) when a call asks for more than is left; each granted call
+runs in a forked process, as on ZeroGPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import stand_ins.spaces as stand_in
+from result_shapes import PARTIAL_KEYS
+
+from marlin_demo import service
+from marlin_demo.engine import USER_ERRORS, Engine
+from marlin_demo.results import CaptionResult, FindResult
+from marlin_demo.service import space, zerogpu
+from marlin_demo.service.scheduler import scheduler_for
+from marlin_demo.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+LONG = ROOT / "examples" / "ball_rolls.mp4"  # 12 s: three 4 s caption windows, four find windows below
+SHORT = ROOT / "examples" / "flower.mp4"  # 5 s: one window
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    settings = Settings(model="tiny", device="cpu", caption_window_s=4.0, caption_max_new_tokens=16,
+                        find_window_s=4.0, find_overlap_s=1.0, find_max_new_tokens=12)  # fmt: skip
+    eng = Engine(settings)
+    for v in ("bf16", "gptq"):
+        eng.load(v)  # on a Space the variants are loaded at start-up, before any call
+    return eng
+
+
+@pytest.fixture
+def quota(monkeypatch: pytest.MonkeyPatch) -> stand_in.Quota:
+    """ZeroGPU as the stand-in ``spaces`` runs it, with a quota the test sets."""
+    q = stand_in.Quota()
+    monkeypatch.setitem(sys.modules, "spaces", stand_in)
+    monkeypatch.setattr(stand_in, "QUOTA", q)
+    monkeypatch.setattr(space, "zero_gpu", lambda: True)
+    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
+    return q
+
+
+def charged(engine: Engine, task: str = "caption") -> int:
+    """What one window's call takes from the quota: its duration times the card's factor."""
+    return round(space.call_seconds(task, engine.settings) * stand_in.Quota().factor)  # type: ignore[arg-type]
+
+
+def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
+    for kind, fact in zerogpu.facts()["refusals"].items():
+        if isinstance(fact, dict):
+            exc = RuntimeError(fact["example"])
+            exc.title = fact["title"]  # type: ignore[attr-defined]  # as spaces' gr.Error carries it
+            refusal = zerogpu.read_refusal(exc)
+            assert refusal is not None and refusal.kind == kind, kind
+            sentence = zerogpu.refusal_sentence(refusal)
+            assert sentence.startswith("ZeroGPU") and sentence.endswith(".") and sentence.count(". ") == 0
+    over = zerogpu.read_refusal(stand_in.Quota(left_s=21, visitor="ip").refusal(99))
+    assert over == zerogpu.Refusal("over_quota", "", 99, 21, "13:12:05")
+    said = zerogpu.refusal_sentence(over)
+    assert "99 s" in said and "21 s left" in said and "try again in 13:12:05" in said
+    assert "sign in to Hugging Face (5 min of GPU a day with a free account, 2 min without)" in said
+    refusal = zerogpu.read_refusal(stand_in.Quota(left_s=3, visitor="free").refusal(22))
+    assert refusal is not None and refusal.tier == "free"
+    free = zerogpu.refusal_sentence(refusal)
+    assert "free account's daily GPU quota has 3 s left" in free and "sign in" not in free
+    assert zerogpu.read_refusal(RuntimeError("CUDA out of memory")) is None
+    mislabelled = RuntimeError("GPU task aborted")
+    mislabelled.title = "Something else"  # type: ignore[attr-defined]
+    assert zerogpu.read_refusal(mislabelled) is None
+
+
+def test_refused_midway_the_windows_answered_return_as_a_partial_answer(
+    engine: Engine, quota: stand_in.Quota
+) -> None:
+    each = charged(engine)
+    quota.left_s, quota.visitor = 2 * each + 5, "free"  # two windows' calls, not three
+    res = service.run(engine, "caption", str(LONG), "bf16")
+    assert isinstance(res, CaptionResult) and res.partial is not None
+    assert (res.partial.windows_done, res.partial.windows_total) == (2, 3)
+    assert f"asks for {each} s" in res.partial.reason and "has 5 s left" in res.partial.reason
+    assert [w["end"] for w in res.windows] == [4.0, 8.0]  # nothing of the third window
+    assert all(e.end <= 8.0 for e in res.events)
+    d = res.to_dict()
+    assert set(d["partial"]) == PARTIAL_KEYS and d["partial"]["windows_done"] == 2
+    assert d["runtime"]["gpu_calls"]["calls"] == 2  # the refused call asked nothing of the quota
+    assert res.partial.note().startswith("Partial answer: 2 of 3 windows answered. ZeroGPU refused")
+
+
+def test_refused_before_any_window_is_the_error_and_the_service_keeps_serving(
+    engine: Engine, quota: stand_in.Quota
+) -> None:
+    quota.left_s, quota.visitor = 0, "none"  # no visitor token: spaces names the Space's limit
+    with pytest.raises(space.GpuRefused) as refused:
+        service.run(engine, "caption", str(SHORT), "bf16")
+    assert isinstance(refused.value, USER_ERRORS)  # shown as the page's and the API's error
+    said = str(refused.value)
+    assert "without a signed-in visitor" in said and "sign in to Hugging Face" in said
+    assert refused.value.refusal.kind == "space_limit"
+    assert scheduler_for(engine).held() == 0  # the refused request let go of its turn
+    quota.left_s = None  # the next visitor has quota: served as usual
+    again = service.run(engine, "caption", str(SHORT), "bf16")
+    assert again.partial is None and again.to_dict()["partial"] is None
+
+
+def test_compare_keeps_each_variants_partial_answer_or_its_sentence(
+    engine: Engine, quota: stand_in.Quota
+) -> None:
+    each = charged(engine, "find")
+    quota.left_s, quota.visitor = 2 * each, "ip"
+    events = list(service.compare(engine, "find", str(LONG), ["bf16", "gptq"], "the ball rolls"))
+    out = events[-1]
+    assert isinstance(out, service.Comparison)
+    first = out.results["bf16"]
+    assert isinstance(first, FindResult) and first.partial is not None
+    assert (first.partial.windows_done, first.partial.windows_total) == (2, 4)
+    assert all(m.end <= 7.0 for m in first.moments)  # only the two windows searched (0-4 s, 3-7 s)
+    assert "gptq" not in out.results and "has 0 s left" in out.errors["gptq"]
+    payload = out.payload(None)
+    assert payload["errors"]["gptq"] == out.errors["gptq"]
