@@ -25,6 +25,7 @@ from marlin_demo import variants
 from marlin_demo.longvideo.plan import plan_for
 from marlin_demo.models import compute
 from marlin_demo.results import Task
+from marlin_demo.service import zerogpu
 from marlin_demo.settings import Settings, env_name
 
 SPEEDS_FILE = Path(__file__).with_name("speeds.json")
@@ -206,8 +207,37 @@ def window_s(task: Task, settings: Settings, speed: Speed) -> float:
 
 
 def gpu_call_s(task: Task, settings: Settings, speed: Speed) -> int:
-    """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before)."""
+    """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before).
+
+    The rule: ``GPU_MARGIN`` (1.25) times the longest one window's model work can take on the measured
+    H200 (``model_s``: overhead, a full window's prefill, and every token the task allows at the slowest
+    measured decode, 16.3 tok/s on the PyTorch linear-attention path, slower than the Space's Triton
+    kernels), between ``MIN_GPU_S`` and ``MAX_GPU_S``. ``spaces`` schedules the call for that times the
+    card's factor (1.5 on the Space's card), so the call is cut short only where the card runs a
+    worst-case window more than factor x margin (1.9x) slower than the H200 did. On ZeroGPU the start-up
+    also refuses settings whose caption call, with the factor, would not fit a visitor's whole day
+    without signing in (``call_fits_day``, ``conflicts``)."""
     return int(min(MAX_GPU_S, max(MIN_GPU_S, math.ceil(GPU_MARGIN * model_s(task, settings, speed)))))
+
+
+def charged_s(asked_s: float, factor: float | None = None) -> int:
+    """What a call asking for ``asked_s`` takes from a visitor's quota: times the card's factor, rounded
+    as ``spaces`` rounds it (``zerogpu.duration_factor`` when ``factor`` is None)."""
+    return round(asked_s * (zerogpu.duration_factor() if factor is None else factor))
+
+
+def call_fits_day(task: Task, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
+    """Whether one window's call, with the card's factor, fits a day of a visitor who is not signed in."""
+    return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu.daily_quota_s("unauthenticated")
+
+
+def _tokens_fitting_day(task: Task, settings: Settings, speed: Speed) -> int:
+    """The largest token limit whose window call fits ``call_fits_day`` (0 if none does)."""
+    field_name = f"{task}_max_new_tokens"
+    tokens = max_new_tokens(task, settings)
+    while tokens > 0 and not call_fits_day(task, settings.with_(**{field_name: tokens}), speed):
+        tokens -= 8
+    return max(tokens, 0)
 
 
 def request_gpu_s(task: Task, duration_s: float, settings: Settings, speed: Speed) -> int:
@@ -264,5 +294,13 @@ def conflicts(settings: Settings, device: str, zero_gpu: bool = False) -> list[s
                 f"{tokens}={max_new_tokens(task, settings)} makes one {task} window ask ZeroGPU for more "
                 f"than the {MAX_GPU_S} s one call may have ({speed.decode_tokens_per_s:g} tokens/s on "
                 f"{speed.name}): lower it."
+            )
+        elif zero_gpu and speed is not None and not call_fits_day(task, settings, speed):
+            asked, day = gpu_call_s(task, settings, speed), zerogpu.daily_quota_s("unauthenticated")
+            out.append(
+                f"{tokens}={max_new_tokens(task, settings)} makes one {task} window's ZeroGPU call ask for "
+                f"{asked} s, {charged_s(asked)} s with the card's factor {zerogpu.duration_factor():g}: more "
+                f"than a visitor who is not signed in has in a day ({day} s): lower it to at most "
+                f"{_tokens_fitting_day(task, settings, speed)}."
             )
     return out
