@@ -57,10 +57,22 @@ def format_run(info: Any) -> str:
     return " · ".join(parts)
 
 
+def _asked(result: Any) -> list[str]:
+    """The range asked about and a partial answer's label, when there are any (times on the video's own
+    timeline)."""
+    lines = []
+    if result.range_s is not None:
+        lines.append(f"Range: {_fmt_time(result.range_s[0])} - {_fmt_time(result.range_s[1])} of the video")
+    if result.partial is not None:
+        lines.append(result.partial.note())
+    return lines
+
+
 def format_caption(result: Any) -> str:
     d = result.to_dict()
     lines = [
         f"Caption · {d['variant']} · {d['model']}",
+        *_asked(result),
         "",
         f"Scene: {d['scene'] or '(none)'}",
         "",
@@ -84,7 +96,7 @@ def format_caption(result: Any) -> str:
 
 def format_find(result: Any) -> str:
     d = result.to_dict()
-    lines = [f"Find · {d['variant']} · {d['model']}", f"Query: {d['query']}"]
+    lines = [f"Find · {d['variant']} · {d['model']}", *_asked(result), f"Query: {d['query']}"]
     if d["span"] is None:
         lines.append(f"No span: the answer did not give a usable time range (raw: {d['raw']!r}).")
     else:
@@ -108,6 +120,15 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     settings_mod.add_arguments(p, command="run")
     p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
+    p.add_argument(
+        "--start",
+        type=float,
+        default=None,
+        metavar="S",
+        help="answer only from S seconds of the video on (times stay on the video's timeline)",
+    )
+    p.add_argument("--end", type=float, default=None, metavar="S",
+                   help="answer only up to S seconds of the video (default: its end)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,21 +226,36 @@ def _video_missing(path: str) -> bool:
 
 
 def run_with_progress(
-    engine: Any, task: str, video: str, variant: str, query: str | None = None, show: bool = True
+    engine: Any,
+    task: str,
+    video: str,
+    variant: str,
+    query: str | None = None,
+    show: bool = True,
+    start: float | None = None,
+    end: float | None = None,
 ) -> Any:
     """The request's result; on a long video (``show``) one stderr line per window as it starts.
 
-    The line is ``caption: window k of n`` (or ``find: ...``); a one-window video prints nothing.
-    ``--json`` runs quietly, so stderr holds only what libraries or errors write.
+    The line is ``caption: window k of n`` (or ``find: ...``); a one-window video (or range) prints
+    nothing. ``--json`` runs quietly, so stderr holds only what libraries or errors write. ``start`` /
+    ``end``: only that time range (``--start`` / ``--end``).
     """
     service = _service()
     if not show:
-        return service.run(engine, task, video, variant, query)
+        return service.run(engine, task, video, variant, query, start_s=start, end_s=end)
     from marlin_demo.results import Done, Progress
 
-    with contextlib.closing(service.stream(engine, task, video, variant, query)) as stages:
+    with contextlib.closing(
+        service.stream(engine, task, video, variant, query, start_s=start, end_s=end)
+    ) as stages:
         for stage in stages:
-            if isinstance(stage, Progress) and stage.window is not None and not stage.text:
+            if (
+                isinstance(stage, Progress)
+                and stage.window is not None
+                and not stage.text
+                and stage.windows != 1
+            ):
                 print(f"{task}: window {stage.window} of {stage.windows}", file=sys.stderr, flush=True)
             elif isinstance(stage, Done):
                 return stage.result
@@ -231,7 +267,9 @@ def cmd_caption(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     return _task(
         args,
-        lambda e: run_with_progress(e, "caption", args.video, args.variant, show=not args.json),
+        lambda e: run_with_progress(
+            e, "caption", args.video, args.variant, show=not args.json, start=args.start, end=args.end
+        ),
         format_caption,
     )
 
@@ -241,7 +279,9 @@ def cmd_find(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     return _task(
         args,
-        lambda e: run_with_progress(e, "find", args.video, args.variant, args.query, show=not args.json),
+        lambda e: run_with_progress(
+            e, "find", args.video, args.variant, args.query, not args.json, args.start, args.end
+        ),
         format_find,
     )
 

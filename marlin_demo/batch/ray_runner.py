@@ -36,10 +36,17 @@ class BatchWorker:
                 video=str(batch["video"][i]),
                 path=str(batch["path"][i]),
                 query=None if q is None or q != q else str(q),
+                start=_seconds(batch["start"][i]) if "start" in batch else None,
+                end=_seconds(batch["end"][i]) if "end" in batch else None,
             )
             # JSON text, so Arrow never retypes the nested result: the driver writes it unchanged
             rows.append(json.dumps(run_item(self.engine, item, self.task, self.variant), ensure_ascii=False))
         return {"row": np.array(rows, dtype=object)}
+
+
+def _seconds(value: Any) -> float | None:
+    """A range end as Arrow hands it back (None or NaN: not given)."""
+    return None if value is None or value != value else float(value)
 
 
 def run_ray(
@@ -53,7 +60,10 @@ def run_ray(
     workers: int,
     gpus_per_worker: float | None,
 ) -> None:
-    records = [{"id": i.id, "video": i.video, "path": i.path, "query": i.query} for i in items]
+    records = [
+        {"id": i.id, "video": i.video, "path": i.path, "query": i.query, "start": i.start, "end": i.end}
+        for i in items
+    ]
     kwargs = {"settings": settings, "task": task, "variant": variant}
     for row in rows_on_ray(BatchWorker, kwargs, records, address, workers, gpus_per_worker):
         writer.write(row)

@@ -14,7 +14,8 @@ def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]
 
     row: dict[str, Any] = {"id": item.id, "video": item.video, "task": task}
     try:
-        result = service.run(engine, task, item.path, variant, item.query if task == "find" else None)
+        query = item.query if task == "find" else None
+        result = service.run(engine, task, item.path, variant, query, start_s=item.start, end_s=item.end)
     except Exception as exc:
         reason, sentence = failure(exc)
         row.update(status="error", reason=reason, error=sentence, variant=variant)

@@ -187,9 +187,10 @@ class Engine:
         """``prepare`` plus whether the frames came from the cache (nothing decoded in this call)."""
         return self.store.prepare(video)
 
-    def info(self, path: Path) -> VideoInfo:
-        """The validated facts of a file (probed once per content and path)."""
-        return self.store.info(path)
+    def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
+        """The validated facts of a file (probed once per content and path); ``whole=False`` leaves the
+        duration limit to the caller, for a request about a time range of the file."""
+        return self.store.info(path, whole=whole)
 
     def window_frames(
         self, path: Path, plans: list[WindowPlan]

@@ -7,6 +7,8 @@ video's windows are decoded together in one scan and kept as one entry per (cont
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -21,6 +23,7 @@ from marlin_demo.video import (
     Limits,
     PreparedVideo,
     VideoError,
+    check_duration,
     pick_backend,
     plan_sampling,
     sample,
@@ -61,8 +64,9 @@ class VideoStore:
             _bound(self._digests, 256)
         return digest
 
-    def info(self, path: Path) -> VideoInfo:
-        """The validated facts of a file, probed once per (content, path)."""
+    def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
+        """The validated facts of a file, probed once per (content, path). ``whole=False``: a request about
+        a time range of it, which the duration limit is applied to instead of the file (the caller's)."""
         try:
             key = (self.digest(path), str(path.resolve()))
         except OSError:
@@ -70,13 +74,14 @@ class VideoStore:
             raise
         with self.lock:
             known = self._infos.get(key)
-        if known is not None:
-            return known
-        info = validate(path, self.limits)
-        with self.lock:
-            self._infos[key] = info
-            _bound(self._infos, 64)
-        return info
+        if known is None:
+            known = validate(path, dataclasses.replace(self.limits, max_duration_s=math.inf))
+            with self.lock:
+                self._infos[key] = known
+                _bound(self._infos, 64)
+        if whole:
+            check_duration(known, self.limits)
+        return known
 
     def prepare(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
         """The clip's frames and whether they came from the cache (nothing decoded in this call)."""

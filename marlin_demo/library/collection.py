@@ -10,6 +10,8 @@ import csv
 import glob
 import hashlib
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,13 +32,43 @@ class Item:
     video: str
     path: str
     query: str | None
+    #: a time range of the video (a manifest's ``start`` / ``end``, seconds; None: from 0 / to the end)
+    start: float | None = None
+    end: float | None = None
+
+    @property
+    def span(self) -> tuple[float | None, float | None] | None:
+        """The range asked about, or None for the whole video."""
+        return None if self.start is None and self.end is None else (self.start, self.end)
 
 
-def _default_id(base: str, query: str | None) -> str:
-    # the query's hash keeps ids stable when a manifest gains or loses rows
+def range_suffix(start: float | None, end: float | None) -> str:
+    """``@4-10`` (``@0-10``, ``@4-end``): what an id carries for a time range, '' for the whole video."""
+    if start is None and end is None:
+        return ""
+    return f"@{start or 0:g}-{'end' if end is None else f'{end:g}'}"
+
+
+def _default_id(base: str, query: str | None, start: float | None = None, end: float | None = None) -> str:
+    # the query's hash keeps ids stable when a manifest gains or loses rows; a range makes its own item
+    base += range_suffix(start, end)
     if query is None:
         return base
     return f"{base}#{hashlib.sha1(query.encode('utf-8')).hexdigest()[:8]}"
+
+
+def _seconds(rec: Mapping[str, object], name: str, where: str) -> float | None:
+    """A manifest row's ``start`` or ``end`` in seconds (None when empty); anything else is an InputError."""
+    raw = rec.get(name)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {name} must be a number of seconds, got {raw!r}.") from None
+    if not math.isfinite(value):
+        raise InputError(f"{where}: {name} must be a number of seconds, got {raw!r}.")
+    return value
 
 
 def _read_manifest(path: Path) -> list[dict[str, str]]:
@@ -45,7 +77,9 @@ def _read_manifest(path: Path) -> list[dict[str, str]]:
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines())
         if not reader.fieldnames or "video" not in reader.fieldnames:
-            raise InputError(f"{path.name} has no 'video' column: a CSV manifest needs video[,query][,id].")
+            raise InputError(
+                f"{path.name} has no 'video' column: a CSV manifest needs video[,query][,id][,start][,end]."
+            )
         return [dict(r) for r in reader]
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -67,23 +101,26 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
     if task == "caption" and query is not None:
         raise InputError("--query is only for --task find.")
     src = Path(source)
-    entries: list[tuple[str, Path, str | None, str | None]] = []  # (shown, path, query, id)
+    # (shown, path, query, id, start, end)
+    entries: list[tuple[str, Path, str | None, str | None, float | None, float | None]] = []
     if src.is_file() and src.suffix.lower() in (".jsonl", ".csv"):
-        for rec in _read_manifest(src):
+        for n, rec in enumerate(_read_manifest(src), start=1):
             video = str(rec["video"]).strip()
             p = Path(video) if Path(video).is_absolute() else src.parent / video
             q = rec.get("query") or query
-            entries.append((video, p, q, (rec.get("id") or None)))
+            where = f"Row {n} of {src.name} ({video})"
+            start, end = _seconds(rec, "start", where), _seconds(rec, "end", where)
+            entries.append((video, p, q, (rec.get("id") or None), start, end))
     elif src.is_dir():
         for p in sorted(src.rglob("*")):
             if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS:
-                entries.append((str(src / p.relative_to(src)), p, query, None))
+                entries.append((str(src / p.relative_to(src)), p, query, None, None, None))
     elif src.is_file():
-        entries.append((source, src, query, None))
+        entries.append((source, src, query, None, None, None))
     elif glob.has_magic(source):
         for match in sorted(glob.glob(source, recursive=True)):
             if Path(match).is_file():
-                entries.append((match, Path(match), query, None))
+                entries.append((match, Path(match), query, None, None, None))
     else:
         raise InputError(
             f"No file, folder or manifest at {source}: "
@@ -95,7 +132,7 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
         )
     items: list[Item] = []
     seen: set[str] = set()
-    for shown, p, q, given_id in entries:
+    for shown, p, q, given_id, start, end in entries:
         if task == "find" and not (q and str(q).strip()):
             raise InputError(
                 f"{shown} has no query: the find task needs --query or a 'query' in the manifest."
@@ -104,11 +141,13 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
         base = Path(shown).name if src.is_file() and not given_id else shown
         if src.is_dir():
             base = p.relative_to(src).as_posix()
-        item_id = str(given_id) if given_id else _default_id(base, q)
+        item_id = str(given_id) if given_id else _default_id(base, q, start, end)
         if item_id in seen:
-            raise InputError(f"The id {item_id!r} appears twice: ids (and video+query pairs) must be unique.")
+            raise InputError(
+                f"The id {item_id!r} appears twice: ids (and video+range+query rows) must be unique."
+            )
         seen.add(item_id)
-        items.append(Item(id=item_id, video=shown, path=str(p.resolve()), query=q))
+        items.append(Item(id=item_id, video=shown, path=str(p.resolve()), query=q, start=start, end=end))
     return items
 
 

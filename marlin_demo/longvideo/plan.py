@@ -98,6 +98,80 @@ def plan_for(task: Task, duration: float, settings: Settings, *, limit: bool = T
 
 
 # ---------------------------------------------------------------------------
+# A time range: part of a video, answered as if cut as its own file, on the video's timeline
+# ---------------------------------------------------------------------------
+
+#: the shortest range asked about (a second holds Marlin's minimum of 4 frames at any usual frame rate)
+MIN_RANGE_S = 1.0
+#: how far past the probed end an end may be and still mean "the end" (a rounded duration typed back)
+END_TOLERANCE_S = 0.05
+
+
+class RangeError(ValueError):
+    """A time range that cannot be asked about: one sentence saying what is wrong and what is allowed."""
+
+
+def check_range(
+    start: float | None, end: float | None, duration: float, max_duration: float
+) -> tuple[float, float]:
+    """The range (start, end) in the video's seconds; None start: 0, None end: the video's end.
+
+    Refused with a ``RangeError``: a start below 0, an end not after the start, a start or end past the
+    video's end, a range shorter than ``MIN_RANGE_S`` or longer than ``max_duration`` (the duration limit
+    applies to the range asked, not to the file)."""
+    whole = f"the video is {duration:.1f} s long"
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and not math.isfinite(value):
+            raise RangeError(f"The range's {name} must be a number of seconds, got {value!r}.")
+    s = 0.0 if start is None else float(start)
+    e = duration if end is None else float(end)
+    if s < 0:
+        raise RangeError(f"The range starts at {s:g} s; a start must be 0 s or later ({whole}).")
+    if s >= duration:
+        raise RangeError(
+            f"The range starts at {s:g} s, at or after the video's end: {whole}; start before it."
+        )
+    if e > duration + END_TOLERANCE_S:
+        raise RangeError(
+            f"The range ends at {e:g} s, after the video's end: {whole}; end at {duration:.1f} s at most, "
+            "or leave the end empty."
+        )
+    e = min(e, duration)
+    if e <= s:
+        raise RangeError(
+            f"The range {s:g}-{e:g} s does not end after it starts: the end must be after the start."
+        )
+    if e - s < MIN_RANGE_S:
+        raise RangeError(
+            f"The range {s:g}-{e:g} s is {e - s:.2f} s long; a range must be at least {MIN_RANGE_S:g} s."
+        )
+    if e - s > max_duration:
+        raise RangeError(
+            f"The range {s:g}-{e:g} s is {e - s:.1f} s long; at most {max_duration:g} s is allowed: "
+            "choose a shorter range."
+        )
+    return s, e
+
+
+def range_windows(task: Task, start: float, end: float, settings: Settings) -> list[Window]:
+    """The windows of a range, on the video's timeline: ``plan_for`` on the range's length, shifted to
+    its start (the range is answered as the video cut to it would be). Too many windows: ``RangeError``."""
+    try:
+        local = plan_for(task, end - start, settings)
+    except WindowLimitError:
+        if task == "caption":
+            step, overlap = settings.caption_window_s, 0.0
+        else:
+            step, overlap = settings.find_window_s - settings.find_overlap_s, settings.find_overlap_s
+        allowed = settings.max_windows * step + overlap
+        raise RangeError(
+            f"The range {start:g}-{end:g} s needs more than the {settings.max_windows} windows allowed; "
+            f"choose a range of at most {allowed:g} s."
+        ) from None
+    return [Window(w.index, round(w.start + start, 6), round(w.end + start, 6)) for w in local]
+
+
+# ---------------------------------------------------------------------------
 # Mapping one window's answer to global time
 # ---------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from marlin_demo.results import (
     WindowDone,
 )
 from marlin_demo.settings import Variant
-from marlin_demo.video import PreparedVideo
+from marlin_demo.video import PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan, plan_window
 
 OnText = Callable[[str], None] | None
@@ -54,11 +54,20 @@ def direct(work: WindowWork, on_text: OnText, on_stage: OnStage) -> tuple[Genera
     return work(on_text, on_stage)
 
 
-def window_plans(engine: Engine, video: str | Path | PreparedVideo, task: Task) -> list[WindowPlan] | None:
+#: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
+Span = tuple[float | None, float | None]
+
+
+def window_plans(
+    engine: Engine, video: str | Path | PreparedVideo, task: Task, span: Span | None = None
+) -> list[WindowPlan] | None:
     """Each window's sampling plan for a video longer than one ``task`` window; None: answered whole.
 
     Too many windows is a ``WindowLimitError`` (a user error), raised before anything is decoded.
+    ``span``: only that time range is planned (``range_plans``), always as windows, even one.
     """
+    if span is not None:
+        return range_plans(engine, video, task, span)
     if isinstance(video, PreparedVideo):
         return None
     path = Path(video)
@@ -69,6 +78,27 @@ def window_plans(engine: Engine, video: str | Path | PreparedVideo, task: Task) 
     if len(windows) == 1:
         return None
     return [plan_window(info, w, engine.params) for w in windows]
+
+
+def range_plans(
+    engine: Engine, video: str | Path | PreparedVideo, task: Task, span: Span
+) -> list[WindowPlan]:
+    """The windows of a time range of a file, each sampled as if the range were cut as its own file (the
+    same fps and pixel rules), on the video's own timeline. The file's checks (size, resolution) apply to
+    the file; the duration limit and the window limit to the range. Bad ranges: ``plan.RangeError``."""
+    if isinstance(video, PreparedVideo):
+        raise ValueError("A time range needs the video file, not frames decoded beforehand.")
+    path = Path(video)
+    if not path.exists():
+        raise VideoError(f"No file at {path.name}: upload a video file.")
+    info = engine.info(path, whole=False)
+    start, end = win.check_range(span[0], span[1], info.duration_s, engine.settings.max_duration_s)
+    return [plan_window(info, w, engine.params) for w in win.range_windows(task, start, end, engine.settings)]
+
+
+def plans_range(plans: list[WindowPlan]) -> tuple[float, float]:
+    """The time range a list of window plans covers (the first window's start to the last one's end)."""
+    return plans[0].window.start, plans[-1].window.end
 
 
 @dataclass
@@ -103,7 +133,7 @@ def run_windows(
     n = len(plans)
     frames = engine.window_frames(path, plans)
     first = next(frames)  # a decode failure is raised here, before any model is loaded
-    whole = engine.info(path)
+    whole = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
     if on_stage is not None:
         on_stage(Prepared(whole, first[0].plan, first[2], tuple(wp.window for wp in plans)))
     cold = not engine.is_loaded(variant)
@@ -254,8 +284,10 @@ def answer_windows(
     on_text: OnText,
     on_stage: OnStage,
     execute: Execute = direct,
+    span: tuple[float, float] | None = None,
 ) -> Result:
-    """A long video's caption or find, window by window; each finished window is a ``WindowDone`` stage."""
+    """A long video's caption or find, window by window; each finished window is a ``WindowDone`` stage.
+    ``span``: the time range the windows cover, when only that was asked (the result's ``range_s``)."""
     n = len(plans)
     if task == "caption":
         prompt, limit, logprobs = contract.CAPTION_PROMPT, engine.settings.caption_max_new_tokens, False
@@ -270,7 +302,7 @@ def answer_windows(
     parts: list[tuple[Window, CaptionParse]] = []
     answers: list[tuple[Window, SpanParse, float | None]] = []
     result: Result | None = None
-    whole = engine.info(path)
+    whole = engine.info(path, whole=False)
     for wr in run_windows(engine, path, plans, variant, prompt, limit, on_text, on_stage, logprobs, execute):
         runs.append(wr)  # each window is parsed, mapped (and scored) once; only the merge is redone
         if task == "caption":
@@ -279,6 +311,7 @@ def answer_windows(
         else:
             answers.append(find_answer(engine, variant, wr))
             result = find_result(engine, variant, clean, runs, answers, n, whole, wr.started)
+        result.range_s = span
         if on_stage is not None:
             on_stage(WindowDone(len(runs), n, result))
     assert result is not None  # plans is never empty

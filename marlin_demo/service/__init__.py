@@ -106,9 +106,17 @@ def answer(
     on_text: Callable[[str], None] | None = None,
     on_stage: Callable[[Stage], None] | None = None,
     stop: threading.Event | None = None,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
 ) -> Result:
     """Answer whole, or window by window when the video is longer than one window: the one place
     that chooses (the engine answers one clip; ``longvideo.runner`` runs the windows).
+
+    ``start_s``/``end_s`` (either may be None: from 0, to the end): only that time range is decoded and
+    asked, as windows of the range cut as its own file, and the answer's times stay on the video's own
+    timeline (``result.range_s`` says the range). The duration limit applies to the range; a bad range is a
+    ``RangeError`` (a ValueError, so a user error) saying what is wrong and what is allowed.
 
     Every request is held by the engine's scheduler and its model work runs in turns (a whole clip
     is one turn, a long video one turn per window; on ZeroGPU each turn is its own GPU call).
@@ -116,15 +124,16 @@ def answer(
     waiting for other requests' turns. ``stop`` set: the request leaves at once, even while waiting.
     """
     kind = cmp.as_task(task)
-    plans = runner.window_plans(engine, video, kind)
+    span = _span(start_s, end_s)
+    plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
         execute = _Turns(engine, ticket, kind)
         if plans is None:
             res = _whole(engine, task, video, variant, query, on_text, on_stage, execute)
             res.metrics.latency_s += ticket.queue_s  # the engine timed the clip from its turn on
         else:
-            path = Path(str(video))
-            res = _windows_kept(engine, kind, path, plans, variant, query, on_text, on_stage, execute)
+            path, asked = Path(str(video)), None if span is None else runner.plans_range(plans)
+            res = _windows_kept(engine, kind, path, plans, variant, query, on_text, on_stage, execute, asked)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
 
@@ -139,6 +148,7 @@ def _windows_kept(
     on_text: Callable[[str], None] | None,
     on_stage: Callable[[Stage], None] | None,
     execute: _Turns,
+    span: tuple[float, float] | None,
 ) -> Result:
     """The windows answered; when ZeroGPU refuses a later window's call, the windows answered before it
     come back as the answer, marked ``partial`` (with none answered the refusal is the error)."""
@@ -151,7 +161,7 @@ def _windows_kept(
             on_stage(stage)
 
     try:
-        return runner.answer_windows(engine, task, path, plans, variant, query, on_text, keep, execute)
+        return runner.answer_windows(engine, task, path, plans, variant, query, on_text, keep, execute, span)
     except space.GpuRefused as exc:
         if not last:
             raise
@@ -260,13 +270,34 @@ class _Turns:
         return res
 
 
-def run(engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None) -> Result:
-    """The blocking form: the ``Done`` stage's result (errors raised as they are)."""
-    return answer(engine, task, video, variant, query)
+def _span(start_s: float | None, end_s: float | None) -> runner.Span | None:
+    """The time range asked for, or None for the whole video (neither end given)."""
+    return None if start_s is None and end_s is None else (start_s, end_s)
+
+
+def run(
+    engine: Engine,
+    task: str,
+    video: Video,
+    variant: Variant,
+    query: str | None = None,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
+) -> Result:
+    """The blocking form: the ``Done`` stage's result (errors raised as they are); a range as ``answer``."""
+    return answer(engine, task, video, variant, query, start_s=start_s, end_s=end_s)
 
 
 def stream(
-    engine: Engine, task: str, video: Video, variant: Variant, query: str | None = None
+    engine: Engine,
+    task: str,
+    video: Video,
+    variant: Variant,
+    query: str | None = None,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
 ) -> Generator[Stage, None, None]:
     """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
 
@@ -294,7 +325,9 @@ def stream(
 
     def work() -> None:
         try:
-            res = answer(engine, task, video, variant, query, on_text, on_stage, stop)
+            res = answer(
+                engine, task, video, variant, query, on_text, on_stage, stop, start_s=start_s, end_s=end_s
+            )
             updates.put(("stage", Done(res)))
         except Cancelled:
             pass
@@ -383,16 +416,18 @@ def compare(
     query: str | None = None,
     *,
     live: bool = False,
+    start_s: float | None = None,
+    end_s: float | None = None,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
     """Run ``task`` on each variant in turn: Prepared, then per variant Started/Finished, then the
     Comparison. Bad input raises before any variant runs; a variant's own failure is kept (see the
     module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress`` stages
-    between its Started and Finished (the Compare tab streams the text; closing stops the model)."""
+    between its Started and Finished (the Compare tab streams the text; closing stops the model).
+    ``start_s``/``end_s``: every variant answers only that time range (as ``answer``)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
-    plans = runner.window_plans(
-        engine, video, cmp.as_task(task)
-    )  # too many windows: refused, nothing decoded
+    span = _span(start_s, end_s)  # a time range: its windows, as ``answer`` asks them
+    plans = runner.window_plans(engine, video, cmp.as_task(task), span)  # too many windows: refused now
     if plans is None:
         prepared, cached = engine.prepare_cached(video)
         yield Prepared(prepared.info, prepared.plan, cached)
@@ -402,7 +437,7 @@ def compare(
         # every window decoded now (then cached)
         hits = [hit for _, _, hit in engine.window_frames(path, plans)]
         cached = all(hits)
-        info = engine.info(path)
+        info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
         yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
     out = Comparison(task, clean, info, list(variants))
     for i, v in enumerate(variants):
@@ -412,7 +447,9 @@ def compare(
         try:
             if live:
                 res = None
-                with contextlib.closing(stream(engine, task, video, v, clean)) as stages:
+                with contextlib.closing(
+                    stream(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
+                ) as stages:
                     for stage in stages:
                         if isinstance(stage, Done):
                             res = stage.result
@@ -420,7 +457,7 @@ def compare(
                             yield stage
                 assert res is not None
             else:
-                res = answer(engine, task, video, v, clean)
+                res = answer(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
         except USER_ERRORS as exc:  # one variant failing must not hide the others
             out.errors[v] = str(exc)
             yield VariantFinished(v, cold, error=str(exc))

@@ -64,6 +64,7 @@ from marlin_demo.video.info import (
     Limits,
     VideoError,
     VideoInfo,
+    check_duration,
     probe,
     validate,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "SamplingPlan",
     "VideoError",
     "VideoInfo",
+    "check_duration",
     "export_clip",
     "fast_supported",
     "ffmpeg_available",

@@ -418,6 +418,14 @@ class Limits:
     max_height: int = 2160
 
 
+def check_duration(info: VideoInfo, limits: Limits) -> None:
+    """The duration limit, for a request about the whole video (a time range is held to it instead)."""
+    if info.duration_s > limits.max_duration_s:
+        raise VideoError(
+            f"The video is {info.duration_s:.1f} s long; at most {limits.max_duration_s:g} s is allowed."
+        )
+
+
 def validate(path: str | os.PathLike[str], limits: Limits = Limits()) -> VideoInfo:
     """Probe and check against ``limits``; the size check runs before any decoding."""
     p = Path(path)
@@ -426,10 +434,7 @@ def validate(path: str | os.PathLike[str], limits: Limits = Limits()) -> VideoIn
         if size_mb > limits.max_file_mb:
             raise VideoError(f"The file is {size_mb:.1f} MB; at most {limits.max_file_mb:g} MB is allowed.")
     info = probe(p)
-    if info.duration_s > limits.max_duration_s:
-        raise VideoError(
-            f"The video is {info.duration_s:.1f} s long; at most {limits.max_duration_s:g} s is allowed."
-        )
+    check_duration(info, limits)
     long_side, short_side = max(info.width, info.height), min(info.width, info.height)
     if long_side > max(limits.max_width, limits.max_height) or short_side > min(
         limits.max_width, limits.max_height

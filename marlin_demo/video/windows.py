@@ -44,6 +44,8 @@ class WindowPlan:
     num_frames: int
     info: VideoInfo
     plan: SamplingPlan
+    #: the source's frame count as probed (0: unknown), so windows of a time range need not reach the end
+    source_frames: int = 0
 
     @property
     def offset_s(self) -> float:
@@ -68,7 +70,12 @@ def plan_window(info: VideoInfo, window: Window, params: VideoParams | None = No
     i0, n = window_frames(info, window)
     local = dataclasses.replace(info, num_frames=n, duration_s=n / info.fps)
     return WindowPlan(
-        window=window, first_frame=i0, num_frames=n, info=local, plan=plan_sampling(local, params)
+        window=window,
+        first_frame=i0,
+        num_frames=n,
+        info=local,
+        plan=plan_sampling(local, params),
+        source_frames=info.num_frames,
     )
 
 
@@ -117,11 +124,14 @@ def decode_windows(
 
 
 def _source_frames(plans: Sequence[WindowPlan]) -> int:
-    """The source's frame count as probed, when the windows reach the end (they do: ``plan_window``).
+    """The source's frame count as probed (``plan_window`` records it), so the fast path's packet index is
+    checked against the whole file even when the windows cover only a time range of it.
 
-    If they did not, this is smaller than the packet count, so the fast path is not used (safe).
+    Without it, where the windows reach the end; if they did not, this is smaller than the packet count,
+    so the fast path is not used (safe).
     """
-    return max(wp.first_frame + wp.num_frames for wp in plans)
+    known = max(wp.source_frames for wp in plans)
+    return known or max(wp.first_frame + wp.num_frames for wp in plans)
 
 
 def _needs(plans: Sequence[WindowPlan]) -> dict[int, list[tuple[int, int]]]:
