@@ -11,7 +11,7 @@ import pytest
 
 from marlin_demo import cli
 from marlin_demo import settings as settings_mod
-from marlin_demo.service import capacity, space
+from marlin_demo.service import capacity, cost, space, zerogpu
 from marlin_demo.service.startup import check_limits
 from marlin_demo.settings import Settings
 
@@ -89,16 +89,20 @@ def test_gpu_request_follows_windows_and_the_note_says_it(monkeypatch: pytest.Mo
     each = space.call_seconds("caption", s)
     assert space.estimate_gpu_seconds(600, s, task="caption") == 10 * each  # ten 60 s caption windows
     assert space.estimate_gpu_seconds(30, s, task="caption") == each
-    monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    assert space.gpu_note("find", 30, s) == ""  # one short call: nothing to announce
-    assert (
-        space.gpu_note("caption", 30, s)
-        == f"This run asks ZeroGPU for about {each} s of GPU (1 call of up to {each} s)."
+    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    one = cost.request_gpu_line("caption", 30, s)  # said before every run, the card's factor counted
+    assert one.startswith(
+        f"This run asks ZeroGPU for up to {round(each * 1.5)} s of GPU (1 call of {each} s, x1.5"
     )
-    note = space.gpu_note("caption", 600, s)
-    assert f"about {10 * each} s of GPU" in note and f"10 calls of up to {each} s" in note
-    monkeypatch.setattr(space, "zero_gpu", lambda: False)
-    assert space.gpu_note("caption", 600, s) == ""
+    assert (
+        "2 min of GPU a day without signing in, 5 min with a free account" in one and "cannot fit" not in one
+    )
+    note = cost.request_gpu_line("caption", 600, s)
+    assert f"up to {10 * round(each * 1.5)} s of GPU" in note and f"10 calls of {each} s" in note
+    assert (
+        "cannot fit in the 2 min of a visitor who is not signed in" in note
+        and "time range of at most 60 s" in note
+    )
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,7 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(monkeypatch
     assert "never measured" in cost.estimate_line("find", plan, info.duration_s, unmeasured)
     # on ZeroGPU the same line is the GPU cost
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    assert cost.estimate_line("caption", plan, 600.0, TINY) == space.gpu_note("caption", 600.0, TINY)
+    assert cost.estimate_line("caption", plan, 600.0, TINY) == cost.request_gpu_line("caption", 600.0, TINY)
 
 
 @pytest.mark.parametrize(

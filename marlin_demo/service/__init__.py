@@ -180,10 +180,10 @@ def answer_plans(
     stop: threading.Event | None = None,
 ) -> Result:
     """Answer these windows of a file, chosen by the caller (a library search's best windows), in
-    turns with every other request, like any windowed request."""
+    turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
     with scheduler_for(engine).request(len(plans), stop) as ticket:
         execute = _Turns(engine, ticket, task)
-        res = runner.answer_windows(engine, task, path, plans, variant, query, None, None, execute)
+        res = _windows_kept(engine, task, path, plans, variant, query, None, None, execute, None)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
 

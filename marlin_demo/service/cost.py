@@ -14,7 +14,7 @@ from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.plan import plan_for
 from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.results import Task
-from marlin_demo.service import capacity, space
+from marlin_demo.service import capacity, space, zerogpu
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.video import SamplingPlan, largest_window_tokens
 
@@ -76,13 +76,13 @@ def estimate_line(
 ) -> str:
     """The one line that says, before Run, what this request will cost here ('' where nothing needs saying).
 
-    On ZeroGPU: the GPU seconds it asks for (``space.gpu_note``). On a CPU: about how long it takes,
+    On ZeroGPU: the GPU seconds it asks for, always (``request_gpu_line``). On a CPU: about how long it takes,
     from this CPU's measured speeds, in the compute type it will use, for each of ``variants`` in turn
     (Compare runs several). On a GPU outside ZeroGPU: nothing.
     """
     runs = max(1, len(variants or []))
     if space.zero_gpu():
-        return space.gpu_note(task, duration_s, settings, runs)
+        return request_gpu_line(task, duration_s, settings, runs)
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
@@ -102,3 +102,134 @@ def estimate_line(
         f"read it, and up to {duration_words(est.most_s * runs)} if {answers} to its "
         f"{capacity.max_new_tokens(task, settings)}-token limit."
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# ZeroGPU: what a request, a library's indexing or a search asks of a visitor's daily quota
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuCost:
+    """ZeroGPU calls a piece of work asks for, before it runs: ``calls`` of ``each_s`` seconds, which
+    ``spaces`` multiplies by the card's ``factor``; ``charged_s`` is the most it takes from a quota."""
+
+    calls: int
+    each_s: int
+    factor: float
+
+    @property
+    def asked_s(self) -> int:
+        return self.calls * self.each_s
+
+    @property
+    def charged_s(self) -> int:
+        return self.calls * capacity.charged_s(self.each_s, self.factor)
+
+    def fits(self, tier: str = "unauthenticated") -> bool:
+        """Whether a visitor of ``tier`` (unauthenticated, free, pro) can pay for it in one day."""
+        return self.charged_s <= zerogpu.daily_quota_s(tier)
+
+
+def gpu_cost(task: Task, calls: int, settings: Settings, factor: float | None = None) -> GpuCost:
+    """``calls`` ZeroGPU calls of one ``task`` window each (``factor``: the card's, read from ``spaces``)."""
+    f = zerogpu.duration_factor() if factor is None else factor
+    return GpuCost(max(0, calls), space.call_seconds(task, settings), f)
+
+
+def request_gpu_cost(
+    task: Task, duration_s: float, settings: Settings, runs: int = 1, factor: float | None = None
+) -> GpuCost:
+    """A request on ``duration_s`` seconds of video (a time range's length, when one is asked), ``runs``
+    variants in turn: one call per window per variant."""
+    try:
+        windows = len(plan_for(task, max(duration_s, 0.0), settings, limit=False))
+    except ValueError:  # no usable duration: sized as one clip
+        windows = 1
+    return gpu_cost(task, windows * max(1, runs), settings, factor)
+
+
+def quota_words() -> str:
+    """A visitor's daily ZeroGPU quota, as the page says it."""
+    day, free = zerogpu.daily_quota_s("unauthenticated"), zerogpu.daily_quota_s("free")
+    return (
+        f"a visitor has {duration_words(day)} of GPU a day without signing in, "
+        f"{duration_words(free)} with a free account"
+    )
+
+
+def longest_fitting_s(task: Task, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
+    """The longest time range whose request fits a day of ``tier`` (0: not even one window does)."""
+    per_window = gpu_cost(task, max(1, runs), settings).charged_s
+    windows = zerogpu.daily_quota_s(tier) // max(1, per_window)
+    if windows < 1:
+        return 0.0
+    if task == "caption":
+        return float(windows * settings.caption_window_s)
+    step = settings.find_window_s - settings.find_overlap_s
+    return float((windows - 1) * step + settings.find_window_s)
+
+
+def gpu_cost_line(cost: GpuCost, what: str = "This run") -> str:
+    """One line: what ``what`` asks ZeroGPU for at most (the card's factor counted) and a visitor's quota."""
+    plural = "s" if cost.calls != 1 else ""
+    return (
+        f"{what} asks ZeroGPU for up to {cost.charged_s} s of GPU ({cost.calls} call{plural} of "
+        f"{cost.each_s} s, x{cost.factor:g} on this card); {quota_words()}."
+    )
+
+
+def request_gpu_line(task: Task, duration_s: float, settings: Settings, runs: int = 1) -> str:
+    """The line before a run on ZeroGPU: its cost, the quota, and when it cannot fit in a day without
+    signing in, the way out (sign in, or a time range that fits)."""
+    cost = request_gpu_cost(task, duration_s, settings, runs)
+    line = gpu_cost_line(cost)
+    if cost.fits("unauthenticated"):
+        return line
+    day = duration_words(zerogpu.daily_quota_s("unauthenticated"))
+    fits = longest_fitting_s(task, settings, runs)
+    way = f"choose a time range of at most {duration_words(fits)}" if fits > 0 else "try a shorter task"
+    free = duration_words(zerogpu.daily_quota_s("free"))
+    signin = (
+        f"sign in (a free account has {free} a day)" if cost.fits("free") else "sign in for a larger quota"
+    )
+    return f"{line[:-1]}. It cannot fit in the {day} of a visitor who is not signed in: {signin}, or {way}."
+
+
+def cpu_work_line(task: Task, windows: int, settings: Settings, what: str) -> str:
+    """Off ZeroGPU: about how long ``windows`` windows of ``task`` take at most on this machine."""
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        return ""
+    speed = capacity.speed_for(settings, device)
+    if speed is None:
+        return f"{what} runs {task} in {windows} windows; how long that takes here was never measured."
+    most = windows * capacity.window_s(task, settings, speed)
+    return f"{what} runs {task} in {windows} windows: up to {duration_words(most)} here."
+
+
+def index_cost_line(durations: list[float], settings: Settings) -> str:
+    """Where no prebuilt library matches: what indexing these videos (the examples) costs before the first
+    search can answer, one caption call per window; said before anyone searches."""
+    windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
+    what = (
+        "No prebuilt library matches this model, so the first search indexes the "
+        f"{len(durations)} example clips first"
+    )
+    if not space.zero_gpu():
+        return cpu_work_line("caption", windows, settings, what)
+    cost = gpu_cost("caption", windows, settings)
+    line = gpu_cost_line(cost, what)
+    if cost.fits("unauthenticated"):
+        return line
+    return f"{line[:-1]}: more than the whole day of a visitor who is not signed in."
+
+
+def search_cost_line(find_windows: int, settings: Settings) -> str:
+    """A search's own cost, said before it runs: find in ``find_windows`` windows (``library.search``'s
+    ``search_windows`` counts them for a query)."""
+    what = f"This search asks find in {find_windows} window{'s' if find_windows != 1 else ''}"
+    if not space.zero_gpu():
+        return cpu_work_line("find", find_windows, settings, "This search")
+    return gpu_cost_line(gpu_cost("find", find_windows, settings), what)

@@ -16,8 +16,23 @@ from marlin_demo import service
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import plan as win
 from marlin_demo.results import FindResult, Window
-from marlin_demo.settings import Variant
+from marlin_demo.settings import Settings, Variant
 from marlin_demo.video.windows import plan_window
+
+
+def find_bounds(
+    windows: Sequence[Window], duration_s: float, settings: Settings
+) -> list[tuple[float, float]]:
+    """The find windows (start, end) inside ``windows`` of a video of ``duration_s``, in time order: what a
+    search asks, one GPU call each on ZeroGPU (so also what it costs, before it runs)."""
+    bounds: set[tuple[float, float]] = set()
+    for w in windows:
+        start, end = max(0.0, float(w.start)), min(float(w.end), duration_s)
+        if end <= start:
+            continue
+        for fw in win.plan_for("find", end - start, settings, limit=False):
+            bounds.add((round(start + fw.start, 6), round(start + fw.end, 6)))
+    return sorted(bounds)
 
 
 def find_in_windows(
@@ -33,16 +48,10 @@ def find_in_windows(
     set (a visitor's Stop): no further window is asked."""
     p = Path(path)
     info = engine.info(p)
-    bounds: set[tuple[float, float]] = set()
-    for w in windows:
-        start, end = max(0.0, float(w.start)), min(float(w.end), info.duration_s)
-        if end <= start:
-            continue
-        for fw in win.plan_for("find", end - start, engine.settings, limit=False):
-            bounds.add((round(start + fw.start, 6), round(start + fw.end, 6)))
+    bounds = find_bounds(windows, info.duration_s, engine.settings)
     if not bounds:
         raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
-    plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(sorted(bounds))]
+    plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(bounds)]
     # in turns, like any request
     result = service.answer_plans(engine, "find", p, plans, variant, query, stop)
     assert isinstance(result, FindResult)

@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_GPU_S = capacity.MAX_GPU_S
-#: above this many seconds of GPU the page says, before the run, what a request will ask for
-NOTE_GPU_S = 60
 
 
 def on_space() -> bool:
@@ -57,19 +55,6 @@ def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task
 def call_seconds(task: Task, settings: Settings) -> int:
     """Seconds one window's (or one short clip's) call asks for."""
     return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"])
-
-
-def gpu_note(task: Task, video_s: float, settings: Settings, runs: int = 1) -> str:
-    """What the page says before a ZeroGPU run of over a minute ('' otherwise, and off ZeroGPU)."""
-    if not zero_gpu():
-        return ""
-    total = estimate_gpu_seconds(video_s, settings, runs, task)
-    if total <= NOTE_GPU_S:
-        return ""
-    each = call_seconds(task, settings)
-    calls = total // each
-    plural = "s" if calls > 1 else ""
-    return f"This run asks ZeroGPU for about {total} s of GPU ({calls} call{plural} of up to {each} s)."
 
 
 class GpuRefused(EngineError):
