@@ -83,6 +83,22 @@ def moments_of(result: FindResult, hits: list[Hit], best: float) -> list[dict[st
     return out
 
 
+def search_windows(store: Store, query: str, settings: Settings) -> int:
+    """How many find windows a search for ``query`` would ask (stage 1 runs, no model): its own cost,
+    one ZeroGPU call each (``service.cost.search_cost_line``). A bad query is find's ValueError."""
+    clean = contract.sanitize_query(query, settings.max_query_chars)
+    from marlin_demo.service.focus import find_bounds  # the request path (late: --help stays fast)
+
+    by_video: dict[str, list[Hit]] = {}
+    for h in store.stage1(clean, settings.search_candidates):
+        by_video.setdefault(h.video, []).append(h)
+    total = 0
+    for hits in by_video.values():
+        end = max(h.end for h in hits)
+        total += len(find_bounds([Window(h.k, h.start, h.end) for h in hits], end, settings))
+    return total
+
+
 def search(
     store: Store,
     query: str,

@@ -229,7 +229,7 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
 def search_cost_line(find_windows: int, settings: Settings) -> str:
     """A search's own cost, said before it runs: find in ``find_windows`` windows (``library.search``'s
     ``search_windows`` counts them for a query)."""
-    what = f"This search asks find in {find_windows} window{'s' if find_windows != 1 else ''}"
+    what = f"This search, find in {find_windows} window{'s' if find_windows != 1 else ''},"
     if not space.zero_gpu():
         return cpu_work_line("find", find_windows, settings, "This search")
     return gpu_cost_line(gpu_cost("find", find_windows, settings), what)
