@@ -105,17 +105,26 @@ def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: 
 @pytest.mark.slow
 def test_app_serves_a_caption_through_zero_gpu_calls(tmp_path: Path) -> None:
     log = tmp_path / "gpu.jsonl"
-    env = _zero_gpu_env(log)
+    env = {**_zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": "149"}  # one caption call (99 s charged), not two
     server = start_app(tmp_path / "app", "--variants", "bf16", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)
         result = client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
         assert result["variant"] == "bf16" and result["raw"], result
+        for _ in range(2):  # the quota is spent: refused in one sentence, and the server keeps serving
+            with pytest.raises(Exception, match="ZeroGPU refused the next GPU call: it asks for") as refused:
+                client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
+        assert server.proc.poll() is None
     finally:
         stop_app(server)
+    charged = round(_entries(log)[1]["duration"] * 1.5)
+    assert f"asks for {charged} s and your free account's daily GPU quota has {149 - charged} s left" in str(
+        refused.value
+    )
     entries = _entries(log)
     assert entries[0] == {"imported": True, "torch_already_imported": False}  # app.py: spaces before torch
     calls = [e for e in entries if e.get("call")]
     assert len(calls) == 1, entries  # a 5 s clip is one window: one GPU call
+    assert len([e for e in entries if e.get("refused")]) == 2  # refused before any process started
     assert 0 < calls[0]["duration"] <= capacity.MAX_GPU_S
     assert calls[0]["child"] != calls[0]["parent"] == server.proc.pid  # ran in a forked process
