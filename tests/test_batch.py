@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from marlin_demo import cli
 from marlin_demo.library.collection import collect
 from tests.media_factory import make
 
@@ -41,9 +42,10 @@ def untimed(by_id: dict[str, dict]) -> dict[str, dict]:
     return {k: {f: v for f, v in r.items() if f != "metrics"} for k, r in by_id.items()}
 
 
-@pytest.fixture
-def collection(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two example clips (10 s and 12 s) plus a text file named .mp4 and a truncated mp4."""
+    tmp_path = tmp_path_factory.mktemp("collection")
     folder = tmp_path / "videos"
     (folder / "sub").mkdir(parents=True)
     shutil.copy(EXAMPLES / "blue_square.mp4", folder / "blue_square.mp4")
@@ -53,14 +55,24 @@ def collection(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.slow
-def test_folder_rows_failures_summary_and_rerun(collection: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    # ball_rolls is 12 s: over an 11 s limit
-    proc = batch(
-        str(collection), "--task", "caption", "--out", str(out), "--max-duration-s", "11", "--sidecars"
-    )
+CAPTIONS = ("--task", "caption", "--max-duration-s", "11")
+
+
+@pytest.fixture(scope="module")
+def local_captions(collection: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collection captioned once without Ray (ball_rolls is 12 s: over the 11 s limit), with
+    sidecars; the folder test reads it and the Ray test compares its rows with it."""
+    out = tmp_path_factory.mktemp("local") / "out"
+    proc = batch(str(collection), *CAPTIONS, "--out", str(out), "--sidecars")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_folder_rows_failures_summary_and_rerun(
+    collection: Path, local_captions: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = local_captions
     got = rows(out)
     assert set(got) == {"blue_square.mp4", "sub/ball_rolls.mp4", "notes.mp4", "truncated.mp4"}
     ok = got["blue_square.mp4"]
@@ -87,31 +99,14 @@ def test_folder_rows_failures_summary_and_rerun(collection: Path, tmp_path: Path
     assert (side / "blue_square.mp4.vtt").read_text().startswith("WEBVTT")
     assert (side / "blue_square.mp4.srt").exists() and (side / "blue_square.mp4.json").exists()
     before = (out / "results.jsonl").read_bytes()
-    again = batch(str(collection), "--task", "caption", "--out", str(out), "--max-duration-s", "11")
-    assert again.returncode == 0 and (out / "results.jsonl").read_bytes() == before  # a rerun does nothing
+    # the reruns through the same ``main`` in this process (a subprocess each would pay the imports again)
+    assert cli.main(["batch", str(collection), *CAPTIONS, "--out", str(out), *FAST]) == 0
+    assert (out / "results.jsonl").read_bytes() == before  # a rerun does nothing
+    capsys.readouterr()
     # another token limit is another set-up: refused, naming the way out
-    other = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "marlin_demo",
-            "batch",
-            str(collection),
-            "--task",
-            "caption",
-            "--out",
-            str(out),
-            "--model",
-            "tiny",
-            "--caption-max-new-tokens",
-            "9",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert other.returncode == 2 and "--fresh" in other.stderr.strip().splitlines()[-1]
+    other = ["batch", str(collection), "--task", "caption", "--out", str(out), "--model", "tiny"]
+    assert cli.main([*other, "--caption-max-new-tokens", "9"]) == 2
+    assert "--fresh" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
@@ -206,13 +201,14 @@ def test_manifest_with_queries(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ray_local_runtime_gives_the_local_rows(collection: Path, tmp_path: Path) -> None:
-    local, ray_out = tmp_path / "local", tmp_path / "ray"
-    args = (str(collection), "--task", "caption", "--max-duration-s", "11")
-    assert batch(*args, "--out", str(local)).returncode == 0
+def test_ray_local_runtime_gives_the_local_rows(
+    collection: Path, local_captions: Path, tmp_path: Path
+) -> None:
+    ray_out = tmp_path / "ray"
+    args = (str(collection), *CAPTIONS)
     proc = batch(*args, "--out", str(ray_out), "--ray", "--workers", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert untimed(rows(ray_out)) == untimed(rows(local))
+    assert untimed(rows(ray_out)) == untimed(rows(local_captions))
     before = (ray_out / "results.jsonl").read_bytes()
     again = batch(*args, "--out", str(ray_out), "--ray")
     assert again.returncode == 0 and (ray_out / "results.jsonl").read_bytes() == before
