@@ -234,10 +234,14 @@ def call_fits_day(task: Task, settings: Settings, speed: Speed, factor: float | 
 def _tokens_fitting_day(task: Task, settings: Settings, speed: Speed) -> int:
     """The largest token limit whose window call fits ``call_fits_day`` (0 if none does)."""
     field_name = f"{task}_max_new_tokens"
-    tokens = max_new_tokens(task, settings)
-    while tokens > 0 and not call_fits_day(task, settings.with_(**{field_name: tokens}), speed):
-        tokens -= 8
-    return max(tokens, 0)
+    low, high = 0, max_new_tokens(task, settings)  # the call grows with the limit: bisect it
+    while low < high:
+        mid = (low + high + 1) // 2
+        if call_fits_day(task, settings.with_(**{field_name: mid}), speed):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def request_gpu_s(task: Task, duration_s: float, settings: Settings, speed: Speed) -> int:
