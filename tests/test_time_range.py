@@ -67,6 +67,11 @@ def test_a_range_is_planned_alone_and_the_duration_limit_applies_to_it(engine: E
     assert inside is not None and inside[0].window.start == 40.0 and inside[-1].window.end == 55.0
     with pytest.raises(RangeError, match=r"is 30\.0 s long; at most 20 s is allowed"):
         runner.window_plans(engine, LONG, "caption", (0.0, 30.0))
+    # what the page checks (and sizes the cost by) before Run: the same rules
+    assert service.asked_range(engine, CLIP, None, None) is None
+    assert service.asked_range(engine, LONG, 55.0, None) == (55.0, pytest.approx(70.1, abs=0.05))
+    with pytest.raises(RangeError, match="at most 20 s is allowed"):
+        service.asked_range(engine, LONG, None, 30.0)
 
 
 def test_caption_find_and_compare_of_a_range_answer_inside_it(engine: Engine) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from marlin_demo import agreement as cmp
 from marlin_demo import contract, subtitles
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
+from marlin_demo.longvideo import plan as win
 from marlin_demo.longvideo import runner
 from marlin_demo.results import (
     CaptionResult,
@@ -64,6 +65,7 @@ __all__ = [
     "Stage",
     "VariantFinished",
     "VariantStarted",
+    "asked_range",
     "check_query",
     "compare",
     "is_cold",
@@ -268,6 +270,18 @@ class _Turns:
             gpu_used_s=self.used_s,
         )
         return res
+
+
+def asked_range(
+    engine: Engine, video: str | Path, start_s: float | None, end_s: float | None
+) -> tuple[float, float] | None:
+    """The time range a request would ask about, checked as ``answer`` checks it (None: the whole video),
+    so a caller can say what is wrong, or what it costs (its length), before Run. A bad range is a
+    ``RangeError`` with its sentence; the file's own checks (size, resolution) apply to the file."""
+    if start_s is None and end_s is None:
+        return None
+    info = engine.info(Path(video), whole=False)
+    return win.check_range(start_s, end_s, info.duration_s, engine.settings.max_duration_s)
 
 
 def _span(start_s: float | None, end_s: float | None) -> runner.Span | None:
