@@ -1,4 +1,4 @@
-"""The page's small pure pieces (issue 16): one clip across tabs, API snippet examples, labels.
+"""The page's small pure pieces (issue 16): the one clip's results, API snippet examples, labels.
 
 The browser tests (tests/test_browser.py) drive the same behaviour in a real page; these pin the
 rules without a server.
@@ -6,29 +6,62 @@ rules without a server.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 from gradio_client.snippet import generate_code_snippets
 
 from marlin_demo.ui import api_docs, example_notes, header, one_clip
+from marlin_demo.ui.common import ResultsClip, UIContext
 from marlin_demo.ui.compare_view import COLUMN_TITLES, SESSION_COLUMNS, titled
 
 CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
 
 
-def test_a_clip_spreads_to_the_other_tabs_once(tmp_path: Path) -> None:
+def test_results_belong_to_the_clip_on_screen(tmp_path: Path) -> None:
+    """One clip per session: a new clip makes every tab's results of another clip stale (once), the same
+    clip copied elsewhere by Gradio does not, and a request stops showing once its clip is gone."""
     copy = tmp_path / "copy" / CLIP.name
     copy.parent.mkdir()
     copy.write_bytes(CLIP.read_bytes())
-    out = one_clip.spread(0, [str(CLIP), None, "/elsewhere/other.mp4"])
-    assert out[1] == str(CLIP) and out[2] == str(CLIP)
-    assert isinstance(out[0], type(gr.skip()))
-    # the same clip copied to another folder does not bounce back (no ping-pong between tabs)
-    back = one_clip.spread(1, [str(CLIP), str(copy), str(CLIP)])
-    assert all(isinstance(u, type(gr.skip())) for u in back)
-    # clearing one tab's video leaves the others alone
-    assert all(isinstance(u, type(gr.skip())) for u in one_clip.spread(2, [str(CLIP), str(CLIP), None]))
+    clips = ResultsClip()
+    assert clips.shows("s1", str(CLIP))  # before the page said which clip it shows
+    assert clips.show("s1", str(CLIP)) == []  # no results yet
+    clips.own("caption", "s1", str(CLIP))
+    clips.own("find", "s1", str(CLIP))
+    clips.own("find", "s2", str(CLIP))  # another visitor
+    assert clips.show("s1", str(copy)) == []  # the same file in another folder
+    assert clips.shows("s1", str(CLIP))
+    assert sorted(clips.show("s1", "/elsewhere/other.mp4")) == ["caption", "find"]
+    assert not clips.shows("s1", str(CLIP)) and clips.shows("s2", str(CLIP))
+    assert clips.show("s1", None) == []  # cleared: nothing left to clear
+    assert not clips.shows("s1", "/elsewhere/other.mp4")
+    # an example's kept answer may come before its clip's change event: that event keeps it
+    clips.own("caption", "s1", str(CLIP), chosen=True)
+    assert clips.shows("s1", str(CLIP)) and clips.show("s1", str(CLIP)) == []
+    assert clips.show("s2", None) == ["find"]
+
+
+def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path: Path) -> None:
+    ctx = UIContext(engine=None, settings=None, status=None, output_dir=tmp_path)  # type: ignore[arg-type]
+    request = SimpleNamespace(session_hash="s1")
+    closed: list[bool] = []
+
+    def updates() -> Iterator[dict]:
+        try:
+            for i in range(3):
+                yield {"step": i}
+        finally:
+            closed.append(True)
+
+    ctx.results_clip.show("s1", str(CLIP))
+    shown = one_clip.while_shown(ctx, "find", request, str(CLIP), updates(), {"gone": True})  # type: ignore[arg-type]
+    assert next(shown) == {"step": 0}
+    ctx.results_clip.show("s1", "/elsewhere/other.mp4")  # the visitor chose another clip
+    assert list(shown) == [{"gone": True}]
+    assert closed == [True]  # the request was closed: its model stops
 
 
 def test_api_snippet_uploads_a_local_file() -> None:

@@ -160,7 +160,7 @@ def test_status_and_progress_lines_escape_their_text() -> None:
 
 def test_clip_status_without_a_clip_is_empty(tmp_path: Path) -> None:
     ctx = UIContext(engine=None, settings=None, status=None, output_dir=tmp_path)  # type: ignore[arg-type]
-    assert clip_status(ctx, None, "caption") == ""
+    assert clip_status(ctx, None) == ""
 
 
 def test_compare_charts_leave_headroom_and_a_flat_chart_gets_a_unit_axis() -> None:

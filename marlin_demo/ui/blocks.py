@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.blocks import Block
 
 from marlin_demo import service
 from marlin_demo.engine import Engine
@@ -35,10 +37,10 @@ from marlin_demo.ui.common import (
     UIContext,
     available_examples,
     cache_mode_from_env,
-    clip_ok,
     default_output_dir,
     examples_dir_for,
 )
+from marlin_demo.ui.running import Updates
 
 TITLE = "Marlin-2B · what happens, and when"
 
@@ -152,14 +154,15 @@ def build_demo(
     ctx = make_context(engine, settings, status)
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
+        clip = one_clip.render(ctx)  # above the tabs: the clip Caption, Find and Compare share
         # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
         with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap") as tabs:
             with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"), page():
-                cap = caption.render(ctx)
+                cap = caption.render(ctx, clip)
             with gr.Tab("Find · when", id="find", elem_id="tab-find"), page():
-                fnd = find.render(ctx)
+                fnd = find.render(ctx, clip)
             with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"), page():
-                cmp_tab = compare.render(ctx)
+                cmp_tab = compare.render(ctx, clip)
             with gr.Tab("Library · search all", id="library", elem_id="tab-library"):
                 lib = library.render(ctx)
             with gr.Tab("About", id="about", elem_id="tab-about"):
@@ -167,13 +170,19 @@ def build_demo(
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
         # (components set once per result, not per streamed token)
         header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.metrics_table])
-        one_clip.follow([cap.video, fnd.video, cmp_tab.video], functools.partial(clip_ok, ctx))
-        api_docs.use_local_examples([cap.video, fnd.video, cmp_tab.video], [fnd.query, cmp_tab.query])
+        # a new clip clears, in every tab, the results that were another clip's
+        compare_cleared = functools.partial(compare.cleared_outputs, cmp_tab)
+        cleared: dict[str, tuple[list[Block], Callable[[], Updates]]] = {
+            run.name: (run.results, run.cleared) for run in (cap, fnd)
+        }
+        cleared["compare"] = (list(compare_cleared()), compare_cleared)
+        one_clip.listen(ctx, clip, cleared)
+        api_docs.use_local_examples([clip.video], [fnd.query, cmp_tab.query])
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
         about.listen(ctx, abt)
-        library.listen(ctx, lib, tabs, fnd.video, fnd.query)
+        library.listen(ctx, lib, tabs, clip.video, fnd.query)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     if ctx.cache_mode == "eager":
         answer_examples_at_start(ctx)

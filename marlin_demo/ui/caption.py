@@ -1,4 +1,4 @@
-"""Caption tab: "what happens" — scene paragraph, a clickable timeline, a table, captions on the player.
+"""Caption tab: "what happens" — scene paragraph, a clickable timeline, a table, captions on the clip.
 
 The UI event streams the text as the model writes it (private); the public
 ``/caption`` endpoint returns ``CaptionResult.to_dict()`` and nothing else.
@@ -17,90 +17,110 @@ import gradio as gr
 from marlin_demo import service, subtitles
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, Result, Window
-from marlin_demo.ui import example_notes, timeline
+from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.common import (
+    CLIP_ID,
     GPU_EVENT,
     PRIVATE_UI,
-    STATUS_JS,
     UIContext,
-    clip_status,
     clip_stem,
-    example_labels,
-    examples_label,
-    examples_note,
-    kept_answer,
     metrics_html,
     notice_html,
     pick_variant,
     require_upload,
-    status_html,
+    session_of,
     tiny_in_use,
-    upload_video,
     user_errors,
     write_json,
 )
-from marlin_demo.ui.credits import credit_box, credit_line
-from marlin_demo.ui.running import (
-    BarView,
-    RunState,
-    StageView,
-    Updates,
-    clear_when_clip_changes,
-    follow,
-    owns,
-    scroll_mark,
-    waiting_updates,
-    wire_run_and_stop,
-    with_buttons,
-)
+from marlin_demo.ui.one_clip import Clip
+from marlin_demo.ui.run_tab import Asked, RunTab, RunView
+from marlin_demo.ui.running import RunState, StageView, Updates, follow, scroll_mark
 
-PLAYER_ID = "caption-player"
 PLACEHOLDER = "Choose a clip and caption it: its events appear here on a time axis; click one to play it."
 GHOST = ((0.03, 0.28), (0.34, 0.61), (0.67, 0.96))  # the empty timeline's faint bars: timed events
 TABLE_HEADERS = ["#", "Start (s)", "End (s)", "Event"]
+STOPPED_HTML = (
+    '<div class="mc-scene mc-stopped"><div class="mc-label">Stopped</div>'
+    "<p>You stopped this caption before it finished. Run it again for a full answer.</p></div>"
+)
 
 
-@dataclass
-class CaptionTab:
-    video: gr.Video
-    variant: gr.Radio
-    run: gr.Button
-    player: gr.Video
-    timeline: gr.HTML
+@dataclass(kw_only=True)
+class CaptionTab(RunTab):
+    name = "caption"
+    placeholder = PLACEHOLDER
+    ghost = GHOST
+    stopped = STOPPED_HTML
     scene: gr.HTML
-    notice: gr.HTML
     table: gr.Dataframe
-    metrics: gr.HTML
     files: gr.File
-    raw: gr.Textbox
-    api_button: gr.Button
-    api_out: gr.JSON
     api_stream_button: gr.Button
-    status: gr.HTML
-    progress: gr.HTML
-    stop: gr.Button
-    examples: gr.helpers.Examples | None = None
 
     @property
-    def outputs(self) -> list[Any]:
-        """What a finished caption fills (also what a cached example stores)."""
-        return [
-            self.scene,
-            self.timeline,
-            self.table,
-            self.player,
-            self.metrics,
-            self.files,
-            self.raw,
-            self.notice,
-            self.progress,
-        ]
+    def answer(self) -> gr.HTML:
+        return self.scene
+
+    @property
+    def results(self) -> list[Any]:
+        return [*super().results, self.table, self.files, self.video]  # the clip: its captions
+
+    def cleared(self) -> Updates:
+        return {
+            **super().cleared(),
+            self.scene: "",
+            self.table: _rows([]),
+            self.files: None,
+            self.video: no_captions(),
+        }
+
+    def view(self, ctx: UIContext, asked: Asked) -> CaptionView:
+        return CaptionView(ctx, self, asked)
+
+    def final(self, ctx: UIContext, result: CaptionResult, path: str, cold: bool) -> Updates:
+        duration = result.info.duration_s
+        if result.events:
+            tl = timeline.timeline_html(
+                duration, result.events, player=f"#{CLIP_ID}", windows=_windows_of(result)
+            )
+        else:
+            tl = timeline.placeholder(
+                "No timed events could be read from the answer, so there is nothing to draw."
+            )
+        notice = notice_html(
+            tiny=tiny_in_use(ctx),
+            format_ok=result.format_ok,
+            repaired=result.repaired,
+            repairs=result.info.repairs,
+            what="caption",
+        )
+        reuse = ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s)
+        return {
+            self.scene: scene_html(result.scene, scroll=True) + chapters_html(result),
+            self.timeline: tl,
+            self.table: _rows(result.events),
+            self.metrics: metrics_html(result.to_dict()["metrics"], cold, result.variant, result.info, reuse),
+            self.files: _downloads(ctx, result, path),
+            self.raw: result.raw,
+            self.notice: notice,
+            self.progress: "",
+        }
+
+    def after_run(self, ctx: UIContext, end: Any) -> None:
+        """The clip's player shows the table's events as captions (while that clip is on screen)."""
+
+        def captions(table: Any, video: str | None, request: gr.Request) -> Any:
+            if not video or not ctx.results_clip.shows(session_of(request), video):
+                return gr.skip()
+            return with_subtitles(ctx, table)
+
+        end.then(captions, [self.table, self.video], self.video, **PRIVATE_UI)
 
 
 def scene_html(scene: str, scroll: bool = False) -> str:
-    """The scene paragraph; ``scroll``: a finished result, brought into view with the player above it."""
+    """The scene paragraph; ``scroll``: a finished result, brought into view with the timeline above it."""
     text = html.escape(scene) if scene.strip() else "<i>The answer had no scene paragraph.</i>"
-    mark = scroll_mark(f"#{PLAYER_ID}") if scroll else ""
+    mark = scroll_mark("#caption-timeline") if scroll else ""
     return f'<div class="mc-scene"{mark}><div class="mc-label">Scene</div><p>{text}</p></div>'
 
 
@@ -131,13 +151,6 @@ def stream_message(
         "first_text_s": None if first is None else round(first, 3),
         "result": caption_json(result),
     }
-
-
-def stopped_html() -> str:
-    return (
-        '<div class="mc-scene mc-stopped"><div class="mc-label">Stopped</div>'
-        "<p>You stopped this caption before it finished. Run it again for a full answer.</p></div>"
-    )
 
 
 def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
@@ -190,43 +203,6 @@ def chapters_html(result: CaptionResult) -> str:
     )
 
 
-def final_outputs(tab: CaptionTab, ctx: UIContext, result: CaptionResult, video: str, cold: bool) -> Updates:
-    """Every output of a finished caption (also what a kept example answer shows again)."""
-    duration = result.info.duration_s
-    if result.events:
-        tl = timeline.timeline_html(
-            duration, result.events, player=f"#{PLAYER_ID}", windows=_windows_of(result)
-        )
-    else:
-        tl = timeline.placeholder(
-            "No timed events could be read from the answer, so there is nothing to draw."
-        )
-    notice = notice_html(
-        tiny=tiny_in_use(ctx),
-        format_ok=result.format_ok,
-        repaired=result.repaired,
-        repairs=result.info.repairs,
-        what="caption",
-    )
-    return {
-        tab.scene: scene_html(result.scene, scroll=True) + chapters_html(result),
-        tab.timeline: tl,
-        tab.table: _rows(result.events),
-        tab.player: video,
-        tab.metrics: metrics_html(
-            result.to_dict()["metrics"],
-            cold,
-            result.variant,
-            result.info,
-            reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
-        ),
-        tab.files: _downloads(ctx, result, video),
-        tab.raw: result.raw,
-        tab.notice: notice,
-        tab.progress: "",
-    }
-
-
 def _events_from_table(table: Any) -> list[Event]:
     """The events back from the table's value (a DataFrame, or rows), skipping unreadable rows."""
     rows = table.values.tolist() if hasattr(table, "values") else list(table or [])
@@ -239,25 +215,24 @@ def _events_from_table(table: Any) -> list[Event]:
     return events
 
 
+def no_captions() -> gr.Video:
+    """The clip without captions: an update made in an event (``gr.update(subtitles=None)`` is dropped
+    by Gradio as "not set")."""
+    return gr.Video(subtitles=None)
+
+
 def with_subtitles(ctx: UIContext, table: Any) -> Any:
-    """Follow-up step: the player shows the table's events as captions (WebVTT), or none."""
+    """Follow-up step: the clip's player shows the table's events as captions (WebVTT), or none."""
     events = _events_from_table(table)
     if not events:
-        return gr.update(subtitles=None)
+        return no_captions()
     path = ctx.new_run_dir("subtitles") / "events.vtt"
     path.write_text(subtitles.to_webvtt(events), encoding="utf-8")
     return gr.update(subtitles=str(path))
 
 
-def render(ctx: UIContext) -> CaptionTab:
+def render(ctx: UIContext, clip: Clip) -> CaptionTab:
     """Lay out the tab (inside the caller's ``gr.Tab``); outputs are made first so examples can name them."""
-    player = gr.Video(
-        label="Playback · events as captions",  # short: a phone fits it beside the download button
-        interactive=False,
-        elem_id=PLAYER_ID,
-        height=300,
-        render=False,
-    )
     tl = gr.HTML(
         timeline.placeholder(PLACEHOLDER, GHOST),
         js_on_load=timeline.TIMELINE_JS,
@@ -296,47 +271,33 @@ def render(ctx: UIContext) -> CaptionTab:
     )
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
-            video = upload_video(label="Video", sources=["upload"], elem_id="caption-video", height=280)
-            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="caption-status", elem_classes="mr-slim")
-            credit = credit_box("caption-credit")
-            video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
-            video.change(functools.partial(clip_status, ctx, task="caption"), video, status, **PRIVATE_UI)
-            variant = gr.Radio(
-                ctx.variant_choices(),
-                value=ctx.default_variant,
-                label="Variant",
-                info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
-                elem_id="caption-variant",
-            )
-            with gr.Row(elem_classes="mr-buttons"):
-                run = gr.Button("Caption this video", variant="primary", elem_id="caption-run")
-                stop = gr.Button("Stop", variant="stop", visible=False, elem_id="caption-stop")
-            api_button = gr.Button("api", visible=False)
-            api_out = gr.JSON(label="caption", visible=False)
+            variant, run, stop = run_tab.controls(ctx, "caption", "Caption this video")
             tab = CaptionTab(
-                video,
-                variant,
-                run,
-                player,
-                tl,
-                scene,
-                notice,
-                table,
-                metrics,
-                files,
-                raw,
-                api_button,
-                api_out,
-                gr.Button("api-stream", visible=False),
-                status=status,
-                progress=progress,
+                video=clip.video,
+                status=clip.status,
+                variant=variant,
+                run=run,
                 stop=stop,
+                progress=progress,
+                timeline=tl,
+                notice=notice,
+                metrics=metrics,
+                raw=raw,
+                api_button=gr.Button("api", visible=False),
+                api_out=gr.JSON(label="caption", visible=False),
+                scene=scene,
+                table=table,
+                files=files,
+                api_stream_button=gr.Button("api-stream", visible=False),
             )
             with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
-                tab.examples = _examples(ctx, tab)
+                rows = [
+                    ([str(ctx.clip(e)), ctx.default_variant], f"▶ {e.get('title') or e['video']}")
+                    for e in ctx.examples
+                ]
+                tab.examples = run_tab.examples(ctx, tab, rows)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             progress.render()
-            player.render()
             tl.render()
             scene.render()
             notice.render()
@@ -351,55 +312,24 @@ def render(ctx: UIContext) -> CaptionTab:
     return tab
 
 
-def _examples(ctx: UIContext, tab: CaptionTab) -> gr.helpers.Examples | None:
-    """The examples fill the inputs; the run after that is Run's own (see ``_listen_ui``)."""
-    if not ctx.examples:
-        return None
-    examples = gr.Examples(
-        examples=[[str(ctx.clip(e)), ctx.default_variant] for e in ctx.examples],
-        inputs=[tab.video, tab.variant],
-        example_labels=example_labels([f"▶ {e.get('title') or e['video']}" for e in ctx.examples]),
-        label=examples_label(ctx),
-        examples_per_page=8,
-        elem_id="caption-examples",
-    )
-    gr.HTML(examples_note(ctx), elem_id="caption-examples-note")
-    return examples
-
-
-class CaptionView(BarView):
+class CaptionView(RunView):
     """The Caption tab while the model writes: the text as it comes; on a long video each answered
     window's events join the timeline."""
 
-    def __init__(self, ctx: UIContext, tab: CaptionTab, path: str, variant: str) -> None:
+    tab: CaptionTab
+
+    def __init__(self, ctx: UIContext, tab: CaptionTab, asked: Asked) -> None:
         budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
-        super().__init__(
-            tab.progress,
-            variant,
-            functools.partial(service.is_cold, ctx.engine, variant),
-            written=lambda text: min(1.0, len(text) / budget),
-            window_step=": writing",
-        )
-        self.ctx, self.tab, self.path = ctx, tab, path
+        written = functools.partial(_written, budget)
+        super().__init__(ctx, tab, asked, written=written, window_step=": writing")
         self.windows: list[Window] = []  # a long video's windows (none: answered whole)
         self.events: list[Event] = []  # the answered windows' events, merged by the runner
         self.duration = 0.0
-        self.result: CaptionResult | None = None  # the finished answer (kept when it is an example's)
-        self.cold = False
 
     def start(self) -> Updates:
-        """The last result is cleared as the request starts."""
         t = self.tab
-        cleared: Updates = {
-            t.timeline: timeline.placeholder("The events appear here as the model writes them."),
-            t.table: _rows([]),
-            t.player: None,
-            t.metrics: "",
-            t.files: None,
-            t.raw: "",
-            t.notice: "",
-        }
-        return {t.scene: live_html("", "Reading the video…"), **cleared, **self.reading()}
+        writes = timeline.placeholder("The events appear here as the model writes them.")
+        return {**super().start(), t.scene: live_html("", "Reading the video…"), t.timeline: writes}
 
     def prepared(self, run: RunState) -> Updates | None:
         assert run.prepared is not None
@@ -425,7 +355,7 @@ class CaptionView(BarView):
             updates[self.tab.timeline] = timeline.timeline_html(
                 self.duration,
                 self.events,
-                player=f"#{PLAYER_ID}",
+                player=f"#{CLIP_ID}",
                 windows=[(w.start, w.end) for w in self.windows],
                 windows_done=k - 1,
             )
@@ -447,10 +377,9 @@ class CaptionView(BarView):
             stage = f"{self.v} is writing…"
         return {self.tab.scene: live_html(run.text, stage), self.tab.raw: run.text, **super().writing(run)}
 
-    def done(self, run: RunState, result: Result) -> Updates:
-        assert isinstance(result, CaptionResult)
-        self.result, self.cold = result, run.cold
-        return final_outputs(self.tab, self.ctx, result, self.path, run.cold)
+
+def _written(budget: int, text: str) -> float:
+    return min(1.0, len(text) / budget)
 
 
 class StreamMessages(StageView[dict[str, Any]]):
@@ -467,121 +396,10 @@ class StreamMessages(StageView[dict[str, Any]]):
         return stream_message(result.raw, result)
 
 
-def caption_updates(
-    ctx: UIContext,
-    tab: CaptionTab,
-    video: str | None,
-    variant: str,
-    request: gr.Request | None = None,
-    example: bool = False,
-) -> Iterator[Updates]:
-    """The caption as it is written (``CaptionView``); an example's answer is kept for its next click.
-
-    A bad clip or request is said once, in the line under the video (no toast, no error pill).
-    """
-    try:
-        path = require_upload(video, ctx)
-        v = pick_variant(variant, ctx)
-    except gr.Error as exc:
-        yield {tab.progress: "", tab.status: status_html(exc.message, error=True)}
-        return
-    key, kept = kept_answer(ctx, "caption", path, v) if example else (None, None)
-    if kept is not None:
-        return  # the first step showed it
-    owns(ctx, "caption", request, path)
-    view = CaptionView(ctx, tab, path, v)
-    yield view.start()
-    try:
-        with user_errors():
-            stages = service.stream(ctx.engine, "caption", path, v)
-            yield from follow(stages, view, ctx.settings.stream_every_s)
-    except gr.Error as exc:  # said once, under the video
-        yield {
-            tab.scene: "",
-            tab.timeline: timeline.placeholder("No result."),
-            tab.metrics: "",
-            tab.files: None,
-            tab.notice: "",
-            tab.progress: "",
-            tab.status: status_html(exc.message, error=True),
-        }
-        return
-    if key is not None and view.result is not None:
-        ctx.answers.keep(key, view.result, view.cold)
-
-
-def kept_example(
-    ctx: UIContext, tab: CaptionTab, video: str | None, variant: str, request: gr.Request
-) -> Updates:
-    """An example's first step: its kept answer at once (the model does not run), else the wait."""
-    buttons = [tab.run, tab.stop]
-    try:
-        path = require_upload(video, ctx)
-        _, kept = kept_answer(ctx, "caption", path, pick_variant(variant, ctx))
-    except gr.Error:
-        kept = None
-    if kept is None:
-        return waiting_updates(buttons, tab.progress)
-    owns(ctx, "caption", request, path)
-    with example_notes.replaying(kept):
-        return {**final_outputs(tab, ctx, kept.result, path, kept.cold), tab.status: gr.skip()}
-
-
 def listen(ctx: UIContext, tab: CaptionTab) -> None:
     """Wire the UI streaming event and the public ``/caption`` and ``/caption_stream`` endpoints."""
-    _listen_ui(ctx, tab)
+    run_tab.listen(ctx, tab)
     _listen_api(ctx, tab)
-
-
-def cleared_outputs(tab: CaptionTab) -> Updates:
-    """Nothing of an earlier clip's caption (its clip changed)."""
-    return {
-        tab.scene: "",
-        tab.timeline: timeline.placeholder(PLACEHOLDER, GHOST),
-        tab.table: _rows([]),
-        tab.player: None,
-        tab.metrics: "",
-        tab.files: None,
-        tab.raw: "",
-        tab.notice: "",
-    }
-
-
-def _listen_ui(ctx: UIContext, tab: CaptionTab) -> None:
-    """Run/Stop with the caption streamed into the tab, then the events as captions on the player;
-    an example click runs the same way (``wire_run_and_stop``)."""
-    buttons = [tab.run, tab.stop]
-
-    def caption_ui(video: str | None, variant: str, request: gr.Request) -> Iterator[Updates]:
-        yield from with_buttons(caption_updates(ctx, tab, video, variant, request), buttons)
-
-    def caption_example(video: str | None, variant: str, request: gr.Request) -> Iterator[Updates]:
-        yield from with_buttons(caption_updates(ctx, tab, video, variant, request, example=True), buttons)
-
-    def subtitles_step(table: Any) -> Any:
-        return with_subtitles(ctx, table)
-
-    def first_step(video: str | None, variant: str, request: gr.Request) -> Updates:
-        return kept_example(ctx, tab, video, variant, request)
-
-    example = None
-    if tab.examples is not None:
-        example = (tab.examples.load_input_event, first_step, caption_example)
-    ends = wire_run_and_stop(
-        [tab.run.click],
-        caption_ui,
-        [tab.video, tab.variant],
-        [*tab.outputs, tab.status, *buttons],
-        buttons,
-        tab.progress,
-        stopped_html,
-        tab.scene,
-        example,
-    )
-    for end in ends:
-        end.then(subtitles_step, tab.table, tab.player, **PRIVATE_UI)
-    clear = functools.partial(cleared_outputs, tab)
-    clear_when_clip_changes(ctx, "caption", tab.video, list(clear()), clear)
 
 
 def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:

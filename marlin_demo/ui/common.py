@@ -28,7 +28,7 @@ from marlin_demo import agreement as cmp
 from marlin_demo import settings as settings_mod
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.results import RunInfo, Task, memory_label
+from marlin_demo.results import RunInfo, memory_label
 from marlin_demo.service import cost
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
@@ -42,6 +42,9 @@ EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 #: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
 """Every event that runs the model shares one slot: one request on the GPU at a time."""
+
+CLIP_ID = "clip-video"
+"""The page's one video (every run tab's clip, and the player their timelines seek)."""
 
 PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden", "queue": False}
 """A quick UI-only step: not in the API, no progress shown, not queued."""
@@ -76,7 +79,7 @@ class UIContext:
     first_reads: dict[tuple[str, str], float] = field(default_factory=dict)
     #: the examples' finished answers (made live the first time; see ``example_notes``)
     answers: example_notes.ExampleAnswers = field(default_factory=example_notes.ExampleAnswers)
-    #: per (tab, session): the clip the tab's results belong to (see ``ResultsClip``)
+    #: per session: the clip on screen and the clip each tab's results belong to (see ``ResultsClip``)
     results_clip: ResultsClip = field(default_factory=lambda: ResultsClip())
 
     @property
@@ -233,33 +236,51 @@ def kept_answer(
 
 
 class ResultsClip:
-    """Which clip each tab's results belong to, per browser session.
+    """Per browser session: the clip on screen, and the clip each tab's results belong to.
 
-    A tab's results are cleared when its clip changes (``stale``), unless they already belong to the
-    new clip: an example's answer can arrive before or after the clip's own change event, and
-    whichever comes first, the answer is never wiped.
+    The page has one clip; its change event (``show``) says which. A tab's results go when the clip
+    changes to another, and a request whose clip is no longer shown stops showing anything
+    (``shows``). An example's click reports its clip itself (``own(chosen=True)``): its kept answer
+    may reach the server before the clip's own change event, and is never wiped by it.
     """
 
     def __init__(self, limit: int = 4096) -> None:
-        self._clips: dict[tuple[str, str], str] = {}
+        self._shown: dict[str, str] = {}  # session -> the clip on screen ("" once cleared)
+        self._owners: dict[str, dict[str, str]] = {}  # session -> tab -> its results' clip
         self._lock = threading.Lock()
         self.limit = limit
 
-    def own(self, tab: str, session: str, clip: str | None) -> None:
-        """The tab's results (those now being made) belong to ``clip``."""
+    def show(self, session: str, clip: str | None) -> list[str]:
+        """The clip on screen is now ``clip``: the tabs whose results were another clip's (forgotten)."""
         with self._lock:
-            self._clips[(tab, session)] = clip or ""
-            while len(self._clips) > self.limit:
-                self._clips.pop(next(iter(self._clips)))
+            self._shown[session] = clip or ""
+            owners = self._owners.setdefault(session, {})
+            stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
+            for tab in stale:
+                del owners[tab]
+            self._bound()
+            return stale
 
-    def stale(self, tab: str, session: str, clip: str | None) -> bool:
-        """The clip changed to ``clip``: True (and forgotten) when the tab's results were another clip's."""
+    def own(self, tab: str, session: str, clip: str, chosen: bool = False) -> None:
+        """The tab's results (those now being made) belong to ``clip``; ``chosen``: the visitor just
+        chose it (an example's click), so it is the clip on screen."""
         with self._lock:
-            owner = self._clips.get((tab, session), "")
-            if not owner or same_file(owner, clip):
-                return False
-            self._clips[(tab, session)] = ""
-            return True
+            self._owners.setdefault(session, {})[tab] = clip
+            if chosen:
+                self._shown[session] = clip
+            self._bound()
+
+    def shows(self, session: str, clip: str) -> bool:
+        """``clip`` is still the one on screen (True before the page has said which one is)."""
+        with self._lock:
+            shown = self._shown.get(session)
+        return shown is None or same_file(shown, clip)
+
+    def _bound(self) -> None:
+        while len(self._shown) > self.limit:
+            self._shown.pop(next(iter(self._shown)))
+        while len(self._owners) > self.limit:
+            self._owners.pop(next(iter(self._owners)))
 
 
 def same_file(a: str | None, b: str | None) -> bool:
@@ -390,10 +411,10 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
-def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
+def clip_status(ctx: UIContext, video: str | None) -> str:
     """Checked as soon as a clip is chosen: one line saying it will be read (or, once, why not).
 
-    Only the file's facts are probed here (no decoding); the run says the rest in the same place.
+    Only the file's facts are probed here (no decoding); a run says the rest in the same place.
     """
     from marlin_demo.longvideo import plan as win
     from marlin_demo.video import plan_sampling, validate
@@ -405,22 +426,18 @@ def clip_status(ctx: UIContext, video: str | None, task: str) -> str:
         with user_errors():
             info = validate(path, ctx.engine.limits())
             s = ctx.engine.settings
-            parts = win.plan_for("find" if task == "find" else "caption", info.duration_s, s)
-            size = s.caption_window_s if task == "caption" else s.find_window_s
+            split = [
+                ("Caption", len(win.plan_for("caption", info.duration_s, s)), s.caption_window_s),
+                ("Find", len(win.plan_for("find", info.duration_s, s)), s.find_window_s),
+            ]
     except gr.Error as exc:
         return status_html(exc.message, error=True)
     text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
-    if len(parts) > 1:
-        text += f"; read as {len(parts)} windows of up to {size:g} s"
-    kind: Task = "find" if task == "find" else "caption"
+    for name, n, size in split:
+        text += f"; {name} reads it as {n} windows of up to {size:g} s" if n > 1 else ""
     plan = plan_sampling(info, ctx.engine.params)
-    note = cost.estimate_line(kind, plan, info.duration_s, s, ctx.variants[:1], ctx.engine.params)
+    note = cost.estimate_line("caption", plan, info.duration_s, s, ctx.variants[:1], ctx.engine.params)
     return status_html(text + "." + (f" {note}" if note else ""))
-
-
-def clip_ok(ctx: UIContext, video: str | None) -> bool:
-    """The clip passes the checks ``clip_status`` says (its own bytes, not a converted copy)."""
-    return bool(video) and "ms-error" not in clip_status(ctx, video, "caption")
 
 
 def status_html(message: str, error: bool = False) -> str:
@@ -442,11 +459,10 @@ if (!window.__marlinStatus) {
     return lines.length > 0 && lines.every((l) => l === 'Video not playable');
   };
   // Gradio's own refusal of a file by its type ("Only video/x-m4v,video/* allowed") becomes the app's
-  // sentence in the visible tab's status line
+  // sentence in the clip's status line
   const typeRefused = (item) => /Only .*video.* allowed/i.test(item.innerText);
   const sayRefused = () => {
-    const line = [...document.querySelectorAll('#caption-status, #find-status')]
-      .find((el) => el.offsetParent !== null);
+    const line = document.querySelector('#clip-status');
     if (!line) return;
     const div = document.createElement('div');
     div.className = 'ms-status ms-error';
@@ -475,7 +491,7 @@ if (!window.__marlinStatus) {
   }, true);
 }
 """
-"""``js_on_load`` of the status line under a tab's video input."""
+"""``js_on_load`` of the status line under the page's clip."""
 
 
 # ---------------------------------------------------------------------------

@@ -8,8 +8,7 @@ first run (cold: it includes loading the model) is reported apart from warm runs
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,6 @@ from marlin_demo.ui.common import (
     require_upload,
     session_of,
     short_name,
-    upload_video,
     user_errors,
     variant_label,
 )
@@ -39,7 +37,6 @@ from marlin_demo.ui.compare_view import (
     METRIC_COLUMNS,
     SESSION_COLUMNS,
     TASK_CHOICES,
-    VIDEO_ID,
     cards_html,
     chart_frame,
     cold_warm_frame,
@@ -52,17 +49,8 @@ from marlin_demo.ui.compare_view import (
     variant_colors,
     write_session_csv,
 )
-from marlin_demo.ui.credits import credit_box, credit_line
-from marlin_demo.ui.running import (
-    RunState,
-    StageView,
-    Updates,
-    clear_when_clip_changes,
-    follow,
-    owns,
-    run_buttons,
-    with_buttons,
-)
+from marlin_demo.ui.one_clip import Clip, while_shown
+from marlin_demo.ui.running import RunState, StageView, Updates, follow, run_buttons, with_buttons
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
 #: the charts' y axis ends this far above the tallest bar
@@ -106,13 +94,11 @@ class CompareTab:
         ]
 
 
-def render(ctx: UIContext) -> CompareTab:
-    """Lay out the tab."""
+def render(ctx: UIContext, clip: Clip) -> CompareTab:
+    """Lay out the tab (its clip is the page's)."""
+    video = clip.video
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=4, min_width=300, elem_classes="mr-inputs"):
-            video = upload_video(label="Video", sources=["upload"], elem_id=VIDEO_ID, height=260)
-            credit = credit_box("compare-credit")
-            video.change(functools.partial(credit_line, ctx), video, credit, **PRIVATE_UI)
             task = gr.Radio(TASK_CHOICES, value="caption", label="Task", elem_id="compare-task")
             query = gr.Textbox(
                 "",
@@ -408,7 +394,7 @@ def compare_updates(
     rows: list[dict[str, Any]],
     progress: Callable[..., Any],
     register: Callable[[CompareView], None] = lambda view: None,
-) -> Iterator[Updates]:
+) -> Generator[Updates, None, None]:
     """The comparison as it runs (``CompareView``, handed to ``register`` for Stop), then its tables
     and charts; an error is said in the progress area."""
     try:
@@ -459,14 +445,18 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Updates]:
         session = session_of(request)
-        owns(ctx, "compare", request, video)
 
         def register(view: CompareView) -> None:
             running_in[session] = view
 
         try:
             updates = compare_updates(ctx, tab, video, task, query, include_bf16, rows, progress, register)
-            yield from with_buttons(updates, buttons)
+            if video:  # its results are shown while its clip is (see one_clip)
+                yield from with_buttons(
+                    while_shown(ctx, "compare", request, video, updates, {tab.summary: ""}), buttons
+                )
+            else:
+                yield from with_buttons(updates, buttons)
         finally:
             running_in.pop(session, None)
 
@@ -509,8 +499,6 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         show_progress="hidden",
         concurrency_limit=None,
     )
-    clear = functools.partial(cleared_outputs, tab)
-    clear_when_clip_changes(ctx, "compare", tab.video, list(clear()), clear)
     _listen_api(ctx, tab)
 
 

@@ -20,6 +20,7 @@ from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import CaptionResult, FindResult, memory_label
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
+    CLIP_ID,
     UIContext,
     error_html,
     fmt,
@@ -28,7 +29,6 @@ from marlin_demo.ui.common import (
 )
 from marlin_demo.ui.timeline import clock
 
-VIDEO_ID = "compare-video"
 CHART_TITLES = {
     "load_s": "Load time in this request (s)",
     "latency_s": "Latency (s)",
@@ -110,7 +110,7 @@ def _card(
         )
         body = (
             f'<p class="cc-scene">{html.escape(result.scene) or "<i>no scene paragraph</i>"}</p>'
-            f"{timeline.timeline_html(duration, result.events, player=f'#{VIDEO_ID}')}"
+            f"{timeline.timeline_html(duration, result.events, player=f'#{CLIP_ID}')}"
             f'<ul class="cc-events">{events}</ul>'
         )
     elif isinstance(result, FindResult):
@@ -126,7 +126,7 @@ def _card(
             duration,
             span=result.span,
             reference=truth,
-            player=f"#{VIDEO_ID}",
+            player=f"#{CLIP_ID}",
             span_label=variant,
             no_span_text=None,
         )

@@ -447,9 +447,7 @@ def render(ctx: UIContext) -> LibraryTab:
     )
 
 
-def listen(
-    ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, find_video: gr.Video, find_query: gr.Textbox
-) -> None:
+def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_query: gr.Textbox) -> None:
     """Run/Stop, choosing a moment (plays it there), "Open in Find", and the public ``/search``."""
     buttons = [tab.run, tab.stop]
 
@@ -504,12 +502,12 @@ def listen(
     def open_in_find(m: dict[str, Any] | None, query: str) -> Updates:
         if not m:
             return {}
-        return {find_video: m["path"], find_query: query, tabs: gr.Tabs(selected="find")}
+        return {clip: m["path"], find_query: query, tabs: gr.Tabs(selected="find")}
 
     tab.open_in_find.click(
         open_in_find,
         [tab.picked, tab.query],
-        [find_video, find_query, tabs],
+        [clip, find_query, tabs],
         api_visibility="private",
         show_progress="hidden",
     )

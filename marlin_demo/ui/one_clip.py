@@ -1,44 +1,90 @@
-"""One clip for every tab: a video given to one tab (upload or example) is given to the others too.
+"""The page's one clip: a single video above the tabs, which Caption, Find and Compare all read.
 
-A visitor who captioned a clip and opens Find or Compare finds it already there. Each tab keeps
-its own video component (its events, credit line and suggestions hang on it); this module only
-copies the value across. A copy changes the other components, whose own change events then see
-the same file everywhere and stop (no ping-pong).
+There is one component, so nothing copies a clip from tab to tab and no late copy can race a clear
+or an upload. Results are tied to the clip they were made for (``common.ResultsClip``): this
+video's change event clears, in every tab, the results of the clip it replaced, and a request
+whose clip is no longer on screen shows nothing more (``while_shown``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
 
 import gradio as gr
+from gradio.blocks import Block
 
-from marlin_demo.ui.common import PRIVATE_UI, same_file
+from marlin_demo.ui.common import (
+    CLIP_ID,
+    PRIVATE_UI,
+    STATUS_JS,
+    UIContext,
+    clip_status,
+    session_of,
+    upload_video,
+)
+from marlin_demo.ui.credits import credit_box, credit_line
+from marlin_demo.ui.running import Updates
 
-
-def spread(
-    source: int, values: Sequence[str | None], accept: Callable[[str], bool] = lambda clip: True
-) -> list[Any]:
-    """The updates for every video: the source's clip wherever another clip (or none) is shown.
-
-    A clip the app refuses (``accept`` is False) stays in its own tab: given to another, Gradio would
-    convert it (a PNG named ``.mp4`` becomes a 0 s H.264 clip) and that copy would come back as a
-    "Ready" clip, hiding the refusal of the original.
-    """
-    clip = values[source]
-    if not clip or not accept(clip):  # a cleared video clears only its own tab
-        return [gr.skip() for _ in values]
-    return [gr.skip() if i == source or same_file(clip, v) else clip for i, v in enumerate(values)]
-
-
-def follow(videos: Sequence[gr.Video], accept: Callable[[str], bool] = lambda clip: True) -> None:
-    """Wire ``videos`` (one per tab) so that the clip given to any of them (and ``accept``ed) is
-    given to all."""
-    videos = list(videos)
-    for i, video in enumerate(videos):
-        video.change(functools.partial(_copy, i, accept), videos, videos, **PRIVATE_UI)
+HINT = (
+    "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
+    "Clearing it (×) clears it for every tab."
+)
 
 
-def _copy(source: int, accept: Callable[[str], bool], *values: str | None) -> list[Any]:
-    return spread(source, values, accept)
+@dataclass
+class Clip:
+    video: gr.Video
+    status: gr.HTML  # the line under it: a refused clip or a failed run, said once
+    credit: gr.HTML  # an example's credit
+
+
+def render(ctx: UIContext) -> Clip:
+    """The clip beside its lines; on a phone they stack (video first)."""
+    with gr.Row(equal_height=False, elem_id="clip-row"):
+        # "find-video": where Find's player was; tests/test_library_app.py still looks there
+        with gr.Column(scale=4, min_width=300, elem_id="find-video"):
+            video = upload_video(label="Video", sources=["upload"], elem_id=CLIP_ID, height=240)
+        with gr.Column(scale=8, min_width=300):
+            gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
+            status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
+            credit = credit_box("clip-credit")
+    return Clip(video, status, credit)
+
+
+def listen(ctx: UIContext, clip: Clip, tabs: Mapping[str, tuple[list[Block], Callable[[], Updates]]]) -> None:
+    """The credit and the status line follow the clip; ``tabs[name]`` = (the tab's outputs, what they
+    show without results) replaces a tab's results when they were another clip's."""
+    clip.video.change(functools.partial(credit_line, ctx), clip.video, clip.credit, **PRIVATE_UI)
+    clip.video.change(functools.partial(clip_status, ctx), clip.video, clip.status, **PRIVATE_UI)
+    outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
+
+    def clear(video: str | None, request: gr.Request) -> Updates:
+        updates: Updates = {}
+        for tab in ctx.results_clip.show(session_of(request), video):
+            updates.update(tabs[tab][1]())
+        return updates or {outputs[0]: gr.skip()}  # Gradio refuses an empty dict of updates
+
+    clip.video.change(clear, clip.video, outputs, **PRIVATE_UI)
+
+
+def while_shown(
+    ctx: UIContext,
+    tab: str,
+    request: gr.Request | None,
+    path: str,
+    updates: Generator[Updates, None, None],
+    gone: Updates,
+) -> Iterator[Updates]:
+    """A request's ``updates`` for the tab while ``path`` is the clip on screen; once another clip is
+    (or none), ``gone`` and nothing more, and the request is closed (the model stops)."""
+    session = session_of(request)
+    ctx.results_clip.own(tab, session, path)
+    with contextlib.closing(updates):
+        for update in updates:
+            if not ctx.results_clip.shows(session, path):
+                yield gone
+                return
+            yield update

@@ -20,7 +20,7 @@ import gradio as gr
 from gradio.blocks import Block
 
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
-from marlin_demo.ui.common import GPU_EVENT, PRIVATE_UI, UIContext, session_of
+from marlin_demo.ui.common import GPU_EVENT, PRIVATE_UI
 
 Updates = dict[Block, Any]
 """What a listener yields: the components it changes, each with its new value or ``gr.update``."""
@@ -97,25 +97,6 @@ def wire_run_and_stop(
         concurrency_limit=None,  # never waits behind another session's step
     )
     return ends
-
-
-def clear_when_clip_changes(
-    ctx: UIContext, name: str, video: gr.Video, outputs: list[Block], cleared: Callable[[], Updates]
-) -> None:
-    """The tab's results are cleared the moment its clip changes to another one (upload, clear, an
-    example, the clip copied from another tab), so they always belong to the clip shown."""
-
-    def clear(clip: str | None, request: gr.Request) -> Updates:
-        if ctx.results_clip.stale(name, session_of(request), clip):
-            return cleared()
-        return {outputs[0]: gr.skip()}
-
-    video.change(clear, video, outputs, **PRIVATE_UI)
-
-
-def owns(ctx: UIContext, name: str, request: gr.Request | None, clip: str | None) -> None:
-    """The results the tab is about to show belong to ``clip`` (see ``clear_when_clip_changes``)."""
-    ctx.results_clip.own(name, session_of(request), clip)
 
 
 def scroll_mark(target: str = "") -> str:

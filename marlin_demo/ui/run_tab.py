@@ -1,0 +1,256 @@
+"""Caption's and Find's one skeleton: a task run on the page's clip, an example's kept answer, the wiring.
+
+A run tab reads the clip with a variant (and whatever else is its own, e.g. Find's query), runs
+with Run/Stop and its progress bar, and fills its outputs. ``caption`` and ``find`` subclass
+``RunTab`` and ``RunView`` with only what is theirs: their inputs and outputs, what a running
+request shows, and the follow-up after a run.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import gradio as gr
+from gradio.blocks import Block
+
+from marlin_demo import service
+from marlin_demo.results import Result
+from marlin_demo.ui import example_notes, timeline
+from marlin_demo.ui.common import (
+    UIContext,
+    example_labels,
+    examples_label,
+    examples_note,
+    kept_answer,
+    pick_variant,
+    require_upload,
+    session_of,
+    status_html,
+    user_errors,
+)
+from marlin_demo.ui.one_clip import while_shown
+from marlin_demo.ui.running import (
+    BarView,
+    RunState,
+    Updates,
+    follow,
+    waiting_updates,
+    wire_run_and_stop,
+    with_buttons,
+)
+
+
+class Asked(NamedTuple):
+    """A request the tab accepted: the clip's path, the variant, the query (None for a caption)."""
+
+    path: str
+    variant: str
+    query: str | None = None
+
+
+@dataclass(kw_only=True)
+class RunTab:
+    """What a run tab has: the page's clip and its status line, a variant, Run/Stop, a progress bar,
+    and the outputs every answer has (timeline, notes, figures, the raw text)."""
+
+    name: ClassVar[str]  # the task; also the tab's key for the clip its results belong to
+    placeholder: ClassVar[str]  # the empty timeline's sentence
+    ghost: ClassVar[tuple[tuple[float, float], ...]]  # and its faint bars
+    stopped: ClassVar[str]  # what the answer's place says after Stop
+    video: gr.Video
+    status: gr.HTML
+    variant: gr.Radio
+    run: gr.Button
+    stop: gr.Button
+    progress: gr.HTML
+    timeline: gr.HTML
+    notice: gr.HTML
+    metrics: gr.HTML
+    raw: gr.Textbox
+    api_button: gr.Button
+    api_out: gr.JSON
+    examples: gr.helpers.Examples | None = None
+
+    @property
+    def buttons(self) -> list[Block]:
+        return [self.run, self.stop]
+
+    @property
+    def inputs(self) -> list[Any]:
+        """What a run reads, in ``ask``'s order."""
+        return [self.video, self.variant]
+
+    @property
+    def triggers(self) -> list[Any]:
+        return [self.run.click]
+
+    @property
+    def results(self) -> list[Block]:
+        """What an answer fills (``cleared`` empties them: a clip change, a new run, a failure)."""
+        return [self.answer, self.timeline, self.notice, self.metrics, self.raw, self.progress]
+
+    @property
+    def outputs(self) -> list[Block]:
+        """Everything a run changes (also what a kept example answer shows again)."""
+        return [*self.results, self.status]
+
+    @property
+    def answer(self) -> Block:
+        """Where the answer's first line goes (and "Stopped")."""
+        raise NotImplementedError
+
+    def cleared(self) -> Updates:
+        """Nothing of an earlier answer (its clip changed, or the run failed); made in events only."""
+        empty = timeline.placeholder(self.placeholder, self.ghost)
+        return {self.timeline: empty, self.notice: "", self.metrics: "", self.raw: "", self.progress: ""}
+
+    def ask(self, ctx: UIContext, values: Sequence[Any]) -> Asked | Updates:
+        """The request the inputs make, or what says (under its input) why there is none."""
+        video, variant = values
+        try:
+            return Asked(require_upload(video, ctx), pick_variant(variant, ctx))
+        except gr.Error as exc:
+            return {self.status: status_html(exc.message, error=True)}
+
+    def view(self, ctx: UIContext, asked: Asked) -> RunView:
+        raise NotImplementedError
+
+    def final(self, ctx: UIContext, result: Any, path: str, cold: bool) -> Updates:
+        """Every output of a finished answer (also a kept example answer shown again)."""
+        raise NotImplementedError
+
+    def every(self, ctx: UIContext) -> float | None:
+        """How often the streamed text is redrawn at most (None: each text)."""
+        return ctx.settings.stream_every_s
+
+    def after_run(self, ctx: UIContext, end: Any) -> None:
+        """A follow-up step chained on the end of each run (none by default)."""
+
+
+class RunView(BarView):
+    """A run tab while its request runs: the bar (``BarView``), the tab's own stages (subclasses),
+    and the finished answer, kept when it is an example's."""
+
+    def __init__(self, ctx: UIContext, tab: RunTab, asked: Asked, **bar: Any) -> None:
+        cold = functools.partial(service.is_cold, ctx.engine, asked.variant)
+        super().__init__(tab.progress, asked.variant, cold, **bar)
+        self.ctx, self.tab, self.path = ctx, tab, asked.path
+        self.result: Result | None = None
+        self.cold = False
+
+    def start(self) -> Updates:
+        """The last answer is cleared as the request starts."""
+        return {**self.tab.cleared(), **self.reading()}
+
+    def done(self, run: RunState, result: Result) -> Updates:
+        self.result, self.cold = result, run.cold
+        return self.tab.final(self.ctx, result, self.path, run.cold)
+
+
+def run_updates(
+    ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request | None, example: bool = False
+) -> Iterator[Updates]:
+    """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
+    kept for its next click. A bad clip, query or run is said once, under its input (no toast)."""
+    asked = tab.ask(ctx, values)
+    if not isinstance(asked, Asked):
+        yield {tab.progress: "", **asked}
+        return
+    key, kept = kept_answer(ctx, tab.name, *asked) if example else (None, None)
+    if kept is not None:
+        return  # the first step showed it
+    view = tab.view(ctx, asked)
+
+    def stages() -> Generator[Updates, None, None]:
+        yield view.start()
+        yield from follow(service.stream(ctx.engine, tab.name, *asked), view, tab.every(ctx))
+
+    try:
+        with user_errors():
+            yield from while_shown(ctx, tab.name, request, asked.path, stages(), {tab.progress: ""})
+    except gr.Error as exc:
+        failed = {tab.timeline: timeline.placeholder("No result."), tab.answer: ""}
+        yield {**tab.cleared(), **failed, tab.status: status_html(exc.message, error=True)}
+        return
+    if key is not None and view.result is not None:
+        ctx.answers.keep(key, view.result, view.cold)
+
+
+def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
+    """An example's first step: its kept answer at once (the model does not run), else the wait."""
+    asked = tab.ask(ctx, values)
+    kept = kept_answer(ctx, tab.name, *asked)[1] if isinstance(asked, Asked) else None
+    if kept is None or not isinstance(asked, Asked):
+        return waiting_updates(tab.buttons, tab.progress)
+    # the visitor just chose this clip: its own change event may come after this answer
+    ctx.results_clip.own(tab.name, session_of(request), asked.path, chosen=True)
+    with example_notes.replaying(kept):
+        return tab.final(ctx, kept.result, asked.path, kept.cold)
+
+
+def controls(ctx: UIContext, name: str, label: str, **run: Any) -> tuple[gr.Radio, gr.Button, gr.Button]:
+    """The variant, then Run (``label``) with Stop in its place while a request runs."""
+    variant = gr.Radio(
+        ctx.variant_choices(),
+        value=ctx.default_variant,
+        label="Variant",
+        info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
+        elem_id=f"{name}-variant",
+    )
+    with gr.Row(elem_classes="mr-buttons"):
+        button = gr.Button(label, variant="primary", elem_id=f"{name}-run", **run)
+        stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{name}-stop")
+    return variant, button, stop
+
+
+def examples(
+    ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]
+) -> gr.helpers.Examples | None:
+    """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
+    as Run does (``listen``)."""
+    if not rows:
+        return None
+    found = gr.Examples(
+        examples=[values for values, _ in rows],
+        inputs=tab.inputs,
+        example_labels=example_labels([label for _, label in rows]),
+        label=examples_label(ctx),
+        examples_per_page=8,
+        elem_id=f"{tab.name}-examples",
+    )
+    gr.HTML(examples_note(ctx), elem_id=f"{tab.name}-examples-note")
+    return found
+
+
+def listen(ctx: UIContext, tab: RunTab) -> None:
+    """Run/Stop with the answer streamed into the tab; an example's click shows its kept answer, or runs
+    like Run (``wire_run_and_stop``); then the tab's follow-up step."""
+    buttons = tab.buttons
+
+    def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+        yield from with_buttons(run_updates(ctx, tab, values, request), buttons)
+
+    def example_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+        yield from with_buttons(run_updates(ctx, tab, values, request, example=True), buttons)
+
+    def first_step(request: gr.Request, *values: Any) -> Updates:
+        return kept_or_waiting(ctx, tab, values, request)
+
+    example = None if tab.examples is None else (tab.examples.load_input_event, first_step, example_ui)
+    outputs = [*tab.outputs, *buttons]
+    ends = wire_run_and_stop(
+        tab.triggers,
+        run_ui,
+        tab.inputs,
+        outputs,
+        buttons,
+        tab.progress,
+        lambda: tab.stopped,
+        tab.answer,
+        example,
+    )
+    for end in ends:
+        tab.after_run(ctx, end)
