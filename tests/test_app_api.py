@@ -102,6 +102,22 @@ def test_caption_returns_the_result_shape(client: Client) -> None:
     assert json.loads(json.dumps(d)) == d  # plain JSON, no component update
 
 
+def test_a_time_range_is_answered_on_the_videos_own_timeline(client: Client) -> None:
+    """start/end over the API (as MCP and the page pass them): only that part is asked, and every time in
+    the answer lies inside it; a bad range is one sentence and the server keeps serving."""
+    d = client.predict(handle_file(CLIP), "gptq", 3.0, 8.0, api_name="/caption")
+    assert d["range"] == [3.0, 8.0]
+    assert all(3.0 <= e["start"] <= e["end"] <= 8.0 for e in d["events"]), d["events"]
+    assert all(3.0 <= w["start"] <= w["end"] <= 8.0 for w in d["windows"]), d["windows"]
+    f = client.predict(handle_file(CLIP), "the red ball rolls", "bnb4", 2.0, None, api_name="/find")
+    assert f["range"][0] == 2.0 and f["range"][1] == pytest.approx(CLIP_S, abs=0.2)  # to the end
+    assert f["span"] is None or 2.0 <= f["span"][0] <= f["span"][1] <= f["range"][1]
+    with pytest.raises(AppError, match="does not end after it starts"):
+        client.predict(handle_file(CLIP), "gptq", 8.0, 3.0, api_name="/caption")
+    whole = client.predict(handle_file(CLIP), "gptq", api_name="/caption")
+    assert whole["range"] is None
+
+
 def test_caption_stream_sends_the_text_as_it_is_written_then_the_result(client: Client) -> None:
     job = client.submit(handle_file(CLIP), "gptq", api_name="/caption_stream")
     final = job.result(timeout=300)

@@ -716,6 +716,37 @@ def test_a_double_click_on_run_runs_once_and_is_not_stopped(page) -> None:
     assert "Stopped" not in pg.inner_text("#caption-scene")
 
 
+def test_a_time_range_asks_about_that_part_only(page) -> None:
+    """From/To beside the clip: the line under it says what is asked and what it costs, a bad range is
+    said there before Run, and the answer's events lie inside the range, labelled as a range's."""
+    pg = page
+    _upload(pg, "#clip-video", CLIP)
+    pg.wait_for_selector("#clip-status .ms-ok", timeout=60_000)
+    pg.fill("#clip-start input", "8")
+    pg.fill("#clip-end input", "3")
+    pg.press("#clip-end input", "Enter")
+    pg.wait_for_selector("#clip-status .ms-error", timeout=30_000)
+    assert "does not end after it starts" in pg.inner_text("#clip-status")
+    pg.fill("#clip-start input", "3")
+    pg.fill("#clip-end input", "8")
+    pg.press("#clip-end input", "Enter")
+    pg.wait_for_function(
+        "document.querySelector('#clip-status .ms-ok')?.innerText.includes('asking about 3-8 s')",
+        timeout=30_000,
+    )
+    pg.click("#caption-run")
+    _caption_done(pg)
+    assert "Asked about 3-8 s of the video" in pg.inner_text("#caption-notice")
+    events = pg.eval_on_selector_all(
+        "#caption-timeline .mt-event", "items => items.map(i => [+i.dataset.start, +i.dataset.end])"
+    )
+    assert all(3.0 <= start <= end <= 8.0 for start, end in events), events
+    # a new clip starts whole: the range goes with the clip it was set on
+    _replace_clip(pg, EXAMPLES / "flower.mp4")
+    empty = "['#clip-start input', '#clip-end input'].every((s) => !document.querySelector(s).value)"
+    pg.wait_for_function(f"() => {empty}", timeout=30_000)
+
+
 def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> None:
     pg = page
     # an example not run yet: the same run as Run's (Stop, the progress bar, streamed text), honestly labelled

@@ -201,7 +201,7 @@ def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer)
         pg.screenshot(path=str(SHOTS / "6_library_phone.png"), full_page=True)
         pg.set_viewport_size({"width": 1400, "height": 1000})
         pg.click("#library-open-find")
-        pg.wait_for_selector("#find-video video", timeout=60_000)
+        pg.wait_for_selector("#clip-video video", timeout=60_000)
         assert pg.input_value("#find-query textarea") == "a dog jumped into the pool"
         # honest states: no match in a library larger than N is said, not an error
         pg.get_by_role("tab", name="Library · search all").click()

@@ -113,9 +113,9 @@ def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppSer
     by_name = {t.name: t for t in tools}
     assert list(by_name) == [t.lstrip("/") for t in TOOLS]  # no /caption_stream, nothing private
     expected = {
-        "caption": (["video", "variant"], ["video"]),
-        "find": (["video", "query", "variant"], ["video", "query"]),
-        "compare": (["video", "task", "query"], ["video"]),
+        "caption": (["video", "variant", "start", "end"], ["video"]),
+        "find": (["video", "query", "variant", "start", "end"], ["video", "query"]),
+        "compare": (["video", "task", "query", "start", "end"], ["video"]),
     }
     for name, (props, required) in expected.items():
         tool = by_name[name]
@@ -131,6 +131,9 @@ def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppSer
     # a parameter described over two docstring lines keeps both (Gradio's own parser drops the second)
     assert "(16-bit)" in by_name["find"].inputSchema["properties"]["variant"]["description"]
     assert by_name["compare"].inputSchema["properties"]["task"]["enum"] == ["caption", "find"]
+    # a time range: optional, described as the docstring says (only that part is asked)
+    for name in expected:
+        assert "Only that part is decoded" in by_name[name].inputSchema["properties"]["end"]["description"]
     # long videos: each tool says how it answers one (windows, scored moments) and the window limit
     assert '"windows": [{"start"' in by_name["caption"].description
     assert (

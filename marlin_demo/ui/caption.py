@@ -93,6 +93,7 @@ class CaptionTab(RunTab):
             repaired=result.repaired,
             repairs=result.info.repairs,
             what="caption",
+            result=result,
         )
         reuse = ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s)
         return {
@@ -275,6 +276,8 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
             tab = CaptionTab(
                 video=clip.video,
                 status=clip.status,
+                start=clip.start,
+                end=clip.end,
                 variant=variant,
                 run=run,
                 stop=stop,
@@ -405,13 +408,18 @@ def listen(ctx: UIContext, tab: CaptionTab) -> None:
 def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
     """The public endpoints: plain JSON only (the tab's own updates are private events)."""
 
-    def caption(video: str | None, variant: str = "gptq") -> dict[str, Any]:
+    def caption(
+        video: str | None, variant: str = "gptq", start: float | None = None, end: float | None = None
+    ) -> dict[str, Any]:
         """Describe what happens in a video: a scene paragraph and its events with start and end times.
 
         Args:
             video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
             variant: Which copy of Marlin-2B answers: "gptq" (GPTQ 4-bit, the default), "bnb4"
                 (bitsandbytes nf4 4-bit) or "bf16" (16-bit), among those this server offers.
+            start: Optional: the first second of the part of the video to ask about (empty: its start).
+            end: Optional: the last second of that part (empty: the video's end). Only that part is
+                decoded and asked; times in the answer stay on the video's own timeline.
 
         Returns:
             JSON {"variant": str, "model": str, "scene": str, "events": [{"start": float, "end": float,
@@ -427,13 +435,13 @@ def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            result = service.run(ctx.engine, "caption", path, v)
+            result = service.run(ctx.engine, "caption", path, v, start_s=start, end_s=end)
             assert isinstance(result, CaptionResult)
             return caption_json(result)
 
     tab.api_button.click(
         caption,
-        [tab.video, tab.variant],
+        [tab.video, tab.variant, tab.start, tab.end],
         tab.api_out,
         api_name="caption",
         api_description="Scene paragraph and timed events: "
@@ -441,17 +449,19 @@ def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
         **GPU_EVENT,
     )
 
-    def caption_stream(video: str | None, variant: str = "gptq") -> Iterator[dict[str, Any]]:
+    def caption_stream(
+        video: str | None, variant: str = "gptq", start: float | None = None, end: float | None = None
+    ) -> Iterator[dict[str, Any]]:
         """The caption as the model writes it, then the finished result (see stream_message)."""
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            stages = service.stream(ctx.engine, "caption", path, v)
+            stages = service.stream(ctx.engine, "caption", path, v, start_s=start, end_s=end)
             yield from follow(stages, StreamMessages(), ctx.settings.stream_every_s)
 
     tab.api_stream_button.click(
         caption_stream,
-        [tab.video, tab.variant],
+        [tab.video, tab.variant, tab.start, tab.end],
         tab.api_out,
         api_name="caption_stream",
         api_description="The caption while it is written: {done: false, text} messages, then "

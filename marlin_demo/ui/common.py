@@ -25,10 +25,10 @@ from gradio.data_classes import FileData
 from pydantic import model_validator
 
 from marlin_demo import agreement as cmp
+from marlin_demo import service, variants
 from marlin_demo import settings as settings_mod
-from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.results import RunInfo, memory_label
+from marlin_demo.results import Result, RunInfo, memory_label
 from marlin_demo.service import cost
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
@@ -411,32 +411,40 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
-def clip_status(ctx: UIContext, video: str | None) -> str:
-    """Checked as soon as a clip is chosen: one line saying it will be read (or, once, why not).
+def clip_status(
+    ctx: UIContext, video: str | None, start: float | None = None, end: float | None = None
+) -> str:
+    """Checked as soon as a clip (or a range of it) is chosen: one line saying it will be read and
+    what a caption of it costs (or, once, why not).
 
-    Only the file's facts are probed here (no decoding); a run says the rest in the same place.
+    Only the file's facts are probed here (no decoding); a run says the rest in the same place. With a
+    range, the duration limit applies to the range, as the request checks it.
     """
     from marlin_demo.longvideo import plan as win
-    from marlin_demo.video import plan_sampling, validate
+    from marlin_demo.video import plan_sampling
 
     if not video:
         return ""
     try:
         path = require_upload(video, ctx)
         with user_errors():
-            info = validate(path, ctx.engine.limits())
+            asked = service.asked_range(ctx.engine, path, start, end)
+            info = ctx.engine.info(Path(path), whole=asked is None)
             s = ctx.engine.settings
+            seconds = info.duration_s if asked is None else asked[1] - asked[0]
             split = [
-                ("Caption", len(win.plan_for("caption", info.duration_s, s)), s.caption_window_s),
-                ("Find", len(win.plan_for("find", info.duration_s, s)), s.find_window_s),
+                ("Caption", len(win.plan_for("caption", seconds, s)), s.caption_window_s),
+                ("Find", len(win.plan_for("find", seconds, s)), s.find_window_s),
             ]
     except gr.Error as exc:
         return status_html(exc.message, error=True)
     text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
+    if asked is not None:
+        text += f"; asking about {asked[0]:g}-{asked[1]:g} s ({seconds:.1f} s)"
     for name, n, size in split:
         text += f"; {name} reads it as {n} windows of up to {size:g} s" if n > 1 else ""
     plan = plan_sampling(info, ctx.engine.params)
-    note = cost.estimate_line("caption", plan, info.duration_s, s, ctx.variants[:1], ctx.engine.params)
+    note = cost.estimate_line("caption", plan, seconds, s, ctx.variants[:1], ctx.engine.params)
     return status_html(text + "." + (f" {note}" if note else ""))
 
 
@@ -556,10 +564,22 @@ def metrics_html(
 
 
 def notice_html(
-    *, tiny: bool, format_ok: bool, repaired: bool, repairs: Sequence[str], what: str = "caption"
+    *,
+    tiny: bool,
+    format_ok: bool,
+    repaired: bool,
+    repairs: Sequence[str],
+    what: str = "caption",
+    result: Result | None = None,
 ) -> str:
-    """Honest notes about an answer: stand-in weights, an off-format answer, repairs made."""
+    """Honest notes about an answer: only part of it came back (``result.partial``), the range asked,
+    stand-in weights, an off-format answer, repairs made."""
     notes: list[str] = []
+    if result is not None and result.partial is not None:
+        notes.append(f"<b>{html.escape(result.partial.note())}</b>")
+    if result is not None and result.range_s is not None:
+        start, end = result.range_s
+        notes.append(f"Asked about {start:g}-{end:g} s of the video; times are the video's own.")
     if not format_ok:
         trained = "Scene / Events" if what == "caption" else "“From <start> to <end>.”"
         notes.append(

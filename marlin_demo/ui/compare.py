@@ -77,6 +77,8 @@ class CompareTab:
     api_button: gr.Button
     api_out: gr.JSON
     session_box: gr.Accordion
+    start: gr.Number  # the clip's range (``one_clip``): a comparison asks about that part only
+    end: gr.Number
 
     @property
     def outputs(self) -> list[Any]:
@@ -190,6 +192,8 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
         api_button,
         api_out,
         acc,
+        clip.start,
+        clip.end,
     )
 
 
@@ -394,6 +398,7 @@ def compare_updates(
     rows: list[dict[str, Any]],
     progress: Callable[..., Any],
     register: Callable[[CompareView], None] = lambda view: None,
+    span: tuple[Any, Any] = (None, None),
 ) -> Generator[Updates, None, None]:
     """The comparison as it runs (``CompareView``, handed to ``register`` for Stop), then its tables
     and charts; an error is said in the progress area."""
@@ -404,7 +409,10 @@ def compare_updates(
             view = CompareView(ctx, tab, variants, path, task, query, progress)
             register(view)
             yield view.start()
-            events = service.compare(ctx.engine, task, path, variants, query, live=True)
+            start, end = service.asked_range(ctx.engine, path, *span) or (None, None)
+            events = service.compare(
+                ctx.engine, task, path, variants, query, live=True, start_s=start, end_s=end
+            )
             yield from follow(events, view, ctx.settings.stream_every_s)  # closing it (Stop) stops the model
             yield view.finished(rows)
     except gr.Error as exc:
@@ -441,6 +449,8 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         query: str,
         include_bf16: bool,
         rows: list[dict[str, Any]],
+        start: float | None,
+        end: float | None,
         request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Updates]:
@@ -450,7 +460,9 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             running_in[session] = view
 
         try:
-            updates = compare_updates(ctx, tab, video, task, query, include_bf16, rows, progress, register)
+            updates = compare_updates(
+                ctx, tab, video, task, query, include_bf16, rows, progress, register, (start, end)
+            )
             if video:  # its results are shown while its clip is (see one_clip)
                 yield from with_buttons(
                     while_shown(ctx, "compare", request, video, updates, {tab.summary: ""}), buttons
@@ -467,7 +479,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     tab.run.click(lambda: run_buttons(buttons, True), None, buttons, **PRIVATE_UI)
     running = tab.run.click(
         compare_ui,
-        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session],
+        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session, tab.start, tab.end],
         [*tab.outputs, *buttons],
         api_visibility="private",
         show_progress="hidden",  # the progress area (summary) and the cards say what runs
@@ -505,13 +517,22 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
 def _listen_api(ctx: UIContext, tab: CompareTab) -> None:
     """The public ``/compare`` endpoint: the whole comparison as plain JSON, at once."""
 
-    def compare(video: str | None, task: str = "caption", query: str = "") -> dict[str, Any]:
+    def compare(
+        video: str | None,
+        task: str = "caption",
+        query: str = "",
+        start: float | None = None,
+        end: float | None = None,
+    ) -> dict[str, Any]:
         """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
 
         Args:
             video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
             task: "caption" (what happens) or "find" (when the query happens).
             query: For task "find": the event in plain words (not empty); ignored for "caption".
+            start: Optional: the first second of the part of the video to ask about (empty: its start).
+            end: Optional: the last second of that part (empty: the video's end). Only that part is
+                decoded and asked; times in the answer stay on the video's own timeline.
 
         Returns:
             JSON {"task": str, "query": str or null, "results": {variant: the caption or find JSON},
@@ -523,14 +544,16 @@ def _listen_api(ctx: UIContext, tab: CompareTab) -> None:
         """
         path = require_upload(video, ctx)
         with user_errors():
-            *_, run = service.compare(ctx.engine, task, path, ctx.compare_variants(), query)
+            *_, run = service.compare(
+                ctx.engine, task, path, ctx.compare_variants(), query, start_s=start, end_s=end
+            )
             assert isinstance(run, service.Comparison)
             run.require_answer()
             return run.payload(ctx.ground_truth(path))
 
     tab.api_button.click(
         compare,
-        [tab.video, tab.task, tab.query],
+        [tab.video, tab.task, tab.query, tab.start, tab.end],
         tab.api_out,
         api_name="compare",
         api_description="Run caption or find on every compared variant: {task, query, results: {variant: "

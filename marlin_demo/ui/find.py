@@ -67,7 +67,7 @@ class FindTab(RunTab):
     jump_to: gr.Number
 
     @property
-    def inputs(self) -> list[Any]:
+    def example_inputs(self) -> list[Any]:
         return [self.video, self.query, self.variant]
 
     @property
@@ -143,6 +143,7 @@ class FindTab(RunTab):
             repaired=result.repaired,
             repairs=result.info.repairs,
             what="find",
+            result=result,
         )
         for problem in problems:
             notice += error_html(problem)
@@ -253,6 +254,8 @@ def render(ctx: UIContext, clip: Clip) -> FindTab:
             tab = FindTab(
                 video=clip.video,
                 status=clip.status,
+                start=clip.start,
+                end=clip.end,
                 variant=variant,
                 run=run,
                 stop=stop,
@@ -366,7 +369,13 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
 def _listen_api(ctx: UIContext, tab: FindTab) -> None:
     """The public ``/find`` endpoint: plain JSON only (the player's jump is a private follow-up)."""
 
-    def find(video: str | None, query: str, variant: str = "gptq") -> dict[str, Any]:
+    def find(
+        video: str | None,
+        query: str,
+        variant: str = "gptq",
+        start: float | None = None,
+        end: float | None = None,
+    ) -> dict[str, Any]:
         """Find when a described event happens in a video: one start-end span in seconds.
 
         Args:
@@ -374,6 +383,9 @@ def _listen_api(ctx: UIContext, tab: FindTab) -> None:
             query: The event in plain words, e.g. "a person opens the door" (not empty).
             variant: Which copy of Marlin-2B answers: "gptq" (GPTQ 4-bit, the default), "bnb4"
                 (bitsandbytes nf4 4-bit) or "bf16" (16-bit), among those this server offers.
+            start: Optional: the first second of the part of the video to ask about (empty: its start).
+            end: Optional: the last second of that part (empty: the video's end). Only that part is
+                decoded and asked; times in the answer stay on the video's own timeline.
 
         Returns:
             JSON {"variant": str, "model": str, "query": str, "span": [start, end] or null,
@@ -388,11 +400,11 @@ def _listen_api(ctx: UIContext, tab: FindTab) -> None:
         path = require_upload(video, ctx)
         v = pick_variant(variant, ctx)
         with user_errors():
-            return service.run(ctx.engine, "find", path, v, query).to_dict()
+            return service.run(ctx.engine, "find", path, v, query, start_s=start, end_s=end).to_dict()
 
     tab.api_button.click(
         find,
-        [tab.video, tab.query, tab.variant],
+        [tab.video, tab.query, tab.variant, tab.start, tab.end],
         tab.api_out,
         api_name="find",
         api_description="Start-end span of a described event: {variant, model, query, span, format_ok, raw, "

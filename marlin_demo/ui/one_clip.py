@@ -30,7 +30,7 @@ from marlin_demo.ui.running import Updates
 
 HINT = (
     "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
-    "Clearing it (×) clears it for every tab."
+    "Clearing it (×) clears it for every tab. From and To (optional) ask about that part of it only."
 )
 
 
@@ -39,26 +39,39 @@ class Clip:
     video: gr.Video
     status: gr.HTML  # the line under it: a refused clip or a failed run, said once
     credit: gr.HTML  # an example's credit
+    start: gr.Number  # the part of the clip asked about (both empty: all of it)
+    end: gr.Number
+
+    @property
+    def range(self) -> list[gr.Number]:
+        return [self.start, self.end]
 
 
 def render(ctx: UIContext) -> Clip:
     """The clip beside its lines; on a phone they stack (video first)."""
     with gr.Row(equal_height=False, elem_id="clip-row"):
-        # "find-video": where Find's player was; tests/test_library_app.py still looks there
-        with gr.Column(scale=4, min_width=300, elem_id="find-video"):
+        with gr.Column(scale=4, min_width=300, elem_id="clip-column"):
             video = upload_video(label="Video", sources=["upload"], elem_id=CLIP_ID, height=240)
         with gr.Column(scale=8, min_width=300):
             gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
+            with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
+                start = gr.Number(None, label="From (s)", minimum=0, elem_id="clip-start")
+                end = gr.Number(None, label="To (s)", minimum=0, elem_id="clip-end")
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
             credit = credit_box("clip-credit")
-    return Clip(video, status, credit)
+    return Clip(video, status, credit, start, end)
 
 
 def listen(ctx: UIContext, clip: Clip, tabs: Mapping[str, tuple[list[Block], Callable[[], Updates]]]) -> None:
     """The credit and the status line follow the clip; ``tabs[name]`` = (the tab's outputs, what they
     show without results) replaces a tab's results when they were another clip's."""
     clip.video.change(functools.partial(credit_line, ctx), clip.video, clip.credit, **PRIVATE_UI)
-    clip.video.change(functools.partial(clip_status, ctx), clip.video, clip.status, **PRIVATE_UI)
+    # a range belongs to the clip it was set on: a new clip starts whole
+    clip.video.change(lambda: (None, None), None, clip.range, **PRIVATE_UI)
+    # one event for the three inputs, the last change's line last (two changes' lines never cross)
+    changes = [clip.video.change, clip.start.change, clip.end.change]
+    status = functools.partial(clip_status, ctx)
+    gr.on(changes, status, [clip.video, *clip.range], clip.status, trigger_mode="always_last", **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
     def clear(video: str | None, request: gr.Request) -> Updates:

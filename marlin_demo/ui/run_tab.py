@@ -44,11 +44,13 @@ from marlin_demo.ui.running import (
 
 
 class Asked(NamedTuple):
-    """A request the tab accepted: the clip's path, the variant, the query (None for a caption)."""
+    """A request the tab accepted: the clip's path, the variant, the query (None for a caption), and the
+    part of the clip asked about (None: all of it)."""
 
     path: str
     variant: str
     query: str | None = None
+    span: tuple[float, float] | None = None
 
 
 @dataclass(kw_only=True)
@@ -62,6 +64,8 @@ class RunTab:
     stopped: ClassVar[str]  # what the answer's place says after Stop
     video: gr.Video
     status: gr.HTML
+    start: gr.Number  # the clip's range (``one_clip``): a run asks about that part only
+    end: gr.Number
     variant: gr.Radio
     run: gr.Button
     stop: gr.Button
@@ -79,9 +83,14 @@ class RunTab:
         return [self.run, self.stop]
 
     @property
-    def inputs(self) -> list[Any]:
-        """What a run reads, in ``ask``'s order."""
+    def example_inputs(self) -> list[Any]:
+        """What an example fills, in ``ask``'s order."""
         return [self.video, self.variant]
+
+    @property
+    def inputs(self) -> list[Any]:
+        """What a run reads: the example's inputs, then the clip's range."""
+        return [*self.example_inputs, self.start, self.end]
 
     @property
     def triggers(self) -> list[Any]:
@@ -155,18 +164,23 @@ def run_updates(
 ) -> Iterator[Updates]:
     """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
     kept for its next click. A bad clip, query or run is said once, under its input (no toast)."""
-    asked = tab.ask(ctx, values)
+    *own, start, end = values
+    asked = tab.ask(ctx, own)
+    if isinstance(asked, Asked) and not example:  # an example is the whole clip
+        asked = with_range(ctx, tab, asked, start, end)
     if not isinstance(asked, Asked):
         yield {tab.progress: "", **asked}
         return
-    key, kept = kept_answer(ctx, tab.name, *asked) if example else (None, None)
+    key, kept = kept_answer(ctx, tab.name, *asked[:3]) if example else (None, None)
     if kept is not None:
         return  # the first step showed it
     view = tab.view(ctx, asked)
+    span = asked.span or (None, None)
 
     def stages() -> Generator[Updates, None, None]:
         yield view.start()
-        yield from follow(service.stream(ctx.engine, tab.name, *asked), view, tab.every(ctx))
+        request = service.stream(ctx.engine, tab.name, *asked[:3], start_s=span[0], end_s=span[1])
+        yield from follow(request, view, tab.every(ctx))
 
     try:
         with user_errors():
@@ -179,10 +193,20 @@ def run_updates(
         ctx.answers.keep(key, view.result, view.cold)
 
 
+def with_range(ctx: UIContext, tab: RunTab, asked: Asked, start: Any, end: Any) -> Asked | Updates:
+    """The request with the part of the clip asked about, or the sentence (under the clip) saying what is
+    wrong with the range and what is allowed."""
+    try:
+        with user_errors():
+            return asked._replace(span=service.asked_range(ctx.engine, asked.path, start, end))
+    except gr.Error as exc:
+        return {tab.status: status_html(exc.message, error=True)}
+
+
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
-    asked = tab.ask(ctx, values)
-    kept = kept_answer(ctx, tab.name, *asked)[1] if isinstance(asked, Asked) else None
+    asked = tab.ask(ctx, values[:-2])  # an example is the whole clip: its range is not read
+    kept = kept_answer(ctx, tab.name, *asked[:3])[1] if isinstance(asked, Asked) else None
     if kept is None or not isinstance(asked, Asked):
         return waiting_updates(tab.buttons, tab.progress)
     # the visitor just chose this clip: its own change event may come after this answer
@@ -215,7 +239,7 @@ def examples(
         return None
     found = gr.Examples(
         examples=[values for values, _ in rows],
-        inputs=tab.inputs,
+        inputs=tab.example_inputs,
         example_labels=example_labels([label for _, label in rows]),
         label=examples_label(ctx),
         examples_per_page=8,
