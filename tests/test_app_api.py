@@ -84,10 +84,10 @@ def test_only_the_five_endpoints_are_public(client: Client) -> None:
     assert set(named) == {"/caption", "/caption_stream", "/find", "/compare", "/search"}
     params = {name: [p["parameter_name"] for p in ep["parameters"]] for name, ep in named.items()}
     assert params == {
-        "/caption": ["video", "variant"],
-        "/caption_stream": ["video", "variant"],
-        "/find": ["video", "query", "variant"],
-        "/compare": ["video", "task", "query"],
+        "/caption": ["video", "variant", "start", "end"],
+        "/caption_stream": ["video", "variant", "start", "end"],
+        "/find": ["video", "query", "variant", "start", "end"],
+        "/compare": ["video", "task", "query", "start", "end"],
         "/search": ["query", "top_k"],
     }
     assert not api["unnamed_endpoints"]

@@ -208,5 +208,11 @@ def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer)
         pg.fill("#library-query textarea", "helicopter")
         pg.click("#library-run")
         pg.wait_for_selector("#library-headline .ml-none", timeout=60_000)
+        # the next search's own cost is said before it runs: find in the windows its words pick
+        pg.fill("#library-query textarea", "a dog jumped")
+        pg.wait_for_function(
+            "document.querySelector('#library-status')?.innerText.includes('This search runs find in')",
+            timeout=30_000,
+        )
         browser.close()
     assert not errors, errors

@@ -253,7 +253,7 @@ def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServe
     as_object = error_of(call(app_server, "find", {"video": file_object, "query": "x"}))
     assert "not of type 'string'" in as_object
     smuggled = error_of(call(app_server, "caption", {"video": str(CLIP), "extra": "x"}))
-    assert smuggled == "Unknown argument 'extra': caption takes video, variant."
+    assert smuggled == "Unknown argument 'extra': caption takes video, variant, start, end."
     assert error_of(call(app_server, "caption_stream", {"video": str(CLIP)})).startswith("Unknown tool")
 
 

@@ -213,12 +213,11 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
     """Where no prebuilt library matches: what indexing these videos (the examples) costs before the first
     search can answer, one caption call per window; said before anyone searches."""
     windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
-    what = (
-        "No prebuilt library matches this model, so the first search indexes the "
-        f"{len(durations)} example clips first"
-    )
+    clips = f"{len(durations)} example clip{'s' if len(durations) != 1 else ''}"
     if not space.zero_gpu():
-        return cpu_work_line("caption", windows, settings, what)
+        first = f"No prebuilt library matches this model, so the first search first indexes the {clips}: it"
+        return cpu_work_line("caption", windows, settings, first)
+    what = f"No prebuilt library matches this model, so the first search indexes the {clips} first, which"
     cost = gpu_cost("caption", windows, settings)
     line = gpu_cost_line(cost, what)
     if cost.fits("unauthenticated"):

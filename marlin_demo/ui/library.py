@@ -25,10 +25,11 @@ import gradio as gr
 from marlin_demo import contract
 from marlin_demo.library import index as idx
 from marlin_demo.library import search as library_search
+from marlin_demo.library import shipped
 from marlin_demo.library.collection import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
 from marlin_demo.library.store import THUMBS_DIR, LibraryError, Store
-from marlin_demo.service import space
+from marlin_demo.service import cost, space
 from marlin_demo.ui.api_docs import use_local_examples
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -67,6 +68,8 @@ class LibrarySource:
     items: list[Item] | None
     engine: Any
     label: str
+    cost: str = ""  # what building it costs before the first search ("" when it is ready or shipped)
+    shipped: str = ""  # what became of the shipped library of the examples
     done: int = 0
     total: int = 0
     ready: bool = False
@@ -177,7 +180,12 @@ def default_source(ctx: UIContext) -> LibrarySource:
         Item(id=str(e["video"]), video=str(e["video"]), path=str(ctx.clip(e).resolve()), query=None)
         for e in ctx.examples
     ]
-    return LibrarySource(folder, variant, items, ctx.engine, f"the app's {len(items)} example clips")
+    # the Space ships its examples' library: loaded when it was built with what changes captions here
+    found = shipped.install(shipped.shipped_folder(ctx.examples_dir), folder, s, variant)
+    durations = [float(e.get("duration") or 0.0) for e in ctx.examples]
+    price = "" if found.loaded else cost.index_cost_line(durations, s)
+    label = f"the app's {len(items)} example clips"
+    return LibrarySource(folder, variant, items, ctx.engine, label, price, found.sentence())
 
 
 def gpu_here() -> bool:
@@ -242,11 +250,14 @@ class LibraryTab:
 
 
 def about_html(source: LibrarySource) -> str:
+    """How a search works, then whether the examples' library ships with the app and, where none matches,
+    what building it costs before the first search answers."""
+    notes = "".join(f" {html.escape(n)}" for n in (source.shipped, source.cost) if n)
     return (
         f'<div class="ml-about">Searches {html.escape(source.label)}: first the words of every caption '
         "window (full text), then Marlin's find only in the best "
         f"{source.engine.settings.search_candidates} windows. Each moment shows its score (find and text "
-        "combined) and its text relevance; choose one to play it.</div>"
+        f"combined) and its text relevance; choose one to play it.{notes}</div>"
     )
 
 
@@ -474,6 +485,25 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         stopped_html,
         tab.headline,
     )
+
+    def priced(query: str) -> str:
+        """A search's own cost, said before it runs: find in the windows its words pick (once the library
+        is built; before that, the tab's note says what building it costs)."""
+        if not (query or "").strip() or not tab.source.ready:
+            return ""
+        try:
+            store = Store(tab.source.folder, create=False)
+        except LibraryError:
+            return ""
+        try:
+            windows = library_search.search_windows(store, query, ctx.engine.settings)
+        except ValueError:  # a bad query: Run says why
+            return ""
+        finally:
+            store.close()
+        return status_html(cost.search_cost_line(windows, ctx.engine.settings))
+
+    tab.query.change(priced, tab.query, tab.status, trigger_mode="always_last", **PRIVATE_UI)
 
     def choose(moments: list[dict[str, Any]], evt: gr.SelectData) -> Updates:
         m = moments[evt.index] if isinstance(evt.index, int) and evt.index < len(moments) else None
