@@ -743,7 +743,7 @@ def test_a_time_range_asks_about_that_part_only(page) -> None:
     assert all(3.0 <= start <= end <= 8.0 for start, end in events), events
     # a new clip starts whole: the range goes with the clip it was set on
     _replace_clip(pg, EXAMPLES / "flower.mp4")
-    empty = "['#clip-start input', '#clip-end input'].every((s) => !document.querySelector(s).value)"
+    empty = "['#clip-start input', '#clip-end input'].every((s) => document.querySelector(s)?.value === '')"
     pg.wait_for_function(f"() => {empty}", timeout=30_000)
 
 

@@ -250,15 +250,19 @@ class LibraryTab:
 
 
 def about_html(source: LibrarySource) -> str:
-    """How a search works, then whether the examples' library ships with the app and, where none matches,
-    what building it costs before the first search answers."""
-    notes = "".join(f" {html.escape(n)}" for n in (source.shipped, source.cost) if n)
     return (
         f'<div class="ml-about">Searches {html.escape(source.label)}: first the words of every caption '
         "window (full text), then Marlin's find only in the best "
         f"{source.engine.settings.search_candidates} windows. Each moment shows its score (find and text "
-        f"combined) and its text relevance; choose one to play it.{notes}</div>"
+        "combined) and its text relevance; choose one to play it.</div>"
     )
+
+
+def cost_html(source: LibrarySource) -> str:
+    """Under Run: whether the examples' library ships with the app and, where none matches, what building
+    it costs before the first search answers ('' for a library given with ``--library``)."""
+    notes = " ".join(html.escape(n) for n in (source.shipped, source.cost) if n)
+    return f'<p class="mx-note">{notes}</p>' if notes else ""
 
 
 def headline_html(answer: dict[str, Any], tiny: bool) -> str:
@@ -420,6 +424,7 @@ def render(ctx: UIContext) -> LibraryTab:
                 with gr.Row(elem_classes="mr-buttons"):
                     run = gr.Button("Search the library", variant="primary", elem_id="library-run")
                     stop = gr.Button("Stop", variant="stop", visible=False, elem_id="library-stop")
+                gr.HTML(cost_html(source), elem_id="library-cost")
                 progress = gr.HTML("", elem_id="library-progress")
                 headline = gr.HTML("", elem_id="library-headline")
                 gallery = gr.Gallery(

@@ -12,6 +12,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 from gradio.blocks import Block
@@ -55,8 +56,15 @@ def render(ctx: UIContext) -> Clip:
         with gr.Column(scale=8, min_width=300):
             gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
-                start = gr.Number(None, label="From (s)", minimum=0, elem_id="clip-start")
-                end = gr.Number(None, label="To (s)", minimum=0, elem_id="clip-end")
+                # shown with a clip; labelled by their placeholders (and aria labels): one short line
+                start = gr.Number(
+                    None, label="From (s)", show_label=False, placeholder="From (s)", minimum=0,
+                    elem_id="clip-start", min_width=80, visible=False,
+                )  # fmt: skip
+                end = gr.Number(
+                    None, label="To (s)", show_label=False, placeholder="To (s)", minimum=0,
+                    elem_id="clip-end", min_width=80, visible=False,
+                )  # fmt: skip
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
             credit = credit_box("clip-credit")
     return Clip(video, status, credit, start, end)
@@ -66,8 +74,13 @@ def listen(ctx: UIContext, clip: Clip, tabs: Mapping[str, tuple[list[Block], Cal
     """The credit and the status line follow the clip; ``tabs[name]`` = (the tab's outputs, what they
     show without results) replaces a tab's results when they were another clip's."""
     clip.video.change(functools.partial(credit_line, ctx), clip.video, clip.credit, **PRIVATE_UI)
-    # a range belongs to the clip it was set on: a new clip starts whole
-    clip.video.change(lambda: (None, None), None, clip.range, **PRIVATE_UI)
+
+    # a range belongs to the clip it was set on: a new clip starts whole (and no clip, no range)
+    def whole(video: str | None) -> list[Any]:
+        # the component form: Gradio drops a None value from gr.update, which would leave the field at 0
+        return [gr.Number(value=None, visible=bool(video)) for _ in range(2)]
+
+    clip.video.change(whole, clip.video, clip.range, **PRIVATE_UI)
     # one event for the three inputs, the last change's line last (two changes' lines never cross)
     changes = [clip.video.change, clip.start.change, clip.end.change]
     status = functools.partial(clip_status, ctx)
