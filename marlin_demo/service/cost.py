@@ -215,7 +215,10 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
     windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
     clips = f"{len(durations)} example clip{'s' if len(durations) != 1 else ''}"
     if not space.zero_gpu():
-        first = f"No prebuilt library matches this model, so the first search first indexes the {clips}: it"
+        first = (
+            f"No prebuilt library matches this model, so the first search indexes the {clips} before it "
+            "answers: it"
+        )
         return cpu_work_line("caption", windows, settings, first)
     what = f"No prebuilt library matches this model, so the first search indexes the {clips} first, which"
     cost = gpu_cost("caption", windows, settings)

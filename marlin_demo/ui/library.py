@@ -185,7 +185,8 @@ def default_source(ctx: UIContext) -> LibrarySource:
     durations = [float(e.get("duration") or 0.0) for e in ctx.examples]
     price = "" if found.loaded else cost.index_cost_line(durations, s)
     label = f"the app's {len(items)} example clips"
-    return LibrarySource(folder, variant, items, ctx.engine, label, price, found.sentence())
+    said = found.sentence() if found.found else ""  # none shipped: the cost line says what follows
+    return LibrarySource(folder, variant, items, ctx.engine, label, price, said)
 
 
 def gpu_here() -> bool:
