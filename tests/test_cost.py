@@ -58,9 +58,16 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(monkeypatch
     unmeasured = Settings(model="marlin", device="cpu", compute_dtype="float16")
     assert capacity.speed_for(unmeasured, "cpu") is None
     assert "never measured" in cost.estimate_line("find", plan, info.duration_s, unmeasured)
-    # on ZeroGPU the same line is the GPU cost
+    # on ZeroGPU the same line says the GPU time it typically uses and the most, then what it asks for
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    assert cost.estimate_line("caption", plan, 600.0, TINY) == cost.request_gpu_line("caption", 600.0, TINY)
+    gpu = cost.estimate_line("caption", plan, 600.0, TINY)
+    est = cost.estimate("caption", plan, 600.0, TINY, capacity.speeds()["h200"])
+    read = cost.duration_words(est.first_s)
+    assert gpu.startswith(
+        f"On ZeroGPU, a caption of this clip uses about {read} of GPU to read it, "
+        f"and up to {cost.duration_words(est.most_s)} if every answer runs to its 768-token limit. "
+    )
+    assert gpu.endswith(cost.request_gpu_line("caption", 600.0, TINY)) and est.first_s < est.most_s
 
 
 @pytest.mark.parametrize(

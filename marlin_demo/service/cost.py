@@ -76,13 +76,19 @@ def estimate_line(
 ) -> str:
     """The one line that says, before Run, what this request will cost here ('' where nothing needs saying).
 
-    On ZeroGPU: the GPU seconds it asks for, always (``request_gpu_line``). On a CPU: about how long it takes,
+    On ZeroGPU: the GPU time it uses at the measured GPU speed (reading the clip, and at most), then what it
+    asks of a visitor's quota (``request_gpu_line``). On a CPU: about how long it takes,
     from this CPU's measured speeds, in the compute type it will use, for each of ``variants`` in turn
     (Compare runs several). On a GPU outside ZeroGPU: nothing.
     """
     runs = max(1, len(variants or []))
-    if space.zero_gpu():
-        return request_gpu_line(task, duration_s, settings, runs)
+    noun = "a caption" if task == "caption" else "a find"
+    who = noun if runs == 1 else f"{noun} on {runs} variants"
+    if space.zero_gpu():  # the GPU's measured speed gives the typical figure; the calls' size the most
+        gpu = capacity.speed_for(settings, "cuda")
+        est = estimate(task, plan, duration_s, settings, gpu, params) if gpu else None
+        typical = _time_sentence(f"On ZeroGPU, {who} of this clip uses", est, task, settings, runs, "of GPU ")
+        return f"{typical} {request_gpu_line(task, duration_s, settings, runs)}".strip()
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
@@ -90,16 +96,23 @@ def estimate_line(
     if device != "cpu":
         return ""
     speed = capacity.speed_for(settings, device)
-    noun = "a caption" if task == "caption" else "a find"
     if speed is None:
         return f"How long {noun} takes on this CPU was never measured (see docs/SPEED.md): expect minutes."
     est = estimate(task, plan, duration_s, settings, speed, params)
     dtype = compute_choice(settings, (variants or settings.variant_list or ["gptq"])[0], device).dtype
-    who = noun if runs == 1 else f"{noun} on {runs} variants"
+    return _time_sentence(f"On this CPU ({dtype}), {who} of this clip takes", est, task, settings, runs)
+
+
+def _time_sentence(
+    head: str, est: Estimate | None, task: Task, settings: Settings, runs: int, unit: str = ""
+) -> str:
+    """'<head> about T <unit>to read it, and up to M if the answer runs to its N-token limit.'"""
+    if est is None:
+        return ""
     answers = "every answer runs" if est.windows * runs > 1 else "the answer runs"
     return (
-        f"On this CPU ({dtype}), {who} of this clip takes about {duration_words(est.first_s * runs)} to "
-        f"read it, and up to {duration_words(est.most_s * runs)} if {answers} to its "
+        f"{head} about {duration_words(est.first_s * runs)} {unit}to read it, and up to "
+        f"{duration_words(est.most_s * runs)} if {answers} to its "
         f"{capacity.max_new_tokens(task, settings)}-token limit."
     )
 
