@@ -20,6 +20,7 @@ from marlin_demo.results import CaptionResult, FindResult
 from marlin_demo.service import space, zerogpu
 from marlin_demo.service.scheduler import scheduler_for
 from marlin_demo.settings import Settings
+from marlin_demo.ui import compare_view
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -123,6 +124,8 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(
     assert isinstance(first, FindResult) and first.partial is not None
     assert (first.partial.windows_done, first.partial.windows_total) == (2, 4)
     assert all(m.end <= 7.0 for m in first.moments)  # only the two windows searched (0-4 s, 3-7 s)
+    card = compare_view._card("bf16", first, False, 12.0, None)  # the variant's card says it too
+    assert "Partial answer: 2 of 4 windows answered. ZeroGPU" in card
     assert "gptq" not in out.results and "has 0 s left" in out.errors["gptq"]
     payload = out.payload(None)
     assert payload["errors"]["gptq"] == out.errors["gptq"]

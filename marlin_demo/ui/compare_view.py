@@ -152,7 +152,7 @@ def _card(
             f'<div class="cc-stats">latency {fmt(m.latency_s, " s")} · first token {fmt(m.ttft_s, " s")} · '
             f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}</div>"
         )
-        flags = []
+        flags = [result.partial.note()] if result.partial is not None else []
         if not result.format_ok:
             flags.append("not in Marlin's format")
         if result.repaired:
