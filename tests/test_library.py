@@ -372,6 +372,52 @@ def test_rerun_add_change_move_prune(tmp_path: Path, engine: Any) -> None:
     assert fts == store.counts()[1]  # the full-text rows follow every delete
 
 
+def test_two_ranges_of_one_video_are_two_entries(tmp_path: Path, engine: Any) -> None:
+    """A manifest's start/end make an entry of their own (its id carries the range); its windows lie in it."""
+    clip = make_h264(tmp_path / "long.mp4", 16)
+    manifest = tmp_path / "ranges.csv"
+    manifest.write_text("video,start,end\nlong.mp4,0,8\nlong.mp4,8,16\n")
+    store = Store(tmp_path / "lib")
+    items = collect(str(manifest), "caption")
+    first = idx.index(store, items, lambda todo: idx.caption_local(engine, todo, VARIANT)).to_dict(store)
+    assert (first["added"], first["videos"], first["failed"]) == (2, 2, 0), first
+    entries = {v["name"]: v for v in store.videos()}
+    assert sorted(entries) == ["long.mp4@0-8", "long.mp4@8-16"]
+    assert {v["path"] for v in entries.values()} == {str(clip.resolve())}
+    for name, (lo, hi) in (("long.mp4@0-8", (0, 8)), ("long.mp4@8-16", (8, 16))):
+        windows = store.windows_of(entries[name]["id"])
+        assert windows and all(lo <= w["start"] < w["end"] <= hi + 0.01 for w in windows), windows
+    again = idx.index(store, items, lambda todo: idx.caption_local(engine, todo, VARIANT)).to_dict(store)
+    assert (again["unchanged"], again["added"], again["videos"]) == (2, 0, 2)
+
+
+def test_a_schema_1_library_is_upgraded_in_place(tmp_path: Path) -> None:
+    """A library written before ranges (one entry per file) opens with its entries kept as whole videos."""
+    folder = tmp_path / "old"
+    folder.mkdir()
+    db = sqlite3.connect(folder / DB_FILE)
+    db.executescript(
+        "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE videos(id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, name TEXT NOT NULL, "
+        "path TEXT NOT NULL UNIQUE, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, "
+        "duration REAL NOT NULL, indexed TEXT NOT NULL);"
+        "CREATE TABLE windows(wid INTEGER PRIMARY KEY, "
+        "video TEXT NOT NULL REFERENCES videos(id) ON DELETE CASCADE, k INTEGER NOT NULL, "
+        "start REAL NOT NULL, end REAL NOT NULL, scene TEXT NOT NULL, events TEXT NOT NULL, "
+        "thumbnail TEXT, UNIQUE(video, k));"
+        "INSERT INTO meta VALUES ('schema', '1');"
+        "INSERT INTO videos VALUES ('v1', 'd1', 'a.mp4', '/x/a.mp4', 1, 1, 5.0, 'then');"
+        "INSERT INTO windows(video, k, start, end, scene, events) VALUES ('v1', 0, 0, 5, 'a cat', '');"
+    )
+    db.commit()
+    db.close()
+    store = Store(folder)
+    assert store.by_digest("d1") is not None and store.by_digest("d1")["span"] == ""
+    assert store.meta()["schema"] == 2 and len(store.windows_of("v1")) == 1
+    store.remove("v1")  # the windows still follow their video
+    assert store.counts() == (0, 0)
+
+
 @pytest.mark.slow
 def test_other_settings_are_refused_unless_fresh(library: tuple[Path, dict[str, Any]], folder: Path) -> None:
     lib, _ = library

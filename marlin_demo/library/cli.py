@@ -78,12 +78,6 @@ def cmd_index(args: argparse.Namespace) -> int:
         settings = settings_mod.from_args(args)
         settings = check_limits(settings)
         items = collect(args.input, "caption")
-        ranged = [item.id for item in items if item.span is not None]
-        if ranged:  # one library entry per file's content (docs/LIBRARY.md): a range is batch's
-            raise InputError(
-                f"{ranged[0]} asks for a time range: index takes whole videos (a library entry is one "
-                "file's content); leave out the manifest's start and end, or use batch for ranges."
-            )
         if args.fresh:
             Store.wipe(args.library)
         store = Store(args.library)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.library.collection import Item, failure
+from marlin_demo.library.collection import Item, failure, range_suffix
 from marlin_demo.library.store import THUMBS_DIR, Store, WindowText
 from marlin_demo.models.fingerprint import fingerprint
 from marlin_demo.settings import Settings, Variant
@@ -52,8 +52,17 @@ class Pending:
     replaces: str | None  # the id of an entry that held this path with other content (a changed file)
 
     @property
+    def span(self) -> str:
+        """``''`` for the whole video, ``@4-10`` for a time range of it: a range is an entry of its own."""
+        return range_suffix(self.item.start, self.item.end)
+
+    @property
     def vid(self) -> str:
-        return self.digest[:16]
+        return self.digest[:16] + self.span.replace("@", "_")
+
+    @property
+    def key(self) -> str:
+        return self.digest + self.span
 
 
 @dataclass
@@ -85,7 +94,7 @@ class Summary:
 
 def _digest(store: Store, path: str, size: int, mtime_ns: int) -> str:
     """The file's sha256, not read again when the library already knows this path with this stamp."""
-    known = store.by_path(path)
+    known = store.stamp(path)
     if known is not None and known["size"] == size and known["mtime_ns"] == mtime_ns:
         return str(known["digest"])
     from marlin_demo.video.digest import file_digest
@@ -94,7 +103,7 @@ def _digest(store: Store, path: str, size: int, mtime_ns: int) -> str:
 
 
 def triage(store: Store, items: list[Item], summary: Summary) -> list[Pending]:
-    """Sort INPUT into unchanged and moved (handled now, no model) and the videos to caption."""
+    """Sort INPUT into unchanged and moved (handled now, no model) and the videos (or ranges) to caption."""
     todo: list[Pending] = []
     claimed: set[str] = set()
     for item in items:
@@ -105,8 +114,9 @@ def triage(store: Store, items: list[Item], summary: Summary) -> list[Pending]:
             summary.failures.append({"video": shown_name(item), "reason": "unreadable", "error": str(exc)})
             continue
         name = shown_name(item)
-        known = store.by_digest(digest)
-        if digest in claimed or (known is not None and known["path"] == item.path):
+        span = range_suffix(item.start, item.end)
+        known = store.by_digest(digest, span)
+        if digest + span in claimed or (known is not None and known["path"] == item.path):
             if known is not None and (known["size"], known["mtime_ns"]) != (st.st_size, st.st_mtime_ns):
                 store.touch(known["id"], st.st_size, st.st_mtime_ns)
             summary.unchanged.append(name)
@@ -116,9 +126,9 @@ def triage(store: Store, items: list[Item], summary: Summary) -> list[Pending]:
         elif known is not None:  # a second copy of a video the library has: one entry per content
             summary.unchanged.append(name)
         else:
-            held = store.by_path(item.path)
+            held = store.by_path(item.path, span)
             todo.append(Pending(item, digest, st.st_size, st.st_mtime_ns, held["id"] if held else None))
-        claimed.add(digest)
+        claimed.add(digest + span)
     return todo
 
 
@@ -195,16 +205,20 @@ def store_caption(store: Store, job: Pending, row: dict[str, Any]) -> int:
         duration=duration,
         windows=texts,
         events=events,
+        span=job.span,
     )
     return len(texts)
 
 
-def caption_row(engine: Any, path: str, variant: Variant) -> dict[str, Any]:
-    """One video's caption through the service (``status`` ok with the caption JSON, or error + sentence)."""
+def caption_row(
+    engine: Any, path: str, variant: Variant, start: float | None = None, end: float | None = None
+) -> dict[str, Any]:
+    """One video's (or range's) caption through the service (``status`` ok with the caption JSON, or error
+    + sentence)."""
     from marlin_demo import service  # the one request path (late: the CLI's --help stays fast)
 
     try:
-        result = service.run(engine, "caption", path, variant)
+        result = service.run(engine, "caption", path, variant, start_s=start, end_s=end)
     except Exception as exc:
         reason, sentence = failure(exc)
         return {"status": "error", "reason": reason, "error": sentence}
@@ -225,8 +239,11 @@ class IndexWorker:
         import numpy as np
 
         rows = [
-            json.dumps({"key": str(k), **caption_row(self.engine, str(p), self.variant)}, ensure_ascii=False)
-            for k, p in zip(batch["key"], batch["path"], strict=True)
+            json.dumps(
+                {"key": str(k), **caption_row(self.engine, str(p), self.variant, *json.loads(str(span)))},
+                ensure_ascii=False,
+            )
+            for k, p, span in zip(batch["key"], batch["path"], batch["span"], strict=True)
         ]
         return {"row": np.array(rows, dtype=object)}
 
@@ -235,7 +252,7 @@ def caption_local(
     engine: Any, todo: list[Pending], variant: Variant
 ) -> Iterator[tuple[Pending, dict[str, Any]]]:
     for job in todo:
-        yield job, caption_row(engine, job.item.path, variant)
+        yield job, caption_row(engine, job.item.path, variant, job.item.start, job.item.end)
 
 
 def caption_ray(
@@ -248,8 +265,12 @@ def caption_ray(
 ) -> Iterator[tuple[Pending, dict[str, Any]]]:
     from marlin_demo.library.cluster import rows_on_ray
 
-    jobs = {job.digest: job for job in todo}
-    records = [{"key": job.digest, "path": job.item.path} for job in todo]
+    jobs = {job.key: job for job in todo}
+    # the range as JSON text: Arrow would turn a missing end into NaN
+    records = [
+        {"key": job.key, "path": job.item.path, "span": json.dumps([job.item.start, job.item.end])}
+        for job in todo
+    ]
     kwargs = {"settings": settings, "variant": variant}
     for row in rows_on_ray(IndexWorker, kwargs, records, address, workers, gpus):
         yield jobs[row.pop("key")], row

@@ -1,6 +1,7 @@
 """The library's database: one SQLite file (stdlib ``sqlite3``, WAL) with an FTS5 index over each window.
 
-One row per content digest (``videos.digest`` is UNIQUE, and so is ``path``): a video is written in one
+One row per content digest and time range (``videos`` is UNIQUE on (digest, span) and on (path, span);
+``span`` is ``''`` for the whole video, ``@4-10`` for a range): an entry is written in one
 transaction (its row, its windows, their full-text rows, its events), so a process killed at any moment
 leaves each video either wholly there or wholly absent. WAL lets a search read while an index writes.
 Thumbnails are files under ``thumbs/`` named by the video's id, written before the commit: a kill leaves
@@ -21,7 +22,7 @@ from typing import Any
 
 DB_FILE = "library.sqlite"
 THUMBS_DIR = "thumbs"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: an entry is a video or a time range of one (``span``)
 #: Reads go through a memory map of the file (up to this size) instead of a read call per page: stage 1
 #: walks long posting lists, and the map shares the OS page cache across connections.
 MMAP_BYTES = 1 << 30
@@ -30,13 +31,16 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS videos(
   id TEXT PRIMARY KEY,
-  digest TEXT NOT NULL UNIQUE,
+  digest TEXT NOT NULL,
   name TEXT NOT NULL,
-  path TEXT NOT NULL UNIQUE,
+  path TEXT NOT NULL,
   size INTEGER NOT NULL,
   mtime_ns INTEGER NOT NULL,
   duration REAL NOT NULL,
-  indexed TEXT NOT NULL
+  indexed TEXT NOT NULL,
+  span TEXT NOT NULL DEFAULT '',
+  UNIQUE(digest, span),
+  UNIQUE(path, span)
 );
 CREATE TABLE IF NOT EXISTS windows(
   wid INTEGER PRIMARY KEY,
@@ -146,6 +150,27 @@ def match_expression(query: str, common: Sequence[str] = (), *, every_rare: bool
     return pick if len(rare) == len(words) else f"{pick} AND {_quoted(words)}"
 
 
+def _upgrade(db: sqlite3.Connection) -> None:
+    """A schema-1 library (one entry per file, no ``span``) becomes schema 2 in place, its entries kept as
+    whole videos: SQLite changes a table's UNIQUE constraints only by copying it (its documented way)."""
+    columns = [row[1] for row in db.execute("PRAGMA table_info(videos)")]
+    if not columns or "span" in columns:
+        return
+    start = SCHEMA.index("CREATE TABLE IF NOT EXISTS videos(")
+    create = SCHEMA[start : SCHEMA.index(");", start) + 2]
+    db.execute("PRAGMA foreign_keys=OFF")  # the windows and events keep their rows while the table is copied
+    try:
+        with _Transaction(db):
+            db.execute(create.replace("IF NOT EXISTS videos(", "videos_v2("))
+            kept = ", ".join(columns)
+            db.execute(f"INSERT INTO videos_v2({kept}) SELECT {kept} FROM videos")
+            db.execute("DROP TABLE videos")
+            db.execute("ALTER TABLE videos_v2 RENAME TO videos")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (json.dumps(SCHEMA_VERSION),))
+    finally:
+        db.execute("PRAGMA foreign_keys=ON")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -169,6 +194,7 @@ class Store:
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
+            _upgrade(self.db)
             self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise LibraryError(
@@ -215,11 +241,15 @@ class Store:
 
     # -- videos ------------------------------------------------------------------------------------
 
-    def by_digest(self, digest: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM videos WHERE digest = ?", (digest,))
+    def by_digest(self, digest: str, span: str = "") -> dict[str, Any] | None:
+        return self._one("SELECT * FROM videos WHERE digest = ? AND span = ?", (digest, span))
 
-    def by_path(self, path: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM videos WHERE path = ?", (path,))
+    def by_path(self, path: str, span: str = "") -> dict[str, Any] | None:
+        return self._one("SELECT * FROM videos WHERE path = ? AND span = ?", (path, span))
+
+    def stamp(self, path: str) -> dict[str, Any] | None:
+        """Any entry of this file (its digest, size and mtime), whatever its range."""
+        return self._one("SELECT * FROM videos WHERE path = ? LIMIT 1", (path,))
 
     def video(self, vid: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM videos WHERE id = ?", (vid,))
@@ -246,14 +276,18 @@ class Store:
         duration: float,
         windows: Sequence[WindowText],
         events: Iterable[dict[str, Any]],
+        span: str = "",
     ) -> None:
-        """Write one video and everything about it in one transaction, replacing any entry that held its
-        path (a changed file) or its digest."""
+        """Write one entry (a video, or a ``span`` of one) and everything about it in one transaction,
+        replacing any entry that held its path (a changed file) or its digest, with the same span."""
         with self.transaction():
-            self.db.execute("DELETE FROM videos WHERE path = ? OR digest = ?", (path, digest))
             self.db.execute(
-                "INSERT INTO videos VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (vid, digest, name, path, size, mtime_ns, duration, _now()),
+                "DELETE FROM videos WHERE (path = ? OR digest = ?) AND span = ?", (path, digest, span)
+            )
+            self.db.execute(
+                "INSERT INTO videos(id, digest, name, path, size, mtime_ns, duration, indexed, span) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (vid, digest, name, path, size, mtime_ns, duration, _now(), span),
             )
             self.db.executemany(
                 "INSERT INTO windows(video, k, start, end, scene, events, thumbnail) "
@@ -271,7 +305,8 @@ class Store:
     def move(self, vid: str, name: str, path: str, size: int, mtime_ns: int) -> None:
         """A moved or renamed file: its path changes, its captions stay."""
         with self.transaction():
-            self.db.execute("DELETE FROM videos WHERE path = ? AND id != ?", (path, vid))
+            same = "span = (SELECT span FROM videos WHERE id = ?)"
+            self.db.execute(f"DELETE FROM videos WHERE path = ? AND {same} AND id != ?", (path, vid, vid))
             self.db.execute(
                 "UPDATE videos SET name = ?, path = ?, size = ?, mtime_ns = ? WHERE id = ?",
                 (name, path, size, mtime_ns, vid),
