@@ -15,26 +15,13 @@ from typing import Any
 
 import pytest
 from gradio_client import Client, handle_file
-from ui_support import EXAMPLES, start_app, stop_app
+from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
 from marlin_demo.models import kernels
 from marlin_demo.service import capacity, startup, zerogpu
 from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-STAND_IN = Path(__file__).resolve().parent / "stand_ins"
-
-
-def _zero_gpu_env(log: Path) -> dict[str, str]:
-    """What a ZeroGPU Space sets (SPACE_ID, SPACES_ZERO_GPU), the stand-in ``spaces`` first on the path."""
-    return {
-        "SPACE_ID": "owner/marlin-demo",
-        "SPACES_ZERO_GPU": "true",
-        "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(ROOT)]),
-        "MARLIN_STAND_IN_GPU_LOG": str(log),
-        "HF_HUB_OFFLINE": "1",
-        "GRADIO_ANALYTICS_ENABLED": "False",
-    }
 
 
 def _entries(log: Path) -> list[dict[str, Any]]:
@@ -44,7 +31,7 @@ def _entries(log: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------- the refusals
 def test_compile_and_compiler_kernels_refused_at_start_up_on_zero_gpu(tmp_path: Path) -> None:
     log = tmp_path / "gpu.jsonl"
-    env = {**os.environ, **_zero_gpu_env(log), "MARLIN_COMPILE": "1", "MARLIN_GPTQ_BACKEND": "gptq_marlin"}
+    env = {**os.environ, **zero_gpu_env(log), "MARLIN_COMPILE": "1", "MARLIN_GPTQ_BACKEND": "gptq_marlin"}
     argv = [sys.executable, "app.py", "--model", "tiny"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -105,7 +92,7 @@ def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: 
 @pytest.mark.slow
 def test_app_serves_a_caption_through_zero_gpu_calls(tmp_path: Path) -> None:
     log = tmp_path / "gpu.jsonl"
-    env = {**_zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": "149"}  # one caption call (99 s charged), not two
+    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": "149"}  # one caption call (99 s charged), not two
     server = start_app(tmp_path / "app", "--variants", "bf16", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)

@@ -87,6 +87,18 @@ def _wait_ready(server: AppServer, timeout_s: float) -> None:
     raise TimeoutError(f"app.py did not answer within {timeout_s:.0f} s:\n{server.log_tail()}")
 
 
+def zero_gpu_env(log: Path) -> dict[str, str]:
+    """What a ZeroGPU Space sets (SPACE_ID, SPACES_ZERO_GPU), the stand-in ``spaces`` first on the path."""
+    return {
+        "SPACE_ID": "owner/marlin-demo",
+        "SPACES_ZERO_GPU": "true",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "stand_ins"), str(ROOT)]),
+        "MARLIN_STAND_IN_GPU_LOG": str(log),
+        "HF_HUB_OFFLINE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
+
+
 def start_app(
     root: Path, *extra_args: str, extra_env: dict[str, str] | None = None, address_flags: bool = True
 ) -> AppServer:
