@@ -12,7 +12,7 @@ weight 1 / (r + 1 + 2.7), so a few words are very common and most are rare, as i
 Each video has a topic, a few words of each kind drawn once and taken by half of its slots across all
 its windows; one video in twenty records one of the 12 examples (its sentences, half of its slots keeping
 the example's own words), so the ground truth's queries have true matches. The library is written with
-the real schema (``library.store.Store.put_video``, 100 windows per video).
+the real schema (``library.database.Store.put_video``, 100 windows per video).
 
 The queries alternate: a ground-truth query, then one made the same way as the text (a ground-truth
 query's shape with its slots drawn at the same frequencies, no topic), never chosen to be rare.
@@ -44,8 +44,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from marlin_demo.library import store as store_module
-from marlin_demo.library.store import Store, WindowText, match_expression, query_words
+from marlin_demo.library import database
+from marlin_demo.library.database import Store, WindowText, match_expression, query_words
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
 
 CANDIDATES = 8
@@ -536,8 +536,8 @@ def run(
 ) -> dict[str, Any]:
     """Build, measure and describe. ``keep``: build the library there (a new or empty folder) and keep it;
     ``common_share``: stage 1's ``COMMON_SHARE`` for this run (an experiment; default: the store's)."""
-    share = store_module.COMMON_SHARE
-    store_module.COMMON_SHARE = share if common_share is None else common_share
+    share = database.COMMON_SHARE
+    database.COMMON_SHARE = share if common_share is None else common_share
     try:
         with tempfile.TemporaryDirectory(prefix="marlin-library-scale-") as tmp:
             folder = keep or Path(tmp)
@@ -550,7 +550,7 @@ def run(
             vocabulary_used = sum(1 for w in writer.kinds if df[w])
             out = {
                 "windows": counts[1], "videos": counts[0], "queries": len(qs), **built,
-                "db_mb": round(size / 1e6, 1), "common_share": store_module.COMMON_SHARE,
+                "db_mb": round(size / 1e6, 1), "common_share": database.COMMON_SHARE,
                 "load_average": [round(x, 2) for x in os.getloadavg()],
                 **measure(store, qs),
                 "load_average_after": [round(x, 2) for x in os.getloadavg()],
@@ -559,7 +559,7 @@ def run(
             }  # fmt: skip
             store.close()
     finally:
-        store_module.COMMON_SHARE = share
+        database.COMMON_SHARE = share
     return out
 
 

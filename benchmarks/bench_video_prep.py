@@ -335,7 +335,7 @@ def measure_windows(path: Path, backend: str) -> dict[str, Any]:
     frames from ``decode_windows``; the seconds until the first window is ready (the model can start
     there: the scan goes on in the background) and until the last.
     """
-    from marlin_demo.longvideo.plan import plan_for
+    from marlin_demo.longvideo.policy import plan_for
     from marlin_demo.settings import Settings
     from marlin_demo.video import Limits, validate
     from marlin_demo.video.windows import decode_windows, plan_window

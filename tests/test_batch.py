@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from marlin_demo import cli
-from marlin_demo.library.collection import collect
+from marlin_demo.library.inputs import collect
 from tests.media_factory import make
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -48,7 +48,7 @@ def test_defaults_agree_with_the_estimate(settings: Settings, device: str, zero_
 
 
 def settings_mod_windows(task: str, duration: float, settings: Settings) -> list[object]:
-    from marlin_demo.longvideo.plan import plan_for
+    from marlin_demo.longvideo.policy import plan_for
 
     return list(plan_for("caption" if task == "caption" else "find", duration, settings))
 

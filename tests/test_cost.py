@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from marlin_demo.contract import VideoParams
-from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import compute
 from marlin_demo.service import capacity, cost, space
 from marlin_demo.settings import Settings

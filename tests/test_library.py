@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
+from marlin_demo.library import database
 from marlin_demo.library import index as idx
 from marlin_demo.library.cli import format_answer
-from marlin_demo.library.collection import Item, collect
+from marlin_demo.library.database import DB_FILE, LibraryError, Store, match_expression
+from marlin_demo.library.inputs import Item, collect
 from marlin_demo.library.search import combined_score, search
-from marlin_demo.library.store import DB_FILE, LibraryError, Store, match_expression
-from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.settings import Settings
 from tests.media_factory import ffmpeg
 
@@ -496,10 +497,8 @@ def test_digest_is_not_read_again_for_an_unchanged_stamp(
 def test_frequent_words_score_but_do_not_pick_candidates(
     known: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import marlin_demo.library.store as store_mod
-
-    monkeypatch.setattr(store_mod, "COMMON_MIN_WINDOWS", 1)
-    monkeypatch.setattr(store_mod, "COMMON_SHARE", 0.3)  # 4 windows: a word in 2 or more is common
+    monkeypatch.setattr(database, "COMMON_MIN_WINDOWS", 1)
+    monkeypatch.setattr(database, "COMMON_SHARE", 0.3)  # 4 windows: a word in 2 or more is common
     assert known.common_words("a dog jumped into the pool") == [
         "dog",
         "pool",
@@ -516,10 +515,8 @@ def test_frequent_words_score_but_do_not_pick_candidates(
 def test_enough_windows_with_every_rare_word_are_the_only_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import marlin_demo.library.store as store_mod
-
-    monkeypatch.setattr(store_mod, "COMMON_MIN_WINDOWS", 1)
-    monkeypatch.setattr(store_mod, "COMMON_SHARE", 0.5)  # 6 windows: a word in 4 or more is common
+    monkeypatch.setattr(database, "COMMON_MIN_WINDOWS", 1)
+    monkeypatch.setattr(database, "COMMON_SHARE", 0.5)  # 6 windows: a word in 4 or more is common
     store = Store(tmp_path / "lib")
     beach = "A long sandy beach under a grey sky near the old harbour wall."
     write_known(store, "beach.mp4", [(0, 60, beach, ["A boy on the beach flies a kite while gulls circle."])])

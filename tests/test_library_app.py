@@ -24,8 +24,8 @@ from test_mcp import call, text_of, with_session
 from ui_support import ARTIFACTS, EXAMPLES, AppServer, start_app, stop_app
 
 from marlin_demo.library import index as idx
-from marlin_demo.library.collection import Item
-from marlin_demo.library.store import Store
+from marlin_demo.library.database import Store
+from marlin_demo.library.inputs import Item
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,7 @@ from marlin_demo import cli, contract, service
 from marlin_demo.bench import longrecords as longbench
 from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine
-from marlin_demo.longvideo import plan as win
-from marlin_demo.longvideo import runner
+from marlin_demo.longvideo import policy, runner
 from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, WindowDone
 from marlin_demo.settings import Settings
 from marlin_demo.ui.caption import stream_message
@@ -187,7 +186,7 @@ def test_cli_json_keys_on_a_long_video(
     assert code == 0, out.err[-2000:]
     d = json.loads(out.out)  # stdout holds the JSON and nothing else
     assert {"span", "moments", "raw"} <= set(d)
-    assert d["raw"].count("[window ") == len(win.find_windows(duration, 6.0, 0.0, None)) == 2
+    assert d["raw"].count("[window ") == len(policy.find_windows(duration, 6.0, 0.0, None)) == 2
     assert all(set(m) == {"start", "end", "score"} for m in d["moments"])
     assert "window 1 of" not in out.err  # --json: no progress lines
 

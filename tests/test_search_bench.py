@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo.bench import collection as sb
-from marlin_demo.library.store import Hit
-from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.bench import search_quality
+from marlin_demo.library.database import Hit
+from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ def test_truths_gather_every_span_of_a_query_across_videos() -> None:
         {"video": "a.mp4", "queries": [{"query": "q", "span": [1, 2]}, {"query": "r", "span": [0, 1]}]},
         {"video": "b.mp4", "queries": [{"query": "q", "spans": [[3, 4], [5, 6]]}]},
     ]
-    assert sb.truths(examples) == {
+    assert search_quality.truths(examples) == {
         "q": {"a.mp4": [(1.0, 2.0)], "b.mp4": [(3.0, 4.0), (5.0, 6.0)]},
         "r": {"a.mp4": [(0.0, 1.0)]},
     }
@@ -34,25 +34,26 @@ def test_scores_of_a_ranked_list() -> None:
     def m(video: str, start: float, end: float) -> dict[str, object]:
         return {"video": video, "start": start, "end": end}
 
-    assert sb.score_moments([m("c.mp4", 30, 33), m("b.mp4", 0, 1)], TRUTH) == {
+    assert search_quality.score_moments([m("c.mp4", 30, 33), m("b.mp4", 0, 1)], TRUTH) == {
         "video@1": True,
         "video@5": True,
         "r5@0.5": True,  # IoU 0.75 with the second occurrence
     }
     wrong_first = [m("b.mp4", 10, 14), m("b.mp4", 20, 24), m("a.mp4", 0, 2)]
-    assert sb.score_moments(wrong_first, TRUTH) == {"video@1": False, "video@5": True, "r5@0.5": False}
+    scored = search_quality.score_moments(wrong_first, TRUTH)
+    assert scored == {"video@1": False, "video@5": True, "r5@0.5": False}
     six = [m(f"x{k}.mp4", 0, 1) for k in range(5)] + [m("a.mp4", 10, 14)]
-    assert sb.score_moments(six, TRUTH) == {"video@1": False, "video@5": False, "r5@0.5": False}
-    assert sb.score_moments([], TRUTH) == {"video@1": False, "video@5": False, "r5@0.5": False}
+    assert search_quality.score_moments(six, TRUTH) == {"video@1": False, "video@5": False, "r5@0.5": False}
+    assert search_quality.score_moments([], TRUTH) == {"video@1": False, "video@5": False, "r5@0.5": False}
 
 
 def test_stage1_recall_needs_a_true_span_inside_a_candidate() -> None:
     def hit(name: str, start: float, end: float) -> Hit:
         return Hit(0, "id", name, "/x", 0, start, end, None, 1.0)
 
-    assert sb.stage1_hit([hit("a.mp4", 0, 12)], TRUTH)  # the span's middle (12) is inside
-    assert not sb.stage1_hit([hit("a.mp4", 0, 11.9)], TRUTH)
-    assert not sb.stage1_hit([hit("b.mp4", 0, 60)], TRUTH)  # the wrong video
+    assert search_quality.stage1_hit([hit("a.mp4", 0, 12)], TRUTH)  # the span's middle (12) is inside
+    assert not search_quality.stage1_hit([hit("a.mp4", 0, 11.9)], TRUTH)
+    assert not search_quality.stage1_hit([hit("b.mp4", 0, 60)], TRUTH)  # the wrong video
 
 
 def test_bad_data_exits_2_with_one_sentence(tmp_path: Path) -> None:
@@ -77,7 +78,7 @@ def test_mechanics_on_a_small_long_set(tmp_path: Path) -> None:
     s = Settings(model="tiny", caption_window_s=6.0, find_window_s=6.0, find_overlap_s=0.0,  # type: ignore[arg-type]
                  caption_max_new_tokens=16, find_max_new_tokens=12, search_candidates=1)  # fmt: skip
     engine = Engine(s)
-    r = sb.run(data, tmp_path / "lib", engine, "bf16")
+    r = search_quality.run(data, tmp_path / "lib", engine, "bf16")
     lib = r["library"]
     assert (lib["videos"], lib["added"], lib["failed"]) == (2, 2, 0)
     assert lib["windows"] == 4 > r["search_candidates"] == 1
@@ -94,8 +95,8 @@ def test_mechanics_on_a_small_long_set(tmp_path: Path) -> None:
     for side in ("search", "exhaustive"):
         assert all(0.0 <= summary[side][k] <= 1.0 for k in ("video@1", "video@5", "r5@0.5"))
     assert summary["search"]["decoded_mean"] < summary["exhaustive"]["decoded_mean"]
-    text = sb.render(r)
-    assert sb.TINY_NOTE in text and "exhaustive find" in text and "N = 1" in text
-    again = sb.run(data, tmp_path / "lib", engine, "bf16", with_exhaustive=False, limit=1)
+    text = search_quality.render(r)
+    assert search_quality.TINY_NOTE in text and "exhaustive find" in text and "N = 1" in text
+    again = search_quality.run(data, tmp_path / "lib", engine, "bf16", with_exhaustive=False, limit=1)
     assert (again["library"]["unchanged"], again["library"]["added"]) == (2, 0)  # indexed once
     assert "exhaustive" not in again["queries"][0] and again["summary"]["queries"] == 1

@@ -73,20 +73,20 @@ def test_duration_limit_locally_and_on_a_space(argv: list[str], env: dict[str, s
 
 def test_default_limits_agree_with_the_window_limit() -> None:
     """The longest accepted video never needs more windows than allowed; 30 min is exactly 72 find windows."""
-    from marlin_demo.longvideo import plan as win
+    from marlin_demo.longvideo import policy
     from marlin_demo.service import space
 
     for s in (settings_mod.from_env({}), settings_mod.from_env({"SPACE_ID": "owner/space"})):
-        win.caption_windows(s.max_duration_s, s.caption_window_s, s.max_windows)  # raises when over
-        win.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
+        policy.caption_windows(s.max_duration_s, s.caption_window_s, s.max_windows)  # raises when over
+        policy.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
     s = settings_mod.Settings()
     assert (
-        len(win.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, None))
+        len(policy.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, None))
         == s.max_windows
         == 72
     )
-    with pytest.raises(win.WindowLimitError, match=r"needs 73 windows .* at most 72 windows are allowed"):
-        win.find_windows(s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, s.max_windows)
+    with pytest.raises(policy.WindowLimitError, match=r"needs 73 windows .* at most 72 windows are allowed"):
+        policy.find_windows(s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, s.max_windows)
     # the GPU slot asked on ZeroGPU grows with the windows a long video needs, within the cap
     assert space.estimate_gpu_seconds(30, s, task="find") < space.estimate_gpu_seconds(600, s, task="find")
     each = space.call_seconds("caption", s)  # one call per window, each within a call's cap

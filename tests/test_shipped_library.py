@@ -16,9 +16,9 @@ import pytest
 from marlin_demo import cli
 from marlin_demo.library import index as idx
 from marlin_demo.library import shipped
-from marlin_demo.library.collection import Item
+from marlin_demo.library.database import DB_FILE, Store
+from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import search_windows
-from marlin_demo.library.store import DB_FILE, Store
 from marlin_demo.service import cost, space, zerogpu
 from marlin_demo.settings import Settings
 

@@ -21,8 +21,7 @@ from media_factory import ffmpeg, run_ffmpeg
 from marlin_demo import contract
 from marlin_demo import video as V
 from marlin_demo.contract import VideoParams
-from marlin_demo.engine import Engine, EngineError
-from marlin_demo.engine import store as engine_mod
+from marlin_demo.engine import Engine, EngineError, video_store
 from marlin_demo.engine.prefix_cache import PrefixCache
 from marlin_demo.settings import Settings, from_env
 from marlin_demo.video.fast import _PacketIndex, _segments
@@ -258,7 +257,7 @@ def test_video_cache_bounds_and_no_second_decode(
     gop_clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = {"sample": 0, "digest": 0}
-    real_sample, real_digest = engine_mod.sample, engine_mod.file_digest
+    real_sample, real_digest = video_store.sample, video_store.file_digest
 
     def counting_sample(*a: object, **kw: object) -> V.PreparedVideo:
         calls["sample"] += 1
@@ -268,8 +267,8 @@ def test_video_cache_bounds_and_no_second_decode(
         calls["digest"] += 1
         return real_digest(path)
 
-    monkeypatch.setattr(engine_mod, "sample", counting_sample)
-    monkeypatch.setattr(engine_mod, "file_digest", counting_digest)
+    monkeypatch.setattr(video_store, "sample", counting_sample)
+    monkeypatch.setattr(video_store, "file_digest", counting_digest)
     eng = Engine(Settings(model="tiny"), video_cache_size=2)
     first = eng.prepare(gop_clips["bframes"])
     assert eng.prepare(gop_clips["bframes"]) is first

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from marlin_demo import cli, service
-from marlin_demo.batch.runner import run_item
+from marlin_demo.batch.rows import run_item
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.library.collection import InputError, collect
+from marlin_demo.library.inputs import InputError, collect
 from marlin_demo.longvideo import runner
-from marlin_demo.longvideo.plan import RangeError, check_range
+from marlin_demo.longvideo.policy import RangeError, check_range
 from marlin_demo.results import CaptionResult, FindResult
 from marlin_demo.settings import Settings
 from marlin_demo.video import VideoError

@@ -12,7 +12,7 @@ from media_factory import ffmpeg
 
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import runner as window_runs
-from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.settings import Settings
 from marlin_demo.video import frame_pts, plan_sampling, probe, sample
 from marlin_demo.video import windows as window_video

@@ -10,8 +10,8 @@ import pytest
 from marlin_demo import contract
 from marlin_demo.contract import CaptionParse, Event, SpanParse
 from marlin_demo.engine.scoring import span_score
-from marlin_demo.longvideo import plan as win
-from marlin_demo.longvideo.plan import (
+from marlin_demo.longvideo import policy
+from marlin_demo.longvideo.policy import (
     Window,
     WindowLimitError,
     best_span,
@@ -30,7 +30,7 @@ D = Settings()  # the window defaults live in the settings alone
 def caption_windows(
     duration: float, length: float = D.caption_window_s, max_windows: int | None = D.max_windows
 ):
-    return win.caption_windows(duration, length, max_windows)
+    return policy.caption_windows(duration, length, max_windows)
 
 
 def find_windows(
@@ -39,7 +39,7 @@ def find_windows(
     overlap: float = D.find_overlap_s,
     max_windows: int | None = D.max_windows,
 ):
-    return win.find_windows(duration, length, overlap, max_windows)
+    return policy.find_windows(duration, length, overlap, max_windows)
 
 
 def _b(ws: list[Window]) -> list[tuple[float, float]]:

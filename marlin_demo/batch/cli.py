@@ -24,7 +24,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from marlin_demo.batch.writer import BatchError, ResultsWriter
-    from marlin_demo.library.collection import InputError, collect
+    from marlin_demo.library.inputs import InputError, collect
     from marlin_demo.models.fingerprint import fingerprint
     from marlin_demo.service.startup import check_limits
 
@@ -97,7 +97,7 @@ class _LoadFailed(RuntimeError):
 
 
 def _local(settings: Any, pending: list[Any], args: argparse.Namespace, writer: Any, bar: Any) -> None:
-    from marlin_demo.batch.runner import run_local
+    from marlin_demo.batch.rows import run_local
     from marlin_demo.engine import Engine
     from marlin_demo.models import ModelLoadError
 

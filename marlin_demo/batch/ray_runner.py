@@ -10,9 +10,9 @@ import json
 import sys
 from typing import Any
 
-from marlin_demo.batch.runner import run_item
+from marlin_demo.batch.rows import run_item
 from marlin_demo.library.cluster import rows_on_ray
-from marlin_demo.library.collection import Item
+from marlin_demo.library.inputs import Item
 
 
 class BatchWorker:

@@ -36,7 +36,7 @@ from marlin_demo.bench.environment import (
     fingerprint,
     stack_fingerprint,
 )
-from marlin_demo.bench.plan import (
+from marlin_demo.bench.matrix import (
     DEFAULT_DATA,
     DEFAULT_OUT,
     DEFAULT_REPEATS,
@@ -47,6 +47,7 @@ from marlin_demo.bench.plan import (
     plan_requests,
     record_key,
 )
+from marlin_demo.bench.measure import bench_variant, preimport_backends, run_request
 from marlin_demo.bench.plots import write_plots
 from marlin_demo.bench.quality import QUALITY_ROWS, agreement, quality, retention
 from marlin_demo.bench.records import (
@@ -59,7 +60,6 @@ from marlin_demo.bench.records import (
     read_jsonl,
 )
 from marlin_demo.bench.report import render_summary, write_csv, write_outputs
-from marlin_demo.bench.runner import bench_variant, preimport_backends, run_request
 from marlin_demo.results import TASKS
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any
 
 from marlin_demo import variants as registry
 from marlin_demo.bench.longrecords import WINDOW_COST_KEYS, window_cost
-from marlin_demo.bench.plan import Request, plan_requests, record_key
+from marlin_demo.bench.matrix import Request, plan_requests, record_key
 from marlin_demo.bench.quality import _ratio, agreement, quality, retention
 from marlin_demo.datasets import Example, example_sets, set_label, summarize
 from marlin_demo.results import TASKS

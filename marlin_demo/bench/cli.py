@@ -11,11 +11,10 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo import variants as registry
-from marlin_demo.bench import runner
-from marlin_demo.bench.collection import add_search_bench_parser
+from marlin_demo.bench import measure
 from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
-from marlin_demo.bench.plan import (
+from marlin_demo.bench.matrix import (
     DEFAULT_DATA,
     DEFAULT_OUT,
     DEFAULT_REPEATS,
@@ -33,6 +32,7 @@ from marlin_demo.bench.records import (
     read_jsonl,
 )
 from marlin_demo.bench.report import render_summary, write_outputs
+from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
 from marlin_demo.results import TASKS
@@ -116,7 +116,7 @@ def _bench(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         from marlin_demo.engine import Engine
 
-        import_s = runner.preimport_backends([v for v in variants if pending[v]], settings) if total else {}
+        import_s = measure.preimport_backends([v for v in variants if pending[v]], settings) if total else {}
 
         # video_cache_size=0: every request reads and samples its video, the same for all variants
         engine = Engine(settings, video_cache_size=0)
@@ -132,7 +132,7 @@ def _bench(args: argparse.Namespace) -> int:
             for v in variants:
                 if not pending[v]:
                     continue
-                load_failed |= not runner.bench_variant(engine, v, pending[v], out, bar)
+                load_failed |= not measure.bench_variant(engine, v, pending[v], out, bar)
         if import_s:
             append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})
         results = write_outputs(

@@ -1,5 +1,5 @@
 """What the benchmark keeps and reports about long videos (pure: no torch; the ``bench`` package
-calls these: ``bench.runner``, ``bench.quality``, ``bench.aggregate``).
+calls these: ``bench.measure``, ``bench.quality``, ``bench.aggregate``).
 
 Kept apart from ``bench`` so its hooks stay a few lines:
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.bench.environment import environment
-from marlin_demo.bench.plan import SCHEMA, BenchError
+from marlin_demo.bench.matrix import SCHEMA, BenchError
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"

@@ -13,7 +13,7 @@ from typing import Any
 from marlin_demo import variants
 from marlin_demo.bench.aggregate import _get, _rel, _seed_rows, aggregate
 from marlin_demo.bench.environment import environment
-from marlin_demo.bench.plan import SCHEMA
+from marlin_demo.bench.matrix import SCHEMA
 from marlin_demo.bench.plots import write_plots
 from marlin_demo.bench.quality import QUALITY_ROWS
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, read_jsonl

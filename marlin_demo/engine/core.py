@@ -34,7 +34,7 @@ from marlin_demo.engine import compiled, scoring
 from marlin_demo.engine.generation import Generation, free_memory, generate, trim_heap
 from marlin_demo.engine.prefix_cache import Prefix, PrefixCache
 from marlin_demo.engine.prompt import compact_pads, encode, render_prompt
-from marlin_demo.engine.store import VideoStore
+from marlin_demo.engine.video_store import VideoStore
 from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
 from marlin_demo.results import (
     CaptionResult,

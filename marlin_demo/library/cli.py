@@ -65,8 +65,8 @@ def _local_captions(settings: Any, variant: str) -> Any:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from marlin_demo.library import index as idx
-    from marlin_demo.library.collection import InputError, collect
-    from marlin_demo.library.store import LibraryError, Store
+    from marlin_demo.library.database import LibraryError, Store
+    from marlin_demo.library.inputs import InputError, collect
     from marlin_demo.service.startup import check_limits
 
     if args.workers < 1:
@@ -147,8 +147,8 @@ def format_answer(d: dict[str, Any]) -> str:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from marlin_demo.library.database import LibraryError, Store
     from marlin_demo.library.search import search
-    from marlin_demo.library.store import LibraryError, Store
     from marlin_demo.service.startup import check_limits
 
     try:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.library.collection import Item, failure, range_suffix
-from marlin_demo.library.store import THUMBS_DIR, Store, WindowText
+from marlin_demo.library.database import THUMBS_DIR, Store, WindowText
+from marlin_demo.library.inputs import Item, failure, range_suffix
 from marlin_demo.models.fingerprint import fingerprint
 from marlin_demo.settings import Settings, Variant
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marlin_demo import contract
-from marlin_demo.library.store import Hit, Store
+from marlin_demo.library.database import Hit, Store
 from marlin_demo.results import FindResult, Window
 from marlin_demo.settings import Settings, Variant
 

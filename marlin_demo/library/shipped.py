@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.library import index as idx
-from marlin_demo.library.store import DB_FILE, THUMBS_DIR, LibraryError, Store
+from marlin_demo.library.database import DB_FILE, THUMBS_DIR, LibraryError, Store
 from marlin_demo.settings import Settings, Variant
 
 #: where a checkout ships the prebuilt library: this folder inside the examples folder

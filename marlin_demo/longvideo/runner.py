@@ -21,7 +21,7 @@ from marlin_demo.contract import CaptionParse, SpanParse
 from marlin_demo.engine import Engine
 from marlin_demo.engine.core import ClipRun
 from marlin_demo.engine.generation import Generation
-from marlin_demo.longvideo import plan as win
+from marlin_demo.longvideo import policy
 from marlin_demo.results import (
     CaptionResult,
     FindResult,
@@ -74,7 +74,7 @@ def window_plans(
     if not path.is_file() or path.stat().st_size / 1e6 > engine.settings.max_upload_mb:
         return None  # the engine says what is wrong, in its own words
     info = engine.info(path)
-    windows = win.plan_for(task, info.duration_s, engine.settings)
+    windows = policy.plan_for(task, info.duration_s, engine.settings)
     if len(windows) == 1:
         return None
     return [plan_window(info, w, engine.params) for w in windows]
@@ -92,8 +92,9 @@ def range_plans(
     if not path.exists():
         raise VideoError(f"No file at {path.name}: upload a video file.")
     info = engine.info(path, whole=False)
-    start, end = win.check_range(span[0], span[1], info.duration_s, engine.settings.max_duration_s)
-    return [plan_window(info, w, engine.params) for w in win.range_windows(task, start, end, engine.settings)]
+    start, end = policy.check_range(span[0], span[1], info.duration_s, engine.settings.max_duration_s)
+    windows = policy.range_windows(task, start, end, engine.settings)
+    return [plan_window(info, w, engine.params) for w in windows]
 
 
 def plans_range(plans: list[WindowPlan]) -> tuple[float, float]:
@@ -210,7 +211,7 @@ def raw_text(runs: list[WindowRun], n: int) -> str:
 def caption_part(r: WindowRun) -> tuple[Window, CaptionParse]:
     """One finished window's caption, parsed and mapped to global time (once per window)."""
     parsed = contract.parse_caption(r.run.gen.text)
-    return r.plan.window, win.map_caption(parsed, r.plan.window, offset=r.plan.offset_s)
+    return r.plan.window, policy.map_caption(parsed, r.plan.window, offset=r.plan.offset_s)
 
 
 def caption_result(
@@ -223,7 +224,7 @@ def caption_result(
     started: float,
 ) -> CaptionResult:
     """The windows answered so far (``parts``: their mapped captions) as one caption on one timeline."""
-    merged = win.merge_captions(parts)
+    merged = policy.merge_captions(parts)
     metrics, info = combined(runs, whole, started)
     info.repairs = [*merged.repairs, *merged.joined]
     return CaptionResult(
@@ -242,7 +243,7 @@ def caption_result(
 
 def find_answer(engine: Engine, variant: Variant, r: WindowRun) -> tuple[Window, SpanParse, float | None]:
     """One finished window's span, mapped to global time and scored (once per window)."""
-    mapped = win.map_span(contract.parse_span(r.run.gen.text), r.plan.window, offset=r.plan.offset_s)
+    mapped = policy.map_span(contract.parse_span(r.run.gen.text), r.plan.window, offset=r.plan.offset_s)
     return r.plan.window, mapped, engine.score(r.run.gen, variant)
 
 
@@ -257,14 +258,14 @@ def find_result(
     started: float,
 ) -> FindResult:
     """The windows searched so far (``answers``: their mapped, scored spans) as one answer."""
-    moments = win.merge_moments(answers, max(1, engine.settings.top_k))
+    moments = policy.merge_moments(answers, max(1, engine.settings.top_k))
     metrics, info = combined(runs, whole, started)
     info.repairs = [note for _, p, _ in answers for note in p.repairs]
     return FindResult(
         variant=variant,
         model=engine.model_label,
         query=query,
-        span=win.best_span(moments),
+        span=policy.best_span(moments),
         format_ok=all(p.format_ok for _, p, _ in answers),
         raw=raw_text(runs, n),
         metrics=metrics,

@@ -30,11 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from marlin_demo import agreement as cmp
-from marlin_demo import contract, subtitles
+from marlin_demo import agreement, contract, subtitles
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
-from marlin_demo.longvideo import plan as win
-from marlin_demo.longvideo import runner
+from marlin_demo.longvideo import policy, runner
 from marlin_demo.results import (
     CaptionResult,
     Done,
@@ -88,7 +86,7 @@ def caption_json(result: CaptionResult) -> dict[str, Any]:
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
     """The cleaned query of a find (None for a caption); an unknown task or a bad query is a ValueError."""
-    cmp.check_task(task)
+    agreement.check_task(task)
     if task == "find":
         return contract.sanitize_query(query or "", engine.settings.max_query_chars)
     return None
@@ -125,7 +123,7 @@ def answer(
     ``metrics.latency_s`` is the request's wall time, ``metrics.queue_s`` the part of it spent
     waiting for other requests' turns. ``stop`` set: the request leaves at once, even while waiting.
     """
-    kind = cmp.as_task(task)
+    kind = agreement.as_task(task)
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
@@ -281,7 +279,7 @@ def asked_range(
     if start_s is None and end_s is None:
         return None
     info = engine.info(Path(video), whole=False)
-    return win.check_range(start_s, end_s, info.duration_s, engine.settings.max_duration_s)
+    return policy.check_range(start_s, end_s, info.duration_s, engine.settings.max_duration_s)
 
 
 def _span(start_s: float | None, end_s: float | None) -> runner.Span | None:
@@ -413,7 +411,7 @@ class Comparison:
     def payload(self, example: Mapping[str, Any] | None) -> dict[str, Any]:
         """The ``/compare`` JSON: ``compare.compare_payload`` of the answers, plus ``errors`` when a
         variant failed (``{variant: sentence}``; the key is absent when every variant answered)."""
-        out = cmp.compare_payload(self.task, self.query, self.results, example)
+        out = agreement.compare_payload(self.task, self.query, self.results, example)
         if self.errors:
             out["errors"] = dict(self.errors)
         return out
@@ -441,7 +439,7 @@ def compare(
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
     span = _span(start_s, end_s)  # a time range: its windows, as ``answer`` asks them
-    plans = runner.window_plans(engine, video, cmp.as_task(task), span)  # too many windows: refused now
+    plans = runner.window_plans(engine, video, agreement.as_task(task), span)  # too many windows: refused now
     if plans is None:
         prepared, cached = engine.prepare_cached(video)
         yield Prepared(prepared.info, prepared.plan, cached)

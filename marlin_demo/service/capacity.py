@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
-from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import compute
 from marlin_demo.results import Task
 from marlin_demo.service import zerogpu

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marlin_demo.contract import VideoParams
-from marlin_demo.longvideo.plan import plan_for
+from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.results import Task
 from marlin_demo.service import capacity, space, zerogpu

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from marlin_demo import service
 from marlin_demo.engine import Engine
-from marlin_demo.longvideo import plan as win
+from marlin_demo.longvideo import policy
 from marlin_demo.results import FindResult, Window
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.video.windows import plan_window
@@ -30,7 +30,7 @@ def find_bounds(
         start, end = max(0.0, float(w.start)), min(float(w.end), duration_s)
         if end <= start:
             continue
-        for fw in win.plan_for("find", end - start, settings, limit=False):
+        for fw in policy.plan_for("find", end - start, settings, limit=False):
             bounds.add((round(start + fw.start, 6), round(start + fw.end, 6)))
     return sorted(bounds)
 

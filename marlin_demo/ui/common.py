@@ -24,8 +24,7 @@ import gradio as gr
 from gradio.data_classes import FileData
 from pydantic import model_validator
 
-from marlin_demo import agreement as cmp
-from marlin_demo import service, variants
+from marlin_demo import agreement, service, variants
 from marlin_demo import settings as settings_mod
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import Result, RunInfo, memory_label
@@ -98,7 +97,7 @@ class UIContext:
 
     def ground_truth(self, video: str | os.PathLike[str] | None) -> dict[str, Any] | None:
         """The example this clip is (see ``compare.ground_truth_for``), or None."""
-        return cmp.ground_truth_for(video, self.examples_dir / EXAMPLES_FILE)
+        return agreement.ground_truth_for(video, self.examples_dir / EXAMPLES_FILE)
 
     def new_run_dir(self, kind: str) -> Path:
         """A fresh folder for one request's downloads; old ones are pruned."""
@@ -180,7 +179,7 @@ def examples_dir_for(settings: Settings) -> Path:
 def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
     """Ground-truth entries whose clip is present (the examples are optional and rendered separately)."""
     folder = examples_json.parent
-    return [e for e in cmp.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
+    return [e for e in agreement.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
 
 
 def short_name(example: Mapping[str, Any]) -> str:
@@ -420,7 +419,7 @@ def clip_status(
     Only the file's facts are probed here (no decoding); a run says the rest in the same place. With a
     range, the duration limit applies to the range, as the request checks it.
     """
-    from marlin_demo.longvideo import plan as win
+    from marlin_demo.longvideo import policy
     from marlin_demo.video import plan_sampling
 
     if not video:
@@ -433,8 +432,8 @@ def clip_status(
             s = ctx.engine.settings
             seconds = info.duration_s if asked is None else asked[1] - asked[0]
             split = [
-                ("Caption", len(win.plan_for("caption", seconds, s)), s.caption_window_s),
-                ("Find", len(win.plan_for("find", seconds, s)), s.find_window_s),
+                ("Caption", len(policy.plan_for("caption", seconds, s)), s.caption_window_s),
+                ("Find", len(policy.plan_for("find", seconds, s)), s.find_window_s),
             ]
     except gr.Error as exc:
         return status_html(exc.message, error=True)

@@ -15,8 +15,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from marlin_demo import agreement as cmp
-from marlin_demo import service
+from marlin_demo import agreement, service
 from marlin_demo.results import memory_label
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
@@ -322,7 +321,7 @@ class CompareView(StageView[Updates]):
         self.example = self.ctx.ground_truth(self.path)
         clean = service.check_query(self.ctx.engine, self.task, self.query)
         example, find = self.example, self.task == "find"
-        self.truth = cmp.truth_span(example, clean) if (example and find) else None
+        self.truth = agreement.truth_span(example, clean) if (example and find) else None
         return None
 
     def loaded(self, run: RunState) -> Updates | None:

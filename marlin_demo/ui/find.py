@@ -14,9 +14,8 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import agreement as cmp
-from marlin_demo import service
-from marlin_demo.longvideo import plan as win
+from marlin_demo import agreement, service
+from marlin_demo.longvideo import policy
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
 from marlin_demo.ui import run_tab, timeline
@@ -169,7 +168,7 @@ class FindTab(RunTab):
 
 def _truth(ctx: UIContext, video: str, query: str) -> tuple[float, float] | None:
     example = ctx.ground_truth(video)
-    return None if example is None else cmp.truth_span(example, query)
+    return None if example is None else agreement.truth_span(example, query)
 
 
 def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
@@ -207,7 +206,7 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
 def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
     """A long video's find windows (none for a video that fits one window)."""
     try:
-        parts = win.plan_for("find", duration, ctx.engine.settings)
+        parts = policy.plan_for("find", duration, ctx.engine.settings)
     except ValueError:
         return []
     return [(w.start, w.end) for w in parts] if len(parts) > 1 else []

@@ -8,7 +8,6 @@ library, and only its videos and thumbnails are served (``allowed_paths``). See 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import json
@@ -16,7 +15,7 @@ import os
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,10 @@ from marlin_demo import contract
 from marlin_demo.library import index as idx
 from marlin_demo.library import search as library_search
 from marlin_demo.library import shipped
-from marlin_demo.library.collection import Item
+from marlin_demo.library.database import LibraryError, Store
+from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
-from marlin_demo.library.store import THUMBS_DIR, LibraryError, Store
+from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
 from marlin_demo.ui.api_docs import use_local_examples
 from marlin_demo.ui.common import (
@@ -53,105 +53,8 @@ CSS = """
 
 
 # ---------------------------------------------------------------------------
-# The library: which folder, built once per process when it is the examples'
+# The library: which folder (``library.source`` builds it once per process)
 # ---------------------------------------------------------------------------
-
-
-@dataclass
-class LibrarySource:
-    """The tab's library. ``items``: the example clips to index here (None: a library built by ``index``,
-    served as it is). The index is built once, in one thread, whoever asked first; every visitor who
-    searches meanwhile sees its progress (``progress``)."""
-
-    folder: Path
-    variant: str
-    items: list[Item] | None
-    engine: Any
-    label: str
-    cost: str = ""  # what building it costs before the first search ("" when it is ready or shipped)
-    shipped: str = ""  # what became of the shipped library of the examples
-    done: int = 0
-    total: int = 0
-    ready: bool = False
-    error: str | None = None
-    _thread: threading.Thread | None = None
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-
-    def allowed_paths(self) -> list[str]:
-        """What the app may serve from this library: its thumbnails and its videos, nothing else."""
-        paths = [str(self.folder / THUMBS_DIR)]
-        if self.items is not None:
-            return paths + [it.path for it in self.items]
-        try:
-            store = Store(self.folder, create=False)
-        except LibraryError:
-            return paths
-        try:
-            return paths + [v["path"] for v in store.videos()]
-        finally:
-            store.close()
-
-    def start(self) -> None:
-        """Build the index in the background (once; again after a failure)."""
-        with self._cond:
-            if self.ready or (self._thread is not None and self._thread.is_alive()):
-                return
-            self.error = None
-            self._thread = threading.Thread(target=self._build, name="library-index", daemon=True)
-            self._thread.start()
-
-    def _build(self) -> None:
-        try:
-            if self.items is None:
-                Store(self.folder, create=False).close()  # one sentence when the folder holds no library
-            else:
-                self._index(self.items)
-            outcome: tuple[bool, str | None] = (True, None)
-        except Exception as exc:  # said to the visitor as one sentence
-            outcome = (False, str(exc) if isinstance(exc, ValueError) else f"Indexing failed ({exc}).")
-        with self._cond:
-            self.ready, self.error = outcome
-            self._cond.notify_all()
-
-    def _index(self, items: list[Item]) -> None:
-        store = Store(self.folder)
-        try:
-            store.check_setup(idx.setup_fingerprint(self.engine.settings, self.variant))
-
-            def captions(todo: list[idx.Pending]) -> Iterator[tuple[idx.Pending, dict[str, Any]]]:
-                with self._cond:
-                    self.total = len(todo)
-                    self._cond.notify_all()
-                return idx.caption_local(self.engine, todo, self.variant)
-
-            def note(line: str) -> None:
-                with self._cond:
-                    self.done += 1
-                    self._cond.notify_all()
-
-            idx.index(store, items, captions, prune_gone=True, note=note)
-        finally:
-            store.close()
-
-    def progress(self) -> Iterator[tuple[int, int]]:
-        """(videos captioned, videos to caption) each time it changes, until the index is ready; a
-        failed build raises LibraryError with its sentence."""
-        self.start()
-        last: tuple[int, int] | None = None
-
-        def changed(seen: tuple[int, int] | None) -> bool:
-            return self.ready or self.error is not None or (self.done, self.total) != seen
-
-        while True:
-            with self._cond:
-                self._cond.wait_for(functools.partial(changed, last))
-                ready, error, now = self.ready, self.error, (self.done, self.total)
-            if error is not None:
-                raise LibraryError(error)
-            if ready:
-                return
-            last = now
-            yield now
 
 
 def default_source(ctx: UIContext) -> LibrarySource:

@@ -69,7 +69,7 @@ from marlin_demo.video.info import (
     validate,
 )
 from marlin_demo.video.pipeline import prepare, sample
-from marlin_demo.video.plan import SamplingPlan, largest_window_tokens, plan_sampling
+from marlin_demo.video.sampling import SamplingPlan, largest_window_tokens, plan_sampling
 
 __all__ = [
     "ALLOWED",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marlin_demo.video.info import VideoInfo, _short, _torchcodec_decoder, _undecodable
-from marlin_demo.video.plan import SamplingPlan
+from marlin_demo.video.sampling import SamplingPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch

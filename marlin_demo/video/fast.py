@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from marlin_demo.settings import env_value
 from marlin_demo.video.decode import _check_complete, _positions, _rotation_k, _upright_chw, _video_stream
 from marlin_demo.video.info import Backend, VideoInfo, _short, _shown_packets, _undecodable
-from marlin_demo.video.plan import SamplingPlan
+from marlin_demo.video.sampling import SamplingPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch

@@ -22,7 +22,7 @@ from marlin_demo.video.info import (
     probe,
     validate,
 )
-from marlin_demo.video.plan import SamplingPlan, plan_sampling
+from marlin_demo.video.sampling import SamplingPlan, plan_sampling
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from marlin_demo import variants as registry
 from marlin_demo.bench.longrecords import record_fields
-from marlin_demo.bench.plan import Request
+from marlin_demo.bench.matrix import Request
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, append_jsonl
 from marlin_demo.results import CaptionResult
 from marlin_demo.settings import Settings

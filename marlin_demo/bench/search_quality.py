@@ -32,9 +32,9 @@ from marlin_demo.bench.longset import LONG_SET, resolve_data
 from marlin_demo.datasets import DatasetError, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_OK
 from marlin_demo.library import index as idx
-from marlin_demo.library.collection import Item
+from marlin_demo.library.database import LibraryError, Store
+from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import search
-from marlin_demo.library.store import LibraryError, Store
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
 from marlin_demo.service.startup import check_limits

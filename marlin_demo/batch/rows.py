@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from marlin_demo.library.collection import Item, failure
+from marlin_demo.library.inputs import Item, failure
 
 
 def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""A library a page searches: which folder, and its index built once per process, in one thread, whoever
+asked first (the app's example clips), while every visitor who searches meanwhile follows its progress.
+
+Apart from the page (``ui/library.py`` shows it) so that the indexing thread lives with the library code.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marlin_demo.library import index as idx
+from marlin_demo.library.database import THUMBS_DIR, LibraryError, Store
+from marlin_demo.library.inputs import Item
+
+
+@dataclass
+class LibrarySource:
+    """The tab's library. ``items``: the example clips to index here (None: a library built by ``index``,
+    served as it is). The index is built once, in one thread, whoever asked first; every visitor who
+    searches meanwhile sees its progress (``progress``)."""
+
+    folder: Path
+    variant: str
+    items: list[Item] | None
+    engine: Any
+    label: str
+    cost: str = ""  # what building it costs before the first search ("" when it is ready or shipped)
+    shipped: str = ""  # what became of the shipped library of the examples
+    done: int = 0
+    total: int = 0
+    ready: bool = False
+    error: str | None = None
+    _thread: threading.Thread | None = None
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def allowed_paths(self) -> list[str]:
+        """What the app may serve from this library: its thumbnails and its videos, nothing else."""
+        paths = [str(self.folder / THUMBS_DIR)]
+        if self.items is not None:
+            return paths + [it.path for it in self.items]
+        try:
+            store = Store(self.folder, create=False)
+        except LibraryError:
+            return paths
+        try:
+            return paths + [v["path"] for v in store.videos()]
+        finally:
+            store.close()
+
+    def start(self) -> None:
+        """Build the index in the background (once; again after a failure)."""
+        with self._cond:
+            if self.ready or (self._thread is not None and self._thread.is_alive()):
+                return
+            self.error = None
+            self._thread = threading.Thread(target=self._build, name="library-index", daemon=True)
+            self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            if self.items is None:
+                Store(self.folder, create=False).close()  # one sentence when the folder holds no library
+            else:
+                self._index(self.items)
+            outcome: tuple[bool, str | None] = (True, None)
+        except Exception as exc:  # said to the visitor as one sentence
+            outcome = (False, str(exc) if isinstance(exc, ValueError) else f"Indexing failed ({exc}).")
+        with self._cond:
+            self.ready, self.error = outcome
+            self._cond.notify_all()
+
+    def _index(self, items: list[Item]) -> None:
+        store = Store(self.folder)
+        try:
+            store.check_setup(idx.setup_fingerprint(self.engine.settings, self.variant))
+
+            def captions(todo: list[idx.Pending]) -> Iterator[tuple[idx.Pending, dict[str, Any]]]:
+                with self._cond:
+                    self.total = len(todo)
+                    self._cond.notify_all()
+                return idx.caption_local(self.engine, todo, self.variant)
+
+            def note(line: str) -> None:
+                with self._cond:
+                    self.done += 1
+                    self._cond.notify_all()
+
+            idx.index(store, items, captions, prune_gone=True, note=note)
+        finally:
+            store.close()
+
+    def progress(self) -> Iterator[tuple[int, int]]:
+        """(videos captioned, videos to caption) each time it changes, until the index is ready; a
+        failed build raises LibraryError with its sentence."""
+        self.start()
+        last: tuple[int, int] | None = None
+
+        def changed(seen: tuple[int, int] | None) -> bool:
+            return self.ready or self.error is not None or (self.done, self.total) != seen
+
+        while True:
+            with self._cond:
+                self._cond.wait_for(functools.partial(changed, last))
+                ready, error, now = self.ready, self.error, (self.done, self.total)
+            if error is not None:
+                raise LibraryError(error)
+            if ready:
+                return
+            last = now
+            yield now
