@@ -1,10 +1,12 @@
-"""Shared fixtures: where the real test media and the rendered examples live."""
+"""Shared fixtures: where the real test media and the rendered examples live, and the app server."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ui_support import AppServer, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_DIR = ROOT.parent / "shared" / "media"  # ../shared/media, never copied into the repo
@@ -23,6 +25,18 @@ def media_dir() -> Path:
 def examples_dir() -> Path:
     """The committed example clips and examples.json."""
     return EXAMPLES_DIR
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """The shared ``python app.py --model tiny`` server (``ui_support.start_app``): one per test process,
+    started on first use, stopped at the end; a server that died meanwhile fails the session's end."""
+    server = start_app(tmp_path_factory.mktemp("marlin-app"))
+    yield server
+    died = not server.alive()
+    stop_app(server)
+    if died:
+        pytest.fail(f"the app server died during the tests:\n{server.log_tail()}")
 
 
 # --------------------------------------------------------------------------- suite order and the tiny build

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from gradio_client import Client, handle_file
 from result_shapes import FIND_KEYS
-from ui_support import EXAMPLES, ROOT, AppServer, app_server  # noqa: F401
+from ui_support import EXAMPLES, ROOT, AppServer
 
 from marlin_demo.engine import Engine
 from marlin_demo.models import ModelLoadError
@@ -23,7 +23,7 @@ CLIP = EXAMPLES / "ball_rolls.mp4"
 
 
 @pytest.fixture(scope="module")
-def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixture
+def client(app_server: AppServer) -> Client:
     return Client(app_server.url, verbose=False)
 
 
@@ -31,7 +31,7 @@ def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixtur
     "path",
     ["/etc/passwd", str(ROOT / "app.py"), "../app.py", str(ROOT / "pyproject.toml"), "/proc/self/environ"],
 )
-def test_files_outside_the_allowed_folders_are_not_served(app_server: AppServer, path: str) -> None:  # noqa: F811
+def test_files_outside_the_allowed_folders_are_not_served(app_server: AppServer, path: str) -> None:
     r = httpx.get(f"{app_server.url}/gradio_api/file={path}", timeout=30)
     assert r.status_code in (403, 404), (path, r.status_code)
     assert "root:" not in r.text and "import" not in r.text
@@ -39,7 +39,7 @@ def test_files_outside_the_allowed_folders_are_not_served(app_server: AppServer,
 
 def test_a_client_that_disconnects_mid_request_does_not_wedge_the_queue(
     client: Client,
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
 ) -> None:
     child = textwrap.dedent(
         f"""
@@ -66,7 +66,7 @@ def test_a_client_that_disconnects_mid_request_does_not_wedge_the_queue(
     assert set(d) == FIND_KEYS
 
 
-def test_bounded_load_ends_in_results_or_busy(app_server: AppServer) -> None:  # noqa: F811
+def test_bounded_load_ends_in_results_or_busy(app_server: AppServer) -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     from load_test import run_load
 

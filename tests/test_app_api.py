@@ -18,7 +18,7 @@ import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from result_shapes import API_CAPTION_KEYS, CAPTION_KEYS, FIND_KEYS, METRIC_KEYS, RUNTIME_KEYS
-from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, app_server, start_app, stop_app  # noqa: F401
+from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, start_app, stop_app
 
 from marlin_demo.models import compute
 
@@ -29,7 +29,7 @@ CLIP_S = 12.0
 
 
 @pytest.fixture(scope="module")
-def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixture
+def client(app_server: AppServer) -> Client:
     return Client(app_server.url, verbose=False)
 
 

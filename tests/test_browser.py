@@ -15,11 +15,10 @@ import httpx
 import pytest
 import stand_ins.spaces as stand_in
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from ui_support import (  # noqa: F401 - app_server is a fixture
+from ui_support import (
     ARTIFACTS,
     EXAMPLES,
     AppServer,
-    app_server,
     start_app,
     stop_app,
     zero_gpu_env,
@@ -61,7 +60,7 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture()
-def page(browser, app_server: AppServer) -> Iterator[object]:  # noqa: F811 - the imported fixture
+def page(browser, app_server: AppServer) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     errors: list[str] = []
@@ -245,7 +244,7 @@ def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
     _shot_phone(pg, "1_caption_phone")
 
 
-def test_caption_cached_example_loads(page, app_server: AppServer) -> None:  # noqa: F811
+def test_caption_cached_example_loads(page, app_server: AppServer) -> None:
     pg = page
     example = pg.locator("#caption-examples").get_by_text("A red ball rolls across a field")
     example.click()
@@ -504,7 +503,7 @@ def _open_tab(pg, name: str) -> None:
 
 
 @pytest.mark.parametrize(("size", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
-def test_about_lists_every_credit(browser, app_server: AppServer, size: str, viewport: dict) -> None:  # noqa: F811
+def test_about_lists_every_credit(browser, app_server: AppServer, size: str, viewport: dict) -> None:
     from marlin_demo.ui.credits import credit_text
 
     real = _real_examples()
@@ -538,7 +537,7 @@ def test_about_lists_every_credit(browser, app_server: AppServer, size: str, vie
 @pytest.mark.parametrize(("size", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
 def test_caption_real_example_shows_its_credit(
     browser,
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
     size: str,
     viewport: dict,
 ) -> None:
@@ -753,6 +752,13 @@ def test_on_zero_gpu_the_cost_comes_first_and_a_refusal_keeps_the_answered_windo
         assert all(e["end"] <= 8.0 for e in got["events"]), got["events"]
         _shot(pg, "9_zerogpu_partial")
         _shot_phone(pg, "9_zerogpu_partial_phone")
+        # the Library, where no prebuilt library matches (none ships here): indexing's cost before any search
+        _open_tab(pg, "Library · search all")
+        pg.wait_for_selector("#library-cost .mx-note", timeout=30_000)
+        note = pg.inner_text("#library-cost")
+        indexes = r"the first search indexes the \d+ example clips first, which asks ZeroGPU for up to"
+        assert re.search(indexes, note), note
+        assert "more than the whole day of a visitor who is not signed in" in note, note
         assert zero_gpu_server.alive()
     finally:
         context.close()
@@ -912,7 +918,7 @@ FIRST_SCREENS = [
 
 def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_text(
     browser,
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
 ) -> None:
     context = browser.new_context(viewport=PHONE)
     pg = context.new_page()
@@ -950,7 +956,7 @@ def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_te
         context.close()
 
 
-def test_every_text_reaches_wcag_aa_contrast(browser, app_server: AppServer) -> None:  # noqa: F811
+def test_every_text_reaches_wcag_aa_contrast(browser, app_server: AppServer) -> None:
     """axe-core's color-contrast rule over each tab with a result, Gradio's components included, in both
     themes: the page switches theme as Gradio's ``?__theme=`` does (the ``dark`` class on the body), so
     one set of runs serves both."""

@@ -165,8 +165,6 @@ def library_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServ
 
 
 def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer) -> None:
-    from ui_support import ARTIFACTS as _  # noqa: F401 - the screenshots folder
-
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():

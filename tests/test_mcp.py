@@ -24,7 +24,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.types import CallToolResult, TextContent
 from result_shapes import API_CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
-from ui_support import EXAMPLES, AppServer, app_server  # noqa: F401
+from ui_support import EXAMPLES, AppServer
 
 from marlin_demo import video
 from marlin_demo.ui.common import NOT_UPLOADED
@@ -90,7 +90,7 @@ def data_url(path: Path, mime: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def client(app_server: AppServer) -> Client:  # noqa: F811 - the imported fixture
+def client(app_server: AppServer) -> Client:
     return Client(app_server.url, verbose=False)
 
 
@@ -108,7 +108,7 @@ def check_metrics(metrics: dict[str, Any]) -> None:
     assert isinstance(metrics["device"], str) and isinstance(metrics["memory_kind"], str)
 
 
-def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppServer) -> None:  # noqa: F811
+def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppServer) -> None:
     tools = with_session(app_server, lambda s: s.list_tools()).tools
     by_name = {t.name: t for t in tools}
     assert list(by_name) == [t.lstrip("/") for t in TOOLS]  # no /caption_stream, nothing private
@@ -150,7 +150,7 @@ def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppSer
 
 @pytest.mark.parametrize("progress", [False, True])
 def test_caption_of_a_clip_sent_as_a_data_url(
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
     clip_duration: float,
     progress: bool,
 ) -> None:
@@ -167,7 +167,7 @@ def test_caption_of_a_clip_sent_as_a_data_url(
 
 
 def test_find_on_a_clip_uploaded_first_and_named_by_its_file_url(
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
     clip_duration: float,
 ) -> None:
     with CLIP.open("rb") as f:
@@ -176,17 +176,19 @@ def test_find_on_a_clip_uploaded_first_and_named_by_its_file_url(
     uploaded = r.json()[0]
     url = f"{app_server.url}gradio_api/file={encode_file_path(uploaded)}"
     query = "the ball rolls across the floor"
-    data = json_of(call(app_server, "find", {"video": url, "query": query, "variant": "bnb4"}))
+    args = {"video": url, "query": query, "variant": "bnb4", "start": 2, "end": 9}  # a time range, too
+    data = json_of(call(app_server, "find", args))
     assert set(data) == FIND_KEYS
     assert data["variant"] == "bnb4" and data["query"] == query
     assert isinstance(data["format_ok"], bool)
+    assert data["range"] == [2.0, 9.0] and clip_duration > 9.0  # only that part asked, the video's times
     if data["span"] is not None:
         start, end = data["span"]
-        assert 0.0 <= start <= end <= clip_duration + 1e-6
+        assert 2.0 <= start <= end <= 9.0 + 1e-6
     check_metrics(data["metrics"])
 
 
-def test_compare_returns_both_variants_and_their_agreement(app_server: AppServer) -> None:  # noqa: F811
+def test_compare_returns_both_variants_and_their_agreement(app_server: AppServer) -> None:
     args = {"video": data_url(CLIP, "video/mp4"), "task": "find", "query": "the ball stops"}
     data = json_of(call(app_server, "compare", args))
     assert {"task", "query", "results", "agreement"} <= set(data)
@@ -203,7 +205,7 @@ def test_compare_returns_both_variants_and_their_agreement(app_server: AppServer
     [str(CLIP), "/etc/passwd", "examples/ball_rolls.mp4", "{server}gradio_api/file=" + str(CLIP)],
     ids=["example-path", "etc-passwd", "relative-path", "file-url-outside-uploads"],
 )
-def test_a_server_path_is_refused_with_the_api_sentence(app_server: AppServer, given: str) -> None:  # noqa: F811
+def test_a_server_path_is_refused_with_the_api_sentence(app_server: AppServer, given: str) -> None:
     given = given.format(server=app_server.url)
     message = error_of(call(app_server, "caption", {"video": given}))
     name = Path(given.rsplit("=", 1)[-1]).name
@@ -212,7 +214,7 @@ def test_a_server_path_is_refused_with_the_api_sentence(app_server: AppServer, g
 
 @pytest.mark.parametrize("progress", [False, True])
 def test_a_text_file_gets_the_same_not_a_video_sentence_as_the_api(
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
     client: Client,
     tmp_path: Path,
     progress: bool,
@@ -228,7 +230,7 @@ def test_a_text_file_gets_the_same_not_a_video_sentence_as_the_api(
 
 @pytest.mark.parametrize("tool", [t.lstrip("/") for t in TOOLS if t != "/search"])  # search takes no video
 def test_a_url_of_another_host_is_refused_before_anything_is_fetched(
-    app_server: AppServer,  # noqa: F811
+    app_server: AppServer,
     client: Client,
     tool: str,
 ) -> None:
@@ -248,7 +250,7 @@ def test_a_url_of_another_host_is_refused_before_anything_is_fetched(
     assert message == NO_URLS == str(api.value)
 
 
-def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServer) -> None:  # noqa: F811
+def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServer) -> None:
     file_object = {"path": str(CLIP), "meta": {"_type": "gradio.FileData"}}
     as_object = error_of(call(app_server, "find", {"video": file_object, "query": "x"}))
     assert "not of type 'string'" in as_object
@@ -257,7 +259,7 @@ def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServe
     assert error_of(call(app_server, "caption_stream", {"video": str(CLIP)})).startswith("Unknown tool")
 
 
-def test_a_data_url_must_be_base64(app_server: AppServer) -> None:  # noqa: F811
+def test_a_data_url_must_be_base64(app_server: AppServer) -> None:
     message = error_of(call(app_server, "caption", {"video": "data:video/mp4,not-base64"}))
     assert message == DATA_URL_ONLY
 
@@ -296,7 +298,7 @@ def test_the_setting_and_the_size_limit_before_decoding(
     assert str(info.value) == "The file is 1.5 MB; at most 1 MB is allowed."
 
 
-def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer) -> None:  # noqa: F811
+def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer) -> None:
     """Gradio also serves MCP over SSE (/gradio_api/mcp/sse); the tool list and the URL rule hold there."""
     from mcp.client.sse import sse_client
 

@@ -121,4 +121,4 @@ def test_batch_manifest_ranges_are_items_of_their_own(engine: Engine, tmp_path: 
         collect(str(csv), "caption")
     row = run_item(engine, items[2], "find", "bf16")
     assert row["status"] == "ok" and row["range"] == [4.5, 12.0] and 4.5 <= row["span"][0]
-    assert cli.main(["index", str(manifest), "--library", str(tmp_path / "lib"), "--model", "tiny"]) == 2
+    # the library makes a range an entry of its own too: test_library.py's two-ranges test

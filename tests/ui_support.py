@@ -1,9 +1,8 @@
 """One real app server for the API and browser tests: ``python app.py --model tiny`` in a subprocess.
 
-Both test modules import the ``app_server`` fixture from here; the server is
-started once per pytest session (a module-level singleton) and stopped when
-the session ends. Its example cache, outputs and Gradio uploads live in a
-temporary folder, so a test run never touches ``.gradio/`` in the repository.
+``start_app`` starts one (``conftest.py``'s ``app_server`` fixture is the shared one, a server per test
+process). Its example cache, outputs and Gradio uploads live in a temporary folder, so a test run never
+touches ``.gradio/`` in the repository.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -154,21 +151,3 @@ def stop_app(server: AppServer) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(server.proc.pid, signal.SIGKILL)
         server.proc.wait(timeout=10)
-
-
-_SERVER: AppServer | None = None
-
-
-@pytest.fixture(scope="session")
-def app_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AppServer]:
-    """The shared app server (started on first use, stopped at the end of the session)."""
-    global _SERVER
-    if _SERVER is None or not _SERVER.alive():
-        _SERVER = start_app(tmp_path_factory.mktemp("marlin-app"))
-        server = _SERVER
-        request.config.add_cleanup(lambda: stop_app(server))
-    yield _SERVER
-    if not _SERVER.alive():
-        pytest.fail(f"the app server died during the tests:\n{_SERVER.log_tail()}")

@@ -52,6 +52,11 @@ class Asked(NamedTuple):
     query: str | None = None
     span: tuple[float, float] | None = None
 
+    @property
+    def what(self) -> tuple[str, str, str | None]:
+        """(path, variant, query): what an answer is kept under and the service is asked with."""
+        return self.path, self.variant, self.query
+
 
 @dataclass(kw_only=True)
 class RunTab:
@@ -171,7 +176,7 @@ def run_updates(
     if not isinstance(asked, Asked):
         yield {tab.progress: "", **asked}
         return
-    key, kept = kept_answer(ctx, tab.name, *asked[:3]) if example else (None, None)
+    key, kept = kept_answer(ctx, tab.name, *asked.what) if example else (None, None)
     if kept is not None:
         return  # the first step showed it
     view = tab.view(ctx, asked)
@@ -179,7 +184,7 @@ def run_updates(
 
     def stages() -> Generator[Updates, None, None]:
         yield view.start()
-        request = service.stream(ctx.engine, tab.name, *asked[:3], start_s=span[0], end_s=span[1])
+        request = service.stream(ctx.engine, tab.name, *asked.what, start_s=span[0], end_s=span[1])
         yield from follow(request, view, tab.every(ctx))
 
     try:
@@ -206,7 +211,7 @@ def with_range(ctx: UIContext, tab: RunTab, asked: Asked, start: Any, end: Any) 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
     asked = tab.ask(ctx, values[:-2])  # an example is the whole clip: its range is not read
-    kept = kept_answer(ctx, tab.name, *asked[:3])[1] if isinstance(asked, Asked) else None
+    kept = kept_answer(ctx, tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
     if kept is None or not isinstance(asked, Asked):
         return waiting_updates(tab.buttons, tab.progress)
     # the visitor just chose this clip: its own change event may come after this answer
