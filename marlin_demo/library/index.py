@@ -115,8 +115,9 @@ def triage(store: Store, items: list[Item], summary: Summary) -> list[Pending]:
             continue
         name = shown_name(item)
         span = range_suffix(item.start, item.end)
+        key = digest + span  # Pending.key: an entry is a file's content and a range of it
         known = store.by_digest(digest, span)
-        if digest + span in claimed or (known is not None and known["path"] == item.path):
+        if key in claimed or (known is not None and known["path"] == item.path):
             if known is not None and (known["size"], known["mtime_ns"]) != (st.st_size, st.st_mtime_ns):
                 store.touch(known["id"], st.st_size, st.st_mtime_ns)
             summary.unchanged.append(name)
@@ -128,7 +129,7 @@ def triage(store: Store, items: list[Item], summary: Summary) -> list[Pending]:
         else:
             held = store.by_path(item.path, span)
             todo.append(Pending(item, digest, st.st_size, st.st_mtime_ns, held["id"] if held else None))
-        claimed.add(digest + span)
+        claimed.add(key)
     return todo
 
 
@@ -240,10 +241,10 @@ class IndexWorker:
 
         rows = [
             json.dumps(
-                {"key": str(k), **caption_row(self.engine, str(p), self.variant, *json.loads(str(span)))},
+                {"key": str(k), **caption_row(self.engine, str(p), self.variant, *json.loads(str(rng)))},
                 ensure_ascii=False,
             )
-            for k, p, span in zip(batch["key"], batch["path"], batch["span"], strict=True)
+            for k, p, rng in zip(batch["key"], batch["path"], batch["range"], strict=True)
         ]
         return {"row": np.array(rows, dtype=object)}
 
@@ -268,7 +269,7 @@ def caption_ray(
     jobs = {job.key: job for job in todo}
     # the range as JSON text: Arrow would turn a missing end into NaN
     records = [
-        {"key": job.key, "path": job.item.path, "span": json.dumps([job.item.start, job.item.end])}
+        {"key": job.key, "path": job.item.path, "range": json.dumps([job.item.start, job.item.end])}
         for job in todo
     ]
     kwargs = {"settings": settings, "variant": variant}
