@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real test media and the rendered examples live, and the app server."""
+"""Shared fixtures: where the real test media and the rendered examples live, the tiny model's settings,
+and the app server."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from ui_support import AppServer, start_app, stop_app
+
+from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_DIR = ROOT.parent / "shared" / "media"  # ../shared/media, never copied into the repo
@@ -25,6 +28,13 @@ def media_dir() -> Path:
 def examples_dir() -> Path:
     """The committed example clips and examples.json."""
     return EXAMPLES_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_settings() -> Settings:
+    """``Settings(model="tiny")``, every other setting at its default. Settings are frozen: a test that
+    needs others says which, ``tiny_settings.with_(caption_max_new_tokens=16, ...)``."""
+    return Settings(model="tiny")
 
 
 @pytest.fixture(scope="session")

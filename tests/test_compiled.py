@@ -15,8 +15,8 @@ CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
 
 
 @pytest.mark.parametrize("variant", ["bf16", "gptq", "bnb4"])
-def test_compiled_tokens_equal_eager(variant: str) -> None:
-    settings = Settings(model="tiny", device="cpu", caption_max_new_tokens=12)
+def test_compiled_tokens_equal_eager(variant: str, tiny_settings: Settings) -> None:
+    settings = tiny_settings.with_(device="cpu", caption_max_new_tokens=12)
     eager = Engine(settings).caption(CLIP, variant)
     engine = Engine(settings.with_(compile=True))
     first = engine.caption(CLIP, variant)

@@ -76,11 +76,11 @@ def test_the_probe_asks_torch() -> None:
         assert caps.amx_tile == torch.cpu._is_amx_tile_supported()
 
 
-def test_settings_variants_and_the_fingerprint() -> None:
+def test_settings_variants_and_the_fingerprint(tiny_settings: Settings) -> None:
     """A variant keeps its name; the choice is per variant (its weights' type) and in the fingerprint."""
     from marlin_demo.models.fingerprint import stack_fingerprint
 
-    settings = Settings(model="tiny", device="cpu", compute_dtype="float32")
+    settings = tiny_settings.with_(device="cpu", compute_dtype="float32")
     assert compute_choice(settings, "gptq", "cpu").dtype == "float32"
     stack = stack_fingerprint(settings)
     assert stack["compute_dtype"] == {"bfloat16": "float32"}  # what bf16 weights compute in here

@@ -14,7 +14,11 @@ from marlin_demo.settings import Settings
 from marlin_demo.video import largest_window_tokens, plan_sampling, probe
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TINY = Settings(model="tiny", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_settings: Settings) -> Settings:
+    return tiny_settings.with_(device="cpu")
 
 
 def _plan(name: str):  # type: ignore[no-untyped-def]
@@ -22,37 +26,39 @@ def _plan(name: str):  # type: ignore[no-untyped-def]
     return info, plan_sampling(info, VideoParams())
 
 
-def test_a_short_clip_is_one_window_with_its_own_share_of_a_full_prefill() -> None:
+def test_a_short_clip_is_one_window_with_its_own_share_of_a_full_prefill(tiny: Settings) -> None:
     info, plan = _plan("ball_rolls.mp4")  # 12 s: one caption window, 24 frames
-    speed = capacity.speed_for(TINY, "cpu")
+    speed = capacity.speed_for(tiny, "cpu")
     assert speed is not None
-    est = cost.estimate("caption", plan, info.duration_s, TINY, speed)
+    est = cost.estimate("caption", plan, info.duration_s, tiny, speed)
     share = plan.video_tokens / largest_window_tokens()
     frames = 12.0 * 2 / 240  # 2 fps of the 240-frame window preparation was measured for
     assert est.windows == 1 and 0 < share < 1
     assert est.first_s == pytest.approx(speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share)
-    assert est.most_s == pytest.approx(est.first_s + TINY.caption_max_new_tokens / speed.decode_tokens_per_s)
+    assert est.most_s == pytest.approx(est.first_s + tiny.caption_max_new_tokens / speed.decode_tokens_per_s)
 
 
-def test_a_long_video_costs_each_window_and_no_window_more_than_a_full_one() -> None:
+def test_a_long_video_costs_each_window_and_no_window_more_than_a_full_one(tiny: Settings) -> None:
     _info, plan = _plan("ball_rolls.mp4")
-    speed = capacity.speed_for(TINY, "cpu")
+    speed = capacity.speed_for(tiny, "cpu")
     assert speed is not None
     long_s = 600.0  # the same picture size, ten minutes: windows as the request would run them
-    est = cost.estimate("find", plan, long_s, TINY, speed)
-    n = len(plan_for("find", long_s, TINY, limit=False))
+    est = cost.estimate("find", plan, long_s, tiny, speed)
+    n = len(plan_for("find", long_s, tiny, limit=False))
     assert est.windows == n > 1
     assert n * speed.overhead_s < est.first_s <= n * (speed.prepare_s + speed.overhead_s + speed.prefill_s)
-    assert est.most_s == pytest.approx(est.first_s + n * TINY.find_max_new_tokens / speed.decode_tokens_per_s)
+    assert est.most_s == pytest.approx(est.first_s + n * tiny.find_max_new_tokens / speed.decode_tokens_per_s)
 
 
-def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(
+    monkeypatch: pytest.MonkeyPatch, tiny: Settings
+) -> None:
     info, plan = _plan("ball_rolls.mp4")
-    line = cost.estimate_line("caption", plan, info.duration_s, TINY, ["gptq"])
+    line = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"])
     dtype = compute.choose("cpu", "bfloat16").dtype
     assert line.startswith(f"On this CPU ({dtype}), a caption of this clip takes about ")
     assert "768-token limit" in line and "the answer runs" in line
-    three = cost.estimate_line("caption", plan, info.duration_s, TINY, ["gptq", "bnb4", "bf16"])
+    three = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq", "bnb4", "bf16"])
     assert "a caption on 3 variants" in three and "every answer runs" in three
     # no speed measured in this compute type for the real model: said, not guessed
     unmeasured = Settings(model="marlin", device="cpu", compute_dtype="float16")
@@ -60,14 +66,14 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(monkeypatch
     assert "never measured" in cost.estimate_line("find", plan, info.duration_s, unmeasured)
     # on ZeroGPU the same line says the GPU time it typically uses and the most, then what it asks for
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    gpu = cost.estimate_line("caption", plan, 600.0, TINY)
-    est = cost.estimate("caption", plan, 600.0, TINY, capacity.speeds()["h200"])
+    gpu = cost.estimate_line("caption", plan, 600.0, tiny)
+    est = cost.estimate("caption", plan, 600.0, tiny, capacity.speeds()["h200"])
     read = cost.duration_words(est.first_s)
     assert gpu.startswith(
         f"On ZeroGPU, a caption of this clip uses about {read} of GPU to read it, "
         f"and up to {cost.duration_words(est.most_s)} if every answer runs to its 768-token limit. "
     )
-    assert gpu.endswith(cost.request_gpu_line("caption", 600.0, TINY)) and est.first_s < est.most_s
+    assert gpu.endswith(cost.request_gpu_line("caption", 600.0, tiny)) and est.first_s < est.most_s
 
 
 @pytest.mark.parametrize(

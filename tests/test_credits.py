@@ -46,9 +46,9 @@ def test_attribution_is_a_link_the_app_or_the_space_serves(
 
 
 def test_credit_line_for_a_copied_example_and_none_for_other_clips(
-    examples: list[dict], examples_dir: Path, tmp_path: Path
+    examples: list[dict], examples_dir: Path, tmp_path: Path, tiny_settings: Settings
 ) -> None:
-    engine, status = start_engine(Settings().with_(model="tiny"))
+    engine, status = start_engine(tiny_settings)
     ctx = UIContext(engine=engine, settings=engine.settings, status=status, output_dir=tmp_path)
     real = next(ex for ex in examples if ex["set"] == "real")
     copy = shutil.copy(examples_dir / real["video"], tmp_path / "renamed-upload.bin")
@@ -67,11 +67,11 @@ def _clip_names() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_engine() -> Any:
+def tiny_engine(tiny_settings: Settings) -> Any:
     """One tiny-checkpoint engine for every clip; answers cut to a few tokens (the prefill is the test)."""
     from marlin_demo.engine import Engine
 
-    return Engine(Settings().with_(model="tiny", caption_max_new_tokens=4, find_max_new_tokens=4))
+    return Engine(tiny_settings.with_(caption_max_new_tokens=4, find_max_new_tokens=4))
 
 
 @pytest.mark.slow

@@ -25,8 +25,8 @@ CLIP = ROOT / "examples" / "ball_rolls.mp4"
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return Engine(Settings(model="tiny"))
+def engine(tiny_settings: Settings) -> Engine:
+    return Engine(tiny_settings)
 
 
 def _stream(engine: Engine, task: str, video: Path, variant: str) -> Iterator[str | Result]:

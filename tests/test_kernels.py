@@ -9,6 +9,7 @@ import pytest
 from script_loader import run_fresh
 
 from marlin_demo.models.kernels import GPTQ_CUDA_ORDER, gptq_kernel_plan
+from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,12 +131,11 @@ def test_without_cuda_fla_is_not_imported() -> None:
 
 
 @pytest.mark.slow
-def test_cpu_variants_report_the_torch_path_with_fla_installed() -> None:
+def test_cpu_variants_report_the_torch_path_with_fla_installed(tiny_settings: Settings) -> None:
     pytest.importorskip("fla")
     from marlin_demo.engine import Engine
-    from marlin_demo.settings import Settings
 
-    engine = Engine(Settings(model="tiny", device="cpu", find_max_new_tokens=4), prefix_cache_size=0)
+    engine = Engine(tiny_settings.with_(device="cpu", find_max_new_tokens=4), prefix_cache_size=0)
     for variant in ("bf16", "gptq"):
         res = engine.find(ROOT / "examples" / "ball_rolls.mp4", "the ball", variant)
         assert "gated-deltanet:torch" in res.info.attention

@@ -70,8 +70,10 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(["marlin_demo", *args], code, out.getvalue(), err.getvalue())
 
 
-def tiny_settings() -> Settings:
-    return Settings(model="tiny", **TOKENS, **WINDOWS)  # type: ignore[arg-type]
+@pytest.fixture(scope="module")
+def library_settings(tiny_settings: Settings) -> Settings:
+    """The tiny model with the short answers and small windows of ``FAST`` (the CLI runs' flags)."""
+    return tiny_settings.with_(**TOKENS, **WINDOWS)
 
 
 def _encode(out: Path, seconds: int, pattern: str, fps: int, codec: list[str]) -> Path:
@@ -115,10 +117,10 @@ def library(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 
 
 @pytest.fixture(scope="module")
-def engine() -> Any:
+def engine(library_settings: Settings) -> Any:
     from marlin_demo.engine import Engine
 
-    return Engine(tiny_settings())
+    return Engine(library_settings)
 
 
 # ---------------------------------------------------------------------------- ranking on known captions
@@ -207,14 +209,16 @@ def test_setup_mismatch_is_refused(known: Store) -> None:
 
 
 @pytest.mark.slow
-def test_index_end_to_end(folder: Path, library: tuple[Path, dict[str, Any]]) -> None:
+def test_index_end_to_end(
+    folder: Path, library: tuple[Path, dict[str, Any]], library_settings: Settings
+) -> None:
     lib, summary = library
     videos = [p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "notes.mp4"]
     assert summary["videos"] == summary["added"] == len(videos) and summary["failed"] == 1
     (bad,) = summary["failures"]
     assert bad["video"] == "notes.mp4" and bad["reason"] == "not_a_video" and bad["error"].endswith(".")
     store = Store(lib, create=False)
-    s = tiny_settings()
+    s = library_settings
     entries = store.videos()
     assert sorted(v["name"] for v in entries) == sorted(p.relative_to(folder).as_posix() for p in videos)
     total = 0
@@ -258,7 +262,10 @@ def test_search_cli_json_shape(library: tuple[Path, dict[str, Any]]) -> None:
 
 @pytest.mark.slow
 def test_search_decodes_only_the_find_windows_of_the_chosen_window(
-    library: tuple[Path, dict[str, Any]], engine: Any, monkeypatch: pytest.MonkeyPatch
+    library: tuple[Path, dict[str, Any]],
+    engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    library_settings: Settings,
 ) -> None:
     lib, _ = library
     store = Store(lib, create=False)
@@ -272,7 +279,7 @@ def test_search_decodes_only_the_find_windows_of_the_chosen_window(
         return real(path, plans)
 
     monkeypatch.setattr(engine, "window_frames", spy)
-    s = tiny_settings().with_(search_candidates=1)
+    s = library_settings.with_(search_candidates=1)
     asked: list[tuple[int, int]] = []
     answer = search(
         store, query, s, lambda: engine, VARIANT, top_k=5, progress=lambda k, n: asked.append((k, n))
@@ -288,22 +295,22 @@ def test_search_decodes_only_the_find_windows_of_the_chosen_window(
 @pytest.mark.slow
 @pytest.mark.parametrize("query", ['"', "NEAR(", "*", "--", ";", "OR"])
 def test_hostile_queries_search_end_to_end(
-    library: tuple[Path, dict[str, Any]], engine: Any, query: str
+    library: tuple[Path, dict[str, Any]], engine: Any, query: str, library_settings: Settings
 ) -> None:
     store = Store(library[0], create=False)
-    answer = search(store, query, tiny_settings().with_(search_candidates=2), lambda: engine, VARIANT)
+    answer = search(store, query, library_settings.with_(search_candidates=2), lambda: engine, VARIANT)
     d = answer.to_dict()
     assert d["library"]["videos"] == store.counts()[0] and isinstance(d["moments"], list)
     assert d["searched_windows"] <= 2
 
 
-def test_empty_library_answers_an_empty_list(tmp_path: Path) -> None:
+def test_empty_library_answers_an_empty_list(tmp_path: Path, library_settings: Settings) -> None:
     store = Store(tmp_path / "empty")
 
     def no_engine() -> Any:
         raise AssertionError("an empty library must not load a model")
 
-    d = search(store, "a dog jumps", tiny_settings(), no_engine, VARIANT).to_dict()
+    d = search(store, "a dog jumps", library_settings, no_engine, VARIANT).to_dict()
     assert d == {
         "query": "a dog jumps",
         "library": {"videos": 0, "windows": 0},
@@ -311,9 +318,9 @@ def test_empty_library_answers_an_empty_list(tmp_path: Path) -> None:
         "moments": [],
     }
     with pytest.raises(ValueError, match="empty"):
-        search(store, "   ", tiny_settings(), no_engine, VARIANT)
+        search(store, "   ", library_settings, no_engine, VARIANT)
     with pytest.raises(ValueError, match=r"too long|at most"):
-        search(store, "x" * 501, tiny_settings(), no_engine, VARIANT)
+        search(store, "x" * 501, library_settings, no_engine, VARIANT)
 
 
 def test_search_cli_bad_input_exits_2(tmp_path: Path) -> None:

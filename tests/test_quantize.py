@@ -21,6 +21,7 @@ from safetensors import safe_open
 from marlin_demo import contract, quantize
 from marlin_demo.cli import main
 from marlin_demo.models import rtn
+from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "ball_rolls.mp4"
@@ -168,12 +169,11 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_bf16: Path) -> dict[str
 
 
 @pytest.fixture(scope="module")
-def engine(built: dict[str, Path]):
+def engine(built: dict[str, Path], tiny_settings: Settings):
     from marlin_demo.engine import Engine
-    from marlin_demo.settings import Settings
 
     extra = ",".join(f"{NAMES[r]}={p}" for r, p in built.items())
-    return Engine(Settings(model="tiny", variants="bf16", extra_variants=extra))
+    return Engine(tiny_settings.with_(variants="bf16", extra_variants=extra))
 
 
 def _saved(folder: Path) -> dict[str, torch.dtype]:

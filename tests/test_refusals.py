@@ -30,9 +30,9 @@ SHORT = ROOT / "examples" / "flower.mp4"  # 5 s: one window
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    settings = Settings(model="tiny", device="cpu", caption_window_s=4.0, caption_max_new_tokens=16,
-                        find_window_s=4.0, find_overlap_s=1.0, find_max_new_tokens=12)  # fmt: skip
+def engine(tiny_settings: Settings) -> Engine:
+    settings = tiny_settings.with_(device="cpu", caption_window_s=4.0, caption_max_new_tokens=16,
+                                   find_window_s=4.0, find_overlap_s=1.0, find_max_new_tokens=12)  # fmt: skip
     eng = Engine(settings)
     for v in ("bf16", "gptq"):
         eng.load(v)  # on a Space the variants are loaded at start-up, before any call

@@ -48,17 +48,24 @@ class ForkingGPU:
         return decorate
 
 
-def _engine(**changes: Any) -> Engine:
-    settings = Settings(model="tiny", device="cpu", caption_window_s=4.0, caption_max_new_tokens=24)
-    engine = Engine(settings.with_(**changes))
-    engine.load(VARIANT)  # on a Space the variants are loaded at start-up, before any call
-    return engine
+@pytest.fixture(scope="module")
+def new_engine(tiny_settings: Settings) -> Callable[[], Engine]:
+    """Makes a fresh engine, its variant loaded (on a Space the variants are loaded at start-up, before any
+    call): 4 s caption windows, so the 12 s clip is three."""
+    settings = tiny_settings.with_(device="cpu", caption_window_s=4.0, caption_max_new_tokens=24)
+
+    def make() -> Engine:
+        engine = Engine(settings)
+        engine.load(VARIANT)
+        return engine
+
+    return make
 
 
 @pytest.fixture(scope="module")
-def solo() -> dict[str, CaptionResult]:
+def solo(new_engine: Callable[[], Engine]) -> dict[str, CaptionResult]:
     """Each clip's caption alone, off ZeroGPU: what every other run must equal."""
-    engine = _engine()
+    engine = new_engine()
     out = {}
     for clip in (LONG, SHORT):
         res = service.run(engine, "caption", clip, VARIANT)
@@ -86,8 +93,10 @@ def _same(a: CaptionResult, b: CaptionResult) -> None:
     assert a.raw == b.raw and a.events == b.events and a.scene == b.scene and a.windows == b.windows
 
 
-def test_zero_gpu_one_call_per_window_streaming_between(zero_gpu: ForkingGPU, solo: dict[str, Any]) -> None:
-    engine = _engine()
+def test_zero_gpu_one_call_per_window_streaming_between(
+    zero_gpu: ForkingGPU, solo: dict[str, Any], new_engine: Callable[[], Engine]
+) -> None:
+    engine = new_engine()
     t0 = time.perf_counter()
     stages = list(service.stream(engine, "caption", str(LONG), VARIANT))
     wall = time.perf_counter() - t0
@@ -107,8 +116,10 @@ def test_zero_gpu_one_call_per_window_streaming_between(zero_gpu: ForkingGPU, so
     assert solo[LONG.name].to_dict()["runtime"]["gpu_calls"]["calls"] == 0  # off ZeroGPU: none
 
 
-def test_zero_gpu_short_clip_is_one_call(zero_gpu: ForkingGPU, solo: dict[str, Any]) -> None:
-    engine = _engine()
+def test_zero_gpu_short_clip_is_one_call(
+    zero_gpu: ForkingGPU, solo: dict[str, Any], new_engine: Callable[[], Engine]
+) -> None:
+    engine = new_engine()
     res = service.run(engine, "caption", str(SHORT), VARIANT)
     assert zero_gpu.calls == [space.call_seconds("caption", engine.settings)]
     assert isinstance(res, CaptionResult)
@@ -116,8 +127,10 @@ def test_zero_gpu_short_clip_is_one_call(zero_gpu: ForkingGPU, solo: dict[str, A
     assert res.info.cached_video is False  # decoded for this request, before the call
 
 
-def test_stop_between_windows_starts_no_further_call(zero_gpu: ForkingGPU) -> None:
-    engine = _engine()
+def test_stop_between_windows_starts_no_further_call(
+    zero_gpu: ForkingGPU, new_engine: Callable[[], Engine]
+) -> None:
+    engine = new_engine()
     stream = service.stream(engine, "caption", str(LONG), VARIANT)
     for stage in stream:
         if isinstance(stage, WindowDone):  # window 1 answered, its call over: Stop now
@@ -128,9 +141,11 @@ def test_stop_between_windows_starts_no_further_call(zero_gpu: ForkingGPU) -> No
     assert len(zero_gpu.calls) <= 2  # at most the call already asked for when Stop came
 
 
-def test_short_request_runs_between_a_long_ones_windows(solo: dict[str, Any]) -> None:
+def test_short_request_runs_between_a_long_ones_windows(
+    solo: dict[str, Any], new_engine: Callable[[], Engine]
+) -> None:
     """The short clip, sent once the long one's first window is being written, finishes first."""
-    engine = _engine()
+    engine = new_engine()
     finished: list[str] = []
     results: dict[str, Any] = {}
     first_window = threading.Event()
@@ -156,9 +171,9 @@ def test_short_request_runs_between_a_long_ones_windows(solo: dict[str, Any]) ->
     assert results["short"].metrics.latency_s >= results["short"].metrics.queue_s
 
 
-def test_scheduler_turns_are_first_come_first_served() -> None:
+def test_scheduler_turns_are_first_come_first_served(tiny_settings: Settings) -> None:
     """Pure scheduler: a request asking again after its turn queues behind one that asked meanwhile."""
-    engine = Engine(Settings(model="tiny", queue_size=2))
+    engine = Engine(tiny_settings.with_(queue_size=2))
     sched = Scheduler(engine, max_requests=2)
     order: list[str] = []
     with sched.request(3) as long, sched.request(1) as short:
@@ -182,9 +197,9 @@ def _turn(sched: Scheduler, ticket: Any, order: list[str], name: str) -> None:
         order.append(name)
 
 
-def test_a_request_that_fails_at_once_is_given_back() -> None:
+def test_a_request_that_fails_at_once_is_given_back(tiny_settings: Settings) -> None:
     """A request failing as it is admitted (here the engine's prefix sizing) never stays held."""
-    engine = Engine(Settings(model="tiny"))
+    engine = Engine(tiny_settings)
     sched = Scheduler(engine, max_requests=1)
 
     def broken(clips: int) -> None:
@@ -197,8 +212,8 @@ def test_a_request_that_fails_at_once_is_given_back() -> None:
     assert sched.held() == 0
 
 
-def test_a_stopped_request_leaves_the_queue() -> None:
-    engine = Engine(Settings(model="tiny"))
+def test_a_stopped_request_leaves_the_queue(tiny_settings: Settings) -> None:
+    engine = Engine(tiny_settings)
     sched = Scheduler(engine, max_requests=4)
     stop = threading.Event()
     with sched.request(1) as first, sched.request(1, stop) as second, sched.turn(first):

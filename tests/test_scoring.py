@@ -8,20 +8,20 @@ import pytest
 
 from marlin_demo import contract
 from marlin_demo.engine.scoring import generated_logprobs, span_score, token_texts
+from marlin_demo.settings import Settings
 
 pytestmark = pytest.mark.slow
 CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
 
 
-def test_logprobs_match_forward_and_score_in_unit_interval() -> None:
+def test_logprobs_match_forward_and_score_in_unit_interval(tiny_settings: Settings) -> None:
     import torch
 
     from marlin_demo.engine.prompt import encode, render_prompt
     from marlin_demo.models import load_variant
-    from marlin_demo.settings import Settings
     from marlin_demo.video import plan_sampling, probe, sample
 
-    loaded = load_variant(Settings(model="tiny"), "bf16")
+    loaded = load_variant(tiny_settings, "bf16")
     info = probe(CLIP)
     prepared = sample(CLIP, plan_sampling(info), info=info)
     text = render_prompt(loaded.processor, contract.find_prompt("the ball stops"), str(CLIP))

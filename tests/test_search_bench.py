@@ -69,14 +69,20 @@ def test_bad_data_exits_2_with_one_sentence(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_mechanics_on_a_small_long_set(tmp_path: Path) -> None:
+def test_mechanics_on_a_small_long_set(tmp_path: Path, tiny_settings: Settings) -> None:
     from marlin_demo.bench.longset import build_long_set
     from marlin_demo.engine import Engine
 
     data = build_long_set(tmp_path / "set", durations=(10, 9), queries_per_example=1)
     # one example per clip (12 s, 10 s); 6 s caption windows, one 6 s find window in each: 4, N = 1
-    s = Settings(model="tiny", caption_window_s=6.0, find_window_s=6.0, find_overlap_s=0.0,  # type: ignore[arg-type]
-                 caption_max_new_tokens=16, find_max_new_tokens=12, search_candidates=1)  # fmt: skip
+    s = tiny_settings.with_(
+        caption_window_s=6.0,
+        find_window_s=6.0,
+        find_overlap_s=0.0,
+        caption_max_new_tokens=16,
+        find_max_new_tokens=12,
+        search_candidates=1,
+    )
     engine = Engine(s)
     r = search_quality.run(data, tmp_path / "lib", engine, "bf16")
     lib = r["library"]

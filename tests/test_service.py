@@ -16,9 +16,9 @@ CLIP = EXAMPLES / "ball_rolls.mp4"
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return Engine(Settings(model="tiny", caption_max_new_tokens=24, find_max_new_tokens=12,
-                           extra_variants="broken=/nonexistent/marlin-variant"))  # fmt: skip
+def engine(tiny_settings: Settings) -> Engine:
+    return Engine(tiny_settings.with_(caption_max_new_tokens=24, find_max_new_tokens=12,
+                                      extra_variants="broken=/nonexistent/marlin-variant"))  # fmt: skip
 
 
 def test_stream_yields_the_stages_in_order(engine: Engine) -> None:

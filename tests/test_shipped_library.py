@@ -26,8 +26,13 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = ("flower.mp4", "blue_square.mp4")  # 5 s and 10 s: one caption window each
-SETTINGS = Settings(model="tiny", device="cpu", caption_max_new_tokens=16)
 VARIANT = "bf16"
+
+
+@pytest.fixture(scope="module")
+def settings(tiny_settings: Settings) -> Settings:
+    """What ``built``'s index command was given (its flags, as settings)."""
+    return tiny_settings.with_(device="cpu", caption_max_new_tokens=16)
 
 
 @pytest.fixture(scope="module")
@@ -57,39 +62,43 @@ def never(todo: list[idx.Pending]) -> Iterator[tuple[idx.Pending, dict[str, Any]
     return iter(())
 
 
-def test_a_matching_shipped_library_is_found_and_loaded_without_captioning(built: dict[str, Path]) -> None:
+def test_a_matching_shipped_library_is_found_and_loaded_without_captioning(
+    built: dict[str, Path], settings: Settings
+) -> None:
     folder = shipped.shipped_folder(built["examples"])
-    assert shipped.check(ROOT / "examples", SETTINGS, VARIANT).found is False  # none committed here
+    assert shipped.check(ROOT / "examples", settings, VARIANT).found is False  # none committed here
     dest = built["root"] / "app-library"
-    found = shipped.install(folder, dest, SETTINGS, VARIANT)
+    found = shipped.install(folder, dest, settings, VARIANT)
     assert found.found and found.matches and found.loaded and found.reported == []
     assert found.sentence() == "The prebuilt library of the examples is used."
     store = Store(dest)
     try:
-        store.check_setup(idx.setup_fingerprint(SETTINGS, VARIANT))  # the app's own check passes
+        store.check_setup(idx.setup_fingerprint(settings, VARIANT))  # the app's own check passes
         summary = idx.index(store, items(built["examples"]), never, prune_gone=True)
         assert sorted(summary.moved) == sorted(CLIPS) and not summary.added and not summary.failures
         assert {v["path"] for v in store.videos()} == {it.path for it in items(built["examples"])}
         assert store.counts() == (2, 2) and (dest / "thumbs").is_dir()
         # stage 1 over the shipped captions, no model: a search's own cost (two windows: each is searched)
-        assert search_windows(store, "a blue square moves", SETTINGS) == 2
+        assert search_windows(store, "a blue square moves", settings) == 2
     finally:
         store.close()
-    assert shipped.install(folder, dest, SETTINGS, VARIANT).loaded  # already there: not copied again
+    assert shipped.install(folder, dest, settings, VARIANT).loaded  # already there: not copied again
 
 
-def test_a_shipped_library_that_changes_captions_is_refused(built: dict[str, Path], tmp_path: Path) -> None:
+def test_a_shipped_library_that_changes_captions_is_refused(
+    built: dict[str, Path], tmp_path: Path, settings: Settings
+) -> None:
     folder = shipped.shipped_folder(built["examples"])
-    longer = shipped.install(folder, tmp_path / "a", SETTINGS.with_(caption_max_new_tokens=32), VARIANT)
+    longer = shipped.install(folder, tmp_path / "a", settings.with_(caption_max_new_tokens=32), VARIANT)
     assert longer.found and not longer.matches and not longer.loaded
     assert longer.refused == ["caption_max_new_tokens: 16 -> 32"]
     assert "settings that change captions (caption_max_new_tokens: 16 -> 32)" in longer.sentence()
-    other = shipped.install(folder, tmp_path / "b", SETTINGS, "gptq")
+    other = shipped.install(folder, tmp_path / "b", settings, "gptq")
     assert other.refused == ["variant: 'bf16' -> 'gptq'"] and not (tmp_path / "b" / DB_FILE).exists()
 
 
 def test_a_library_built_on_a_gpu_is_loaded_with_its_differences_reported(
-    built: dict[str, Path], tmp_path: Path
+    built: dict[str, Path], tmp_path: Path, settings: Settings
 ) -> None:
     gpu_built = tmp_path / "gpu-built"
     shutil.copytree(shipped.shipped_folder(built["examples"]), gpu_built)
@@ -99,7 +108,7 @@ def test_a_library_built_on_a_gpu_is_loaded_with_its_differences_reported(
         setup["device"] = "cuda"
         setup["stack"].update(device="cuda", gated_deltanet="fla", gptq_kernels=["gptq_triton"])
         db.execute("UPDATE meta SET value = ? WHERE key = 'setup'", (json.dumps(setup),))
-    found = shipped.install(gpu_built, tmp_path / "app", SETTINGS, VARIANT)
+    found = shipped.install(gpu_built, tmp_path / "app", settings, VARIANT)
     assert found.loaded and not found.refused
     assert (
         "device: 'cuda' -> 'cpu'" in found.reported
@@ -108,15 +117,17 @@ def test_a_library_built_on_a_gpu_is_loaded_with_its_differences_reported(
     assert "built on another set-up" in found.sentence()
 
 
-def test_costs_said_before_indexing_and_before_a_search(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_costs_said_before_indexing_and_before_a_search(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
     monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
     durations = [5.0, 70.1, 46.9]  # windows of 60 s: 1 + 2 + 1
-    line = cost.index_cost_line(durations, SETTINGS)
-    each = cost.gpu_cost("caption", 1, SETTINGS).charged_s
+    line = cost.index_cost_line(durations, settings)
+    each = cost.gpu_cost("caption", 1, settings).charged_s
     assert "indexes the 3 example clips first" in line and f"up to {4 * each} s of GPU (4 calls" in line
     assert line.endswith("more than the whole day of a visitor who is not signed in.") == (4 * each > 120)
-    find_each = cost.gpu_cost("find", 1, SETTINGS).charged_s
-    assert cost.search_cost_line(3, SETTINGS).startswith(
+    find_each = cost.gpu_cost("find", 1, settings).charged_s
+    assert cost.search_cost_line(3, settings).startswith(
         f"This search, find in 3 windows, asks ZeroGPU for up to {3 * find_each} s"
     )

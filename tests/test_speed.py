@@ -10,7 +10,6 @@ No timing is asserted here (benchmarks/ measures speed). What is asserted:
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +253,7 @@ def test_sample_auto_means_the_per_clip_choice(gop_clips: dict[str, Path], media
 
 
 def test_video_cache_bounds_and_no_second_decode(
-    gop_clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    gop_clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_settings: Settings
 ) -> None:
     calls = {"sample": 0, "digest": 0}
     real_sample, real_digest = video_store.sample, video_store.file_digest
@@ -269,7 +268,7 @@ def test_video_cache_bounds_and_no_second_decode(
 
     monkeypatch.setattr(video_store, "sample", counting_sample)
     monkeypatch.setattr(video_store, "file_digest", counting_digest)
-    eng = Engine(Settings(model="tiny"), video_cache_size=2)
+    eng = Engine(tiny_settings, video_cache_size=2)
     first = eng.prepare(gop_clips["bframes"])
     assert eng.prepare(gop_clips["bframes"]) is first
     assert calls == {"sample": 1, "digest": 1}  # the repeat neither decodes nor re-reads the file
@@ -284,27 +283,24 @@ def test_video_cache_bounds_and_no_second_decode(
     assert eng.prepare(gop_clips["big"]).backend == "fast"  # auto: a large source takes the fast path
 
 
-def _with_backend(value: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    if "video_backend" in {f.name for f in dataclasses.fields(Settings)}:
-        return Settings(model="tiny", video_backend=value)  # type: ignore[call-arg]
-    monkeypatch.setenv("MARLIN_VIDEO_BACKEND", value)
-    return Settings(model="tiny")
-
-
-def test_engine_backend_setting(monkeypatch: pytest.MonkeyPatch, gop_clips: dict[str, Path]) -> None:
-    assert Engine(_with_backend("reference", monkeypatch)).prepare(gop_clips["big"]).backend == "torchcodec"
-    assert Engine(_with_backend("fast", monkeypatch)).prepare(example("ball_rolls.mp4")).backend == "fast"
+def test_engine_backend_setting(gop_clips: dict[str, Path], tiny_settings: Settings) -> None:
+    reference, fast = (
+        tiny_settings.with_(video_backend="reference"),
+        tiny_settings.with_(video_backend="fast"),
+    )
+    assert Engine(reference).prepare(gop_clips["big"]).backend == "torchcodec"
+    assert Engine(fast).prepare(example("ball_rolls.mp4")).backend == "fast"
     with pytest.raises(ValueError, match="MARLIN_VIDEO_BACKEND"):
-        Engine(_with_backend("turbo", monkeypatch))
+        Engine(tiny_settings.with_(video_backend="turbo"))
 
 
-def test_prefix_cache_size_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Engine(Settings(model="tiny")).prefixes.size == 2
-    assert Engine(Settings(model="tiny"), video_cache_size=0).prefixes.size == 0  # the bench: all cold
+def test_prefix_cache_size_setting(monkeypatch: pytest.MonkeyPatch, tiny_settings: Settings) -> None:
+    assert Engine(tiny_settings).prefixes.size == 2
+    assert Engine(tiny_settings, video_cache_size=0).prefixes.size == 0  # the bench: all cold
     monkeypatch.setenv("MARLIN_PREFIX_CACHE", "0")  # the environment reaches the engine through Settings
     assert Engine(from_env().with_(model="tiny")).prefixes.size == 0
-    assert Engine(Settings(model="tiny", prefix_cache_size=0)).prefixes.size == 0
-    assert Engine(Settings(model="tiny"), prefix_cache_size=3).prefixes.size == 3
+    assert Engine(tiny_settings.with_(prefix_cache_size=0)).prefixes.size == 0
+    assert Engine(tiny_settings, prefix_cache_size=3).prefixes.size == 3
 
 
 # ---------------------------------------------------------------------------
@@ -336,12 +332,12 @@ def _state(entry: object) -> list[torch.Tensor]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["gptq", "bf16"])
-def test_warm_answers_equal_cold_ones(variant: str) -> None:
+def test_warm_answers_equal_cold_ones(variant: str, tiny_settings: Settings) -> None:
     """Each warm request reuses the state a *different* prompt's cold request left; it must answer
     exactly as a cold request (prefix recomputed) and as the one-pass generate (reuse off)."""
     clip = example("ball_rolls.mp4")
     prompts = [contract.find_prompt(q) for q in QUERIES] + [contract.CAPTION_PROMPT]
-    eng = Engine(Settings(model="tiny"))
+    eng = Engine(tiny_settings)
     _, info = _tokens(eng, clip, variant, prompts[0])
     assert not info.reused_prefix and not info.cached_video and info.prefill_s > 0
     for prompt in prompts[1:]:
@@ -361,9 +357,11 @@ def test_warm_answers_equal_cold_ones(variant: str) -> None:
 
 
 @pytest.mark.slow
-def test_prefix_state_is_not_mutated_and_skips_the_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prefix_state_is_not_mutated_and_skips_the_processor(
+    monkeypatch: pytest.MonkeyPatch, tiny_settings: Settings
+) -> None:
     clip = example("lamp_on_off.mp4")
-    eng = Engine(Settings(model="tiny"))
+    eng = Engine(tiny_settings)
     _tokens(eng, clip, "bf16", contract.find_prompt(QUERIES[0]))
     (entry,) = list(eng.prefixes._entries.values())
     assert entry.tail_ok  # the processor's ids were the prefix ids + the tokenizer's ids of the tail
@@ -387,8 +385,8 @@ def test_prefix_state_is_not_mutated_and_skips_the_processor(monkeypatch: pytest
 
 
 @pytest.mark.slow
-def test_prefix_cache_bounds(gop_clips: dict[str, Path]) -> None:
-    eng = Engine(Settings(model="tiny"), prefix_cache_size=2)
+def test_prefix_cache_bounds(gop_clips: dict[str, Path], tiny_settings: Settings) -> None:
+    eng = Engine(tiny_settings, prefix_cache_size=2)
     clips = [example("ball_rolls.mp4"), example("blue_square.mp4"), example("lamp_on_off.mp4")]
     for clip in clips:
         eng.find(clip, "something moves", "bf16")

@@ -29,7 +29,7 @@ def test_offline_hub_without_cache_falls_back_to_tiny(monkeypatch: pytest.Monkey
     assert engine.settings.is_tiny
 
 
-def test_tiny_requested_is_not_a_fallback() -> None:
-    engine, status = startup.start_engine(Settings().with_(model="tiny"))
+def test_tiny_requested_is_not_a_fallback(tiny_settings: Settings) -> None:
+    engine, status = startup.start_engine(tiny_settings)
     assert not status.fell_back and status.fallback_reason is None
     assert engine.settings.is_tiny

@@ -26,9 +26,9 @@ LONG = ROOT / "examples" / "people_table.mp4"  # 70 s: over this engine's 20 s d
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    settings = Settings(model="tiny", device="cpu", caption_window_s=4.0, caption_max_new_tokens=16,
-                        find_max_new_tokens=12, max_duration_s=20.0)  # fmt: skip
+def engine(tiny_settings: Settings) -> Engine:
+    settings = tiny_settings.with_(device="cpu", caption_window_s=4.0, caption_max_new_tokens=16,
+                                   find_max_new_tokens=12, max_duration_s=20.0)  # fmt: skip
     return Engine(settings)
 
 

@@ -58,21 +58,19 @@ def _short(dtype: str) -> str:
     return compute.Choice(dtype, "").short
 
 
-def test_the_kind_loads_with_its_own_dtype(fp16: VariantKind) -> None:
+def test_the_kind_loads_with_its_own_dtype(fp16: VariantKind, tiny_settings: Settings) -> None:
     """Its weights' type where this CPU computes it natively (else float32, like every kind); forced with
     MARLIN_COMPUTE_DTYPE, its own type everywhere."""
     import torch
 
-    engine = Engine(Settings(model="tiny", variants="bf16,fp16", device="cpu"))
+    engine = Engine(tiny_settings.with_(variants="bf16,fp16", device="cpu"))
     loaded = engine.load("fp16")
     want = compute.choose("cpu", "float16").dtype
     assert loaded.kernel == _short(want) and loaded.compute_dtype == want
     assert {p.dtype for p in loaded.model.parameters()} == {getattr(torch, want)}
     bf16 = compute.choose("cpu", "bfloat16").dtype
     assert next(engine.load("bf16").model.parameters()).dtype == getattr(torch, bf16)
-    forced = Engine(Settings(model="tiny", variants="fp16", device="cpu", compute_dtype="float16")).load(
-        "fp16"
-    )
+    forced = Engine(tiny_settings.with_(variants="fp16", device="cpu", compute_dtype="float16")).load("fp16")
     assert forced.kernel == "fp16" and {p.dtype for p in forced.model.parameters()} == {torch.float16}
 
 
@@ -106,13 +104,11 @@ def test_bench_measures_the_new_kind(fp16: VariantKind, tmp_path: Path) -> None:
     assert "fp16" in (out / "summary.md").read_text(encoding="utf-8")
 
 
-def test_page_offers_the_new_kind(fp16: VariantKind, tmp_path: Path) -> None:
+def test_page_offers_the_new_kind(fp16: VariantKind, tmp_path: Path, tiny_settings: Settings) -> None:
     from marlin_demo.ui.blocks import build_demo
     from marlin_demo.ui.compare_view import variant_colors
 
-    settings = Settings(
-        model="tiny", variants="gptq,fp16", output_dir=str(tmp_path), examples_dir=str(tmp_path)
-    )
+    settings = tiny_settings.with_(variants="gptq,fp16", output_dir=str(tmp_path), examples_dir=str(tmp_path))
     demo, _ = build_demo(Engine(settings), settings)
     radios = [b for b in demo.blocks.values() if isinstance(b, gr.Radio) and b.label == "Variant"]
     assert radios, "no Variant choice on the page"

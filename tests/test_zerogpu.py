@@ -41,12 +41,12 @@ def test_compile_and_compiler_kernels_refused_at_start_up_on_zero_gpu(tmp_path: 
     assert _entries(log)[0] == {"imported": True, "torch_already_imported": False}  # spaces came first
 
 
-def test_the_same_settings_are_not_refused_off_zero_gpu() -> None:
-    settings = Settings(model="tiny", device="cpu", compile=True, gptq_backend="gptq_marlin")
+def test_the_same_settings_are_not_refused_off_zero_gpu(tiny_settings: Settings) -> None:
+    settings = tiny_settings.with_(device="cpu", compile=True, gptq_backend="gptq_marlin")
     startup.check_limits(settings, zero_gpu=False)  # no exception: a GPU machine with nvcc may do both
     with pytest.raises(ValueError, match="not supported on ZeroGPU"):
         startup.check_limits(settings, zero_gpu=True)
-    assert startup.zero_gpu_refusals(Settings(model="tiny")) == []  # the defaults run on ZeroGPU
+    assert startup.zero_gpu_refusals(tiny_settings) == []  # the defaults run on ZeroGPU
 
 
 # ------------------------------------------------------------------------------ GPTQ's kernel choice
