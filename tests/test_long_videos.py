@@ -1,9 +1,16 @@
-"""Long videos end to end on the tiny checkpoint: windows, global times, moments, reuse, the CLI.
+"""Long videos: the synthetic long clip, the benchmark on long videos, and end to end on the tiny checkpoint.
 
-One generated ~140 s clip (3 caption windows, 6 find windows) is built once per session. The
-engine samples it with a small budget (0.5 fps, small frames) so the suite stays fast; the
-windowing is the same at any budget. The caption and the two finds on it run once per module
-(fixtures) and every test reads them; the CLI runs on a 12 s clip cut into 6 s windows.
+- **The synthetic long clip** (``bench.longset``): the examples concatenated, its truth shifted.
+- **The benchmark on long videos**: the long set's truth, several true spans per query, per-window cost.
+  Aggregation is pure (records in, figures out), so it is checked on fixed records; the set builder runs
+  ffmpeg on the project's rendered examples with short clips (a few seconds of encoding).
+- **End to end** (windows, global times, moments, reuse, the CLI): one generated ~140 s clip (3 caption
+  windows, 6 find windows) is built once per session, and the clip builder's own test reads it too. The
+  engine samples it with a small budget (0.5 fps, small frames) so the suite stays fast; the windowing is
+  the same at any budget. The caption and the two finds on it run once per module (fixtures) and every
+  test reads them; the CLI runs on a 12 s clip cut into 6 s windows.
+
+The pure window rules and the windows' decoding are ``tests/test_windows.py``'s.
 """
 
 from __future__ import annotations
@@ -11,12 +18,15 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from marlin_demo import cli, contract, service
-from marlin_demo.bench import longrecords as longbench
+from marlin_demo import bench, cli, contract, service
+from marlin_demo.bench import longrecords, longset
+from marlin_demo.bench.longrecords import record_moments, window_cost
 from marlin_demo.bench.longset import build_long_clip
+from marlin_demo.datasets import Example, Query, load_dataset
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, WindowDone
@@ -27,15 +37,24 @@ from marlin_demo.video import probe
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ROOT / "examples" / "blue_square.mp4"
 VARIANT = "bf16"
+LONG_S = 140.0
 
-pytestmark = pytest.mark.slow  # runs the tiny model
+slow = pytest.mark.slow  # runs the tiny model
+needs_examples = pytest.mark.skipif(
+    not (longset.EXAMPLES_DIR / "examples.json").is_file(), reason="examples/examples.json is not rendered"
+)
 
 
 @pytest.fixture(scope="session")
-def long_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def long_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The ~140 s clip and the truth ``build_long_clip`` returned for it (one encode per session)."""
     path = tmp_path_factory.mktemp("long") / "long140.mp4"
-    build_long_clip(path, target_s=140.0)
-    return path
+    return path, build_long_clip(path, target_s=LONG_S)
+
+
+@pytest.fixture(scope="session")
+def long_clip(long_build: tuple[Path, dict[str, Any]]) -> Path:
+    return long_build[0]
 
 
 @pytest.fixture(scope="session")
@@ -45,15 +64,137 @@ def small_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     return path, build_long_clip(path, target_s=12.0)["duration"]
 
 
-def _engine() -> Engine:
-    eng = Engine(Settings(model="tiny", caption_max_new_tokens=24, find_max_new_tokens=12))
+# ------------------------------------------------------------------ the synthetic long clip
+def test_truth_offsets() -> None:
+    examples = longset.rendered(json.loads((longset.EXAMPLES_DIR / "examples.json").read_text()))
+    assert examples
+    truth = longset.long_clip_truth(examples, 100.0)
+    assert truth["duration"] >= 100.0
+    ends = [s["end"] for s in truth["segments"]]
+    assert [s["start"] for s in truth["segments"]] == [0.0, *ends[:-1]]
+    first = next(q for q in truth["queries"] if q["query"] == examples[0]["queries"][0]["query"])
+    assert len(first["spans"]) >= 2  # the example recurs: one true span per occurrence
+    assert all(0 <= e["start"] <= e["end"] <= truth["duration"] for e in truth["events"])
+
+
+def test_build_long_clip(long_build: tuple[Path, dict[str, Any]]) -> None:
+    """The session's ~140 s clip: its duration and frame count are the examples' sums."""
+    path, truth = long_build
+    info = probe(path)
+    assert truth["duration"] >= LONG_S
+    assert info.duration_s == pytest.approx(truth["duration"], abs=1e-6)
+    assert info.num_frames == round(truth["duration"] * 10)
+    assert json.loads(path.with_suffix(".json").read_text())["segments"] == truth["segments"]
+
+
+# ------------------------------------------------------------------ the benchmark on long videos
+def _example() -> Example:
+    q1 = Query("the ball rolls", (2.0, 8.0), ((2.0, 8.0), (62.0, 68.0)))  # happens twice
+    q2 = Query("the lamp turns on", (30.0, 34.0))
+    return Example("long.mp4", Path("long.mp4"), "long", 120.0, queries=[q1, q2], set="long")
+
+
+def _rec(query: str, span: Any, moments: list[tuple[float, float, float]], windows: int) -> dict[str, Any]:
+    return {
+        "variant": "gptq",
+        "task": "find",
+        "video": "long.mp4",
+        "query": query,
+        "repeat": 0,
+        "ok": True,
+        "metrics": {"latency_s": 2.0 * windows, "memory_kind": "cpu_peak_rss", "device": "cpu"},
+        "decode_s": 0.5 * windows,
+        "format_ok": True,
+        "raw": "",
+        "span": span,
+        "windows": windows,
+        "moments": [{"start": s, "end": e, "score": c} for s, e, c in moments],
+    }
+
+
+def test_aggregate_scores_the_best_moment_and_the_top_five() -> None:
+    records = [
+        # best moment on the second occurrence (IoU 1), the first occurrence found too (IoU 5/6)
+        _rec("the ball rolls", [62.0, 68.0], [(62.0, 68.0, 0.9), (3.0, 8.0, 0.7)], 5),
+        # best moment wrong (IoU 0), the third moment right (IoU 1)
+        _rec("the lamp turns on", [90.0, 95.0], [(90.0, 95.0, 0.8), (10.0, 12.0, 0.5), (30.0, 34.0, 0.4)], 5),
+    ]
+    agg = bench.aggregate([_example()], ["gptq"], ["find"], 1, records, [])
+    q = agg["variants"]["gptq"]["quality"]["find"]
+    assert q["r1@0.5"] == pytest.approx(0.5) and q["r1@0.7"] == pytest.approx(0.5)
+    assert q["miou"] == pytest.approx(0.5)
+    assert q["r5@0.5"] == pytest.approx(1.0)
+    assert q["occurrence_recall@0.5"] == pytest.approx(1.0)  # all three true spans matched
+    items = {i["query"]: i for i in agg["items"]}
+    assert items["the ball rolls"]["iou"] == pytest.approx(1.0)  # against the nearest true span
+    assert items["the ball rolls"]["references"] == [[2.0, 8.0], [62.0, 68.0]]
+    sp = agg["variants"]["gptq"]["speed"]["find"]
+    assert sp["windows"]["mean"] == 5.0
+    assert sp["latency_per_window_s"]["median"] == pytest.approx(2.0)
+    assert sp["decode_per_window_s"]["median"] == pytest.approx(0.5)
+    assert [r[0] for r in bench.QUALITY_ROWS].count("find") >= 6
+
+
+def test_record_moments_and_window_cost_of_short_and_old_records() -> None:
+    # a short video's record without moments (no score) still ranks its span
+    assert record_moments({"span": [1.0, 2.0], "moments": []}) == [(1.0, 2.0)]
+    assert record_moments({"span": None}) == []
+    assert record_moments({"span": [1.0, 2.0], "moments": [{"start": 3, "end": 4, "score": 0.5}]}) == [
+        (3.0, 4.0)
+    ]
+    cost = window_cost({"metrics": {"latency_s": 3.0}})  # a record from before windows: one window
+    assert cost == {"windows": 1.0, "latency_per_window_s": 3.0, "decode_per_window_s": None}
+
+
+def test_long_set_truth_is_pure_and_rotated() -> None:
+    examples = longset.rendered(json.loads((longset.EXAMPLES_DIR / "examples.json").read_text()))
+    a = longset.long_set_entry(examples, 150.0, 0)
+    b = longset.long_set_entry(examples, 150.0, 1)
+    assert a["segments"][0]["video"] != b["segments"][0]["video"]  # clip k starts the cycle at example k
+    assert a["set"] == "long" and a["duration"] >= 150.0
+    # a query of every example recurs: one true span per occurrence, each inside its segment
+    for q in a["queries"]:
+        assert len(q["spans"]) >= 2
+        for s, e in q["spans"]:
+            seg = next(g for g in a["segments"] if g["start"] <= s < g["end"])
+            assert e <= seg["end"]
+    # the reference scene names each example once
+    assert len(a["scene"]) < sum(len(e["scene"]) for e in examples) + len(examples)
+    one = longset.long_set_entry(examples, 150.0, 0, queries_per_example=1)
+    assert len(one["queries"]) == len(examples)
+
+
+@needs_examples
+def test_build_long_set_loads_as_bench_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "long-set"
+    assert cli.main(["bench", "build-long-set", "--out", str(out), "--durations", "12,13"]) == 0
+    examples = load_dataset(out)
+    assert [ex.set for ex in examples] == ["long", "long"]
+    assert all(ex.video.is_file() and ex.duration >= 12.0 for ex in examples)
+    assert all(e <= ex.duration for ex in examples for q in ex.queries for _, e in q.spans)
+    first = examples[0].video.stat().st_mtime_ns
+    longset.build_long_set(out, (12.0, 13.0))  # same truth: the clip is not encoded again
+    assert examples[0].video.stat().st_mtime_ns == first
+    # `bench --data long` builds the default set into the cache (here: made short)
+    monkeypatch.setenv("MARLIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(longset, "LONG_SET_DURATIONS", (12.0,))
+    root = longset.resolve_data("long")
+    assert root == tmp_path / "cache" / f"long-set-v{longset.LONG_SET_VERSION}"
+    assert len(load_dataset(root)) == 1
+    assert longset.resolve_data(str(out)) is None
+    assert cli.main(["bench", "build-long-set", "--out", str(out), "--durations", "0"]) == 2
+
+
+# ------------------------------------------------------------------ end to end on the tiny checkpoint
+def _engine(tiny_settings: Settings) -> Engine:
+    eng = Engine(tiny_settings.with_(caption_max_new_tokens=24, find_max_new_tokens=12))
     eng.params = contract.VideoParams(fps=0.5, max_pixels=128 * 32 * 32)  # the per-frame minimum
     return eng
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return _engine()
+def engine(tiny_settings: Settings) -> Engine:
+    return _engine(tiny_settings)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +219,7 @@ def _covers(windows: list[dict[str, float]], duration: float, overlap: float) ->
         assert b["start"] == pytest.approx(a["end"] - overlap, abs=1e-3)  # no gap between windows
 
 
+@slow
 def test_long_caption_every_window_on_one_timeline(caption_stages: list[Stage], long_clip: Path) -> None:
     duration = probe(long_clip).duration_s
     stages = caption_stages
@@ -109,6 +251,7 @@ def test_long_caption_every_window_on_one_timeline(caption_stages: list[Stage], 
     assert set(stream_message("x")) == {"done", "text"}
 
 
+@slow
 def test_long_find_moments_and_second_query_reuses_every_window(
     engine: Engine, long_clip: Path, finds: tuple[FindResult, FindResult]
 ) -> None:
@@ -130,7 +273,7 @@ def test_long_find_moments_and_second_query_reuses_every_window(
         assert d["span"] is None
 
     # the bench's record of it: windows answered, the moments as answered
-    rec = longbench.record_fields(first)
+    rec = longrecords.record_fields(first)
     assert rec == {"windows": n, "moments": d["moments"]}
     # every window's frames and video prefill were reused: only the new query's text was prefilled
     assert len(second.info.windows) == n
@@ -139,6 +282,7 @@ def test_long_find_moments_and_second_query_reuses_every_window(
     assert first.info.prefill_s and first.info.prefill_s > 0
 
 
+@slow
 def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
     assert runner.window_plans(engine, str(SHORT), "caption") is None
     assert runner.window_plans(engine, str(SHORT), "find") is None
@@ -173,6 +317,7 @@ def test_cli_refuses_too_many_windows(long_clip: Path, capsys: pytest.CaptureFix
     assert out.out == ""
 
 
+@slow
 def test_cli_json_keys_on_a_long_video(
     small_clip: tuple[Path, float], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -191,6 +336,7 @@ def test_cli_json_keys_on_a_long_video(
     assert "window 1 of" not in out.err  # --json: no progress lines
 
 
+@slow
 def test_cli_readable_caption_prints_window_progress(
     small_clip: tuple[Path, float], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -207,6 +353,7 @@ def test_cli_readable_caption_prints_window_progress(
     assert "window 1 of" not in out.out  # progress goes to stderr only
 
 
+@slow
 def test_readable_output_shows_windows_and_moments(
     caption_stages: list[Stage], finds: tuple[FindResult, FindResult]
 ) -> None:
@@ -221,9 +368,9 @@ def test_readable_output_shows_windows_and_moments(
     assert text.count("  score ") == len(found.moments)
 
 
-def test_compare_prepares_a_long_video_per_window(long_clip: Path) -> None:
+def test_compare_prepares_a_long_video_per_window(long_clip: Path, tiny_settings: Settings) -> None:
     """/compare decodes each window once (one scan) and never the whole clip at one clip's plan."""
-    eng = _engine()  # fresh caches; nothing is loaded: Prepared comes before any variant runs
+    eng = _engine(tiny_settings)  # fresh caches; nothing is loaded: Prepared comes before any variant runs
     plans = runner.window_plans(eng, str(long_clip), "find")
     assert plans is not None and len(plans) == 6
     for expect_cached in (False, True):
@@ -238,6 +385,7 @@ def test_compare_prepares_a_long_video_per_window(long_clip: Path) -> None:
     assert eng.loaded() == {}
 
 
+@slow
 @pytest.mark.parametrize(("task", "parser"), [("caption", "parse_caption"), ("find", "parse_span")])
 def test_each_window_is_parsed_once_however_many_follow(
     engine: Engine, long_clip: Path, monkeypatch: pytest.MonkeyPatch, task: str, parser: str
