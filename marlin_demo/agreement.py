@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
@@ -28,15 +28,14 @@ from typing import Any
 
 from marlin_demo import metrics
 from marlin_demo.datasets import read_examples
-from marlin_demo.results import TASKS, Task
+from marlin_demo.results import CaptionResult, FindResult
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
+from marlin_demo.tasks import get_task
 from marlin_demo.video.digest import cached_file_digest
 
 __all__ = [
     "DEFAULT_EXAMPLES_JSON",
-    "TASKS",
     "agreement",
-    "check_task",
     "compare_payload",
     "ground_truth_for",
     "load_examples",
@@ -74,42 +73,41 @@ def _to_dict(result: Any) -> dict[str, Any]:
     return result.to_dict()
 
 
-def check_task(task: str) -> None:
-    """Refuse a task other than caption or find (ValueError: the UI shows its message)."""
-    if task not in TASKS:
-        raise ValueError(f"Unknown task {task!r}: choose caption or find.")
-
-
-def as_task(task: str) -> Task:
-    """``task`` as the Task type, once checked (the UI and API pass plain strings)."""
-    check_task(task)
-    return "find" if task == "find" else "caption"
-
-
 # ---------------------------------------------------------------------------
 # Agreement between variants
 # ---------------------------------------------------------------------------
 
 
+def _span_agreement(a: Any, b: Any, min_iou: float) -> dict[str, float]:
+    return {"span_iou": metrics.temporal_iou(_span(a), _span(b))}
+
+
+def _event_agreement(a: Any, b: Any, min_iou: float) -> dict[str, float]:
+    ev_a, ev_b = _events(a), _events(b)
+    scores = metrics.event_scores(ev_a, ev_b, min_iou=min_iou)
+    text_a = metrics.caption_text(str(_get(a, "scene", "") or ""), ev_a)
+    text_b = metrics.caption_text(str(_get(b, "scene", "") or ""), ev_b)
+    return {
+        "event_iou": float(scores["mean_matched_iou"]),
+        "event_f1": float(scores["f1"]),
+        "rouge_l": metrics.rouge_l(text_a, text_b),
+    }
+
+
+#: how two variants' answers are compared, by the task's result type (``tasks.Task.result``)
+COMPARISONS: dict[type, Callable[[Any, Any, float], dict[str, float]]] = {
+    FindResult: _span_agreement,
+    CaptionResult: _event_agreement,
+}
+
+
 def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> dict[str, dict[str, float]]:
     """Pairwise agreement for every pair of variants, keyed ``"a|b"`` in the given order."""
-    check_task(task)
-    out: dict[str, dict[str, float]] = {}
-    for (name_a, a), (name_b, b) in combinations(results.items(), 2):
-        key = f"{name_a}|{name_b}"
-        if task == "find":
-            out[key] = {"span_iou": metrics.temporal_iou(_span(a), _span(b))}
-        else:
-            ev_a, ev_b = _events(a), _events(b)
-            scores = metrics.event_scores(ev_a, ev_b, min_iou=min_iou)
-            text_a = metrics.caption_text(str(_get(a, "scene", "") or ""), ev_a)
-            text_b = metrics.caption_text(str(_get(b, "scene", "") or ""), ev_b)
-            out[key] = {
-                "event_iou": float(scores["mean_matched_iou"]),
-                "event_f1": float(scores["f1"]),
-                "rouge_l": metrics.rouge_l(text_a, text_b),
-            }
-    return out
+    compare = COMPARISONS[get_task(task).result]
+    return {
+        f"{name_a}|{name_b}": compare(a, b, min_iou)
+        for (name_a, a), (name_b, b) in combinations(results.items(), 2)
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -201,8 +199,7 @@ def score_against_truth(
     Find uses :func:`metrics.grounding_scores` on the one query (plus
     ``ref_span``); caption uses :func:`metrics.caption_scores`.
     """
-    check_task(task)
-    if task == "find":
+    if get_task(task).result is FindResult:
         ref = truth_span(example, query if query is not None else _get(result, "query"))
         if ref is None:
             return {}
@@ -225,10 +222,9 @@ def compare_payload(
     example: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``/compare`` JSON: results per variant, pairwise agreement, and scores when truth exists."""
-    check_task(task)
     payload: dict[str, Any] = {
         "task": task,
-        "query": query if task == "find" else None,
+        "query": query if get_task(task).query else None,
         "results": {name: _to_dict(r) for name, r in results.items()},
         "agreement": agreement(task, results),
     }

@@ -13,11 +13,13 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from marlin_demo.results import CaptionResult
+from marlin_demo.tasks import TASKS
 
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
@@ -68,10 +70,10 @@ def _asked(result: Any) -> list[str]:
     return lines
 
 
-def format_caption(result: Any) -> str:
+def format_caption(result: Any, title: str = "Caption") -> str:
     d = result.to_dict()
     lines = [
-        f"Caption · {d['variant']} · {d['model']}",
+        f"{title} · {d['variant']} · {d['model']}",
         *_asked(result),
         "",
         f"Scene: {d['scene'] or '(none)'}",
@@ -94,9 +96,9 @@ def format_caption(result: Any) -> str:
     return "\n".join(lines)
 
 
-def format_find(result: Any) -> str:
+def format_find(result: Any, title: str = "Find") -> str:
     d = result.to_dict()
-    lines = [f"Find · {d['variant']} · {d['model']}", *_asked(result), f"Query: {d['query']}"]
+    lines = [f"{title} · {d['variant']} · {d['model']}", *_asked(result), f"Query: {d['query']}"]
     if d["span"] is None:
         lines.append(f"No span: the answer did not give a usable time range (raw: {d['raw']!r}).")
     else:
@@ -138,20 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     # listed for --help only: main() hands `app ...` to the app's own parser before this one runs
     sub.add_parser("app", help="serve the Gradio app (the flags of python app.py; app --help lists them)")
-    p = sub.add_parser("caption", help="scene paragraph and timed events for a video")
-    p.add_argument("video")
-    p.add_argument(
-        "--chapters",
-        action="store_true",
-        help="print YouTube chapters (0:00 Title lines) to paste into a video description",
-    )
-    _add_model_args(p)
-    p.set_defaults(func=cmd_caption)
-    p = sub.add_parser("find", help="start-end span of a described event")
-    p.add_argument("video")
-    p.add_argument("query")
-    _add_model_args(p)
-    p.set_defaults(func=cmd_find)
+    for name, task in TASKS.items():  # one sub-command per task: `caption VIDEO`, `find VIDEO QUERY`
+        p = sub.add_parser(name, help=task.help)
+        p.add_argument("video")
+        if task.query:
+            p.add_argument("query")
+        if task.result is CaptionResult:
+            p.add_argument(
+                "--chapters",
+                action="store_true",
+                help="print YouTube chapters (0:00 Title lines) to paste into a video description",
+            )
+        _add_model_args(p)
+        p.set_defaults(func=cmd_task)
     p = sub.add_parser("tiny", help="build the offline tiny checkpoint (and its GPTQ copy)")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--no-gptq", action="store_true", help="build only the 16-bit checkpoint")
@@ -181,14 +182,20 @@ def _engine(args: argparse.Namespace) -> Any:
     return Engine(settings)
 
 
-def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[Any], str]) -> int:
+def cmd_task(args: argparse.Namespace) -> int:
+    """A task's sub-command: the request's answer, readable, as JSON or as chapters."""
     from marlin_demo.engine import USER_ERRORS
     from marlin_demo.models import ModelLoadError
 
+    if _video_missing(args.video):
+        return EXIT_BAD_INPUT
+    query = getattr(args, "query", None)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             engine = _engine(args)
-            result = run(engine)
+            result = run_with_progress(
+                engine, args.command, args.video, args.variant, query, not args.json, args.start, args.end
+            )
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -196,8 +203,8 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(json.dumps(_service().caption_json(result) if args.command == "caption" else result.to_dict(),
-                         ensure_ascii=False, indent=2))  # fmt: skip
+        data = _service().caption_json(result) if isinstance(result, CaptionResult) else result.to_dict()
+        print(json.dumps(data, ensure_ascii=False, indent=2))
     elif getattr(args, "chapters", False):
         chapters = _service().caption_json(result)["chapters"]
         if not chapters["lines"]:  # the clip cannot have chapters: say why, on stderr
@@ -206,7 +213,8 @@ def _task(args: argparse.Namespace, run: Callable[[Any], Any], fmt: Callable[[An
     else:
         if engine.settings.is_tiny:
             print(TINY_NOTE)
-        print(fmt(result))
+        fmt = format_caption if isinstance(result, CaptionResult) else format_find
+        print(fmt(result, args.command.capitalize()))
     return EXIT_OK
 
 
@@ -260,30 +268,6 @@ def run_with_progress(
             elif isinstance(stage, Done):
                 return stage.result
     raise RuntimeError("the request ended without a result")  # pragma: no cover - stream always ends in Done
-
-
-def cmd_caption(args: argparse.Namespace) -> int:
-    if _video_missing(args.video):
-        return EXIT_BAD_INPUT
-    return _task(
-        args,
-        lambda e: run_with_progress(
-            e, "caption", args.video, args.variant, show=not args.json, start=args.start, end=args.end
-        ),
-        format_caption,
-    )
-
-
-def cmd_find(args: argparse.Namespace) -> int:
-    if _video_missing(args.video):
-        return EXIT_BAD_INPUT
-    return _task(
-        args,
-        lambda e: run_with_progress(
-            e, "find", args.video, args.variant, args.query, not args.json, args.start, args.end
-        ),
-        format_find,
-    )
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:

@@ -103,11 +103,6 @@ class Moment:
         return {"start": self.start, "end": self.end, "score": self.score}
 
 
-#: Marlin's two tasks: ``caption`` (what happens: scene + timed events) and ``find`` (when: a span).
-#: Values from outside (API, CLI) are strings checked against ``TASKS`` before they are used as one.
-Task = Literal["caption", "find"]
-TASKS: tuple[Task, ...] = ("caption", "find")
-
 #: What ``Metrics.peak_memory_mb`` measured: the GPU's peak allocation in the request (reset per
 #: request), or on CPU the process's peak RSS (all of the process, since it started).
 MemoryKind = Literal["cuda_peak_allocated", "cpu_peak_rss"]

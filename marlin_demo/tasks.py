@@ -120,7 +120,7 @@ CAPTION = register_task(
         name="caption",
         help="scene paragraph and timed events for a video",
         prompt=lambda _query: contract.CAPTION_PROMPT,
-        parse=contract.parse_caption,
+        parse=lambda text: contract.parse_caption(text),  # looked up per call: a test may count them
         repair=contract.repair_caption,
         result=CaptionResult,
         max_new_tokens="caption_max_new_tokens",
@@ -134,7 +134,7 @@ FIND = register_task(
         name="find",
         help="start-end span of a described event",
         prompt=lambda query: contract.FIND_PROMPT_TEMPLATE.format(query=query),
-        parse=contract.parse_span,
+        parse=lambda text: contract.parse_span(text),
         repair=contract.repair_span,
         result=FindResult,
         max_new_tokens="find_max_new_tokens",

@@ -11,6 +11,7 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.tasks import TASKS
 
 #: The settings ``batch`` takes as flags (``commands`` metadata of ``Settings``).
 SETTINGS_FLAGS = settings_mod.flags_for("batch")
@@ -120,7 +121,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "input", help="a folder (recursive), a glob, a video, or a JSONL/CSV manifest (video, query, id)"
     )
-    p.add_argument("--task", choices=("caption", "find"), required=True)
+    p.add_argument("--task", choices=tuple(TASKS), required=True)
     p.add_argument(
         "--query", default=None, help="the find query for every video (or a 'query' per manifest row)"
     )

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from marlin_demo.library.inputs import Item, failure
+from marlin_demo.tasks import get_task
 
 
 def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]:
@@ -13,13 +14,14 @@ def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]
     from marlin_demo import service  # the one request path (imported late: the CLI's --help stays fast)
 
     row: dict[str, Any] = {"id": item.id, "video": item.video, "task": task}
+    asks = get_task(task).query
     try:
-        query = item.query if task == "find" else None
+        query = item.query if asks else None
         result = service.run(engine, task, item.path, variant, query, start_s=item.start, end_s=item.end)
     except Exception as exc:
         reason, sentence = failure(exc)
         row.update(status="error", reason=reason, error=sentence, variant=variant)
-        if task == "find":
+        if asks:
             row["query"] = item.query
         return row
     row["status"] = "ok"

@@ -131,7 +131,7 @@ class ResultsWriter:
         folder = self.out / SIDECAR_DIR
         folder.mkdir(exist_ok=True)
         stem = folder / safe_name(row["id"])
-        if row.get("task") == "find":
+        if "span" in row:  # a span's answer: one cue, named by its query
             span = row.get("span")
             events = [] if span is None else [{"start": span[0], "end": span[1], "description": row["query"]}]
         else:

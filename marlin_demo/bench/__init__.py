@@ -60,7 +60,7 @@ from marlin_demo.bench.records import (
     read_jsonl,
 )
 from marlin_demo.bench.report import render_summary, write_csv, write_outputs
-from marlin_demo.results import TASKS
+from marlin_demo.tasks import TASKS
 
 __all__ = [
     "DEFAULT_DATA",

@@ -16,7 +16,7 @@ from marlin_demo.bench.longrecords import WINDOW_COST_KEYS, window_cost
 from marlin_demo.bench.matrix import Request, plan_requests, record_key
 from marlin_demo.bench.quality import _ratio, agreement, quality, retention
 from marlin_demo.datasets import Example, example_sets, set_label, summarize
-from marlin_demo.results import TASKS
+from marlin_demo.tasks import TASKS
 
 
 def stats(values: Iterable[float | None]) -> dict[str, float] | None:

@@ -35,8 +35,8 @@ from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
-from marlin_demo.results import TASKS
 from marlin_demo.service.startup import check_limits
+from marlin_demo.tasks import TASKS
 
 
 def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
@@ -84,7 +84,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise BenchError(need)
     allowed = [*(k.name for k in registry.kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
-    tasks = parse_list(args.tasks, "tasks", TASKS)
+    tasks = parse_list(args.tasks, "tasks", list(TASKS))
     settings = settings.with_(variants=",".join(variants))
     data_dir = data_folder(args.data)
     if not data_dir.is_dir():

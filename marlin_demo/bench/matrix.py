@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from marlin_demo.datasets import Example, Query
-from marlin_demo.results import Task
 from marlin_demo.settings import EXAMPLES_DIR, Variant
+from marlin_demo.tasks import TASKS, get_task
 
 SCHEMA = 1
 DEFAULT_VARIANTS = "gptq,bnb4"
@@ -24,7 +24,7 @@ class BenchError(ValueError):
 @dataclass(frozen=True)
 class Request:
     variant: Variant
-    task: Task
+    task: str
     example: Example
     query: Query | None
     repeat: int
@@ -51,8 +51,9 @@ def plan_requests(
     out: list[Request] = []
     for rep in range(repeats):
         for ex in examples:
-            if "caption" in tasks and ex.has_caption_truth:
-                out.append(Request(variant, "caption", ex, None, rep))
-            if "find" in tasks:
-                out.extend(Request(variant, "find", ex, q, rep) for q in ex.queries)
+            for name in (t for t in TASKS if t in tasks):  # a task with a query: each of the example's
+                if get_task(name).query:
+                    out.extend(Request(variant, name, ex, q, rep) for q in ex.queries)
+                elif ex.has_caption_truth:  # else once, where the example has events to score against
+                    out.append(Request(variant, name, ex, None, rep))
     return out

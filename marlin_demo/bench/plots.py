@@ -10,6 +10,7 @@ from typing import Any
 from marlin_demo import variants
 from marlin_demo.bench.aggregate import _get, _memory_label
 from marlin_demo.bench.quality import QUALITY_ROWS
+from marlin_demo.tasks import TASKS
 
 
 def write_plots(out: Path, agg: dict[str, Any]) -> None:
@@ -77,7 +78,7 @@ def _latency_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
     import matplotlib.pyplot as plt
 
     names = list(per)
-    tasks = [t for t in ("caption", "find", "all") if any(_get(per[n], "speed", t) for n in names)]
+    tasks = [t for t in (*TASKS, "all") if any(_get(per[n], "speed", t) for n in names)]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     series: dict[str, list[float | None]] = {}
     err: dict[str, list[tuple[float, float]]] = {}
@@ -125,7 +126,7 @@ def _latency_distribution_plot(out: Path, per: dict[str, Any], color: Sequence[A
     import matplotlib.pyplot as plt
 
     names = list(per)
-    box_tasks = [t for t in ("caption", "find") if any(_get(per[n], "speed", t) for n in names)] or ["all"]
+    box_tasks = [t for t in TASKS if any(_get(per[n], "speed", t) for n in names)] or ["all"]
     fig, axes = plt.subplots(1, len(box_tasks), figsize=(5 * len(box_tasks) + 1, 5), dpi=100, squeeze=False)
     for ax, t in zip(axes[0], box_tasks, strict=True):
         data = [_get(per[n], "speed", t, "latencies_s") or [math.nan] for n in names]
@@ -166,8 +167,8 @@ def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequ
                 lambda v: [_get(v, "quality", t, k) for t, k, _ in parts] + [_get(v, "quality", "overall")],
             ),
             (
-                ["caption", "find"],
-                lambda v: [_get(v, "speed", t, "latency_s", "median") for t in ("caption", "find")],
+                list(TASKS),
+                lambda v: [_get(v, "speed", t, "latency_s", "median") for t in TASKS],
             ),
         ]
         for row, (labels, get) in enumerate(rows):

@@ -19,6 +19,7 @@ from marlin_demo.bench.quality import QUALITY_ROWS
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, read_jsonl
 from marlin_demo.datasets import Example, summarize
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import TASKS
 
 UNITS = {
     "latency_s": "s",
@@ -218,7 +219,7 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
         ("Compiled decoding (MARLIN_COMPILE)", lambda v: _get(v, "load", "compile"), "str"),
         ("Device", lambda v: _get(v, "speed", "device"), "str"),
     ]
-    for task in ("caption", "find"):
+    for task in TASKS:
         if any(_get(v, "speed", task) for v in per.values()):
             rows += _task_speed_rows(task)
             if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):
@@ -366,7 +367,7 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
         ]
         rows = _quality_rows(per)
         rows.append(("Overall score", _getter("quality", "overall"), "q"))
-        for task in ("caption", "find"):
+        for task in TASKS:
             if any(_get(v, "speed", task) for v in per.values()):
                 rows += [
                     (

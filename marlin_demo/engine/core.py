@@ -50,6 +50,7 @@ from marlin_demo.results import (
     VideoInfo,
 )
 from marlin_demo.settings import Settings, Variant
+from marlin_demo.tasks import Task, get_task
 from marlin_demo.video import Backend, Limits, PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan
 
@@ -398,102 +399,48 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ tasks (one clip)
-    def caption(
-        self,
-        video: str | Path | PreparedVideo,
-        variant: Variant,
-        on_text: Callable[[str], None] | None = None,
-        on_stage: Callable[[Stage], None] | None = None,
-        cached: bool | None = None,
-    ) -> CaptionResult:
-        """Scene paragraph plus timed events of one clip, repaired into it and flagged when repaired.
-
-        A long video is answered window by window above the engine (``service`` chooses).
-        """
-        run = self.run_clip(
-            video,
-            variant,
-            contract.CAPTION_PROMPT,
-            self.settings.caption_max_new_tokens,
-            on_text,
-            on_stage,
-            cached=cached,
-        )
-        parsed = contract.parse_caption(run.gen.text)
-        fixed = contract.repair_caption(parsed, run.prepared.info.duration_s)
-        run.info.repairs = list(fixed.repairs)
-        return CaptionResult(
-            variant=variant,
-            model=self.model_label,
-            scene=fixed.scene,
-            events=list(fixed.events),
-            raw=run.gen.text,
-            repaired=fixed.repaired,
-            metrics=run.metrics,
-            format_ok=parsed.format_ok,
-            info=run.info,
-            windows=[{"start": 0.0, "end": run.prepared.info.duration_s, "scene": fixed.scene}],
-        )
-
-    def find(
-        self,
-        video: str | Path | PreparedVideo,
-        query: str,
-        variant: Variant,
-        on_text: Callable[[str], None] | None = None,
-        on_stage: Callable[[Stage], None] | None = None,
-        cached: bool | None = None,
-    ) -> FindResult:
-        """A start-end span for the query in one clip, or None when the answer gives none.
-
-        ``moments``: the span scored by the model's own token probabilities (``scoring.span_score``).
-        """
-        clean = contract.sanitize_query(query, self.settings.max_query_chars)
-        prompt = contract.find_prompt(clean, self.settings.max_query_chars)
-        run = self.run_clip(
-            video,
-            variant,
-            prompt,
-            self.settings.find_max_new_tokens,
-            on_text,
-            on_stage,
-            cached=cached,
-            logprobs=True,
-        )
-        parsed = contract.parse_span(run.gen.text)
-        fixed = contract.repair_span(parsed, run.prepared.info.duration_s)
-        run.info.repairs = list(fixed.repairs)
-        score = self.score(run.gen, variant)
-        moments = [] if fixed.span is None or score is None else [Moment(*fixed.span, score)]
-        return FindResult(
-            moments=moments,
-            variant=variant,
-            model=self.model_label,
-            query=clean,
-            span=fixed.span,
-            format_ok=parsed.format_ok,
-            raw=run.gen.text,
-            metrics=run.metrics,
-            repaired=fixed.repaired,
-            info=run.info,
-        )
-
     def run(
         self,
-        task: str,
+        task: str | Task,
         video: str | Path | PreparedVideo,
         variant: Variant,
         query: str | None = None,
-        **kw: Any,
+        on_text: Callable[[str], None] | None = None,
+        on_stage: Callable[[Stage], None] | None = None,
+        cached: bool | None = None,
     ) -> Result:
-        """Dispatch one clip by task name."""
-        if task == "caption":
-            return self.caption(video, variant, **kw)
-        if task == "find":
-            if query is None:
-                raise ValueError("The find task needs a query: describe the event to find.")
-            return self.find(video, query, variant, **kw)
-        raise ValueError(f"Unknown task {task!r}: choose caption or find.")
+        """One task on one clip: its prompt, its answer parsed and repaired into its result type (the
+        repairs flagged). A bad query fails before any model is loaded; a long video is answered window by
+        window above the engine (``service`` chooses)."""
+        entry = get_task(task)
+        clean, prompt = entry.ask(query, self.settings)
+        run = self.run_clip(
+            video, variant, prompt, entry.tokens(self.settings), on_text, on_stage, cached=cached,
+            logprobs=entry.scored,
+        )  # fmt: skip
+        parsed = entry.parse(run.gen.text)
+        fixed = entry.repair(parsed, run.prepared.info.duration_s)
+        run.info.repairs = list(fixed.repairs)
+        common: dict[str, Any] = dict(
+            variant=variant, model=self.model_label, raw=run.gen.text, metrics=run.metrics,
+            format_ok=parsed.format_ok, repaired=fixed.repaired, info=run.info,
+        )  # fmt: skip
+        if entry.result is FindResult:  # a span, scored by the model's own token probabilities
+            score = self.score(run.gen, variant)
+            moments = (
+                [] if fixed.span is None or score is None else [Moment(fixed.span[0], fixed.span[1], score)]
+            )
+            return FindResult(query=clean or "", span=fixed.span, moments=moments, **common)
+        whole = [{"start": 0.0, "end": run.prepared.info.duration_s, "scene": fixed.scene}]
+        return CaptionResult(scene=fixed.scene, events=list(fixed.events), windows=whole, **common)
+
+    def caption(self, video: str | Path | PreparedVideo, variant: Variant, **kw: Any) -> CaptionResult:
+        """``run`` of the caption task: scene paragraph plus timed events of one clip."""
+        return cast(CaptionResult, self.run("caption", video, variant, **kw))
+
+    def find(self, video: str | Path | PreparedVideo, query: str, variant: Variant, **kw: Any) -> FindResult:
+        """``run`` of the find task: a start-end span for the query in one clip (None: no span)."""
+        return cast(FindResult, self.run("find", video, variant, query, **kw))
 
     def note_cancelled(self) -> None:
         """Count a streamed request whose caller went away (its generation was stopped)."""

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from marlin_demo.tasks import get_task
+
 VIDEO_EXTENSIONS = frozenset(
     {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".3gp"}
 )
@@ -98,8 +100,9 @@ def _read_manifest(path: Path) -> list[dict[str, str]]:
 
 def collect(source: str, task: str, query: str | None = None) -> list[Item]:
     """The items of INPUT, in a stable order; ids must be unique."""
-    if task == "caption" and query is not None:
-        raise InputError("--query is only for --task find.")
+    asks = get_task(task).query
+    if not asks and query is not None:
+        raise InputError(f"--query is only for a task that takes one, not --task {task}.")
     src = Path(source)
     # (shown, path, query, id, start, end)
     entries: list[tuple[str, Path, str | None, str | None, float | None, float | None]] = []
@@ -133,11 +136,11 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
     items: list[Item] = []
     seen: set[str] = set()
     for shown, p, q, given_id, start, end in entries:
-        if task == "find" and not (q and str(q).strip()):
+        if asks and not (q and str(q).strip()):
             raise InputError(
-                f"{shown} has no query: the find task needs --query or a 'query' in the manifest."
+                f"{shown} has no query: the {task} task needs --query or a 'query' in the manifest."
             )
-        q = str(q) if task == "find" else None
+        q = str(q) if asks else None
         base = Path(shown).name if src.is_file() and not given_id else shown
         if src.is_dir():
             base = p.relative_to(src).as_posix()

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from marlin_demo.contract import CaptionParse, Event, SpanParse, repair_caption, repair_span
-from marlin_demo.results import Moment, Task, Window
+from marlin_demo.results import Moment, Window
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import Task, get_task
 
 MIN_LAST_WINDOW_S = 2.0  # public Marlin CLI: a last window shorter than this joins the previous one
 DEDUP_IOU = 0.5  # public Marlin CLI: hits with IoU >= 0.5 ...
@@ -84,17 +85,15 @@ def find_windows(duration: float, length: float, overlap: float, max_windows: in
     return plan_windows(duration, length, overlap, max_windows=max_windows)
 
 
-def plan_for(task: Task, duration: float, settings: Settings, *, limit: bool = True) -> list[Window]:
+def plan_for(task: str | Task, duration: float, settings: Settings, *, limit: bool = True) -> list[Window]:
     """The windows a ``task`` on a video of ``duration`` seconds is answered in: the one window policy.
 
     One window ``[0, duration]`` means the video is answered whole. ``limit=False`` ignores
     ``max_windows`` (sizing a request that is refused anyway); with it, too many windows is a
     ``WindowLimitError`` naming the limit.
     """
-    cap = settings.max_windows if limit else None
-    if task == "caption":
-        return caption_windows(duration, settings.caption_window_s, cap)
-    return find_windows(duration, settings.find_window_s, settings.find_overlap_s, cap)
+    length, overlap = get_task(task).windows(settings)
+    return plan_windows(duration, length, overlap, max_windows=settings.max_windows if limit else None)
 
 
 # ---------------------------------------------------------------------------
@@ -153,17 +152,13 @@ def check_range(
     return s, e
 
 
-def range_windows(task: Task, start: float, end: float, settings: Settings) -> list[Window]:
+def range_windows(task: str | Task, start: float, end: float, settings: Settings) -> list[Window]:
     """The windows of a range, on the video's timeline: ``plan_for`` on the range's length, shifted to
     its start (the range is answered as the video cut to it would be). Too many windows: ``RangeError``."""
     try:
         local = plan_for(task, end - start, settings)
     except WindowLimitError:
-        if task == "caption":
-            step, overlap = settings.caption_window_s, 0.0
-        else:
-            step, overlap = settings.find_window_s - settings.find_overlap_s, settings.find_overlap_s
-        allowed = settings.max_windows * step + overlap
+        allowed = get_task(task).covered_s(settings.max_windows, settings)
         raise RangeError(
             f"The range {start:g}-{end:g} s needs more than the {settings.max_windows} windows allowed; "
             f"choose a range of at most {allowed:g} s."
@@ -181,7 +176,12 @@ def _label(window: Window, single: bool, note: str) -> str:
 
 
 def map_caption(
-    parse: CaptionParse, window: Window, *, offset: float | None = None, single: bool = False
+    parse: CaptionParse,
+    window: Window,
+    *,
+    offset: float | None = None,
+    single: bool = False,
+    repair: Callable[[CaptionParse, float | None], CaptionParse] = repair_caption,
 ) -> CaptionParse:
     """Repair a window's parsed caption against the window's length, then shift it to global time.
 
@@ -190,7 +190,7 @@ def map_caption(
     ``single=True`` (a one-window video) keeps today's notes word for word.
     """
     off = window.start if offset is None else float(offset)
-    fixed = repair_caption(parse, window.end - off)
+    fixed = repair(parse, window.end - off)
     events = [
         Event(
             min(max(round(off + e.start, 6), window.start), window.end),
@@ -210,11 +210,16 @@ def map_caption(
 
 
 def map_span(
-    parse: SpanParse, window: Window, *, offset: float | None = None, single: bool = False
+    parse: SpanParse,
+    window: Window,
+    *,
+    offset: float | None = None,
+    single: bool = False,
+    repair: Callable[[SpanParse, float | None], SpanParse] = repair_span,
 ) -> SpanParse:
     """Repair a window's span against the window's length (notes say which window), then shift it."""
     off = window.start if offset is None else float(offset)
-    fixed = repair_span(parse, window.end - off)
+    fixed = repair(parse, window.end - off)
     span = fixed.span
     if span is not None:
         span = (

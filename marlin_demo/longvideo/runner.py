@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from marlin_demo import contract
 from marlin_demo.contract import CaptionParse, SpanParse
 from marlin_demo.engine import Engine
 from marlin_demo.engine.core import ClipRun
@@ -32,12 +31,12 @@ from marlin_demo.results import (
     Result,
     RunInfo,
     Stage,
-    Task,
     VideoInfo,
     Window,
     WindowDone,
 )
 from marlin_demo.settings import Variant
+from marlin_demo.tasks import Task, get_task
 from marlin_demo.video import PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan, plan_window
 
@@ -59,7 +58,7 @@ Span = tuple[float | None, float | None]
 
 
 def window_plans(
-    engine: Engine, video: str | Path | PreparedVideo, task: Task, span: Span | None = None
+    engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span | None = None
 ) -> list[WindowPlan] | None:
     """Each window's sampling plan for a video longer than one ``task`` window; None: answered whole.
 
@@ -81,7 +80,7 @@ def window_plans(
 
 
 def range_plans(
-    engine: Engine, video: str | Path | PreparedVideo, task: Task, span: Span
+    engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span
 ) -> list[WindowPlan]:
     """The windows of a time range of a file, each sampled as if the range were cut as its own file (the
     same fps and pixel rules), on the video's own timeline. The file's checks (size, resolution) apply to
@@ -208,10 +207,12 @@ def raw_text(runs: list[WindowRun], n: int) -> str:
     )
 
 
-def caption_part(r: WindowRun) -> tuple[Window, CaptionParse]:
+def caption_part(task: Task, r: WindowRun) -> tuple[Window, CaptionParse]:
     """One finished window's caption, parsed and mapped to global time (once per window)."""
-    parsed = contract.parse_caption(r.run.gen.text)
-    return r.plan.window, policy.map_caption(parsed, r.plan.window, offset=r.plan.offset_s)
+    parsed = task.parse(r.run.gen.text)
+    return r.plan.window, policy.map_caption(
+        parsed, r.plan.window, offset=r.plan.offset_s, repair=task.repair
+    )
 
 
 def caption_result(
@@ -241,9 +242,12 @@ def caption_result(
     )
 
 
-def find_answer(engine: Engine, variant: Variant, r: WindowRun) -> tuple[Window, SpanParse, float | None]:
+def find_answer(
+    task: Task, engine: Engine, variant: Variant, r: WindowRun
+) -> tuple[Window, SpanParse, float | None]:
     """One finished window's span, mapped to global time and scored (once per window)."""
-    mapped = policy.map_span(contract.parse_span(r.run.gen.text), r.plan.window, offset=r.plan.offset_s)
+    parsed = task.parse(r.run.gen.text)
+    mapped = policy.map_span(parsed, r.plan.window, offset=r.plan.offset_s, repair=task.repair)
     return r.plan.window, mapped, engine.score(r.run.gen, variant)
 
 
@@ -277,7 +281,7 @@ def find_result(
 
 def answer_windows(
     engine: Engine,
-    task: Task,
+    task: str | Task,
     path: Path,
     plans: list[WindowPlan],
     variant: Variant,
@@ -287,18 +291,12 @@ def answer_windows(
     execute: Execute = direct,
     span: tuple[float, float] | None = None,
 ) -> Result:
-    """A long video's caption or find, window by window; each finished window is a ``WindowDone`` stage.
+    """A long video's answer to ``task``, window by window; each finished window is a ``WindowDone`` stage.
     ``span``: the time range the windows cover, when only that was asked (the result's ``range_s``)."""
     n = len(plans)
-    if task == "caption":
-        prompt, limit, logprobs = contract.CAPTION_PROMPT, engine.settings.caption_max_new_tokens, False
-        clean = ""
-    else:
-        if query is None:
-            raise ValueError("The find task needs a query: describe the event to find.")
-        clean = contract.sanitize_query(query, engine.settings.max_query_chars)
-        prompt = contract.find_prompt(clean, engine.settings.max_query_chars)
-        limit, logprobs = engine.settings.find_max_new_tokens, True
+    entry = get_task(task)
+    clean, prompt = entry.ask(query, engine.settings)
+    limit, logprobs = entry.tokens(engine.settings), entry.scored
     runs: list[WindowRun] = []
     parts: list[tuple[Window, CaptionParse]] = []
     answers: list[tuple[Window, SpanParse, float | None]] = []
@@ -306,12 +304,12 @@ def answer_windows(
     whole = engine.info(path, whole=False)
     for wr in run_windows(engine, path, plans, variant, prompt, limit, on_text, on_stage, logprobs, execute):
         runs.append(wr)  # each window is parsed, mapped (and scored) once; only the merge is redone
-        if task == "caption":
-            parts.append(caption_part(wr))
-            result = caption_result(engine, variant, runs, parts, n, whole, wr.started)
+        if entry.result is FindResult:  # spans merged into moments, else events into one timeline
+            answers.append(find_answer(entry, engine, variant, wr))
+            result = find_result(engine, variant, clean or "", runs, answers, n, whole, wr.started)
         else:
-            answers.append(find_answer(engine, variant, wr))
-            result = find_result(engine, variant, clean, runs, answers, n, whole, wr.started)
+            parts.append(caption_part(entry, wr))
+            result = caption_result(engine, variant, runs, parts, n, whole, wr.started)
         result.range_s = span
         if on_stage is not None:
             on_stage(WindowDone(len(runs), n, result))

@@ -42,12 +42,12 @@ from marlin_demo.results import (
     Progress,
     Result,
     Stage,
-    Task,
     WindowDone,
 )
 from marlin_demo.service import space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
+from marlin_demo.tasks import Task, get_task
 from marlin_demo.video import PreparedVideo
 from marlin_demo.video.windows import WindowPlan
 
@@ -85,11 +85,10 @@ def caption_json(result: CaptionResult) -> dict[str, Any]:
 
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
-    """The cleaned query of a find (None for a caption); an unknown task or a bad query is a ValueError."""
-    agreement.check_task(task)
-    if task == "find":
-        return contract.sanitize_query(query or "", engine.settings.max_query_chars)
-    return None
+    """The cleaned query of a task that takes one (None for one that does not, such as caption); an
+    unknown task or a bad query is a ValueError."""
+    entry = get_task(task)
+    return contract.sanitize_query(query or "", engine.settings.max_query_chars) if entry.query else None
 
 
 def is_cold(engine: Engine, variant: Variant) -> bool:
@@ -123,7 +122,7 @@ def answer(
     ``metrics.latency_s`` is the request's wall time, ``metrics.queue_s`` the part of it spent
     waiting for other requests' turns. ``stop`` set: the request leaves at once, even while waiting.
     """
-    kind = agreement.as_task(task)
+    kind = get_task(task)
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
@@ -140,7 +139,7 @@ def answer(
 
 def _windows_kept(
     engine: Engine,
-    task: Task,
+    task: str | Task,
     path: Path,
     plans: list[WindowPlan],
     variant: Variant,
@@ -172,7 +171,7 @@ def _windows_kept(
 
 def answer_plans(
     engine: Engine,
-    task: Task,
+    task: str | Task,
     path: Path,
     plans: list[WindowPlan],
     variant: Variant,
@@ -231,10 +230,10 @@ class _Turns:
     """Runs one turn of model work for a request: in the scheduler's turn, and on ZeroGPU inside one
     ``spaces.GPU`` call sized for one window of the task (``capacity``)."""
 
-    def __init__(self, engine: Engine, ticket: Ticket, task: Task) -> None:
+    def __init__(self, engine: Engine, ticket: Ticket, task: str | Task) -> None:
         self.scheduler = scheduler_for(engine)
         self.ticket = ticket
-        self.seconds = space.call_seconds(task, engine.settings)
+        self.seconds = space.call_seconds(get_task(task).name, engine.settings)
         self.calls = 0
         self.used_s = 0.0
 
@@ -439,7 +438,7 @@ def compare(
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
     span = _span(start_s, end_s)  # a time range: its windows, as ``answer`` asks them
-    plans = runner.window_plans(engine, video, agreement.as_task(task), span)  # too many windows: refused now
+    plans = runner.window_plans(engine, video, task, span)  # too many windows: refused now
     if plans is None:
         prepared, cached = engine.prepare_cached(video)
         yield Prepared(prepared.info, prepared.plan, cached)

@@ -24,9 +24,9 @@ from typing import Any
 from marlin_demo import variants
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import compute
-from marlin_demo.results import Task
 from marlin_demo.service import zerogpu
 from marlin_demo.settings import Settings, env_name
+from marlin_demo.tasks import TASKS, get_task
 
 SPEEDS_FILE = Path(__file__).with_name("speeds.json")
 
@@ -192,21 +192,22 @@ def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
     return out
 
 
-def max_new_tokens(task: Task, settings: Settings) -> int:
-    return settings.caption_max_new_tokens if task == "caption" else settings.find_max_new_tokens
+def max_new_tokens(task: str, settings: Settings) -> int:
+    """The token limit of one ``task`` answer (the task's own setting)."""
+    return get_task(task).tokens(settings)
 
 
-def model_s(task: Task, settings: Settings, speed: Speed) -> float:
+def model_s(task: str, settings: Settings, speed: Speed) -> float:
     """The longest one window's model work can take: prefill, every allowed token, overhead."""
     return speed.overhead_s + speed.prefill_s + max_new_tokens(task, settings) / speed.decode_tokens_per_s
 
 
-def window_s(task: Task, settings: Settings, speed: Speed) -> float:
+def window_s(task: str, settings: Settings, speed: Speed) -> float:
     """The longest one window can take, its frames' preparation included (what the time limit covers)."""
     return speed.prepare_s + model_s(task, settings, speed)
 
 
-def gpu_call_s(task: Task, settings: Settings, speed: Speed) -> int:
+def gpu_call_s(task: str, settings: Settings, speed: Speed) -> int:
     """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before).
 
     The rule: ``GPU_MARGIN`` (1.25) times the longest one window's model work can take on the measured
@@ -226,14 +227,14 @@ def charged_s(asked_s: float, factor: float | None = None) -> int:
     return round(asked_s * (zerogpu.duration_factor() if factor is None else factor))
 
 
-def call_fits_day(task: Task, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
+def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
     """Whether one window's call, with the card's factor, fits a day of a visitor who is not signed in."""
     return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu.daily_quota_s("unauthenticated")
 
 
-def _tokens_fitting_day(task: Task, settings: Settings, speed: Speed) -> int:
+def _tokens_fitting_day(task: str, settings: Settings, speed: Speed) -> int:
     """The largest token limit whose window call fits ``call_fits_day`` (0 if none does)."""
-    field_name = f"{task}_max_new_tokens"
+    field_name = get_task(task).max_new_tokens
     low, high = 0, max_new_tokens(task, settings)  # the call grows with the limit: bisect it
     while low < high:
         mid = (low + high + 1) // 2
@@ -244,7 +245,7 @@ def _tokens_fitting_day(task: Task, settings: Settings, speed: Speed) -> int:
     return low
 
 
-def request_gpu_s(task: Task, duration_s: float, settings: Settings, speed: Speed) -> int:
+def request_gpu_s(task: str, duration_s: float, settings: Settings, speed: Speed) -> int:
     """What a whole request asks ZeroGPU for: one call per window of the video."""
     try:
         n = len(plan_for(task, max(duration_s, 0.0), settings, limit=False))
@@ -253,25 +254,21 @@ def request_gpu_s(task: Task, duration_s: float, settings: Settings, speed: Spee
     return n * gpu_call_s(task, settings, speed)
 
 
-def window_limited_s(task: Task, settings: Settings) -> float:
+def window_limited_s(task: str, settings: Settings) -> float:
     """The longest video ``max_windows`` windows cover."""
-    if task == "caption":
-        return settings.max_windows * settings.caption_window_s
-    step = settings.find_window_s - settings.find_overlap_s
-    return (settings.max_windows - 1) * step + settings.find_window_s
+    return get_task(task).covered_s(settings.max_windows, settings)
 
 
-def longest_video_s(task: Task, settings: Settings) -> float:
+def longest_video_s(task: str, settings: Settings) -> float:
     """The longest video ``task`` accepts and can finish under these settings: the duration limit, or
     less where ``max_windows`` windows cover less (a longer one is refused naming that length)."""
     return min(settings.max_duration_s, window_limited_s(task, settings))
 
 
 def limits_line(settings: Settings) -> str:
-    """ "captions up to 30 min, find up to 30 min": what the header tells a visitor."""
-    return (
-        f"captions up to {_minutes(longest_video_s('caption', settings))}, "
-        f"find up to {_minutes(longest_video_s('find', settings))}"
+    """ "captions up to 30 min, find up to 30 min": what the header tells a visitor (every task)."""
+    return ", ".join(
+        f"{t.plural} up to {_minutes(longest_video_s(name, settings))}" for name, t in TASKS.items()
     )
 
 
@@ -284,8 +281,8 @@ def conflicts(settings: Settings, device: str, zero_gpu: bool = False) -> list[s
     """One sentence per way these settings contradict the measured speeds (empty: they agree)."""
     out: list[str] = []
     speed = speed_for(settings, device)
-    for task in ("caption", "find"):
-        tokens = env_name(f"{task}_max_new_tokens")
+    for task, entry in TASKS.items():
+        tokens = env_name(entry.max_new_tokens)
         if speed is not None and window_s(task, settings, speed) > settings.request_timeout_s:
             need = math.ceil(window_s(task, settings, speed))
             out.append(

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import ModelLoadError, compute_choice, pick_device
-from marlin_demo.results import Task
 from marlin_demo.service import capacity, space, zerogpu
 from marlin_demo.settings import Settings, Variant
+from marlin_demo.tasks import get_task
 from marlin_demo.video import SamplingPlan, largest_window_tokens
 
 
@@ -29,7 +29,7 @@ class Estimate:
 
 
 def estimate(
-    task: Task,
+    task: str,
     plan: SamplingPlan,
     duration_s: float,
     settings: Settings,
@@ -67,7 +67,7 @@ def duration_words(seconds: float) -> str:
 
 
 def estimate_line(
-    task: Task,
+    task: str,
     plan: SamplingPlan,
     duration_s: float,
     settings: Settings,
@@ -82,7 +82,7 @@ def estimate_line(
     (Compare runs several). On a GPU outside ZeroGPU: nothing.
     """
     runs = max(1, len(variants or []))
-    noun = "a caption" if task == "caption" else "a find"
+    noun = get_task(task).noun
     who = noun if runs == 1 else f"{noun} on {runs} variants"
     if space.zero_gpu():  # the GPU's measured speed gives the typical figure; the calls' size the most
         gpu = capacity.speed_for(settings, "cuda")
@@ -104,7 +104,7 @@ def estimate_line(
 
 
 def _time_sentence(
-    head: str, est: Estimate | None, task: Task, settings: Settings, runs: int, unit: str = ""
+    head: str, est: Estimate | None, task: str, settings: Settings, runs: int, unit: str = ""
 ) -> str:
     """'<head> about T <unit>to read it, and up to M if the answer runs to its N-token limit.'"""
     if est is None:
@@ -144,14 +144,14 @@ class GpuCost:
         return self.charged_s <= zerogpu.daily_quota_s(tier)
 
 
-def gpu_cost(task: Task, calls: int, settings: Settings, factor: float | None = None) -> GpuCost:
+def gpu_cost(task: str, calls: int, settings: Settings, factor: float | None = None) -> GpuCost:
     """``calls`` ZeroGPU calls of one ``task`` window each (``factor``: the card's, read from ``spaces``)."""
     f = zerogpu.duration_factor() if factor is None else factor
     return GpuCost(max(0, calls), space.call_seconds(task, settings), f)
 
 
 def request_gpu_cost(
-    task: Task, duration_s: float, settings: Settings, runs: int = 1, factor: float | None = None
+    task: str, duration_s: float, settings: Settings, runs: int = 1, factor: float | None = None
 ) -> GpuCost:
     """A request on ``duration_s`` seconds of video (a time range's length, when one is asked), ``runs``
     variants in turn: one call per window per variant."""
@@ -171,16 +171,13 @@ def quota_words() -> str:
     )
 
 
-def longest_fitting_s(task: Task, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
+def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
     """The longest time range whose request fits a day of ``tier`` (0: not even one window does)."""
     per_window = gpu_cost(task, max(1, runs), settings).charged_s
     windows = zerogpu.daily_quota_s(tier) // max(1, per_window)
     if windows < 1:
         return 0.0
-    if task == "caption":
-        return float(windows * settings.caption_window_s)
-    step = settings.find_window_s - settings.find_overlap_s
-    return float((windows - 1) * step + settings.find_window_s)
+    return float(get_task(task).covered_s(windows, settings))
 
 
 def gpu_cost_line(cost: GpuCost, what: str = "This run") -> str:
@@ -192,7 +189,7 @@ def gpu_cost_line(cost: GpuCost, what: str = "This run") -> str:
     )
 
 
-def request_gpu_line(task: Task, duration_s: float, settings: Settings, runs: int = 1) -> str:
+def request_gpu_line(task: str, duration_s: float, settings: Settings, runs: int = 1) -> str:
     """The line before a run on ZeroGPU: its cost, the quota, and when it cannot fit in a day without
     signing in, the way out (sign in, or a time range that fits)."""
     cost = request_gpu_cost(task, duration_s, settings, runs)
@@ -209,7 +206,7 @@ def request_gpu_line(task: Task, duration_s: float, settings: Settings, runs: in
     return f"{line[:-1]}. It cannot fit in the {day} of a visitor who is not signed in: {signin}, or {way}."
 
 
-def cpu_work_line(task: Task, windows: int, settings: Settings, what: str) -> str:
+def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str:
     """Off ZeroGPU: about how long ``windows`` windows of ``task`` take at most on this machine."""
     try:
         device = pick_device(settings.device)

@@ -20,7 +20,6 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from marlin_demo.engine import EngineError
-from marlin_demo.results import Task
 from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings
 
@@ -47,12 +46,12 @@ def zero_gpu() -> bool:
     return bool(Config.zero_gpu)
 
 
-def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: Task = "caption") -> int:
+def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: str = "caption") -> int:
     """Seconds of ZeroGPU a request asks for in all: one call per window, ``runs`` variants in turn."""
     return runs * capacity.request_gpu_s(task, video_s, settings, capacity.speeds()["h200"])
 
 
-def call_seconds(task: Task, settings: Settings) -> int:
+def call_seconds(task: str, settings: Settings) -> int:
     """Seconds one window's (or one short clip's) call asks for."""
     return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"])
 

@@ -19,9 +19,9 @@ from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError, pick_device
 from marlin_demo.models.kernels import GPTQ_NO_COMPILER, allow_compiler_builds
-from marlin_demo.results import TASKS
 from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings, env_name, env_value
+from marlin_demo.tasks import TASKS
 
 log = logging.getLogger(__name__)
 
