@@ -1,14 +1,20 @@
-"""Faults and security on the real server: disconnects, files it must not serve, bounded load."""
+"""Faults and security on the real server: disconnects, files it must not serve, bounded load; and the
+one module that reaches into Gradio (``ui.gradio_hooks``), each reach with a test naming it."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import gradio as gr
 import httpx
 import pytest
+from gradio import processing_utils
 from gradio_client import Client, handle_file
 from result_shapes import FIND_KEYS
 from ui_support import EXAMPLES, ROOT, AppServer
@@ -16,6 +22,7 @@ from ui_support import EXAMPLES, ROOT, AppServer
 from marlin_demo.engine import Engine
 from marlin_demo.models import ModelLoadError
 from marlin_demo.settings import Settings
+from marlin_demo.ui import gradio_hooks
 
 pytestmark = pytest.mark.slow
 
@@ -127,3 +134,65 @@ def test_unusable_uploads_get_a_specific_gr_error(
     message = str(info.value)
     assert BAD_MEDIA[kind] in message, message
     assert "Traceback" not in message
+
+
+# ---------------------------------------------------------------------------- Gradio's internals
+
+
+def _probe_app() -> tuple[gr.Blocks, Any]:
+    """A ``gr.api`` endpoint taking a video as this app's do, and its Gradio function."""
+
+    def probe(video: str) -> str:
+        return str(video)
+
+    with gr.Blocks() as demo:
+        gr.api(probe, api_name="probe")
+    (block_fn,) = [fn for fn in demo.fns.values() if fn.api_name == "probe"]
+    return demo, block_fn
+
+
+def test_hook_no_url_download_gradio_still_fetches_and_the_hook_refuses_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``gradio_hooks.refuse_url_downloads``: Gradio still downloads a file given as a URL before an
+    endpoint runs (so the hook is needed), through the method the hook replaces (so it still works)."""
+    fetched: list[str] = []
+
+    async def recorded(url: str, cache_dir: str) -> str:
+        fetched.append(url)
+        return str(EXAMPLES / "ball_rolls.mp4")
+
+    monkeypatch.setattr(processing_utils, "async_ssrf_protected_download", recorded)
+    url = "http://127.0.0.1:9/clip.mp4"  # never reached: the download is the recorder above
+    given = [{"path": url, "orig_name": "clip.mp4", "meta": {"_type": "gradio.FileData"}}]
+    demo, block_fn = _probe_app()
+    asyncio.run(demo.preprocess_data(block_fn, list(given), None))
+    assert fetched == [url], (
+        "gradio_hooks.refuse_url_downloads: Gradio no longer downloads a URL given as a file before the "
+        "endpoint runs; the hook may be unneeded now (check, then drop it)"
+    )
+    assert hasattr(demo, "blocks"), "gradio_hooks.refuse_url_downloads: Blocks.blocks is gone"
+    assert gradio_hooks.refuse_url_downloads(demo) >= 1
+    with pytest.raises(gr.Error) as refused:
+        asyncio.run(demo.preprocess_data(block_fn, list(given), None))
+    assert refused.value.message == gradio_hooks.NO_URLS and fetched == [url], (
+        "gradio_hooks.refuse_url_downloads: Gradio downloads a URL without calling "
+        "Block.async_move_resource_to_block_cache, which the hook replaces"
+    )
+    # an uploaded file still passes as Gradio moves it
+    upload = Path(gr.utils.get_upload_folder()) / "probe" / "clip.mp4"
+    upload.parent.mkdir(parents=True, exist_ok=True)
+    upload.write_bytes(b"x")
+    moved = asyncio.run(
+        demo.preprocess_data(block_fn, [{"path": str(upload), "meta": {"_type": "gradio.FileData"}}], None)
+    )
+    assert moved[0]["path"] == str(upload)
+
+
+def test_hook_mcp_calls_are_told_apart_by_the_bridges_header() -> None:
+    """``gradio_hooks.from_mcp``: the header of Gradio's MCP bridge (its answers are JSON text); the
+    MCP tests' ``json_of`` fails naming this hook when the bridge stops sending it."""
+    name, value = gradio_hooks.MCP_USER_HEADER
+    assert gradio_hooks.from_mcp(SimpleNamespace(headers={name: value}))
+    assert not gradio_hooks.from_mcp(SimpleNamespace(headers={name: "api"}))
+    assert not gradio_hooks.from_mcp(None)

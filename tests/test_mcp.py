@@ -1,45 +1,60 @@
 """The app as an MCP server, driven by a real MCP client (the ``mcp`` SDK, streamable HTTP).
 
 The server is the real ``python app.py --model tiny`` (``ui_support.app_server``, loopback
-only). Answers of the tiny stand-in are meaningless, so only their shape and bounds are
-checked, never their words.
+only). Its tools are Gradio's own MCP server over the app's ``gr.api`` endpoints (``ui.api``),
+described by their docstrings. Answers of the tiny stand-in are meaningless, so only their shape
+and bounds are checked, never their words.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
+import http.server
 import json
-import socket
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from gradio_client.utils import encode_file_path
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.types import CallToolResult, TextContent
 from result_shapes import API_CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
-from ui_support import EXAMPLES, AppServer
+from test_tasks import DESCRIBE
+from ui_support import EXAMPLES, AppServer, free_port
 
-from marlin_demo import video
+from marlin_demo import settings as settings_mod
+from marlin_demo import tasks, video
+from marlin_demo.engine import Engine
+from marlin_demo.settings import Settings
+from marlin_demo.tasks import TASKS
+from marlin_demo.ui import api
+from marlin_demo.ui.api import DATA_URL_ONLY, NO_URLS
+from marlin_demo.ui.blocks import build_demo, mcp_on
 from marlin_demo.ui.common import NOT_UPLOADED
-from marlin_demo.ui.mcp_tools import DATA_URL_ONLY, NO_URLS, TOOLS
 
 pytestmark = pytest.mark.slow
 
 CLIP = EXAMPLES / "ball_rolls.mp4"
 
+TOOLS = (*(f"/{name}" for name in TASKS), "/compare", "/search", "/caption_stream")
+"""The endpoints served as MCP tools, in this order (one per task, then compare, search and the stream)."""
 
-def mcp_url(server: AppServer) -> str:
-    return f"{server.url}gradio_api/mcp/"
+
+def mcp_url(server: AppServer | str) -> str:
+    return f"{server if isinstance(server, str) else server.url}gradio_api/mcp/"
 
 
-def with_session(server: AppServer, use: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+def with_session(server: AppServer | str, use: Callable[[ClientSession], Awaitable[Any]]) -> Any:
     """Open a real MCP session to the app (streamable HTTP), run ``use`` in it."""
 
     async def run() -> Any:
@@ -77,7 +92,12 @@ def text_of(result: CallToolResult) -> str:
 
 def json_of(result: CallToolResult) -> Any:
     assert not result.isError, text_of(result)
-    return json.loads(text_of(result))  # JSON, not Python's repr
+    text = text_of(result)
+    assert text.startswith("{") and '"' in text[:3], (
+        "gradio_hooks.from_mcp: the tool answered Python's repr, not JSON: Gradio's MCP bridge no longer "
+        f"sends the header {api.gradio_hooks.MCP_USER_HEADER} it marks its calls with: {text[:80]}"
+    )
+    return json.loads(text)
 
 
 def error_of(result: CallToolResult) -> str:
@@ -111,7 +131,7 @@ def check_metrics(metrics: dict[str, Any]) -> None:
 def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppServer) -> None:
     tools = with_session(app_server, lambda s: s.list_tools()).tools
     by_name = {t.name: t for t in tools}
-    assert list(by_name) == [t.lstrip("/") for t in TOOLS]  # no /caption_stream, nothing private
+    assert list(by_name) == [t.lstrip("/") for t in TOOLS]  # nothing private
     expected = {
         "caption": (["video", "variant", "start", "end"], ["video"]),
         "find": (["video", "query", "variant", "start", "end"], ["video", "query"]),
@@ -128,7 +148,7 @@ def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppSer
         assert "/gradio_api/upload" in video_arg["description"]
         assert "MB" in tool.description and "Returns: JSON" in tool.description
     assert by_name["caption"].inputSchema["properties"]["variant"]["enum"] == ["gptq", "bnb4", "bf16"]
-    # a parameter described over two docstring lines keeps both (Gradio's own parser drops the second)
+    # each argument is one docstring line, all of it kept (Gradio's parser keeps an argument's first line)
     assert "(16-bit)" in by_name["find"].inputSchema["properties"]["variant"]["description"]
     assert by_name["compare"].inputSchema["properties"]["task"]["enum"] == ["caption", "find"]
     # a time range: optional, described as the docstring says (only that part is asked)
@@ -164,6 +184,12 @@ def test_caption_of_a_clip_sent_as_a_data_url(
         assert 0.0 <= event["start"] <= event["end"] <= clip_duration + 1e-6, event
         assert isinstance(event["description"], str)
     check_metrics(data["metrics"])
+
+
+def test_the_stream_as_a_tool_answers_its_last_message(app_server: AppServer) -> None:
+    data = json_of(call(app_server, "caption_stream", {"video": data_url(CLIP, "video/mp4")}))
+    assert data["done"] is True and set(data["result"]) == API_CAPTION_KEYS
+    assert data["text"] == data["result"]["raw"]
 
 
 def test_find_on_a_clip_uploaded_first_and_named_by_its_file_url(
@@ -228,26 +254,59 @@ def test_a_text_file_gets_the_same_not_a_video_sentence_as_the_api(
     assert message == str(api.value)
 
 
-@pytest.mark.parametrize("tool", [t.lstrip("/") for t in TOOLS if t != "/search"])  # search takes no video
-def test_a_url_of_another_host_is_refused_before_anything_is_fetched(
-    app_server: AppServer,
-    client: Client,
-    tool: str,
+@pytest.fixture
+def listener() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on loopback standing in for "another host": (a clip's URL on it, the requests it
+    got). Any fetch of that URL, by Gradio or the app, would be one of them."""
+    got: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            got.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp4")
+            self.end_headers()
+            self.wfile.write(CLIP.read_bytes())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/clip.mp4", got
+    finally:
+        server.shutdown()
+        thread.join(timeout=30)
+        server.server_close()
+
+
+VIDEO_ENDPOINTS = {"caption": (), "find": ("the ball rolls",), "compare": (), "caption_stream": ()}
+"""Every endpoint that takes a video, with what it takes after it."""
+
+
+def test_a_url_given_to_any_endpoint_is_refused_and_nothing_is_fetched(
+    app_server: AppServer, client: Client, listener: tuple[str, list[str]]
 ) -> None:
-    # A listener stands in for "another host": any fetch of the URL, by the MCP bridge or the app,
-    # would connect to it. It stays on loopback like every test.
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        listener.setblocking(False)
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/clip.mp4"
-        args = {"video": url, "query": "the ball rolls"} if tool == "find" else {"video": url}
-        message = error_of(call(app_server, tool, args))
-        with pytest.raises(AppError) as api:
-            client.predict(handle_file(url), "gptq", api_name="/caption")
-        with pytest.raises(BlockingIOError):
-            listener.accept()  # nobody connected
-    assert message == NO_URLS == str(api.value)
+    """A URL to every endpoint that takes a video, as gradio_client sends it (handle_file: a file whose
+    path is the URL, which Gradio itself would download before the endpoint runs; and as text) and as
+    an MCP tool's text: each is refused with the one sentence, and the URL's server never hears of it.
+
+    Gradio's download is guarded against private addresses, so a loopback URL alone would not prove
+    our refusal: the sentence does (Gradio's guard answers otherwise), and test_api_hardening shows that
+    without ``gradio_hooks`` Gradio does reach for the URL.
+    """
+    url, got = listener
+    assert set(VIDEO_ENDPOINTS) == {t.lstrip("/") for t in TOOLS if t != "/search"}  # search takes no video
+    for endpoint, rest in VIDEO_ENDPOINTS.items():
+        for given in (handle_file(url), url):
+            with pytest.raises(AppError) as refused:
+                client.predict(given, *rest, api_name=f"/{endpoint}")
+            assert str(refused.value) == NO_URLS, (endpoint, given)
+        args = {"video": url, **({"query": rest[0]} if rest else {})}
+        assert error_of(call(app_server, endpoint, args)) == NO_URLS, endpoint
+    assert got == [], f"the server fetched {got}"
 
 
 def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServer) -> None:
@@ -255,8 +314,8 @@ def test_arguments_other_than_the_tools_strings_are_refused(app_server: AppServe
     as_object = error_of(call(app_server, "find", {"video": file_object, "query": "x"}))
     assert "not of type 'string'" in as_object
     smuggled = error_of(call(app_server, "caption", {"video": str(CLIP), "extra": "x"}))
-    assert smuggled == "Unknown argument 'extra': caption takes video, variant, start, end."
-    assert error_of(call(app_server, "caption_stream", {"video": str(CLIP)})).startswith("Unknown tool")
+    assert "`extra` is not a valid key-word argument" in smuggled
+    assert error_of(call(app_server, "caption_of", {"video": str(CLIP)})).startswith("Unknown tool")
 
 
 def test_a_data_url_must_be_base64(app_server: AppServer) -> None:
@@ -264,43 +323,24 @@ def test_a_data_url_must_be_base64(app_server: AppServer) -> None:
     assert message == DATA_URL_ONLY
 
 
-def test_the_setting_and_the_size_limit_before_decoding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_setting_and_the_size_limit_before_decoding(tmp_path: Path) -> None:
     """MARLIN_MCP / --mcp turn the tools on or off; an over-size data URL is refused before it is decoded."""
-    import argparse
-
-    import gradio.mcp
-
-    from marlin_demo import settings as settings_mod
-    from marlin_demo.engine import Engine
-    from marlin_demo.ui.blocks import build_demo
-    from marlin_demo.ui.mcp_tools import MarlinMCPServer
-
     assert settings_mod.from_env({}).mcp is True
     assert settings_mod.from_env({"MARLIN_MCP": "0"}).mcp is False
     parser = argparse.ArgumentParser()
     settings_mod.add_arguments(parser)
     base = settings_mod.from_env({})
     assert settings_mod.from_args(parser.parse_args(["--no-mcp"]), base).mcp is False
+    assert mcp_on(base) is True and mcp_on(base.with_(mcp=False)) is False
 
-    monkeypatch.setenv("MARLIN_CACHE_EXAMPLES", "off")
-    tiny = base.with_(model="tiny", output_dir=str(tmp_path / "out"), max_upload_mb=1.0)
-    _, off = build_demo(Engine(tiny.with_(mcp=False)), tiny.with_(mcp=False))
-    assert off["mcp_server"] is False
-    demo, on = build_demo(Engine(tiny), tiny)
-    assert on["mcp_server"] is True and gradio.mcp.GradioMCPServer is MarlinMCPServer
-
-    server = MarlinMCPServer(demo)
     big = "data:video/mp4;base64," + "A" * 2_000_000  # 1.5 MB once decoded
-    with pytest.raises(ValueError) as info:
-        server._video_argument(big)
-    assert str(info.value) == "The file is 1.5 MB; at most 1 MB is allowed."
+    with pytest.raises(gr.Error) as info:
+        api.save_data_url(big, max_mb=1.0)
+    assert info.value.message == "The file is 1.5 MB; at most 1 MB is allowed."
 
 
 def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer) -> None:
     """Gradio also serves MCP over SSE (/gradio_api/mcp/sse); the tool list and the URL rule hold there."""
-    from mcp.client.sse import sse_client
 
     async def run() -> tuple[list[str], CallToolResult, CallToolResult]:
         async with sse_client(f"{app_server.url}gradio_api/mcp/sse") as (read, write):
@@ -320,3 +360,27 @@ def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer
     assert set(json_of(found)) == FIND_KEYS
     # the same file named through another host name is another host: refused, nothing fetched
     assert error_of(refused) == NO_URLS
+
+
+def test_a_registered_task_is_an_endpoint_and_a_tool(
+    tiny_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third task registered in ``tasks`` (test_tasks' free-form description) is an API endpoint and an
+    MCP tool with no other change: the app built with it answers it over gradio_client and lists it."""
+    monkeypatch.setenv("MARLIN_CACHE_EXAMPLES", "off")
+    tasks.register_task(DESCRIBE)
+    settings = tiny_settings.with_(output_dir=str(tmp_path / "out"), caption_max_new_tokens=8)
+    demo, launch = build_demo(Engine(settings), settings)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        tools = {t.name: t for t in with_session(url, lambda s: s.list_tools()).tools}
+        assert list(tools)[:3] == ["caption", "find", "describe"]
+        assert list(tools["describe"].inputSchema["properties"]) == ["video", "variant", "start", "end"]
+        assert tools["describe"].description.startswith("A free-form detailed caption of a video.")
+        d = Client(url, verbose=False).predict(handle_file(CLIP), "bf16", api_name="/describe")
+        assert set(d) == API_CAPTION_KEYS and d["variant"] == "bf16"
+    finally:
+        demo.close()
+        tasks.unregister_task(DESCRIBE.name)

@@ -7,6 +7,7 @@ so ``build_demo`` returns them beside the Blocks for ``app.py`` to pass on.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -23,13 +24,13 @@ from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
     about,
-    api_docs,
+    api,
     caption,
     compare,
     find,
+    gradio_hooks,
     header,
     library,
-    mcp_tools,
     one_clip,
     timeline,
 )
@@ -126,6 +127,14 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
     return thread
 
 
+def mcp_on(settings: Settings) -> bool:
+    """The ``mcp_server`` launch argument: the setting, when ``gradio[mcp]`` is installed."""
+    if settings.mcp and importlib.util.find_spec("mcp") is None:
+        log.warning("MARLIN_MCP is on but the mcp package is missing (pip install 'gradio[mcp]')")
+        return False
+    return settings.mcp
+
+
 def make_context(engine: Engine, settings: Settings, status: ModelStatus | None = None) -> UIContext:
     """The shared context: engine, settings, output folder, examples and how they are cached."""
     status = status or ModelStatus(requested=settings.model)
@@ -177,12 +186,13 @@ def build_demo(
         }
         cleared["compare"] = (list(compare_cleared()), compare_cleared)
         one_clip.listen(ctx, clip, cleared)
-        api_docs.use_local_examples([clip.video], [fnd.query, cmp_tab.query])
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
         about.listen(ctx, abt)
         library.listen(ctx, lib, tabs, clip.video, fnd.query)
+        api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
+    gradio_hooks.refuse_url_downloads(demo)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     if ctx.cache_mode == "eager":
         answer_examples_at_start(ctx)
@@ -194,6 +204,6 @@ def build_demo(
         "allowed_paths": [str(ctx.examples_dir), str(ctx.output_dir), *lib.source.allowed_paths()],
         "max_file_size": f"{settings.max_upload_mb:g}mb",
         "show_error": True,
-        "mcp_server": mcp_tools.enable(demo, ctx),
+        "mcp_server": mcp_on(settings),
     }
     return demo, launch_kwargs

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import html
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,22 +19,18 @@ from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.common import (
     CLIP_ID,
-    GPU_EVENT,
     PRIVATE_UI,
     UIContext,
     clip_stem,
     metrics_html,
     notice_html,
-    pick_variant,
-    require_upload,
     session_of,
     tiny_in_use,
-    user_errors,
     write_json,
 )
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView
-from marlin_demo.ui.running import RunState, StageView, Updates, follow, scroll_mark
+from marlin_demo.ui.running import RunState, StageView, Updates, scroll_mark
 
 PLACEHOLDER = "Choose a clip and caption it: its events appear here on a time axis; click one to play it."
 GHOST = ((0.03, 0.28), (0.34, 0.61), (0.67, 0.96))  # the empty timeline's faint bars: timed events
@@ -55,7 +50,6 @@ class CaptionTab(RunTab):
     scene: gr.HTML
     table: gr.Dataframe
     files: gr.File
-    api_stream_button: gr.Button
 
     @property
     def answer(self) -> gr.HTML:
@@ -286,12 +280,9 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
                 notice=notice,
                 metrics=metrics,
                 raw=raw,
-                api_button=gr.Button("api", visible=False),
-                api_out=gr.JSON(label="caption", visible=False),
                 scene=scene,
                 table=table,
                 files=files,
-                api_stream_button=gr.Button("api-stream", visible=False),
             )
             with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
                 rows = [
@@ -400,71 +391,5 @@ class StreamMessages(StageView[dict[str, Any]]):
 
 
 def listen(ctx: UIContext, tab: CaptionTab) -> None:
-    """Wire the UI streaming event and the public ``/caption`` and ``/caption_stream`` endpoints."""
+    """Wire the UI streaming event (the public ``/caption`` and ``/caption_stream`` are ``ui.api``'s)."""
     run_tab.listen(ctx, tab)
-    _listen_api(ctx, tab)
-
-
-def _listen_api(ctx: UIContext, tab: CaptionTab) -> None:
-    """The public endpoints: plain JSON only (the tab's own updates are private events)."""
-
-    def caption(
-        video: str | None, variant: str = "gptq", start: float | None = None, end: float | None = None
-    ) -> dict[str, Any]:
-        """Describe what happens in a video: a scene paragraph and its events with start and end times.
-
-        Args:
-            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
-            variant: Which copy of Marlin-2B answers: "gptq" (GPTQ 4-bit, the default), "bnb4"
-                (bitsandbytes nf4 4-bit) or "bf16" (16-bit), among those this server offers.
-            start: Optional: the first second of the part of the video to ask about (empty: its start).
-            end: Optional: the last second of that part (empty: the video's end). Only that part is
-                decoded and asked; times in the answer stay on the video's own timeline.
-
-        Returns:
-            JSON {"variant": str, "model": str, "scene": str, "events": [{"start": float, "end": float,
-            "description": str}], "raw": str, "repaired": bool, "metrics": {"latency_s": float,
-            "ttft_s": float, "output_tokens": int, "tokens_per_s": float, "video_tokens": int,
-            "peak_memory_mb": float, "memory_kind": str, "load_s": float|null, "device": str},
-            "windows": [{"start": float, "end": float, "scene": str}]}.
-            Times are seconds from the start of the clip and lie inside it; "raw" is exactly what the
-            model wrote; "repaired" is true when events were clamped into the clip or de-duplicated.
-            A video longer than one caption window is captioned window by window: "windows" lists
-            them (one entry for a short clip) and the events of all windows share one timeline.
-        """
-        path = require_upload(video, ctx)
-        v = pick_variant(variant, ctx)
-        with user_errors():
-            result = service.run(ctx.engine, "caption", path, v, start_s=start, end_s=end)
-            assert isinstance(result, CaptionResult)
-            return caption_json(result)
-
-    tab.api_button.click(
-        caption,
-        [tab.video, tab.variant, tab.start, tab.end],
-        tab.api_out,
-        api_name="caption",
-        api_description="Scene paragraph and timed events: "
-        "{variant, model, scene, events, raw, repaired, metrics}",
-        **GPU_EVENT,
-    )
-
-    def caption_stream(
-        video: str | None, variant: str = "gptq", start: float | None = None, end: float | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """The caption as the model writes it, then the finished result (see stream_message)."""
-        path = require_upload(video, ctx)
-        v = pick_variant(variant, ctx)
-        with user_errors():
-            stages = service.stream(ctx.engine, "caption", path, v, start_s=start, end_s=end)
-            yield from follow(stages, StreamMessages(), ctx.settings.stream_every_s)
-
-    tab.api_stream_button.click(
-        caption_stream,
-        [tab.video, tab.variant, tab.start, tab.end],
-        tab.api_out,
-        api_name="caption_stream",
-        api_description="The caption while it is written: {done: false, text} messages, then "
-        "{done: true, text, first_text_s, result} with result as /caption returns it",
-        **GPU_EVENT,
-    )

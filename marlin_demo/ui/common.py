@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import gradio as gr
-from gradio.data_classes import FileData
-from pydantic import model_validator
 
 from marlin_demo import agreement, service, variants
 from marlin_demo import settings as settings_mod
@@ -308,50 +306,10 @@ def session_of(request: gr.Request | None) -> str:
 # Uploads only
 # ---------------------------------------------------------------------------
 
-NOT_UPLOADED_PREFIX = "not-uploaded:"
 NOT_UPLOADED = (
     "Send the video as an uploaded file: in gradio_client use handle_file('clip.mp4'). "
     "A path on the server ({name}) is not accepted."
 )
-
-
-class UploadedVideoFile(FileData):
-    """A video file uploaded by the client (gradio_client: handle_file("clip.mp4"))."""
-
-    # A bare string is turned into a file reference that ``require_upload`` then refuses by its
-    # path with a clear message; left alone, pydantic's validation error would reach API clients
-    # only as a generic "error" without the reason.
-
-    @model_validator(mode="before")
-    @classmethod
-    def _wrap_plain_string(cls, data: Any) -> Any:
-        if isinstance(data, str):
-            return {
-                "path": NOT_UPLOADED_PREFIX + data,
-                "orig_name": Path(data).name or data,
-                "meta": {"_type": "gradio.FileData"},
-            }
-        return data
-
-
-def upload_video(**kwargs: Any) -> gr.Video:
-    """A ``gr.Video`` whose API accepts uploaded files only (see ``require_upload``).
-
-    The instance is adjusted instead of subclassing ``gr.Video``: Gradio writes a
-    ``.pyi`` stub beside the source of every component subclass at import time.
-    """
-    video = gr.Video(**kwargs)
-    video.data_model = UploadedVideoFile  # type: ignore[misc]
-    plain_move = video.async_move_resource_to_block_cache
-
-    async def move_refusing_urls(url_or_file_path: str | Path | None) -> str | None:
-        # The server never fetches a video from a URL a caller names.
-        if url_or_file_path is not None and str(url_or_file_path).startswith(("http://", "https://")):
-            raise gr.Error("Upload the video file itself: the server does not download URLs.")
-        return await plain_move(url_or_file_path)
-
-    video.async_move_resource_to_block_cache = move_refusing_urls  # type: ignore[method-assign]
-    return video
 
 
 def is_inside(path: Path, folder: Path) -> bool:
@@ -363,15 +321,14 @@ def is_inside(path: Path, folder: Path) -> bool:
     return True
 
 
-def require_upload(video: str | None, ctx: UIContext) -> str:
-    """The path of an uploaded video (or a bundled example); anything else is a clear ``gr.Error``."""
+def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False) -> str:
+    """The path of an uploaded video (or, unless ``uploads_only``, a bundled example); anything else is a
+    clear ``gr.Error``."""
     if video is None or (isinstance(video, str) and not video.strip()):
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
-    if str(video).startswith(NOT_UPLOADED_PREFIX):
-        name = Path(str(video)[len(NOT_UPLOADED_PREFIX) :]).name or str(video)
-        raise gr.Error(NOT_UPLOADED.format(name=html.escape(name)), print_exception=False)
     path = Path(str(video))
-    allowed = [Path(gr.utils.get_upload_folder()), ctx.examples_dir, ctx.output_dir]
+    allowed = [Path(gr.utils.get_upload_folder())]
+    allowed += [] if uploads_only else [ctx.examples_dir, ctx.output_dir]
     if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)
     if not path.is_file():

@@ -73,8 +73,6 @@ class CompareTab:
     session: gr.State
     session_table: gr.Dataframe
     session_csv: gr.File
-    api_button: gr.Button
-    api_out: gr.JSON
     session_box: gr.Accordion
     start: gr.Number  # the clip's range (``one_clip``): a comparison asks about that part only
     end: gr.Number
@@ -123,8 +121,6 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
                 "it includes loading the model, shown apart from *warm* runs.",
                 elem_classes=["cs-help"],
             )
-            api_button = gr.Button("api", visible=False)
-            api_out = gr.JSON(label="comparison", visible=False)
             with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
                 _examples(ctx, [video, task, query])
         with gr.Column(scale=8, min_width=420, elem_classes="mr-results"):
@@ -188,8 +184,6 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
         session,
         session_table,
         session_csv,
-        api_button,
-        api_out,
         acc,
         clip.start,
         clip.end,
@@ -509,54 +503,4 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=None,
-    )
-    _listen_api(ctx, tab)
-
-
-def _listen_api(ctx: UIContext, tab: CompareTab) -> None:
-    """The public ``/compare`` endpoint: the whole comparison as plain JSON, at once."""
-
-    def compare(
-        video: str | None,
-        task: str = "caption",
-        query: str = "",
-        start: float | None = None,
-        end: float | None = None,
-    ) -> dict[str, Any]:
-        """Run caption or find on every 4-bit variant (GPTQ and bnb4; not bf16) and say how far they agree.
-
-        Args:
-            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
-            task: "caption" (what happens) or "find" (when the query happens).
-            query: For task "find": the event in plain words (not empty); ignored for "caption".
-            start: Optional: the first second of the part of the video to ask about (empty: its start).
-            end: Optional: the last second of that part (empty: the video's end). Only that part is
-                decoded and asked; times in the answer stay on the video's own timeline.
-
-        Returns:
-            JSON {"task": str, "query": str or null, "results": {variant: the caption or find JSON},
-            "agreement": {"gptq|bnb4": {"event_iou": float, "event_f1": float, "rouge_l": float}} for
-            caption or {"gptq|bnb4": {"span_iou": float}} for find, one key per pair of variants},
-            plus "scores": {variant: {...}} against the ground truth when the clip is one of the
-            app's bundled examples, and "errors": {variant: one sentence} when a variant could not
-            load or run (the others still answer; when none answers the call fails).
-        """
-        path = require_upload(video, ctx)
-        with user_errors():
-            *_, run = service.compare(
-                ctx.engine, task, path, ctx.compare_variants(), query, start_s=start, end_s=end
-            )
-            assert isinstance(run, service.Comparison)
-            run.require_answer()
-            return run.payload(ctx.ground_truth(path))
-
-    tab.api_button.click(
-        compare,
-        [tab.video, tab.task, tab.query, tab.start, tab.end],
-        tab.api_out,
-        api_name="compare",
-        api_description="Run caption or find on every compared variant: {task, query, results: {variant: "
-        "result}, agreement: {'a|b': {...}}} plus scores when the clip is a bundled example, and errors: "
-        "{variant: sentence} when a variant failed (the others' results are still returned)",
-        **GPU_EVENT,
     )

@@ -21,15 +21,12 @@ from marlin_demo.results import FindResult
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.common import (
     CLIP_ID,
-    GPU_EVENT,
     PRIVATE_UI,
     UIContext,
     clip_stem,
     error_html,
     metrics_html,
     notice_html,
-    pick_variant,
-    require_upload,
     short_name,
     status_html,
     tiny_in_use,
@@ -263,8 +260,6 @@ def render(ctx: UIContext, clip: Clip) -> FindTab:
                 notice=notice,
                 metrics=metrics,
                 raw=raw,
-                api_button=gr.Button("api", visible=False),
-                api_out=gr.JSON(label="find", visible=False),
                 query=query,
                 query_status=query_status,
                 suggestions=suggestions,
@@ -362,51 +357,3 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
     tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
     tab.query.change(ready, tab.query, [tab.run, tab.query_status], **PRIVATE_UI)
     tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)
-    _listen_api(ctx, tab)
-
-
-def _listen_api(ctx: UIContext, tab: FindTab) -> None:
-    """The public ``/find`` endpoint: plain JSON only (the player's jump is a private follow-up)."""
-
-    def find(
-        video: str | None,
-        query: str,
-        variant: str = "gptq",
-        start: float | None = None,
-        end: float | None = None,
-    ) -> dict[str, Any]:
-        """Find when a described event happens in a video: one start-end span in seconds.
-
-        Args:
-            video: The clip (MP4, WebM, MOV or MKV) as an uploaded file; a path on the server is refused.
-            query: The event in plain words, e.g. "a person opens the door" (not empty).
-            variant: Which copy of Marlin-2B answers: "gptq" (GPTQ 4-bit, the default), "bnb4"
-                (bitsandbytes nf4 4-bit) or "bf16" (16-bit), among those this server offers.
-            start: Optional: the first second of the part of the video to ask about (empty: its start).
-            end: Optional: the last second of that part (empty: the video's end). Only that part is
-                decoded and asked; times in the answer stay on the video's own timeline.
-
-        Returns:
-            JSON {"variant": str, "model": str, "query": str, "span": [start, end] or null,
-            "format_ok": bool, "raw": str, "metrics": {...as for caption},
-            "moments": [{"start": float, "end": float, "score": float}]}. The span is in seconds
-            from the start of the clip and lies inside it; null when the answer gave no usable span;
-            "format_ok" says the answer was in the trained "From <start> to <end>." form. "moments"
-            are every span found, best first, scored in [0, 1] from the model's token probabilities
-            (a long video is searched window by window, so an event that recurs gives several);
-            "span" is the best one.
-        """
-        path = require_upload(video, ctx)
-        v = pick_variant(variant, ctx)
-        with user_errors():
-            return service.run(ctx.engine, "find", path, v, query, start_s=start, end_s=end).to_dict()
-
-    tab.api_button.click(
-        find,
-        [tab.video, tab.query, tab.variant, tab.start, tab.end],
-        tab.api_out,
-        api_name="find",
-        api_description="Start-end span of a described event: {variant, model, query, span, format_ok, raw, "
-        "metrics}; span is null when the answer gives none",
-        **GPU_EVENT,
-    )

@@ -30,9 +30,7 @@ from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
-from marlin_demo.ui.api_docs import use_local_examples
 from marlin_demo.ui.common import (
-    GPU_EVENT,
     PRIVATE_UI,
     UIContext,
     status_html,
@@ -148,8 +146,6 @@ class LibraryTab:
     moments: gr.State
     picked: gr.State
     top_k: gr.Number
-    api_button: gr.Button
-    api_out: gr.JSON
     source: LibrarySource
 
 
@@ -343,10 +339,7 @@ def render(ctx: UIContext) -> LibraryTab:
                 player = gr.Video(label="The chosen moment", interactive=False, elem_id=PLAYER_ID, height=300)
                 chosen = gr.HTML("", elem_id="library-chosen")
                 open_in_find = gr.Button("Open in Find", visible=False, elem_id="library-open-find")
-        use_local_examples([], [query])  # the API page's snippet asks a sentence, not "Hello!!"
         top_k = gr.Number(DEFAULT_TOP_K, visible=False, precision=0)
-        api_button = gr.Button("api", visible=False)
-        api_out = gr.JSON(label="search", visible=False)
     return LibraryTab(
         query,
         run,
@@ -361,8 +354,6 @@ def render(ctx: UIContext) -> LibraryTab:
         gr.State([]),
         gr.State(None),
         top_k,
-        api_button,
-        api_out,
         source,
     )
 
@@ -449,43 +440,4 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         [clip, find_query, tabs],
         api_visibility="private",
         show_progress="hidden",
-    )
-    _listen_api(ctx, tab)
-
-
-def _listen_api(ctx: UIContext, tab: LibraryTab) -> None:
-    def search(query: str, top_k: float = DEFAULT_TOP_K) -> dict[str, Any]:  # the MCP tool's name
-        """Find a described moment across every video of this server's library (its example clips unless it
-        serves another): full-text search over each video's caption windows, then find in the best ones.
-
-        Args:
-            query: The event in plain words, e.g. "a ball rolls across the floor" (not empty).
-            top_k: Most moments to return (1-50, default 10).
-
-        Returns:
-            JSON {"query": str, "library": {"videos": int, "windows": int}, "searched_windows": int,
-            "moments": [{"video": str, "id": str, "start": float, "end": float, "score": float,
-            "retrieval_score": float, "window": [start, end], "thumbnail": str or null}]}, best first.
-            "video" is the video's name in the library and "id" its entry; start/end are seconds on that
-            video's own timeline; "score" (0-1) combines find's confidence with the window's text relevance
-            ("retrieval_score", BM25); "window" is the caption window find was asked in; "thumbnail" is a
-            URL path on this server. An empty library, or no match, is an empty "moments" list.
-        """
-        k = DEFAULT_TOP_K if top_k is None else int(top_k)
-        if not 1 <= k <= 50:
-            raise gr.Error(f"top_k must be between 1 and 50, got {top_k:g}.", print_exception=False)
-        with user_errors():
-            clean = contract.sanitize_query(query or "", ctx.engine.settings.max_query_chars)
-            for _ in tab.source.progress():
-                pass
-            return public_answer(tab.source, run_search(tab.source, clean, k), tab.api_out)
-
-    tab.api_button.click(
-        search,
-        [tab.query, tab.top_k],
-        tab.api_out,
-        api_name="search",
-        api_description="Moments of a described event across the library's videos: {query, "
-        "library, searched_windows, moments}",
-        **GPU_EVENT,
     )

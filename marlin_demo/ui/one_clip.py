@@ -24,7 +24,6 @@ from marlin_demo.ui.common import (
     UIContext,
     clip_status,
     session_of,
-    upload_video,
 )
 from marlin_demo.ui.credits import credit_box, credit_line
 from marlin_demo.ui.running import Updates
@@ -52,7 +51,7 @@ def render(ctx: UIContext) -> Clip:
     """The clip beside its lines; on a phone they stack (video first)."""
     with gr.Row(equal_height=False, elem_id="clip-row"):
         with gr.Column(scale=4, min_width=300, elem_id="clip-column"):
-            video = upload_video(label="Video", sources=["upload"], elem_id=CLIP_ID, height=240)
+            video = gr.Video(label="Video", sources=["upload"], elem_id=CLIP_ID, height=240)
         with gr.Column(scale=8, min_width=300):
             gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):

@@ -79,8 +79,6 @@ class RunTab:
     notice: gr.HTML
     metrics: gr.HTML
     raw: gr.Textbox
-    api_button: gr.Button
-    api_out: gr.JSON
     examples: gr.helpers.Examples | None = None
 
     @property

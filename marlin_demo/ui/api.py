@@ -1,0 +1,425 @@
+"""The public API and the MCP tools: each endpoint is a ``gr.api`` function that its docstring describes.
+
+One endpoint per task of ``tasks.TASKS`` (``/caption``, ``/find``: a task registered there gets its
+endpoint and its MCP tool from the same loop), ``/compare``, ``/search`` and ``/caption_stream``. Gradio's
+API page lists them, and with ``launch(mcp_server=True)`` Gradio's MCP server serves each as a tool named
+after the function, described by its docstring (the summary with this server's limits, one line per
+argument under ``Args:``, the ``Returns:`` line). ``/caption_stream`` is a tool too, answering its last
+message: Gradio's one documented way to keep a public endpoint off the tools, ``api_visibility=
+"undocumented"``, also takes it off gradio_client's API info, and the client then fills no default and
+takes no keyword (``submit(clip, "gptq", api_name="/caption_stream")`` would fail).
+
+A video argument is our code's to read, at the endpoint: a file gradio_client uploaded
+(``handle_file``), or text: a base64 data URL, or this server's ``/gradio_api/file=`` URL of an upload.
+Any other URL is refused without a request (``gradio_hooks`` keeps Gradio itself from downloading one
+before the endpoint sees it), and so is a path on the server. Results are plain JSON; an error is one
+sentence with no title, so MCP's answer with a progress token is the same sentence as without one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import html
+import json
+import mimetypes
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote
+
+import gradio as gr
+import httpx
+
+from marlin_demo import contract, service, tasks
+from marlin_demo.library.search import DEFAULT_TOP_K
+from marlin_demo.results import CaptionResult, FindResult, Result
+from marlin_demo.tasks import Task
+from marlin_demo.ui import gradio_hooks
+from marlin_demo.ui.caption import StreamMessages
+from marlin_demo.ui.common import (
+    GPU_EVENT,
+    NOT_UPLOADED,
+    UIContext,
+    pick_variant,
+    require_upload,
+    user_errors,
+    variant_label,
+)
+from marlin_demo.ui.library import LibraryTab, public_answer, run_search
+from marlin_demo.ui.running import follow
+
+NO_URLS = gradio_hooks.NO_URLS
+
+DATA_URL_ONLY = (
+    "Send the video as a base64 data URL (data:video/mp4;base64,...) or as this server's "
+    "/gradio_api/file= URL of an upload."
+)
+
+VIDEO_ARG = (
+    "The clip (MP4, WebM, MOV or MKV). From gradio_client: handle_file('clip.mp4'), which uploads it. "
+    "As text: a base64 data URL (data:video/mp4;base64,...), or upload the file first (HTTP POST, "
+    "multipart field 'files', to <server>/gradio_api/upload; it answers a list of paths; or the "
+    "upload_file_to_gradio tool of `gradio upload-mcp <server> <folder>`) and pass "
+    "<server>/gradio_api/file=<path>. URLs of other hosts are refused (this server downloads nothing), "
+    "and so are paths on the server."
+)
+RANGE_ARGS = {
+    "start": "Optional: the first second of the part of the video to ask about (empty: its start).",
+    "end": "Optional: the last second of that part (empty: the video's end). Only that part is decoded "
+    "and asked; times in the answer stay on the video's own timeline.",
+}
+VIDEO_NOTE = (
+    "The video goes as a file (gradio_client: handle_file('clip.mp4')) or as text (see its argument)."
+)
+QUERY_ARG = 'The event in plain words, e.g. "a person opens the door" (not empty).'
+
+#: what each task's endpoint says it does (a registered task without an entry here: its ``help``)
+SUMMARIES = {
+    tasks.CAPTION: "Describe what happens in a video: a scene paragraph and its events with start and end "
+    "times.",
+    tasks.FIND: "Find when a described event happens in a video: one start-end span in seconds.",
+}
+
+#: per result type: the endpoint's JSON (and ``Returns:``); a task answering like caption or find shares it
+RETURNS: dict[type[Result], str] = {
+    CaptionResult: (
+        'JSON {"variant": str, "model": str, "scene": str, "events": [{"start": float, "end": float, '
+        '"description": str}], "raw": str, "repaired": bool, "metrics": {"latency_s": float, "ttft_s": '
+        'float, "output_tokens": int, "tokens_per_s": float, "video_tokens": int, "peak_memory_mb": '
+        'float, "memory_kind": str, "load_s": float|null, "device": str}, "windows": [{"start": float, '
+        '"end": float, "scene": str}], "chapters": {...}}. Times are seconds from the start of the clip '
+        'and lie inside it; "raw" is exactly what the model wrote; "repaired" is true when events were '
+        "clamped into the clip or de-duplicated."
+    ),
+    FindResult: (
+        'JSON {"variant": str, "model": str, "query": str, "span": [start, end] or null, "format_ok": '
+        'bool, "raw": str, "metrics": {...as for caption}, "moments": [{"start": float, "end": float, '
+        '"score": float}]}. The span is in seconds from the start of the clip and lies inside it; null '
+        'when the answer gave no usable span; "format_ok" says the answer was in the trained "From '
+        '<start> to <end>." form.'
+    ),
+}
+
+COMPARE_RETURNS = (
+    'JSON {"task": str, "query": str or null, "results": {variant: the task\'s JSON}, "agreement": '
+    '{"gptq|bnb4": {"event_iou": float, "event_f1": float, "rouge_l": float}} for caption or {"gptq|bnb4": '
+    '{"span_iou": float}} for find, one key per pair of variants}, plus "scores": {variant: {...}} against '
+    'the ground truth when the clip is one of the app\'s bundled examples, and "errors": {variant: one '
+    "sentence} when a variant could not load or run (the others still answer; when none answers the call "
+    "fails)."
+)
+
+SEARCH_RETURNS = (
+    'JSON {"query": str, "library": {"videos": int, "windows": int}, "searched_windows": int, "moments": '
+    '[{"video": str, "id": str, "start": float, "end": float, "score": float, "retrieval_score": float, '
+    '"window": [start, end], "thumbnail": str or null}]}, best first. "video" is the video\'s name in the '
+    'library and "id" its entry; start/end are seconds on that video\'s own timeline; "score" (0-1) '
+    'combines find\'s confidence with the window\'s text relevance ("retrieval_score", BM25); "window" is '
+    'the caption window find was asked in; "thumbnail" is a URL path on this server. An empty library, or '
+    'no match, is an empty "moments" list.'
+)
+
+
+# ---------------------------------------------------------------------------
+# What the descriptions say about this server
+# ---------------------------------------------------------------------------
+
+
+def limits_text(ctx: UIContext) -> str:
+    """This server's limits and variants, for every description."""
+    s = ctx.settings
+    text = (
+        f"Limits on this server: a video of at most {s.max_upload_mb:g} MB, {s.max_duration_s:g} s and "
+        f"{s.max_width}x{s.max_height} (either orientation); a query of at most {s.max_query_chars} "
+        f"characters; a video needing more than {s.max_windows} windows is refused. "
+        f"Variants here: {', '.join(ctx.variants)} (default {ctx.default_variant}). "
+        "One model call runs at a time; when the queue is full the answer is 'Queue is full'."
+    )
+    if ctx.engine.settings.is_tiny:
+        text += (
+            " This server runs the tiny offline stand-in: answers have the right shape but random "
+            "weights, so they say nothing about the video."
+        )
+    return text
+
+
+def long_video_note(ctx: UIContext, task: Task) -> str:
+    """How a long video is answered (windows, moments), with this server's window settings."""
+    length, overlap = task.windows(ctx.engine.settings)
+    windowed = "each window sampled as if it were uploaded alone, times mapped to the whole video"
+    overlapping = f" overlapping by {overlap:g} s" if overlap else ""
+    head = (
+        f"Long videos: a video longer than {length:g} s is answered in windows of {length:g} s{overlapping} "
+    )
+    if task.scored:
+        return (
+            f'{head}({windowed}). The JSON\'s "moments" are every place the event was found, best first, at '
+            f"most {ctx.engine.settings.top_k}, duplicates merged; score (0-1) is the model's own token "
+            'probability for the times, for ranking; "span" is the best moment (for a short video '
+            '"moments" holds its one scored span).'
+        )
+    return (
+        f'{head}({windowed}); the events are on one timeline and the JSON\'s "windows": [{{"start": float, '
+        '"end": float, "scene": str}] are the windows answered with each one\'s scene (one entry '
+        '[0, duration] for a short video); "scene" is their scenes in order.'
+    )
+
+
+def variant_arg(ctx: UIContext) -> str:
+    named = "; ".join(f'"{v}": {variant_label(v)}' for v in ctx.variants)
+    return f'Which copy of Marlin-2B answers ({named}); default "{ctx.default_variant}".'
+
+
+def docstring(summary: str, args: dict[str, str], returns: str) -> str:
+    """A docstring Gradio reads as documented: the summary, one line per argument, one ``Returns:`` line
+    (its parser keeps only the first line of an argument's description)."""
+    lines = [summary, "", "Args:", *(f"    {name}: {text}" for name, text in args.items()), ""]
+    return "\n".join([*lines, "Returns:", f"    {returns}"])
+
+
+# ---------------------------------------------------------------------------
+# The video argument, at the endpoint
+# ---------------------------------------------------------------------------
+
+
+def video_file(video: object, ctx: UIContext, request: gr.Request | None) -> str:
+    """The local path of the video an API or MCP caller sent; anything else is one clear ``gr.Error``,
+    before any file is read or any request made."""
+    if isinstance(video, dict):  # gradio_client's handle_file: already uploaded to this server
+        return require_upload(str(video.get("path") or ""), ctx, uploads_only=True)
+    if isinstance(video, str) or video is None:
+        return require_upload(video_text((video or "").strip(), ctx, request), ctx, uploads_only=True)
+    raise gr.Error("The video must be a file (handle_file) or text.", print_exception=False)
+
+
+def video_text(text: str, ctx: UIContext, request: gr.Request | None) -> str:
+    """A video sent as text: a data URL (saved among the uploads), this server's file URL of an upload,
+    or nothing else."""
+    if not text:
+        return ""
+    if text.startswith("data:"):
+        return save_data_url(text, ctx.settings.max_upload_mb)
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text):
+        return own_file(text, request)
+    name = html.escape(Path(text).name or text)  # a path on the server
+    raise gr.Error(NOT_UPLOADED.format(name=name), print_exception=False)
+
+
+def save_data_url(text: str, max_mb: float) -> str:
+    """A base64 data URL written to a new file among Gradio's uploads (its size checked before decoding)."""
+    header, _, payload = text.partition(",")
+    if ";base64" not in header or not payload:
+        raise gr.Error(DATA_URL_ONLY, print_exception=False)
+    size_mb = len(payload) * 3 / 4 / 1e6
+    if size_mb > max_mb:
+        raise gr.Error(
+            f"The file is {size_mb:.1f} MB; at most {max_mb:g} MB is allowed.", print_exception=False
+        )
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise gr.Error(DATA_URL_ONLY, print_exception=False) from None
+    mime = header[len("data:") :].split(";", 1)[0]
+    folder = Path(gr.utils.get_upload_folder()) / f"data-url-{uuid.uuid4().hex}"
+    folder.mkdir(parents=True)
+    path = folder / f"video{mimetypes.guess_extension(mime) or '.bin'}"
+    path.write_bytes(data)
+    return str(path)
+
+
+def own_file(url: str, request: gr.Request | None) -> str:
+    """The upload a URL of this server names (``<server>/gradio_api/file=<path>``, what an upload answers),
+    mapped to its file without any request; any other URL is refused."""
+    headers = request.headers if request is not None else {}
+    here = headers.get("x-forwarded-host") or headers.get("host") or ""
+    try:
+        target = httpx.URL(url)
+        server = httpx.URL(f"{target.scheme}://{here}")
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise gr.Error(NO_URLS, print_exception=False) from None
+    raw_path = target.raw_path.decode("ascii", "replace").split("?", 1)[0]
+    _, marker, rest = raw_path.partition("/gradio_api/file=")
+    if not here or (target.host, target.port) != (server.host, server.port) or not marker:
+        raise gr.Error(NO_URLS, print_exception=False)
+    return unquote(rest)
+
+
+# ---------------------------------------------------------------------------
+# The endpoints
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def api_errors() -> Iterator[None]:
+    """``user_errors``, each sentence untitled: MCP prefixes an error's title to it only when the call
+    carried a progress token, so without one both answers are the same sentence, the API's."""
+    try:
+        with user_errors():
+            yield
+    except gr.Error as exc:
+        raise gr.Error(exc.message, title="", print_exception=False) from None
+
+
+def reply(data: dict[str, Any], request: gr.Request | None) -> Any:
+    """The JSON an API client gets; to Gradio's MCP bridge the same JSON as text (it writes a dict as
+    Python's repr)."""
+    return json.dumps(data, ensure_ascii=False) if gradio_hooks.from_mcp(request) else data
+
+
+def result_json(result: Result) -> dict[str, Any]:
+    return service.caption_json(result) if isinstance(result, CaptionResult) else result.to_dict()
+
+
+def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
+    """The endpoint of one task: the video, the task's query when it takes one, a variant, a range."""
+
+    def answer(video: object, query: str | None, variant: str, start: Any, end: Any, request: Any) -> Any:
+        with api_errors():
+            path = video_file(video, ctx, request)
+            v = pick_variant(variant, ctx)
+            result = service.run(ctx.engine, task.name, path, v, query, start_s=start, end_s=end)
+            return reply(result_json(result), request)
+
+    default = ctx.default_variant
+    endpoint: Callable[..., dict[str, Any]]
+    if task.query:
+
+        def asks(
+            video: str,
+            query: str,
+            variant: str = default,
+            start: float | None = None,
+            end: float | None = None,
+            request: gr.Request = None,  # type: ignore[assignment]
+        ) -> dict[str, Any]:
+            return answer(video, query, variant, start, end, request)  # type: ignore[no-any-return]
+
+        endpoint = asks
+    else:
+
+        def tells(
+            video: str,
+            variant: str = default,
+            start: float | None = None,
+            end: float | None = None,
+            request: gr.Request = None,  # type: ignore[assignment]
+        ) -> dict[str, Any]:
+            return answer(video, None, variant, start, end, request)  # type: ignore[no-any-return]
+
+        endpoint = tells
+    args = {"video": VIDEO_ARG, **({"query": QUERY_ARG} if task.query else {}), "variant": variant_arg(ctx)}
+    summary = SUMMARIES.get(task, task.help[:1].upper() + task.help[1:] + ".")
+    about = f"{summary} {VIDEO_NOTE} {long_video_note(ctx, task)} {limits_text(ctx)}"
+    return named(endpoint, task.name, docstring(about, {**args, **RANGE_ARGS}, RETURNS[task.result]), ctx)
+
+
+def named(fn: Callable[..., Any], name: str, doc: str, ctx: UIContext) -> Callable[..., Any]:
+    """``fn`` as the tool ``name`` with ``doc``; its ``variant`` argument lists this server's variants."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    if "variant" in fn.__annotations__:
+        fn.__annotations__["variant"] = Literal[tuple(ctx.variants)]  # type: ignore[valid-type]
+    return fn
+
+
+def caption_stream_endpoint(ctx: UIContext) -> Callable[..., Any]:
+    def caption_stream(
+        video: str,
+        variant: str = ctx.default_variant,
+        start: float | None = None,
+        end: float | None = None,
+        request: gr.Request = None,  # type: ignore[assignment]
+    ) -> Iterator[dict[str, Any]]:
+        with api_errors():
+            path = video_file(video, ctx, request)
+            v = pick_variant(variant, ctx)
+            stages = service.stream(ctx.engine, tasks.CAPTION.name, path, v, start_s=start, end_s=end)
+            for message in follow(stages, StreamMessages(), ctx.settings.stream_every_s):
+                yield reply(message, request)
+
+    about = (
+        "The caption as the model writes it: {done: false, text} messages (with window and windows on a "
+        "long video), then {done: true, text, first_text_s, result} with result as /caption returns it "
+        f"(as an MCP tool, which answers once: that last message). {VIDEO_NOTE} "
+        f"{long_video_note(ctx, tasks.CAPTION)} {limits_text(ctx)}"
+    )
+    args = {"video": VIDEO_ARG, "variant": variant_arg(ctx), **RANGE_ARGS}
+    return named(caption_stream, "caption_stream", docstring(about, args, "JSON messages, as above."), ctx)
+
+
+def compare_endpoint(ctx: UIContext) -> Callable[..., Any]:
+    def compare(
+        video: str,
+        task: str = tasks.CAPTION.name,
+        query: str = "",
+        start: float | None = None,
+        end: float | None = None,
+        request: gr.Request = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        with api_errors():
+            path = video_file(video, ctx, request)
+            *_, run = service.compare(
+                ctx.engine, task, path, ctx.compare_variants(), query, start_s=start, end_s=end
+            )
+            assert isinstance(run, service.Comparison)
+            run.require_answer()
+            return reply(run.payload(ctx.ground_truth(path)), request)  # type: ignore[no-any-return]
+
+    compare.__annotations__["task"] = Literal[tuple(tasks.TASKS)]  # type: ignore[valid-type]
+    about = (
+        f"Run {tasks.known()} on every compared variant ({', '.join(ctx.compare_variants())}) and say "
+        'how far they agree. Each result is that task\'s JSON with its "windows" or "moments"; a long video '
+        "is decoded once per window and every variant answers the same windows. "
+        f"{VIDEO_NOTE} {limits_text(ctx)}"
+    )
+    args = {
+        "video": VIDEO_ARG,
+        "task": f"Which task: {tasks.known()}.",
+        "query": "For a task that takes one (find): the event in plain words (not empty); else ignored.",
+        **RANGE_ARGS,
+    }
+    return named(compare, "compare", docstring(about, args, COMPARE_RETURNS), ctx)
+
+
+def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
+    s = ctx.settings
+
+    def search(
+        query: str,
+        top_k: float = DEFAULT_TOP_K,
+        request: gr.Request = None,  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        k = DEFAULT_TOP_K if top_k is None else int(top_k)
+        if not 1 <= k <= 50:
+            raise gr.Error(f"top_k must be between 1 and 50, got {top_k:g}.", title="", print_exception=False)
+        with api_errors():
+            clean = contract.sanitize_query(query or "", ctx.engine.settings.max_query_chars)
+            for _ in tab.source.progress():
+                pass
+            answer = public_answer(tab.source, run_search(tab.source, clean, k), tab.gallery)
+            return reply(answer, request)  # type: ignore[no-any-return]
+
+    about = (
+        "Find a described moment across every video of this server's library (its example clips unless it "
+        "serves another): the words of every caption window first (full text), then find in the best "
+        f"{s.search_candidates} windows only. {limits_text(ctx)}"
+    )
+    args = {
+        "query": 'The event in plain words, e.g. "a ball rolls across the floor" (not empty).',
+        "top_k": "Most moments to return (1-50, default 10).",
+    }
+    return named(search, "search", docstring(about, args, SEARCH_RETURNS), ctx)
+
+
+def declare(ctx: UIContext, library_tab: LibraryTab) -> list[str]:
+    """Declare every endpoint (inside the Blocks), in the MCP tool list's order; their API names."""
+    endpoints = [(task.name, task_endpoint(ctx, task)) for task in tasks.TASKS.values()]
+    endpoints += [("compare", compare_endpoint(ctx)), ("search", search_endpoint(ctx, library_tab))]
+    endpoints += [("caption_stream", caption_stream_endpoint(ctx))]
+    for name, fn in endpoints:
+        gr.api(fn, api_name=name, **GPU_EVENT)
+    return [name for name, _ in endpoints]
