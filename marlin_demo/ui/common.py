@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -25,11 +26,14 @@ import gradio as gr
 from marlin_demo import agreement, service, variants
 from marlin_demo import settings as settings_mod
 from marlin_demo.engine import USER_ERRORS, Engine
+from marlin_demo.longvideo import policy
 from marlin_demo.results import Result, RunInfo, memory_label
 from marlin_demo.service import cost
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
+from marlin_demo.tasks import CAPTION, TASKS
 from marlin_demo.ui import example_notes
+from marlin_demo.video import plan_sampling
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +150,6 @@ def default_output_dir(settings: Settings) -> Path:
     """MARLIN_OUTPUT_DIR, else a folder in the system temp dir (served to the browser, so not the repo)."""
     if settings.output_dir:
         return Path(settings.output_dir).expanduser().resolve()
-    import tempfile
-
     return Path(tempfile.gettempdir()) / "marlin-demo-outputs"
 
 
@@ -376,9 +378,6 @@ def clip_status(
     Only the file's facts are probed here (no decoding); a run says the rest in the same place. With a
     range, the duration limit applies to the range, as the request checks it.
     """
-    from marlin_demo.longvideo import policy
-    from marlin_demo.video import plan_sampling
-
     if not video:
         return ""
     try:
@@ -389,8 +388,8 @@ def clip_status(
             s = ctx.engine.settings
             seconds = info.duration_s if asked is None else asked[1] - asked[0]
             split = [
-                ("Caption", len(policy.plan_for("caption", seconds, s)), s.caption_window_s),
-                ("Find", len(policy.plan_for("find", seconds, s)), s.find_window_s),
+                (task.name.capitalize(), len(policy.plan_for(task, seconds, s)), task.windows(s)[0])
+                for task in TASKS.values()
             ]
     except gr.Error as exc:
         return status_html(exc.message, error=True)
@@ -400,7 +399,7 @@ def clip_status(
     for name, n, size in split:
         text += f"; {name} reads it as {n} windows of up to {size:g} s" if n > 1 else ""
     plan = plan_sampling(info, ctx.engine.params)
-    note = cost.estimate_line("caption", plan, seconds, s, ctx.variants[:1], ctx.engine.params)
+    note = cost.estimate_line(CAPTION.name, plan, seconds, s, ctx.variants[:1], ctx.engine.params)
     return status_html(text + "." + (f" {note}" if note else ""))
 
 
