@@ -51,6 +51,10 @@ class Task:
     #: how the limits line names its requests ("captions up to 30 min")
     plural: str = ""
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled by name (ZeroGPU pickles a GPU call's arguments): its functions are lambdas
+        return get_task, (self.name,)
+
     @property
     def scored(self) -> bool:
         """An answer that is a span is scored by the model's own token probabilities (its moments)."""

@@ -439,16 +439,20 @@ def test_about_tab(page) -> None:
     _shot(pg, "4_about")
 
 
-def test_api_page_snippet_uploads_a_local_file(page) -> None:
-    """Gradio's "Use via API" page: its Python snippet uploads a local file (the app takes uploads only),
-    and opening it fetches nothing that fails (no 404 for the MCP schema)."""
+def test_api_page_says_how_to_send_a_video(page) -> None:
+    """Gradio's "Use via API" page: each endpoint's description says to upload the file (the app takes
+    uploads only; a ``gr.api`` argument's snippet shows a placeholder), and opening it fetches nothing
+    that fails (no 404 for the MCP schema)."""
     pg = page
     failed: list[str] = []
     pg.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
     pg.get_by_text("Use via API").first.click()
     pg.locator("li.snippet", has_text="Python").first.click()  # the page opens on MCP
-    pg.wait_for_selector("text=handle_file('clip.mp4')", timeout=30_000)
+    pg.wait_for_selector('text=api_name="/caption"', timeout=30_000)
     code = pg.inner_text("body")
+    for name in ("caption", "find", "compare"):
+        about = code.split(f"API name: /{name} ", 1)[1].split("from gradio_client", 1)[0]
+        assert "handle_file('clip.mp4')" in about, (name, about[:300])
     assert "github.com" not in code and "Hello!!" not in code
     assert not failed, failed
 

@@ -10,10 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-import gradio as gr
-from gradio_client.snippet import generate_code_snippets
-
-from marlin_demo.ui import api_docs, example_notes, header, one_clip
+from marlin_demo.ui import example_notes, header, one_clip
 from marlin_demo.ui.common import ResultsClip, UIContext
 from marlin_demo.ui.compare_view import COLUMN_TITLES, SESSION_COLUMNS, titled
 
@@ -62,23 +59,6 @@ def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path:
     ctx.results_clip.show("s1", "/elsewhere/other.mp4")  # the visitor chose another clip
     assert list(shown) == [{"gone": True}]
     assert closed == [True]  # the request was closed: its model stops
-
-
-def test_api_snippet_uploads_a_local_file() -> None:
-    video = gr.Video()
-    query = gr.Textbox()
-    api_docs.use_local_examples([video], [query])
-    params = [
-        {"parameter_name": "video", "component": "Video", "example_input": video.example_inputs(),
-         "python_type": {"type": "filepath"}},
-        {"parameter_name": "query", "component": "Textbox", "example_input": query.example_inputs(),
-         "python_type": {"type": "str"}},
-    ]  # fmt: skip
-    snippets = generate_code_snippets("/find", {"parameters": params}, "http://127.0.0.1:7860/")
-    assert "handle_file('clip.mp4')" in snippets["python"], snippets["python"]
-    assert "http" not in snippets["python"].split("Client(")[1].split("\n", 1)[1]  # no URL passed as a video
-    assert '"a person opens the door"' in snippets["python"]
-    assert "/upload" in snippets["bash"]  # curl uploads first
 
 
 def test_cached_badge_only_while_a_kept_answer_is_shown_again() -> None:
