@@ -27,11 +27,11 @@ from marlin_demo import agreement, service, variants
 from marlin_demo import settings as settings_mod
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.longvideo import policy
-from marlin_demo.results import Result, RunInfo, memory_label
+from marlin_demo.results import CaptionResult, FindResult, Result, RunInfo, memory_label
 from marlin_demo.service import cost
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
-from marlin_demo.tasks import CAPTION, TASKS
+from marlin_demo.tasks import CAPTION, TASKS, get_task
 from marlin_demo.ui import example_notes
 from marlin_demo.video import plan_sampling
 
@@ -518,6 +518,10 @@ def metrics_html(
     return f'<div class="md-metrics"><div class="md-run">{run}</div><div class="md-grid">{body}</div></div>'
 
 
+#: the format each kind of answer was trained in, named in the note on an answer that is not in it
+TRAINED_FORMS = {CaptionResult: "Scene / Events", FindResult: "“From <start> to <end>.”"}
+
+
 def notice_html(
     *,
     tiny: bool,
@@ -536,7 +540,7 @@ def notice_html(
         start, end = result.range_s
         notes.append(f"Asked about {start:g}-{end:g} s of the video; times are the video's own.")
     if not format_ok:
-        trained = "Scene / Events" if what == "caption" else "“From <start> to <end>.”"
+        trained = TRAINED_FORMS[get_task(what).result]
         notes.append(
             f"<b>Not in Marlin's format.</b> The answer did not follow the trained {html.escape(trained)} "
             "format; it is shown as far as it could be read."

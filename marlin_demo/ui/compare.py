@@ -17,6 +17,7 @@ import pandas as pd
 
 from marlin_demo import agreement, service
 from marlin_demo.results import memory_label
+from marlin_demo.tasks import get_task
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -314,8 +315,8 @@ class CompareView(StageView[Updates]):
         self.duration = run.prepared.video.duration_s
         self.example = self.ctx.ground_truth(self.path)
         clean = service.check_query(self.ctx.engine, self.task, self.query)
-        example, find = self.example, self.task == "find"
-        self.truth = agreement.truth_span(example, clean) if (example and find) else None
+        example, scored = self.example, get_task(self.task).scored
+        self.truth = agreement.truth_span(example, clean) if (example and scored) else None
         return None
 
     def loaded(self, run: RunState) -> Updates | None:
@@ -465,7 +466,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         finally:
             running_in.pop(session, None)
 
-    tab.task.change(lambda t: gr.update(visible=t == "find"), tab.task, tab.query, **PRIVATE_UI)
+    tab.task.change(lambda t: gr.update(visible=get_task(t).query), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
         lambda on: gr.update(value=run_label(ctx, bool(on))), tab.include_bf16, tab.run, **PRIVATE_UI
     )

@@ -18,6 +18,7 @@ from marlin_demo import service
 from marlin_demo import variants as registry
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import CaptionResult, FindResult, memory_label
+from marlin_demo.tasks import get_task
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     CLIP_ID,
@@ -320,7 +321,7 @@ def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
 
 def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
     scores = payload.get("scores") or {}
-    if task == "find":
+    if get_task(task).scored:
         cols = ["variant", "IoU vs truth", "R1@0.3", "R1@0.5", "R1@0.7", "truth span (s)"]
         rows = [
             [
@@ -362,7 +363,7 @@ def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
 def _main_score(task: str, scores: Mapping[str, Any] | None) -> float | None:
     if not scores:
         return None
-    value = scores.get("miou") if task == "find" else scores.get("rouge_l")
+    value = scores.get("miou") if get_task(task).scored else scores.get("rouge_l")
     return None if value is None else round(float(value), 3)
 
 
