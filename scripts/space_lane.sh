@@ -87,7 +87,7 @@ SPACE_TESTS=(
   tests/test_zerogpu.py
   tests/test_startup.py
   tests/test_app_api.py
-  tests/test_api_hardening.py
+  tests/test_hardening.py
   tests/test_compare.py
   tests/test_library_app.py
   tests/test_mcp.py

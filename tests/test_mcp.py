@@ -294,7 +294,7 @@ def test_a_url_given_to_any_endpoint_is_refused_and_nothing_is_fetched(
     an MCP tool's text: each is refused with the one sentence, and the URL's server never hears of it.
 
     Gradio's download is guarded against private addresses, so a loopback URL alone would not prove
-    our refusal: the sentence does (Gradio's guard answers otherwise), and test_api_hardening shows that
+    our refusal: the sentence does (Gradio's guard answers otherwise), and test_hardening shows that
     without ``gradio_hooks`` Gradio does reach for the URL.
     """
     url, got = listener

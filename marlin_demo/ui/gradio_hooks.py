@@ -11,7 +11,7 @@
    as Python's repr; the endpoints answer it JSON text instead. The bridge calls the endpoint through
    its own client, which sends the header ``x-gradio-user: mcp`` (:func:`from_mcp`).
 
-``tests/test_api_hardening.py`` has a test for each that fails naming it when Gradio changes under it.
+``tests/test_hardening.py`` has a test for each that fails naming it when Gradio changes under it.
 """
 
 from __future__ import annotations
