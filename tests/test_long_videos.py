@@ -407,3 +407,37 @@ def test_each_window_is_parsed_once_however_many_follow(
     assert len(calls) == len(done)  # one parse per window, not 1 + 2 + ... + n
     final = stages[-1]
     assert isinstance(final, Done) and final.result.raw == done[-1].result.raw
+
+
+def test_mapping_what_the_engine_repaired_equals_repairing_in_the_mapping() -> None:
+    """The runner hands ``map_*`` a window's answer as the engine repaired it (against the window's end,
+    ``repair=None``): events, span and window-labelled notes are those of repairing while mapping."""
+    w = policy.Window(1, 60.0, 120.0)
+    parse = contract.parse_caption("Scene: A field.\nEvents:\n<0.0 - 10.0> A ball.\n<55.0 - 70.0> It stops.")
+    engine_side = contract.repair_caption(parse, w.end - 58.5)
+    assert policy.map_caption(engine_side, w, offset=58.5, repair=None) == policy.map_caption(
+        parse, w, offset=58.5
+    )
+    span = contract.SpanParse((50.0, 70.0), True)
+    fixed = contract.repair_span(span, w.end - 60.0)
+    assert policy.map_span(fixed, w, repair=None) == policy.map_span(span, w)
+
+
+@slow
+def test_a_short_video_is_one_window_of_the_runner(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One path: the service hands a short clip to ``runner.answer`` as one whole-clip window (plans
+    None), and the answer is the engine's own on that clip, untouched."""
+    plans: list[object] = []
+    real = runner.answer
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        plans.append(args[3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "answer", spy)
+    res = service.run(engine, "find", str(SHORT), VARIANT, "the blue square appears")
+    assert plans == [None]
+    own = engine.find(str(SHORT), "the blue square appears", VARIANT)
+    assert isinstance(res, FindResult)
+    assert (res.raw, res.span, res.info.repairs) == (own.raw, own.span, own.info.repairs)
+    assert res.info.windows == []

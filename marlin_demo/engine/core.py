@@ -4,9 +4,8 @@ This is what Marlin's remote ``.caption()`` / ``.find()`` do, rebuilt on the
 plain transformers model so that every variant (GPTQ, bnb4, bf16, a local
 quantization) receives byte-identical prompts and is measured the same way.
 
-The engine answers one clip: a whole short video, or one window of a long one that the
-long-video runner (``longvideo.runner``) hands it through the public ``run_clip``, ``info``,
-``window_frames`` and ``score``; ``service`` chooses between the two.
+The engine answers one clip (``run``): a whole short video, or one window of a long one that the
+runner (``longvideo.runner``) plans with ``info`` and decodes with ``window_frames``.
 
 Reuse (docs/SPEED.md): a video is decoded once per content (``store.VideoStore``), and the model state
 after the shared start of every prompt, the chat header and the whole timestamped
@@ -408,10 +407,12 @@ class Engine:
         on_text: Callable[[str], None] | None = None,
         on_stage: Callable[[Stage], None] | None = None,
         cached: bool | None = None,
+        length: float | None = None,
     ) -> Result:
-        """One task on one clip: its prompt, its answer parsed and repaired into its result type (the
-        repairs flagged). A bad query fails before any model is loaded; a long video is answered window by
-        window above the engine (``service`` chooses)."""
+        """One task on one clip: its prompt, its answer parsed, repaired against ``length`` (default: the
+        clip's duration; a window of a long video: up to its end) and scored into its result type (the
+        repairs flagged). A bad query fails before any model is loaded. Every request's clips come
+        through here, a whole short video or each window of a long one (``longvideo.runner``)."""
         entry = get_task(task)
         clean, prompt = entry.ask(query, self.settings)
         run = self.run_clip(
@@ -419,7 +420,7 @@ class Engine:
             logprobs=entry.scored,
         )  # fmt: skip
         parsed = entry.parse(run.gen.text)
-        fixed = entry.repair(parsed, run.prepared.info.duration_s)
+        fixed = entry.repair(parsed, run.prepared.info.duration_s if length is None else length)
         run.info.repairs = list(fixed.repairs)
         common: dict[str, Any] = dict(
             variant=variant, model=self.model_label, raw=run.gen.text, metrics=run.metrics,

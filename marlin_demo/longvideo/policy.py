@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from marlin_demo.contract import CaptionParse, Event, SpanParse, repair_caption, repair_span
 from marlin_demo.results import Moment, Window
@@ -175,22 +175,37 @@ def _label(window: Window, single: bool, note: str) -> str:
     return note if single else f"window {window.index + 1} ({window.start:g}-{window.end:g} s): {note}"
 
 
+P = TypeVar("P", CaptionParse, SpanParse)
+
+
+def _repaired(
+    parse: P, repair: Callable[[P, float | None], P] | None, length: float
+) -> tuple[P, list[str], list[str]]:
+    """(the parse repaired against ``length``, the notes it had, the notes the repair added); ``repair``
+    None: repaired already, all its notes are the repair's."""
+    if repair is None:
+        return parse, [], list(parse.repairs)
+    fixed = repair(parse, length)
+    return fixed, list(parse.repairs), fixed.repairs[len(parse.repairs) :]
+
+
 def map_caption(
     parse: CaptionParse,
     window: Window,
     *,
     offset: float | None = None,
     single: bool = False,
-    repair: Callable[[CaptionParse, float | None], CaptionParse] = repair_caption,
+    repair: Callable[[CaptionParse, float | None], CaptionParse] | None = repair_caption,
 ) -> CaptionParse:
     """Repair a window's parsed caption against the window's length, then shift it to global time.
 
     ``offset``: global time of the window's first frame (default ``window.start``). Events past the
     window's end are dropped or clamped by ``repair_caption`` and the notes say which window.
-    ``single=True`` (a one-window video) keeps today's notes word for word.
+    ``repair=None``: ``parse`` was repaired already (by the engine, against the window's end) and every
+    note is the repair's. ``single=True`` (a one-window video) keeps today's notes word for word.
     """
     off = window.start if offset is None else float(offset)
-    fixed = repair(parse, window.end - off)
+    fixed, kept, new_notes = _repaired(parse, repair, window.end - off)
     events = [
         Event(
             min(max(round(off + e.start, 6), window.start), window.end),
@@ -199,13 +214,12 @@ def map_caption(
         )
         for e in fixed.events
     ]
-    new_notes = fixed.repairs[len(parse.repairs) :]
     return CaptionParse(
         scene=fixed.scene,
         events=events,
         format_ok=fixed.format_ok,
         repaired=fixed.repaired,
-        repairs=[*parse.repairs, *(_label(window, single, n) for n in new_notes)],
+        repairs=[*kept, *(_label(window, single, n) for n in new_notes)],
     )
 
 
@@ -215,23 +229,23 @@ def map_span(
     *,
     offset: float | None = None,
     single: bool = False,
-    repair: Callable[[SpanParse, float | None], SpanParse] = repair_span,
+    repair: Callable[[SpanParse, float | None], SpanParse] | None = repair_span,
 ) -> SpanParse:
-    """Repair a window's span against the window's length (notes say which window), then shift it."""
+    """Repair a window's span against the window's length (notes say which window), then shift it;
+    ``repair=None`` as ``map_caption``."""
     off = window.start if offset is None else float(offset)
-    fixed = repair(parse, window.end - off)
+    fixed, kept, new_notes = _repaired(parse, repair, window.end - off)
     span = fixed.span
     if span is not None:
         span = (
             min(max(round(off + span[0], 6), window.start), window.end),
             min(max(round(off + span[1], 6), window.start), window.end),
         )
-    new_notes = fixed.repairs[len(parse.repairs) :]
     return SpanParse(
         span=span,
         format_ok=fixed.format_ok,
         repaired=fixed.repaired,
-        repairs=[*parse.repairs, *(_label(window, single, n) for n in new_notes)],
+        repairs=[*kept, *(_label(window, single, n) for n in new_notes)],
     )
 
 

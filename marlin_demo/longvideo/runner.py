@@ -1,9 +1,10 @@
-"""Long videos above the engine: each window answered through the engine's public ``run_clip``,
-the answers merged into one result.
+"""Every request's windows above the engine: each answered by ``Engine.run`` (its parse, repair and
+score), the answers shifted to the video's timeline and merged into one result.
 
-``plan`` holds the pure rules (the window plan, mapping, merging) and ``video.windows`` the
-per-window sampling plans and one-pass decoding; this module runs the windows of one request in
-order, each under its own time limit, and reports each finished window already merged (``WindowDone``).
+A short video is one window on the whole clip, answered as the engine gives it. ``policy`` holds the
+pure rules (the window plan, mapping, merging) and ``video.windows`` the per-window sampling plans and
+one-pass decoding; this module runs the windows of one request in order, each under its own time
+limit, and reports each finished window of a long video already merged (``WindowDone``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from pathlib import Path
 
 from marlin_demo.contract import CaptionParse, SpanParse
 from marlin_demo.engine import Engine
-from marlin_demo.engine.core import ClipRun
-from marlin_demo.engine.generation import Generation
 from marlin_demo.longvideo import policy
 from marlin_demo.results import (
     CaptionResult,
@@ -42,14 +41,14 @@ from marlin_demo.video.windows import WindowPlan, plan_window
 
 OnText = Callable[[str], None] | None
 OnStage = Callable[[Stage], None] | None
-#: one window's model work, given where its text and stages go: what the engine answered
-WindowWork = Callable[[OnText, OnStage], tuple[Generation, Metrics, RunInfo]]
-#: runs one window's work: directly, or in the scheduler's turn and a GPU call (``service``)
-Execute = Callable[[WindowWork, OnText, OnStage], tuple[Generation, Metrics, RunInfo]]
+#: one clip's model work (the whole video, or a window), given where its text and stages go
+ClipWork = Callable[[OnText, OnStage], Result]
+#: runs one clip's work: directly, or in the scheduler's turn and a GPU call (``service``)
+Execute = Callable[[ClipWork, OnText, OnStage], Result]
 
 
-def direct(work: WindowWork, on_text: OnText, on_stage: OnStage) -> tuple[Generation, Metrics, RunInfo]:
-    """Run a window's work here and now (no other request to take turns with)."""
+def direct(work: ClipWork, on_text: OnText, on_stage: OnStage) -> Result:
+    """Run a clip's work here and now (no other request to take turns with)."""
     return work(on_text, on_stage)
 
 
@@ -103,32 +102,32 @@ def plans_range(plans: list[WindowPlan]) -> tuple[float, float]:
 
 @dataclass
 class WindowRun:
-    """One window's answer: its plan and the engine's run on its frames."""
+    """One window's answer: its plan, the engine's answer on its frames (window time), the frames."""
 
     plan: WindowPlan
-    run: ClipRun
+    result: Result
+    prepared: PreparedVideo
     started: float  # the request's start (after any first-use load, which is ``load_s``)
 
 
 def run_windows(
     engine: Engine,
+    task: Task,
     path: Path,
     plans: list[WindowPlan],
     variant: Variant,
-    prompt: str,
-    max_new_tokens: int,
+    query: str | None,
     on_text: OnText,
     on_stage: OnStage,
-    logprobs: bool = False,
     execute: Execute = direct,
 ) -> Iterator[WindowRun]:
-    """Each window through ``Engine.run_clip``, in order; yields each answered window.
+    """Each window through ``Engine.run``, in order; yields each answered window.
 
     Stages: Prepared (the whole video, the first window's plan, the windows), Loaded, then per window
     a ``Progress("", k, n)`` when it starts (its text follows as Progress with the same k). The time
     limit applies to each window's own work (``MARLIN_REQUEST_TIMEOUT_S``), never to the time spent
     waiting for other requests' windows; ``execute`` runs each window's work (``direct``, or the
-    service's turn on the model and GPU call).
+    service's turn on the model and GPU call). Each answer is repaired against its window's end.
     """
     n = len(plans)
     frames = engine.window_frames(path, plans)
@@ -144,32 +143,30 @@ def run_windows(
     for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
         if on_stage is not None:
             on_stage(Progress("", k, n))
-        work = functools.partial(_window_work, engine, pv, variant, prompt, max_new_tokens, hit, logprobs)
-        gen, metrics, info = execute(work, on_text, None)
-        yield WindowRun(wp, ClipRun(gen, metrics, info, pv), started)
+        length = wp.window.end - wp.offset_s
+        work = functools.partial(_clip_work, engine, task.name, pv, variant, query, hit, length)
+        yield WindowRun(wp, execute(work, on_text, None), pv, started)
 
 
-def _window_work(
+def _clip_work(
     engine: Engine,
-    frames: PreparedVideo,
+    task: str,
+    video: str | Path | PreparedVideo,
     variant: Variant,
-    prompt: str,
-    max_new_tokens: int,
-    cached: bool,
-    logprobs: bool,
+    query: str | None,
+    cached: bool | None,
+    length: float | None,
     on_text: OnText,
     on_stage: OnStage,
-) -> tuple[Generation, Metrics, RunInfo]:
-    """One window on the engine; only what can cross a process boundary comes back (no frames)."""
-    run = engine.run_clip(
-        frames, variant, prompt, max_new_tokens, on_text, on_stage, cached=cached, logprobs=logprobs
-    )
-    return run.gen, run.metrics, run.info
+) -> Result:
+    """One clip (a whole video or a window) on the engine; module-level, so a ZeroGPU call can take it
+    pickled, and only the answer comes back (no frames)."""
+    return engine.run(task, video, variant, query, on_text, on_stage, cached=cached, length=length)
 
 
 def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[Metrics, RunInfo]:
     """The request's metrics and run details from its windows' (latency from ``started``)."""
-    ms = [r.run.metrics for r in runs]
+    ms = [r.result.metrics for r in runs]
     tokens = sum(m.output_tokens for m in ms)
     decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)
     metrics = Metrics(
@@ -183,13 +180,13 @@ def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[M
         load_s=ms[0].load_s,
         device=ms[0].device,
     )
-    infos = [r.run.info for r in runs]
+    infos = [r.result.info for r in runs]
     prefills = [i.prefill_s for i in infos]
     info = dataclasses.replace(
         infos[0],
         duration_s=whole.duration_s,
         video=whole,
-        decode_s=sum(r.run.prepared.decode_s for r in runs if not r.run.info.cached_video),
+        decode_s=sum(r.prepared.decode_s for r in runs if not r.result.info.cached_video),
         prefill_s=None if None in prefills else sum(p or 0.0 for p in prefills),
         first_text_s=infos[0].first_text_s,
         cached_video=all(i.cached_video for i in infos),
@@ -202,17 +199,18 @@ def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[M
 def raw_text(runs: list[WindowRun], n: int) -> str:
     """Each window's answer under a header naming the window (the model's words, unchanged)."""
     return "\n\n".join(
-        f"[window {k}/{n}: {r.plan.window.start:g}-{r.plan.window.end:g} s]\n{r.run.gen.text}"
+        f"[window {k}/{n}: {r.plan.window.start:g}-{r.plan.window.end:g} s]\n{r.result.raw}"
         for k, r in enumerate(runs, 1)
     )
 
 
-def caption_part(task: Task, r: WindowRun) -> tuple[Window, CaptionParse]:
-    """One finished window's caption, parsed and mapped to global time (once per window)."""
-    parsed = task.parse(r.run.gen.text)
-    return r.plan.window, policy.map_caption(
-        parsed, r.plan.window, offset=r.plan.offset_s, repair=task.repair
-    )
+def caption_part(r: WindowRun) -> tuple[Window, CaptionParse]:
+    """One finished window's caption, as the engine repaired it, shifted to global time (its notes
+    labelled with the window)."""
+    res = r.result
+    assert isinstance(res, CaptionResult)
+    fixed = CaptionParse(res.scene, list(res.events), res.format_ok, res.repaired, list(res.info.repairs))
+    return r.plan.window, policy.map_caption(fixed, r.plan.window, offset=r.plan.offset_s, repair=None)
 
 
 def caption_result(
@@ -242,13 +240,13 @@ def caption_result(
     )
 
 
-def find_answer(
-    task: Task, engine: Engine, variant: Variant, r: WindowRun
-) -> tuple[Window, SpanParse, float | None]:
-    """One finished window's span, mapped to global time and scored (once per window)."""
-    parsed = task.parse(r.run.gen.text)
-    mapped = policy.map_span(parsed, r.plan.window, offset=r.plan.offset_s, repair=task.repair)
-    return r.plan.window, mapped, engine.score(r.run.gen, variant)
+def find_answer(r: WindowRun) -> tuple[Window, SpanParse, float | None]:
+    """One finished window's span, as the engine repaired and scored it, shifted to global time."""
+    res = r.result
+    assert isinstance(res, FindResult)
+    fixed = SpanParse(res.span, res.format_ok, res.repaired, list(res.info.repairs))
+    mapped = policy.map_span(fixed, r.plan.window, offset=r.plan.offset_s, repair=None)
+    return r.plan.window, mapped, res.moments[0].score if res.moments else None
 
 
 def find_result(
@@ -279,36 +277,54 @@ def find_result(
     )
 
 
-def answer_windows(
+def answer(
     engine: Engine,
     task: str | Task,
-    path: Path,
-    plans: list[WindowPlan],
+    video: str | Path | PreparedVideo,
+    plans: list[WindowPlan] | None,
     variant: Variant,
     query: str | None,
     on_text: OnText,
     on_stage: OnStage,
     execute: Execute = direct,
     span: tuple[float, float] | None = None,
+    *,
+    decode_first: bool = False,
 ) -> Result:
-    """A long video's answer to ``task``, window by window; each finished window is a ``WindowDone`` stage.
-    ``span``: the time range the windows cover, when only that was asked (the result's ``range_s``)."""
-    n = len(plans)
+    """``task`` on ``video`` in the windows of ``plans`` (``window_plans``), each answered by the engine
+    in one ``execute`` turn; a long video's finished windows each come as a ``WindowDone`` stage.
+
+    ``plans`` None is one window on the whole clip at the whole-clip plan: the engine's answer is the
+    answer as it is (merging one whole-clip answer changes nothing), and its own stages are the
+    request's. ``decode_first``: its frames are made before the turn (ZeroGPU: the GPU call then holds
+    the model work alone) and that time is added to the latency. ``span``: the time range the windows
+    cover, when only that was asked (the result's ``range_s``)."""
     entry = get_task(task)
-    clean, prompt = entry.ask(query, engine.settings)
-    limit, logprobs = entry.tokens(engine.settings), entry.scored
+    clean, _ = entry.ask(query, engine.settings)  # a bad query fails before anything is decoded
+    if plans is None:
+        cached: bool | None = None
+        prep_s = 0.0
+        if decode_first and not isinstance(video, PreparedVideo):
+            t0 = time.perf_counter()
+            video, cached = engine.prepare_cached(video)
+            prep_s = time.perf_counter() - t0
+        work = functools.partial(_clip_work, engine, entry.name, video, variant, query, cached, None)
+        res = execute(work, on_text, on_stage)
+        res.metrics.latency_s += prep_s
+        return res
+    n, path = len(plans), Path(str(video))
     runs: list[WindowRun] = []
     parts: list[tuple[Window, CaptionParse]] = []
     answers: list[tuple[Window, SpanParse, float | None]] = []
     result: Result | None = None
     whole = engine.info(path, whole=False)
-    for wr in run_windows(engine, path, plans, variant, prompt, limit, on_text, on_stage, logprobs, execute):
-        runs.append(wr)  # each window is parsed, mapped (and scored) once; only the merge is redone
+    for wr in run_windows(engine, entry, path, plans, variant, query, on_text, on_stage, execute):
+        runs.append(wr)  # each window is parsed, repaired (and scored) once; only the merge is redone
         if entry.result is FindResult:  # spans merged into moments, else events into one timeline
-            answers.append(find_answer(entry, engine, variant, wr))
+            answers.append(find_answer(wr))
             result = find_result(engine, variant, clean or "", runs, answers, n, whole, wr.started)
         else:
-            parts.append(caption_part(entry, wr))
+            parts.append(caption_part(wr))
             result = caption_result(engine, variant, runs, parts, n, whole, wr.started)
         result.range_s = span
         if on_stage is not None:

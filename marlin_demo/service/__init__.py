@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import queue
 import threading
 import time
@@ -109,8 +108,8 @@ def answer(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> Result:
-    """Answer whole, or window by window when the video is longer than one window: the one place
-    that chooses (the engine answers one clip; ``longvideo.runner`` runs the windows).
+    """Answer in the windows ``longvideo.runner.window_plans`` gives: one on the whole clip for a short
+    video, several for a long one; the runner answers both (the engine answers each clip).
 
     ``start_s``/``end_s`` (either may be None: from 0, to the end): only that time range is decoded and
     asked, as windows of the range cut as its own file, and the answer's times stay on the video's own
@@ -127,21 +126,19 @@ def answer(
     plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
         execute = _Turns(engine, ticket, kind)
-        if plans is None:
-            res = _whole(engine, task, video, variant, query, on_text, on_stage, execute)
-            res.metrics.latency_s += ticket.queue_s  # the engine timed the clip from its turn on
-        else:
-            path, asked = Path(str(video)), None if span is None else runner.plans_range(plans)
-            res = _windows_kept(engine, kind, path, plans, variant, query, on_text, on_stage, execute, asked)
+        asked = None if span is None or plans is None else runner.plans_range(plans)
+        res = _answer_kept(engine, kind, video, plans, variant, query, on_text, on_stage, execute, asked)
+        if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
+            res.metrics.latency_s += ticket.queue_s
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
 
 
-def _windows_kept(
+def _answer_kept(
     engine: Engine,
     task: str | Task,
-    path: Path,
-    plans: list[WindowPlan],
+    video: Video,
+    plans: list[WindowPlan] | None,
     variant: Variant,
     query: str | None,
     on_text: Callable[[str], None] | None,
@@ -159,8 +156,11 @@ def _windows_kept(
         if on_stage is not None:
             on_stage(stage)
 
+    first = space.zero_gpu()  # a whole clip's frames are made before its GPU call (the model's alone)
     try:
-        return runner.answer_windows(engine, task, path, plans, variant, query, on_text, keep, execute, span)
+        return runner.answer(
+            engine, task, video, plans, variant, query, on_text, keep, execute, span, decode_first=first
+        )
     except space.GpuRefused as exc:
         if not last:
             raise
@@ -182,48 +182,9 @@ def answer_plans(
     turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
     with scheduler_for(engine).request(len(plans), stop) as ticket:
         execute = _Turns(engine, ticket, task)
-        res = _windows_kept(engine, task, path, plans, variant, query, None, None, execute, None)
+        res = _answer_kept(engine, task, path, plans, variant, query, None, None, execute, None)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
-
-
-def _whole(
-    engine: Engine,
-    task: str,
-    video: Video,
-    variant: Variant,
-    query: str | None,
-    on_text: Callable[[str], None] | None,
-    on_stage: Callable[[Stage], None] | None,
-    execute: _Turns,
-) -> Result:
-    """A clip answered whole, in one turn. On ZeroGPU its frames are made before the GPU call (and
-    that time is added to the latency): the call holds the GPU for the model alone."""
-    cached: bool | None = None
-    prep_s = 0.0
-    if space.zero_gpu() and not isinstance(video, PreparedVideo):
-        t0 = time.perf_counter()
-        video, cached = engine.prepare_cached(video)
-        prep_s = time.perf_counter() - t0
-
-    work = functools.partial(_whole_work, engine, task, video, variant, query, cached)
-    res = execute(work, on_text, on_stage)
-    res.metrics.latency_s += prep_s
-    return res
-
-
-def _whole_work(
-    engine: Engine,
-    task: str,
-    video: Video,
-    variant: Variant,
-    query: str | None,
-    cached: bool | None,
-    on_text: Callable[[str], None] | None,
-    on_stage: Callable[[Any], None] | None,
-) -> Result:
-    """A whole clip on the engine (module-level, so a ZeroGPU call can take it pickled)."""
-    return engine.run(task, video, variant, query, on_text=on_text, on_stage=on_stage, cached=cached)
 
 
 class _Turns:
