@@ -146,9 +146,12 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
 def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str) -> Path:
     """Random-weight checkpoint of Marlin's size, with the tiny tokenizer and processor."""
     import torch
-    from transformers import AutoProcessor, Qwen3_5ForConditionalGeneration
 
+    from marlin_demo.models.kernels import import_real_kernels
     from marlin_demo.models.tiny import tiny_config
+
+    import_real_kernels()  # before the model class: its import binds the Gated DeltaNet kernels
+    from transformers import AutoProcessor, Qwen3_5ForConditionalGeneration
 
     processor = AutoProcessor.from_pretrained(tiny_dir)
     config = tiny_config(processor.tokenizer)

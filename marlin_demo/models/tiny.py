@@ -377,11 +377,14 @@ def tiny_paths(cache_dir: Path | None = None) -> dict[str, Path]:
 def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = TRAIN_STEPS) -> Path:
     """Build the 16-bit tiny checkpoint into ``out`` (deterministic, offline)."""
     import torch
-    from transformers import Qwen3_5ForConditionalGeneration
 
     from marlin_demo.models.kernels import import_real_kernels
 
-    import_real_kernels()  # with fla installed, training on the CPU must use the PyTorch ops
+    # first: with fla installed, training on the CPU must use the PyTorch ops (and, without CUDA, the
+    # model class's import then skips fla's, several seconds)
+    import_real_kernels()
+    from transformers import Qwen3_5ForConditionalGeneration
+
     params = params or VideoParams()
     out.mkdir(parents=True, exist_ok=True)
     tok = _build_tokenizer(out)
