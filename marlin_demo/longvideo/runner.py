@@ -161,7 +161,9 @@ def _clip_work(
 ) -> Result:
     """One clip (a whole video or a window) on the engine; module-level, so a ZeroGPU call can take it
     pickled, and only the answer comes back (no frames)."""
-    return engine.run(task, video, variant, query, on_text, on_stage, cached=cached, length=length)
+    return engine.run(
+        task, video, variant, query, on_text=on_text, on_stage=on_stage, cached=cached, length=length
+    )
 
 
 def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[Metrics, RunInfo]:
