@@ -1,25 +1,8 @@
 """Compiled decoding (MARLIN_COMPILE): a static cache and ``torch.compile`` for the decode steps.
 
-Why this route: transformers 5.24 builds a ``StaticCache`` for Qwen3.5's hybrid layout
-(``LinearAttentionAndStaticFullAttentionLayer``: fixed-size K/V for the 6 attention layers,
-fixed conv/recurrent states for the 18 Gated DeltaNet layers, all at static addresses), and
-``generate`` then runs the prefill eagerly and every decode step through
-``torch.compile(model.__call__)`` (``mode="reduce-overhead"``: CUDA graphs on a GPU). So no
-hand-written decode loop is needed: we hand ``generate`` a cache and a ``CompileConfig``.
-
-What it costs and how it is kept honest:
-- One cache per (variant, size bucket), reused and reset per request, so its tensors keep
-  their addresses (CUDA graphs replay) and a graph is compiled once per bucket. Buckets
-  are multiples of ``BUCKET`` tokens (prompt + new tokens), so a new clip length rarely
-  recompiles. Before the first request of a bucket a short text-only warm-up generate
-  compiles it; its time is ``compile_s`` (reported beside ``load_s``, never inside a
-  request's latency).
-- Inductor is run with ``emulate_precision_casts`` so bf16 rounding matches eager: greedy
-  tokens equal eager's (tests/test_compiled.py checks it on the tiny checkpoint).
-- Prefix reuse keeps a ``DynamicCache`` per video; it is turned off while compiled decoding
-  is on (the Engine says so in every result's ``compile`` field).
-- A variant transformers will not compile (its quantizer says so) or whose compile fails
-  runs eagerly, and the reason is shown (``eager (reason)``).
+transformers builds a ``StaticCache`` for Qwen3.5's hybrid layout, so we only hand ``generate`` a cache
+(one per variant and size bucket, reset per request) and a ``CompileConfig``; why, and what it costs:
+docs/GPU_CHECK.md. A variant that will not compile runs eagerly and says why (``eager (reason)``).
 """
 
 from __future__ import annotations
@@ -72,11 +55,9 @@ def compile_config(device: str) -> Any:
 
 def state_of(loaded: Any) -> CompileState:
     """The variant's compile state, created on first use (kept on the LoadedModel)."""
-    state = getattr(loaded, "compile_state", None)
-    if state is None:
-        state = CompileState()
-        loaded.compile_state = state
-    return state
+    if getattr(loaded, "compile_state", None) is None:
+        loaded.compile_state = CompileState()
+    return loaded.compile_state
 
 
 def bucket(tokens: int) -> int:

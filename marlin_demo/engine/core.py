@@ -1,18 +1,8 @@
 """Caption and find on one clip of a loaded variant: one prompt/generation path for every variant.
 
-This is what Marlin's remote ``.caption()`` / ``.find()`` do, rebuilt on the
-plain transformers model so that every variant (GPTQ, bnb4, bf16, a local
-quantization) receives byte-identical prompts and is measured the same way.
-
-The engine answers one clip (``run``): a whole short video, or one window of a long one that the
-runner (``longvideo.runner``) plans with ``info`` and decodes with ``window_frames``.
-
-Reuse (docs/SPEED.md): a video is decoded once per content (``store.VideoStore``), and the model state
-after the shared start of every prompt, the chat header and the whole timestamped
-video, is kept per (variant, video) in a small bounded cache: later requests on the
-same video (a second find, a caption) prefill only their own text. Every request, cold
-or warm, runs the same two steps (prefix forward, then generate over the rest), so a
-warm answer is token for token the cold one.
+Rebuilds Marlin's remote ``.caption()`` / ``.find()`` on the plain transformers model, so every variant
+gets byte-identical prompts and is measured the same way. A clip is a whole short video or one window of
+a long one (``longvideo.runner``). Reuse of decoded videos and prompt prefixes: docs/SPEED.md.
 """
 
 from __future__ import annotations
@@ -111,8 +101,7 @@ class Engine:
         _LIVE[self.key] = self
 
     def __reduce__(self) -> tuple[Any, tuple[int]]:
-        """An engine crosses a process boundary by reference: a forked process (a ZeroGPU call) has the
-        same engine, models loaded, under the same key."""
+        """Pickled by reference: a forked process (a ZeroGPU call) has the same engine under its key."""
         return (engine_by_key, (self.key,))
 
     # ------------------------------------------------------------------ models
@@ -188,8 +177,7 @@ class Engine:
         return self.store.prepare(video)
 
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
-        """The validated facts of a file (probed once per content and path); ``whole=False`` leaves the
-        duration limit to the caller, for a request about a time range of the file."""
+        """The validated facts of a file; ``whole=False``: the duration limit is the caller's (a range)."""
         return self.store.info(path, whole=whole)
 
     def window_frames(
@@ -213,33 +201,12 @@ class Engine:
     def build_inputs(
         self, loaded: LoadedModel, prepared: PreparedVideo, prompt: str, text: str | None = None
     ) -> tuple[str, Any]:
-        """The chat-templated prompt and the processor's tensors, identical for every variant.
-
-        ``text``: the prompt already rendered by ``render_prompt`` (it is not rendered again).
-        """
+        """The chat-templated prompt (``text``: already rendered) and the processor's tensors."""
         if text is None:
             text = render_prompt(loaded.processor, prompt, str(prepared.info.path))
         return text, encode(loaded.processor, text, prepared).to(loaded.model.device)
 
     # ------------------------------------------------------------------ generation
-    def _generate(
-        self,
-        loaded: LoadedModel,
-        inputs: Any,
-        max_new_tokens: int,
-        on_text: Callable[[str], None] | None,
-        deadline: float,
-        prefix: Prefix | None = None,
-        want_logprobs: bool = False,
-    ) -> Generation:
-        """``generation.generate`` with this engine's settings (and its fault-injection switch)."""
-        if "oom" in self.faults:
-            self.faults.discard("oom")
-            raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
-        return generate(
-            loaded, inputs, max_new_tokens, on_text, deadline, prefix, want_logprobs, self.settings.compile
-        )
-
     def run_clip(
         self,
         video: str | Path | PreparedVideo,
@@ -250,19 +217,14 @@ class Engine:
         on_stage: Callable[[Stage], None] | None = None,
         *,
         cached: bool | None = None,
-        deadline: float | None = None,
         logprobs: bool = False,
     ) -> ClipRun:
-        """One prompt on one clip (a whole short video, or one window of a long one).
-
-        ``cached``: whether the frames of a ``PreparedVideo`` given by the caller came from a cache;
-        ``deadline``: the request's time limit when it spans several windows.
-        """
+        """One prompt on one clip; ``cached``: whether the frames of a given ``PreparedVideo`` came from a
+        cache."""
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
         prepared, cached_video = self.prepare_cached(video)
-        if cached is not None:
-            cached_video = cached
+        cached_video = cached_video if cached is None else cached
         if on_stage is not None:
             on_stage(Prepared(prepared.info, prepared.plan, cached_video))
         t_load = time.perf_counter()
@@ -272,8 +234,7 @@ class Engine:
             on_stage(Loaded(variant, cold, loaded.load_s))
         # a first-use load is reported as load_s, not inside the request's latency
         t_start += time.perf_counter() - t_load
-        if deadline is None:
-            deadline = t_start + self.settings.request_timeout_s
+        deadline = t_start + self.settings.request_timeout_s
         if time.perf_counter() >= deadline:  # preparing the video alone used up the time limit
             raise EngineError(self._timeout_message())
         gen, peak, input_ids, prefill_s, reused_prefix = self._answer(
@@ -311,11 +272,8 @@ class Engine:
         deadline: float,
         logprobs: bool,
     ) -> tuple[Generation, float, list[int], float | None, bool]:
-        """Prefill (or reuse the video's prefix) and generate under the GPU lock.
-
-        Returns the generation, the peak memory (MB), the prompt's token ids, the prefill time and
-        whether a cached prefix was reused. Out of memory releases the caches and says so.
-        """
+        """Prefill (or reuse the video's prefix) and generate under the GPU lock: (generation, peak MB,
+        prompt ids, prefill s, prefix reused?). Out of memory releases the caches and says so."""
         import torch
 
         with self.gpu_lock:
@@ -335,8 +293,11 @@ class Engine:
                 else:
                     text, inputs = self.build_inputs(loaded, prepared, prompt, text=text)
                     prefix, reused_prefix, prefill_s = self.prefixes.lookup(loaded, prepared, text, inputs)
-                gen = self._generate(
-                    loaded, inputs, max_new_tokens, on_text, deadline, prefix=prefix, want_logprobs=logprobs
+                if "oom" in self.faults:  # the fault-injection switch (tests of this path)
+                    self.faults.discard("oom")
+                    raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
+                gen = generate(
+                    loaded, inputs, max_new_tokens, on_text, deadline, prefix, logprobs, self.settings.compile
                 )
                 if cuda:
                     torch.cuda.synchronize()
@@ -409,10 +370,8 @@ class Engine:
         cached: bool | None = None,
         length: float | None = None,
     ) -> Result:
-        """One task on one clip: its prompt, its answer parsed, repaired against ``length`` (default: the
-        clip's duration; a window of a long video: up to its end) and scored into its result type (the
-        repairs flagged). A bad query fails before any model is loaded. Every request's clips come
-        through here, a whole short video or each window of a long one (``longvideo.runner``)."""
+        """One task on one clip, its answer parsed, repaired against ``length`` (default: the clip's
+        duration) and scored; a bad query fails before any model is loaded."""
         entry = get_task(task)
         clean, prompt = entry.ask(query, self.settings)
         run = self.run_clip(
@@ -426,7 +385,7 @@ class Engine:
             variant=variant, model=self.model_label, raw=run.gen.text, metrics=run.metrics,
             format_ok=parsed.format_ok, repaired=fixed.repaired, info=run.info,
         )  # fmt: skip
-        if entry.result is FindResult:  # a span, scored by the model's own token probabilities
+        if entry.scored:  # a span, scored by the model's own token probabilities
             score = self.score(run.gen, variant)
             moments = (
                 [] if fixed.span is None or score is None else [Moment(fixed.span[0], fixed.span[1], score)]

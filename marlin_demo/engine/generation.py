@@ -92,15 +92,13 @@ def generate(
             top_k=None,
             streamer=streamer,
             max_time=max(0.05, deadline - time.perf_counter()),
-            eos_token_id=gen_cfg.eos_token_id,
-            pad_token_id=gen_cfg.pad_token_id,
+            **ids_kw,
         )
     out = res.sequences if want_logprobs else res
     logprobs = scoring.generated_logprobs(res, inputs["input_ids"].shape[1]) if want_logprobs else None
     new_ids = out[0, inputs["input_ids"].shape[1] :]
     text = loaded.processor.tokenizer.decode(new_ids, skip_special_tokens=True)
-    eos = gen_cfg.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos])
+    eos_ids = set(eos if isinstance(eos := gen_cfg.eos_token_id, list) else [eos])
     finished = len(new_ids) > 0 and int(new_ids[-1]) in eos_ids
     stopped_by_time = not finished and len(new_ids) < max_new_tokens and time.perf_counter() >= deadline
     return Generation(

@@ -46,13 +46,10 @@ def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
 class Prefix:
     """The model state after a prompt's shared start: the chat header and the whole timestamped video.
 
-    ``cache`` holds the full-attention keys/values and the Gated DeltaNet conv and recurrent
-    states after ``length`` tokens; ``rope_deltas`` the M-RoPE offset of the text that follows
-    the video (Qwen3.5 keeps it on the model between calls). It is never used directly:
-    every request generates on a deep copy, so the stored state stays as the prefix left it.
-    ``ids``/``mm_types`` are the prefix's token ids and modality types; ``tail_ok`` says that
-    the processor's ids for the first prompt were exactly these followed by the tokenizer's ids
-    of the text after the video, so later prompts can skip the processor (and its pixels).
+    ``rope_deltas``: the M-RoPE offset of the text after the video (Qwen3.5 keeps it on the model
+    between calls). Every request generates on a deep copy, so the stored state stays as it was.
+    ``tail_ok``: the first prompt's processor ids were these ids plus the tokenizer's for the text after
+    the video, so later prompts can skip the processor (and its pixels).
     """
 
     variant: str
@@ -68,10 +65,9 @@ class Prefix:
     def generate_kwargs(self, model: Any, inputs: Any) -> dict[str, Any]:
         """generate() arguments for the whole prompt on a copy of this state.
 
-        The pixels are left out: the cache covers every video token, so the vision tower
-        must not run again (generate would pass them to the first forward, which would
-        look for video tokens among the new ones). ``mm_token_type_ids`` stays so generate
-        sees that no vision tokens follow the cached part and uses the stored rope deltas.
+        No pixels: the cache covers every video token, and generate would hand them to the first
+        forward, which would look for video tokens among the new ones. ``mm_token_type_ids`` stays so
+        generate sees no vision token follows the cached part and uses the stored rope deltas.
         """
         kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids") if k in inputs}
         kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache)
@@ -128,11 +124,8 @@ class PrefixCache:
     def warm_inputs(
         self, loaded: LoadedModel, prepared: PreparedVideo, text: str
     ) -> tuple[dict[str, Any], Prefix] | None:
-        """Inputs for ``text`` built from a cached prefix without the processor, or None (no usable entry).
-
-        The prefix's ids plus the tokenizer's ids for the text after the video: the same ids
-        the processor gives (checked on the entry's first, cold, request: ``tail_ok``).
-        """
+        """Inputs for ``text`` from a cached prefix without the processor (None: no usable entry): the
+        prefix's ids plus the tokenizer's for the rest, the processor's ids (checked once: ``tail_ok``)."""
         import torch
 
         if not self._usable(loaded):
@@ -146,10 +139,8 @@ class PrefixCache:
             return None
         self._entries.move_to_end(key)
         tail = _tail_ids(loaded, parts[1]).to(entry.ids.device)
-        inputs: dict[str, Any] = {
-            "input_ids": torch.cat([entry.ids, tail], dim=1),
-        }
-        inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+        ids = torch.cat([entry.ids, tail], dim=1)
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if entry.mm_types is not None:
             inputs["mm_token_type_ids"] = torch.cat([entry.mm_types, torch.zeros_like(tail)], dim=1)
         return inputs, entry
@@ -157,10 +148,8 @@ class PrefixCache:
     def lookup(
         self, loaded: LoadedModel, prepared: PreparedVideo, text: str, inputs: Any
     ) -> tuple[Prefix | None, bool, float | None]:
-        """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``.
-
-        (None, False, None) when reuse is off or does not apply (no video in the prompt).
-        """
+        """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``;
+        (None, False, None) when reuse is off or does not apply (no video in the prompt)."""
         if not self._usable(loaded):
             return None, False, None
         parts = self._split(loaded, text)

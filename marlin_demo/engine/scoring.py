@@ -24,20 +24,17 @@ def generated_logprobs(out: Any, prompt_len: int) -> list[float]:
         raise ValueError(
             "generate() output has no logits: pass output_logits=True, return_dict_in_generate=True."
         )
-    new = out.sequences[0, prompt_len:]
-    vals: list[float] = []
-    for row, tok in zip(steps, new.tolist(), strict=False):
-        lp = torch.log_softmax(row[0].float(), dim=-1)
-        vals.append(float(lp[int(tok)]))
-    return vals
+    new = out.sequences[0, prompt_len:].tolist()
+    return [
+        float(torch.log_softmax(row[0].float(), dim=-1)[int(t)]) for row, t in zip(steps, new, strict=False)
+    ]
 
 
 def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     """Each token's own text (special tokens as ""), such that "".join(...) is the decoded answer."""
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     texts: list[str] = []
-    prev = ""
-    kept: list[int] = []
+    prev, kept = "", []
     for t in ids:
         if t in special:
             texts.append("")
@@ -53,16 +50,9 @@ _NUMBER_RE = re.compile(r"\d+(?:[.:]\d+)*")
 
 
 def span_score(token_texts: Sequence[str], token_logprobs: Sequence[float]) -> float | None:
-    """Geometric mean of the probabilities of the generated tokens that spell the answer's numbers.
-
-    ``token_texts[i]`` is the decoded text of generated token i (special tokens as ""), and
-    ``token_logprobs[i]`` its natural log-probability under the model (raw logits, greedy choice).
-    A token counts when its characters overlap a number (digits, '.', ':') of the first two
-    numbers in the answer; the score is exp(mean log-prob) over those tokens. "From", "to", "."
-    and EOS are near-certain for a trained model and would pull every score toward 1; the numbers
-    carry the model's doubt about where. Length-normalised, so "From 102.5 to 118.0." is not
-    penalised against "From 1 to 3.". Not calibrated: compare scores within one query and video.
-    None when the answer holds fewer than two numbers.
+    """Geometric mean of the probabilities of the tokens that overlap the answer's first two numbers
+    (None: fewer than two). Only the numbers: "From", "to", "." and EOS are near-certain for a trained
+    model and would pull every score toward 1. Length-normalised; not calibrated across queries or videos.
     """
     if len(token_texts) != len(token_logprobs):
         raise ValueError("token_texts and token_logprobs must have the same length.")

@@ -65,8 +65,8 @@ class VideoStore:
         return digest
 
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
-        """The validated facts of a file, probed once per (content, path). ``whole=False``: a request about
-        a time range of it, which the duration limit is applied to instead of the file (the caller's)."""
+        """The validated facts of a file, probed once per (content, path); ``whole=False``: the duration
+        limit is the caller's, for a time range of it."""
         try:
             key = (self.digest(path), str(path.resolve()))
         except OSError:
@@ -119,9 +119,7 @@ class VideoStore:
         self, path: Path, plans: list[WindowPlan]
     ) -> Iterator[tuple[WindowPlan, PreparedVideo, bool]]:
         """(plan, frames, from the cache?) per window; a miss decodes all windows in one scan of the file.
-
-        Each window's digest names the window, so the prefix cache keeps one state per window.
-        """
+        Each window's digest names the window, so the prefix cache keeps one state per window."""
         base = f"{self.digest(path)}|{self.params!r}|windows|{self.backend}"
         key = (base, tuple((wp.window.start, wp.window.end) for wp in plans))
         with self.lock:
