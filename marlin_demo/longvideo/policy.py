@@ -1,11 +1,7 @@
-"""Long videos: the window plan (``plan_for``, the one window policy), mapping window answers to
-global time, and merging them.
+"""Long videos: the window plan (``plan_for``), mapping window answers to global time, and merging them.
 
-Pure Python (no torch): the service, the runner, the UI, the ZeroGPU estimate and the bench share
-these rules; docs/LONG_VIDEOS.md states them. The window lengths, overlap, window limit and top-k
-are settings (``Settings``), never constants here. Marlin samples at most 240 frames (2 fps for
-2 minutes); a longer video is cut into windows, each answered as if uploaded alone, and the answers
-are mapped back and merged here.
+Pure Python (no torch), so the service, runner, UI, ZeroGPU estimate and bench share one set of rules
+(docs/LONG_VIDEOS.md). Window lengths, overlap, limit and top-k are settings, never constants here.
 """
 
 from __future__ import annotations
@@ -40,11 +36,8 @@ def plan_windows(
     min_last: float = MIN_LAST_WINDOW_S,
     max_windows: int | None = None,
 ) -> list[Window]:
-    """Windows [k*step, min(k*step + length, duration)], step = length - overlap.
-
-    A new window starts only while the previous one ends before the video's end, so no window
-    lies inside another. A last window shorter than ``min_last`` is merged into the previous one
-    (which then ends at ``duration``). A video that fits one window gives exactly [0, duration].
+    """Windows [k*step, min(k*step + length, duration)], step = length - overlap; none inside another,
+    and a last one shorter than ``min_last`` joins the previous one. A short video: exactly [0, duration].
     """
     duration, length, overlap = float(duration), float(length), float(overlap)
     if not (math.isfinite(duration) and duration > 0):
@@ -54,15 +47,10 @@ def plan_windows(
     if not (0 <= overlap < length):
         raise ValueError(f"the window overlap must be at least 0 and below the length, got {overlap!r}.")
     step = length - overlap
-    bounds: list[tuple[float, float]] = []
-    k = 0
-    while True:
-        start = k * step
-        end = min(start + length, duration)
-        bounds.append((start, end))
-        if end >= duration:
-            break
-        k += 1
+    bounds = [(0.0, min(length, duration))]
+    while bounds[-1][1] < duration:
+        start = len(bounds) * step
+        bounds.append((start, min(start + length, duration)))
     if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < min_last:
         bounds.pop()
         bounds[-1] = (bounds[-1][0], duration)
@@ -86,12 +74,8 @@ def find_windows(duration: float, length: float, overlap: float, max_windows: in
 
 
 def plan_for(task: str | Task, duration: float, settings: Settings, *, limit: bool = True) -> list[Window]:
-    """The windows a ``task`` on a video of ``duration`` seconds is answered in: the one window policy.
-
-    One window ``[0, duration]`` means the video is answered whole. ``limit=False`` ignores
-    ``max_windows`` (sizing a request that is refused anyway); with it, too many windows is a
-    ``WindowLimitError`` naming the limit.
-    """
+    """The windows ``task`` answers a video of ``duration`` s in (one: answered whole); too many is a
+    ``WindowLimitError`` unless ``limit=False`` (sizing a request that is refused anyway)."""
     length, overlap = get_task(task).windows(settings)
     return plan_windows(duration, length, overlap, max_windows=settings.max_windows if limit else None)
 
@@ -113,11 +97,8 @@ class RangeError(ValueError):
 def check_range(
     start: float | None, end: float | None, duration: float, max_duration: float
 ) -> tuple[float, float]:
-    """The range (start, end) in the video's seconds; None start: 0, None end: the video's end.
-
-    Refused with a ``RangeError``: a start below 0, an end not after the start, a start or end past the
-    video's end, a range shorter than ``MIN_RANGE_S`` or longer than ``max_duration`` (the duration limit
-    applies to the range asked, not to the file)."""
+    """The range (start, end) in the video's seconds (None: 0, the video's end), else a ``RangeError``;
+    the duration limit applies to the range asked, not to the file."""
     whole = f"the video is {duration:.1f} s long"
     for name, value in (("start", start), ("end", end)):
         if value is not None and not math.isfinite(value):
@@ -153,8 +134,8 @@ def check_range(
 
 
 def range_windows(task: str | Task, start: float, end: float, settings: Settings) -> list[Window]:
-    """The windows of a range, on the video's timeline: ``plan_for`` on the range's length, shifted to
-    its start (the range is answered as the video cut to it would be). Too many windows: ``RangeError``."""
+    """``plan_for`` on the range's length, shifted to its start (answered as the video cut to it would be);
+    too many windows: ``RangeError``."""
     try:
         local = plan_for(task, end - start, settings)
     except WindowLimitError:
@@ -189,6 +170,11 @@ def _repaired(
     return fixed, list(parse.repairs), fixed.repairs[len(parse.repairs) :]
 
 
+def _clamp(t: float, off: float, window: Window) -> float:
+    """A window-time ``t`` shifted by ``off`` to global time, kept inside ``window``."""
+    return min(max(round(off + t, 6), window.start), window.end)
+
+
 def map_caption(
     parse: CaptionParse,
     window: Window,
@@ -197,22 +183,15 @@ def map_caption(
     single: bool = False,
     repair: Callable[[CaptionParse, float | None], CaptionParse] | None = repair_caption,
 ) -> CaptionParse:
-    """Repair a window's parsed caption against the window's length, then shift it to global time.
+    """Repair a window's caption against its length (notes name the window), then shift it to global time.
 
-    ``offset``: global time of the window's first frame (default ``window.start``). Events past the
-    window's end are dropped or clamped by ``repair_caption`` and the notes say which window.
-    ``repair=None``: ``parse`` was repaired already (by the engine, against the window's end) and every
-    note is the repair's. ``single=True`` (a one-window video) keeps today's notes word for word.
+    ``offset``: global time of the window's first frame (default ``window.start``). ``repair=None``: the
+    engine repaired it already, every note is the repair's. ``single``: notes unlabelled (one window).
     """
     off = window.start if offset is None else float(offset)
     fixed, kept, new_notes = _repaired(parse, repair, window.end - off)
     events = [
-        Event(
-            min(max(round(off + e.start, 6), window.start), window.end),
-            min(max(round(off + e.end, 6), window.start), window.end),
-            e.description,
-        )
-        for e in fixed.events
+        Event(_clamp(e.start, off, window), _clamp(e.end, off, window), e.description) for e in fixed.events
     ]
     return CaptionParse(
         scene=fixed.scene,
@@ -236,13 +215,8 @@ def map_span(
     off = window.start if offset is None else float(offset)
     fixed, kept, new_notes = _repaired(parse, repair, window.end - off)
     span = fixed.span
-    if span is not None:
-        span = (
-            min(max(round(off + span[0], 6), window.start), window.end),
-            min(max(round(off + span[1], 6), window.start), window.end),
-        )
     return SpanParse(
-        span=span,
+        span=None if span is None else (_clamp(span[0], off, window), _clamp(span[1], off, window)),
         format_ok=fixed.format_ok,
         repaired=fixed.repaired,
         repairs=[*kept, *(_label(window, single, n) for n in new_notes)],
@@ -320,12 +294,9 @@ def _join_scenes(scenes: Sequence[str]) -> str:
 def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
     """Join the mapped (global-time) captions of consecutive windows into one timeline.
 
-    Rule at the boundary between window k and k+1: an event A of the timeline whose end came from
-    window k and ends within BOUNDARY_TOL_S of window k's end, and an event B of window k+1 that
-    starts within BOUNDARY_TOL_S of window k+1's start, are one event when B starts no later than
-    A's end + BOUNDARY_TOL_S and ``description_similarity`` >= SIMILAR_DESCRIPTION. The pair with
-    the highest similarity joins first, each event at most once. The joined event runs from A's
-    start to max(A.end, B.end) and keeps the description of the longer part (A's on a tie).
+    Events either side of a boundary (each within BOUNDARY_TOL_S of it, B starting by A's end +
+    BOUNDARY_TOL_S) with ``description_similarity`` >= SIMILAR_DESCRIPTION are one event: most similar
+    pair first, each once, A's start to the later end, the longer part's description (docs/LONG_VIDEOS.md).
     Works on any prefix of the windows, so a stream can re-merge as each window finishes.
     """
     timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
@@ -390,12 +361,8 @@ def duplicates(a: Moment, b: Moment) -> bool:
 
 
 def merge_moments(answers: Sequence[tuple[Window, SpanParse, float | None]], top_k: int) -> list[Moment]:
-    """Mapped (global) spans with their scores -> moments, best first, duplicates merged, at most top_k.
-
-    Greedy: candidates sorted by score (desc; ties: earlier start, then earlier window); a candidate
-    that duplicates an already kept moment is dropped (the kept one has the higher score). Windows
-    with no usable span (span None) or no score give nothing. Scores are clamped into [0, 1].
-    """
+    """Mapped (global) spans with their scores -> at most ``top_k`` moments, best first: greedy by score
+    (ties: earlier start, then window), a duplicate of a kept moment dropped; scores clamped to [0, 1]."""
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k!r}.")
     cands = [
@@ -416,7 +383,3 @@ def merge_moments(answers: Sequence[tuple[Window, SpanParse, float | None]], top
 def best_span(moments: Sequence[Moment]) -> tuple[float, float] | None:
     """The ``span`` key: the best moment, or None when no window gave a usable span."""
     return (moments[0].start, moments[0].end) if moments else None
-
-
-# ---------------------------------------------------------------------------
-# The score

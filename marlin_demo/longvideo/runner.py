@@ -1,10 +1,8 @@
-"""Every request's windows above the engine: each answered by ``Engine.run`` (its parse, repair and
-score), the answers shifted to the video's timeline and merged into one result.
+"""Every request's windows above the engine: each answered by ``Engine.run``, shifted to the video's
+timeline and merged into one result (a short video is one whole-clip window, answered as it is).
 
-A short video is one window on the whole clip, answered as the engine gives it. ``policy`` holds the
-pure rules (the window plan, mapping, merging) and ``video.windows`` the per-window sampling plans and
-one-pass decoding; this module runs the windows of one request in order, each under its own time
-limit, and reports each finished window of a long video already merged (``WindowDone``).
+The pure rules are ``policy``'s; this module runs one request's windows in order, each under its own
+time limit, and reports each finished window of a long video already merged (``WindowDone``).
 """
 
 from __future__ import annotations
@@ -59,11 +57,8 @@ Span = tuple[float | None, float | None]
 def window_plans(
     engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span | None = None
 ) -> list[WindowPlan] | None:
-    """Each window's sampling plan for a video longer than one ``task`` window; None: answered whole.
-
-    Too many windows is a ``WindowLimitError`` (a user error), raised before anything is decoded.
-    ``span``: only that time range is planned (``range_plans``), always as windows, even one.
-    """
+    """Each window's sampling plan for a video longer than one ``task`` window (None: answered whole);
+    too many is a ``WindowLimitError`` before anything is decoded. ``span``: always windows, even one."""
     if span is not None:
         return range_plans(engine, video, task, span)
     if isinstance(video, PreparedVideo):
@@ -81,9 +76,8 @@ def window_plans(
 def range_plans(
     engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span
 ) -> list[WindowPlan]:
-    """The windows of a time range of a file, each sampled as if the range were cut as its own file (the
-    same fps and pixel rules), on the video's own timeline. The file's checks (size, resolution) apply to
-    the file; the duration limit and the window limit to the range. Bad ranges: ``plan.RangeError``."""
+    """The windows of a time range, sampled as if it were cut as its own file, on the video's timeline;
+    the duration and window limits apply to the range (bad ranges: ``policy.RangeError``)."""
     if isinstance(video, PreparedVideo):
         raise ValueError("A time range needs the video file, not frames decoded beforehand.")
     path = Path(video)
@@ -121,13 +115,10 @@ def run_windows(
     on_stage: OnStage,
     execute: Execute = direct,
 ) -> Iterator[WindowRun]:
-    """Each window through ``Engine.run``, in order; yields each answered window.
+    """Each window through ``Engine.run`` in ``execute``'s turns, in order; yields each answered window.
 
-    Stages: Prepared (the whole video, the first window's plan, the windows), Loaded, then per window
-    a ``Progress("", k, n)`` when it starts (its text follows as Progress with the same k). The time
-    limit applies to each window's own work (``MARLIN_REQUEST_TIMEOUT_S``), never to the time spent
-    waiting for other requests' windows; ``execute`` runs each window's work (``direct``, or the
-    service's turn on the model and GPU call). Each answer is repaired against its window's end.
+    Stages: Prepared (the whole video, the windows), Loaded, then ``Progress("", k, n)`` as window k
+    starts. The time limit applies to each window's own work, never to waiting for other requests.
     """
     n = len(plans)
     frames = engine.window_frames(path, plans)
@@ -159,8 +150,8 @@ def _clip_work(
     on_text: OnText,
     on_stage: OnStage,
 ) -> Result:
-    """One clip (a whole video or a window) on the engine; module-level, so a ZeroGPU call can take it
-    pickled, and only the answer comes back (no frames)."""
+    """One clip on the engine; module-level, so a ZeroGPU call takes it pickled (only the answer returns).
+    The callbacks go by keyword (the bench tests' stand-in engines take them so)."""
     return engine.run(
         task, video, variant, query, on_text=on_text, on_stage=on_stage, cached=cached, length=length
     )
@@ -207,8 +198,7 @@ def raw_text(runs: list[WindowRun], n: int) -> str:
 
 
 def caption_part(r: WindowRun) -> tuple[Window, CaptionParse]:
-    """One finished window's caption, as the engine repaired it, shifted to global time (its notes
-    labelled with the window)."""
+    """One finished window's caption, as the engine repaired it, shifted to global time."""
     res = r.result
     assert isinstance(res, CaptionResult)
     fixed = CaptionParse(res.scene, list(res.events), res.format_ok, res.repaired, list(res.info.repairs))
@@ -293,14 +283,12 @@ def answer(
     *,
     decode_first: bool = False,
 ) -> Result:
-    """``task`` on ``video`` in the windows of ``plans`` (``window_plans``), each answered by the engine
-    in one ``execute`` turn; a long video's finished windows each come as a ``WindowDone`` stage.
+    """``task`` on ``video`` in the windows of ``plans``, each in one ``execute`` turn; a long video's
+    finished windows each come as a ``WindowDone`` stage.
 
-    ``plans`` None is one window on the whole clip at the whole-clip plan: the engine's answer is the
-    answer as it is (merging one whole-clip answer changes nothing), and its own stages are the
-    request's. ``decode_first``: its frames are made before the turn (ZeroGPU: the GPU call then holds
-    the model work alone) and that time is added to the latency. ``span``: the time range the windows
-    cover, when only that was asked (the result's ``range_s``)."""
+    ``plans`` None: one whole-clip window, the engine's answer and stages as they are (``decode_first``:
+    its frames made before the turn, ZeroGPU's call then holds only model work; that time is added to
+    the latency). ``span``: the range the windows cover, when only that was asked (``range_s``)."""
     entry = get_task(task)
     clean, _ = entry.ask(query, engine.settings)  # a bad query fails before anything is decoded
     if plans is None:
@@ -322,7 +310,7 @@ def answer(
     whole = engine.info(path, whole=False)
     for wr in run_windows(engine, entry, path, plans, variant, query, on_text, on_stage, execute):
         runs.append(wr)  # each window is parsed, repaired (and scored) once; only the merge is redone
-        if entry.result is FindResult:  # spans merged into moments, else events into one timeline
+        if entry.scored:  # spans merged into moments, else events into one timeline
             answers.append(find_answer(wr))
             result = find_result(engine, variant, clean or "", runs, answers, n, whole, wr.started)
         else:
