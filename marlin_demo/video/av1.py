@@ -1,16 +1,8 @@
 """AV1: which temporal units no later frame can reference (refresh no reference slot).
 
-libdav1d reads FFmpeg's ``skip_frame`` once, when the decoder opens, so the fast path cannot
-switch it per packet as it does for H.264 and HEVC. It can leave a packet out instead: in AV1 a
-frame reaches later frames only through the eight reference slots it refreshes
-(``refresh_frame_flags``, AV1 spec 5.9.2/7.20); a frame that refreshes none changes no state
-any later frame reads, so a temporal unit made only of such frames can be left undecoded when
-none of its frames is planned, and every other frame decodes bit for bit the same.
-
-This module reads just enough of the bitstream to know that (the sequence header's fields that
-come before ``refresh_frame_flags`` in a frame header, and each frame header up to it), from
-the low-overhead OBU format that MP4, Matroska and WebM carry. Anything it does not fully
-understand (scalable streams, ``show_existing_frame``, a malformed OBU) means "keep".
+A frame reaches later frames only through the reference slots it refreshes (AV1 spec 5.9.2/7.20),
+so an unplanned unit of frames that refresh none can be left undecoded (docs/VIDEO_PREP.md). Reads
+just enough of the low-overhead OBU format; anything not fully understood means "keep".
 """
 
 from __future__ import annotations
@@ -198,8 +190,7 @@ def obus(data: bytes) -> list[tuple[int, int, int, bytes, int]]:
     out = []
     pos = 0
     while pos < len(data):
-        start = pos
-        header = data[pos]
+        start, header = pos, data[pos]
         obu_type, extension, has_size = (header >> 3) & 15, (header >> 2) & 1, (header >> 1) & 1
         pos += 1
         temporal_id = spatial_id = 0
@@ -239,20 +230,15 @@ def sequence_header_in(data: bytes) -> SequenceHeader | None:
 def unreferenced_from(data: bytes, seq: SequenceHeader | None) -> int | None:
     """The byte offset from which nothing in this temporal unit is referenced by a later frame.
 
-    0: the whole unit (every frame in it refreshes no reference slot); k > 0: its last frames
-    from byte k on (e.g. a shown frame after a hidden alternate reference that must be decoded);
-    None: every frame is needed. The frames kept before k decode the same without the ones
-    after them. A sequence header, a ``show_existing_frame``, an OBU this reader does not know,
-    several operating points or anything unreadable: None.
+    0: the whole unit; k > 0: its last frames (a shown frame after a hidden alternate reference);
+    None: every frame is needed, or the unit holds anything this reader does not fully understand.
     """
     if seq is None or not seq.single_layer:
         return None
+    cut: int | None = None  # where the current run of frames that refresh nothing began
+    cut_is_first, frames = False, 0
     try:
-        units = obus(data)
-        cut: int | None = None  # where the current run of frames that refresh nothing began
-        cut_is_first = False
-        frames = 0
-        for obu_type, temporal_id, spatial_id, payload, start in units:
+        for obu_type, temporal_id, spatial_id, payload, start in obus(data):
             if obu_type in (OBU_FRAME, OBU_FRAME_HEADER):
                 if refresh_frame_flags(payload, seq, temporal_id, spatial_id) != 0:
                     cut = None

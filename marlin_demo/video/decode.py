@@ -14,15 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 @dataclass
 class PreparedVideo:
-    """Frames ready for the processor.
-
-    ``frames``: uint8 tensor (T, C, H, W), RGB, already resized to the plan's
-    size. qwen-vl-utils returns the same values as float32 (``frames.float()``);
-    the HF video processor gives identical output for both.
-    ``metadata``: the dict qwen-vl-utils returns (``fps``, ``frames_indices``,
-    ``total_num_frames``, ``video_backend``): pass it as ``video_metadata`` so
-    the prompt's ``<t seconds>`` timestamps are right.
-    """
+    """Frames for the processor: uint8 (T, C, H, W) RGB at the plan's size, qwen-vl-utils' values;
+    ``metadata`` is its dict, to pass as ``video_metadata`` so the ``<t seconds>`` stamps are right."""
 
     frames: torch.Tensor
     metadata: dict[str, Any]
@@ -86,11 +79,7 @@ def _decode_torchcodec(path: str, indices: list[int]) -> torch.Tensor:
 
 
 def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> torch.Tensor:
-    """Decode frames by presentation order index with PyAV, applying the display rotation like torchcodec.
-
-    Sequential decode (no seeking), so it is slower than torchcodec on long clips;
-    it is the fallback, not the default.
-    """
+    """The fallback: decode frames by presentation index with PyAV (sequential), rotated like torchcodec."""
     import av
     import torch
 

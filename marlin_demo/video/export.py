@@ -7,17 +7,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from marlin_demo.video.info import VideoError, VideoInfo, probe
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    pass
-
-
-# ---------------------------------------------------------------------------
-# Export a clip
-# ---------------------------------------------------------------------------
 
 
 def ffmpeg_available() -> bool:
@@ -34,12 +25,8 @@ def export_clip(
     *,
     info: VideoInfo | None = None,
 ) -> Path:
-    """Cut [start, end) seconds into an H.264/yuv420p MP4 (faststart, audio kept), frame-accurately.
-
-    Re-encodes (a stream copy can only cut at keyframes). The range is clamped
-    to the video; a range shorter than one frame raises VideoError. ``info``: the
-    file's ``probe`` result when the caller already has it (else it is probed here).
-    """
+    """Cut [start, end) seconds (clamped) into an H.264 MP4, re-encoded: a stream copy cuts only at
+    keyframes. ``info``: the file's ``probe`` result when the caller already has it."""
     exe = shutil.which("ffmpeg")
     if exe is None:
         raise RuntimeError(

@@ -17,44 +17,21 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
 
-# The fast path's two swscale steps per planned frame: (1) YUV -> RGB at the stored size, bit for
-# bit the reference's rgb24 conversion (planar where that is exact, else packed rgb24:
-# ``_FastConverter._full_size_rgb``), (2) that RGB at the plan's size, bicubic, into planar RGB
-# (swscale widens the kernel when shrinking, i.e. it antialiases), packed by numpy. Step 2
-# replaces torchvision's bicubic+antialias resize, the reference's most expensive step on large
-# sources: mean |diff| 0.02-0.2 levels on the example clips, the shared media and a 1080p clip
-# (docs/SPEED.md). Scaling straight from YUV in one step is cheaper by ~2 ms a frame but ~1.1-1.4
-# levels off (swscale scales the YUV planes).
+# YUV -> RGB at the stored size (bit for bit the reference's), then swscale's bicubic to the plan's
+# size instead of torchvision's resize: 0.02-0.2 levels off on average (docs/SPEED.md). Scaling
+# straight from YUV is ~2 ms a frame cheaper but ~1.1-1.4 levels off.
 FAST_PLANAR = "gbrp"
 FAST_SCALER = "BICUBIC"
-#: the fast path is used for sources of at most this many bits per component; above it PyAV's
-#: bundled FFmpeg converts to RGB differently from torchcodec's (~2.7 levels on a 10-bit clip)
+#: above this many bits PyAV's bundled FFmpeg converts to RGB differently (~2.7 levels on 10-bit)
 FAST_MAX_BIT_DEPTH = 8
-#: codecs whose unplanned non-reference pictures the fast path does not decode (FFmpeg's
-#: ``skip_frame=NONREF`` set for exactly the packets that hold no planned frame; decoders with
-#: one thread decode a packet as it is sent, so the switch applies per packet):
-#:
-#: - H.264: a picture with ``nal_ref_idc == 0`` is never used to predict another (the
-#:   standard's definition), so dropping it cannot change any other picture. On a default
-#:   x264 encode (B-frames) that skips ~40% of the decode; on all-P streams nothing.
-#: - HEVC: a "sub-layer non-reference" picture (TRAIL_N, TSA_N, STSA_N, RADL_N, RASL_N) is
-#:   never referenced by pictures of its own temporal sub-layer, but may be by higher ones; so
-#:   the skip is used for every packet when the stream declares one temporal sub-layer
-#:   (``numTemporalLayers == 1`` in its hvcC record: x265's usual encodes), and with several
-#:   only for packets whose picture is in the highest sub-layer, where nothing is higher.
-#:   See ``_nonref_rule``.
-#:
-#: Not VP9 (FFmpeg's decoder skips only frames that refresh no reference slot; libvpx's encodes
-#: have none: measured, 0 of 180). AV1 is skipped another way (FAST_DROP_AV1).
+#: codecs whose unplanned non-reference pictures get ``skip_frame=NONREF`` (``_nonref_rule``;
+#: docs/VIDEO_PREP.md). Not VP9: libvpx's encodes have none to skip (measured, 0 of 180).
 FAST_SKIP_NONREF = frozenset({"h264", "hevc"})
-#: AV1 decoders whose unplanned temporal units that refresh no reference slot are not sent to the
-#: decoder at all (``video.av1``): libdav1d reads ``skip_frame`` once, when it opens, so it cannot
-#: be switched per packet, but a frame that refreshes no slot changes nothing a later frame reads.
+#: AV1 decoders fed no unplanned unit that refreshes no reference slot (``video.av1``): libdav1d
+#: reads ``skip_frame`` only when it opens, so it cannot be switched per packet
 FAST_DROP_AV1 = frozenset({"libdav1d"})
-#: codecs ``auto`` leaves to the reference decoder although the fast path supports them: none,
-#: since on every 8-bit clip measured (H.264, HEVC, VP9, VP8, AV1; 270p to 1080p; 10 to 60 fps)
-#: the fast path was at least as fast as the reference (benchmarks/bench_video_auto.py,
-#: docs/VIDEO_PREP.md). Kept as the one place to send a codec back if a measurement says so.
+#: codecs ``auto`` leaves to the reference decoder: none measured slower (docs/VIDEO_PREP.md);
+#: the one place to send a codec back if a measurement says so
 AUTO_REFERENCE_CODECS: frozenset[str] = frozenset()
 
 
@@ -90,13 +67,9 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
 
 
 def _nonref_rule(codec: Any) -> Callable[[Any], bool] | None:
-    """Which unplanned packets may be decoded with ``skip_frame=NONREF`` (FAST_SKIP_NONREF); None: none.
+    """Which unplanned packets may be decoded with ``skip_frame=NONREF``; None: none.
 
-    H.264: all of them. HEVC: all when the stream declares one temporal sub-layer; with several,
-    only those whose picture is in the highest one (a sub-layer non-reference picture there has
-    no higher sub-layer to be referenced from). The count is read from the hvcC record (ISO/IEC
-    14496-15: byte 21 = constantFrameRate(2) numTemporalLayers(3) temporalIdNested(1)
-    lengthSizeMinusOne(2)); Annex B extradata (no hvcC) or a count of 0 (unknown): none.
+    HEVC: only the highest temporal sub-layer's (its count from hvcC byte 21, ISO/IEC 14496-15).
     """
     if codec.name not in FAST_SKIP_NONREF:
         return None
@@ -137,12 +110,7 @@ def _fast_workers() -> int:
 
 
 def _segments(index: _PacketIndex, wanted: list[int], workers: int) -> list[tuple[int, list[int]]]:
-    """Split the wanted frame indices into runs that each start at a keyframe.
-
-    A run is decoded from its keyframe up to its last wanted frame; GOPs holding no wanted frame
-    are skipped. Runs are balanced by the number of frames they decode, at most ``workers`` of
-    them unless gaps force more.
-    """
+    """Split the wanted frame indices into keyframe-started runs balanced by frames decoded."""
     keys = index.keyframes
     if not keys or keys[0] > min(wanted):
         return [(0, sorted(set(wanted)))]
@@ -176,11 +144,9 @@ def _decode_run(
     threads: int,
     on_frame: Callable[[int, Any], None],
 ) -> int:
-    """Decode one run: seek to frame ``start`` (a keyframe), decode up to the last of ``want``.
+    """Decode from keyframe ``start`` to the last of ``want``; returns the pictures decoded.
 
-    ``on_frame(idx, frame)`` is called once per wanted frame index, in decode order. Without a
-    packet index (``index`` None) the run starts at frame 0 and numbers frames by counting.
-    Returns how many pictures the decoder returned (wanted or not).
+    Without a packet index the run starts at frame 0 and numbers frames by counting.
     """
     import av
 
@@ -193,8 +159,7 @@ def _decode_run(
             stream.thread_type = "AUTO"
         else:
             codec.thread_count = 1
-        # Skipping non-reference pictures needs the packet -> frame mapping (pts) and a decoder
-        # that decodes each packet as it is sent (one thread); see FAST_SKIP_NONREF.
+        # the skip needs pts -> frame and a decoder that decodes each packet as it is sent
         skip = _nonref_rule(codec) if by_pts is not None and threads == 1 else None
         mode = codec.skip_frame
         drop = _Av1Drop(codec.extradata) if by_pts is not None and codec.name in FAST_DROP_AV1 else None
@@ -214,13 +179,7 @@ def _decode_run(
                         codec.skip_frame = mode = want_mode
                 for frame in codec.decode(packet):
                     n += 1
-                    if by_pts is None:
-                        idx = n
-                    else:
-                        found = by_pts.get(frame.pts) if frame.pts is not None else None
-                        if found is None:
-                            continue
-                        idx = found
+                    idx = n if by_pts is None else by_pts.get(frame.pts, -1)  # -1: not a planned frame
                     if idx in todo:
                         on_frame(idx, frame)
                         todo.discard(idx)
@@ -232,8 +191,7 @@ def _decode_run(
 
 
 class _Av1Drop:
-    """What of an AV1 packet a run decodes: all of it if planned, else only what a later frame
-    references (FAST_DROP_AV1)."""
+    """What of an AV1 packet a run decodes: all if planned, else what later frames reference."""
 
     def __init__(self, extradata: bytes | None) -> None:
         from marlin_demo.video import av1
@@ -264,28 +222,15 @@ class _Av1Drop:
 def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _PacketIndex | None:
     """The packet index, or None when frames must be counted (no unique pts, or not torchcodec's count)."""
     index = _packet_index(path, stream_index)
-    if index is not None and num_frames is not None and len(index.pts) != num_frames:
-        return None  # the packets do not match torchcodec's count: count decoded frames instead
-    return index
+    return None if index is not None and num_frames is not None and len(index.pts) != num_frames else index
 
 
 def _decode_fast(
     path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
 ) -> tuple[torch.Tensor, list[float], int]:
-    """Decode the planned frames with one single-threaded decoder per core, converting only those frames.
+    """The planned frames, their pts (s) and the pictures decoded (docs/SPEED.md).
 
-    The clip is split at keyframes into runs (``_segments``) decoded in parallel threads (PyAV
-    releases the GIL while decoding and scaling). A single-threaded decoder spends ~20-30% less
-    CPU than FFmpeg's frame threading, and the runs use every core. Frames are identified by
-    their pts against the packet index, which is how torchcodec's exact mode numbers them;
-    files whose packets lack unique pts fall back to one sequential decode that counts frames
-    like ``_decode_pyav``. Each planned frame is converted to RGB at its stored size (exactly the
-    reference's conversion) and scaled to the plan's size by swscale, then rotated upright (as
-    torchcodec rotates).
-    H.264 and HEVC pictures that nothing references (e.g. most B-frames) and AV1 temporal units
-    that refresh no reference slot are not decoded unless planned: see ``FAST_SKIP_NONREF`` and
-    ``FAST_DROP_AV1``.
-    Returns the frames, their pts in seconds and how many pictures were decoded.
+    One single-threaded decoder per core spends ~20-30% less CPU than FFmpeg's frame threading.
     """
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -339,20 +284,13 @@ class _FastConverter:
 
         self.plan = plan
         self.interpolation = Interpolation[FAST_SCALER]
-        self.to_planar, self.to_packed, self.to_small = (
-            VideoReformatter(),
-            VideoReformatter(),
-            VideoReformatter(),
-        )
+        self.to_planar, self.to_packed, self.to_small = (VideoReformatter() for _ in range(3))
 
     def _full_size_rgb(self, frame: Any) -> Any:
-        """The frame in RGB at its stored size: planar when that is exactly the packed RGB the
-        reference converts to (checked once per pixel format and size), else packed rgb24.
+        """The frame in RGB at its stored size: planar where that equals packed rgb24, else packed.
 
-        The planar route is ~1.3 ms a 1080p frame cheaper, but PyAV's bundled swscale gets it
-        wrong in places: 4:2:0 and 4:2:2 frames whose width is 1-8 past a multiple of 16 (854,
-        1080, 1366...) came out with their last columns black, and NV12 and 4:4:0 round
-        differently. Both routes then scale with the same bicubic scaler into planar RGB.
+        Planar is ~1.3 ms a 1080p frame cheaper, but PyAV's swscale blackens the last columns of
+        some widths (854, 1366...) and rounds NV12 and 4:4:0 differently: hence the check.
         """
         key = (frame.format.name, frame.width, frame.height)
         exact = _PLANAR_EXACT.get(key)
@@ -394,11 +332,9 @@ _PLANAR_EXACT: dict[tuple[str, int, int], bool] = {}
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
-    """Every frame's presentation time (s) in presentation order, from the packets alone (no decoding).
+    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone.
 
-    This is how torchcodec's exact mode numbers frames (scan the packets, sort by pts), so
-    ``frame_pts(path)[i]`` is the time of the frame torchcodec returns for index ``i``: the
-    benchmark and the tests use it to check that the fast path returned the same frames.
+    The benchmark and the tests check the fast path's frames against it.
     """
     import av
 
@@ -414,25 +350,14 @@ def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> 
 
 
 def fast_supported(info: VideoInfo) -> bool:
-    """True when the fast path reproduces the reference's RGB conversion: 8-bit, progressive sources.
-
-    Interlaced frames (fields woven into one picture) are converted to RGB differently by PyAV's
-    bundled FFmpeg and torchcodec's (2.3 levels on average, up to 224, at full size), so they
-    keep the reference decode, like sources above 8 bits.
-    """
+    """True for 8-bit progressive sources: interlaced ones convert to RGB differently (2.3 levels)."""
     return not (info.bit_depth and info.bit_depth > FAST_MAX_BIT_DEPTH) and not info.interlaced
 
 
 def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
-    """The engine's default choice (``auto``): the faster path whenever both give the same plan and frames.
+    """``auto``'s choice: fast wherever supported, measured faster on every 8-bit source.
 
-    Both paths always give the same plan (indices, size, tokens, metadata) and the same source
-    frames; the fast one is measured faster on every 8-bit source (docs/VIDEO_PREP.md: 1.3-2.7x
-    on H.264, HEVC, VP9 and AV1 from 360p to 1080p, 30 and 60 fps), so ``"fast"`` for those;
-    ``"reference"`` above 8 bits and for interlaced sources (the fast path would decode them the
-    reference's way anyway, ``fast_supported``) and for codecs in ``AUTO_REFERENCE_CODECS``.
-    ``plan`` is part of the signature so a size-dependent rule can come back without changing
-    callers.
+    ``plan`` stays in the signature so a size-dependent rule can come back without changing callers.
     """
     del plan  # the measured rule does not depend on the plan's size
     if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from marlin_demo.results import VideoInfo
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    pass
 
 #: "auto" chooses per clip (fast.pick_backend), as MARLIN_VIDEO_BACKEND=auto does; "reference" is
 #: torchcodec with the PyAV fallback (qwen-vl-utils' pixels); "torchcodec"/"pyav" force one reader
@@ -26,11 +24,6 @@ TEMPORAL_PATCH_SIZE = 2  # Qwen3.5 vision tower merges two frames per temporal p
 
 class VideoError(ValueError):
     """A user-facing problem with an uploaded video: one sentence, what is wrong and what is allowed."""
-
-
-# ---------------------------------------------------------------------------
-# Probe
-# ---------------------------------------------------------------------------
 
 
 _MAGIC: list[tuple[int, bytes, str]] = [
@@ -61,12 +54,9 @@ def _sniff(head: bytes) -> str | None:
     if head[:2] == b"BM" and len(head) > 14 and head[6:10] == b"\x00\x00\x00\x00":
         return "a BMP image"
     if head and b"\x00" not in head:
-        try:
-            text = head.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is not None and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text):
-            return "a text file"
+        with contextlib.suppress(UnicodeDecodeError):
+            if all(ch.isprintable() or ch in "\r\n\t\f" for ch in head.decode("utf-8")):
+                return "a text file"
     return None
 
 
@@ -154,13 +144,8 @@ def _looks_truncated(
     header_duration: float | None,
     fps: float,
 ) -> bool:
-    """Fewer frames than the header counts, and the frames stop before the header's duration.
-
-    A clip cut without re-encoding (``ffmpeg -ss 1.3 -c copy``, a phone's trim) keeps the frames
-    from the keyframe before the cut and an edit list that hides them: its header counts those
-    frames too, but the frames that play still reach the header's duration. A file cut short
-    (an interrupted upload or copy) stops early.
-    """
+    """Fewer frames than the header counts, and the frames stop before the header's duration: a clip
+    trimmed without re-encoding also counts hidden frames, but its shown ones reach that duration."""
     if scanned is None or header_frames <= 0 or scanned >= header_frames - 1:
         return False
     if content_end is None or not header_duration:
@@ -183,11 +168,7 @@ def _container_name(path: Path, fmt: Any) -> str:
 
 @dataclass
 class _Counts:
-    """How many frames, at what rate, over how long; and what the file's header claims.
-
-    The first three are what sampling uses; the rest are kept to tell a file cut short (an
-    interrupted upload) from one trimmed without re-encoding (see ``_looks_truncated``).
-    """
+    """Frames, rate and duration for sampling; the rest tells a cut-short file (``_looks_truncated``)."""
 
     num_frames: int
     fps: float
@@ -202,10 +183,8 @@ class _Counts:
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
     """Read a file's video facts, or raise VideoError saying why it cannot be used.
 
-    Opens with PyAV, decodes the first frame (so undecodable files fail here,
-    not in the middle of a request) and takes frame count / fps / duration from
-    torchcodec's exact scan when available, because that is what
-    qwen-vl-utils samples from.
+    Decodes the first frame so undecodable files fail here, not mid-request; counts come from
+    torchcodec's exact scan when available, because that is what qwen-vl-utils samples from.
     """
     p = Path(path)
     size, head, sniffed = _read_head(p)
@@ -231,8 +210,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         )
         rotation %= 360
         interlaced = bool(getattr(first, "interlaced_frame", False))
-        width = width or first.width
-        height = height or first.height
+        width, height = width or first.width, height or first.height
         counts = _frame_counts(container, stream, tc_meta)
 
     _check_counts(counts)
@@ -261,11 +239,8 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
 
 
 def _read_head(p: Path) -> tuple[int, bytes, str | None]:
-    """The file's size, first bytes and what they look like; refuses what is plainly not a video.
-
-    FFmpeg happily opens images (png_pipe) and text (tty demuxer) as one-frame "videos", so
-    those are rejected here, before FFmpeg sees them.
-    """
+    """The file's size, first bytes and what they look like; refuses what is plainly not a video
+    (FFmpeg opens images and text as one-frame "videos")."""
     if not p.is_file():
         raise VideoError(f"The file {p.name} does not exist or is not a regular file: {ALLOWED}.")
     size = p.stat().st_size
@@ -317,11 +292,8 @@ def _video_streams(container: Any) -> tuple[list[Any], int]:
 
 
 def _pick_stream(container: Any, videos: list[Any], tc_meta: Any) -> tuple[Any, Any]:
-    """The stream torchcodec reads (what qwen-vl-utils samples), else FFmpeg's best, else the first.
-
-    Returns the stream and torchcodec's metadata, dropped (None) when torchcodec chose a stream
-    that is not counted as video here (cover art): its numbers would describe another stream.
-    """
+    """The stream torchcodec reads, else FFmpeg's best, else the first; and torchcodec's metadata,
+    dropped when torchcodec chose a stream not counted as video here (cover art)."""
     stream: Any = None
     if tc_meta is not None:
         stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
@@ -354,10 +326,7 @@ def _first_frame(container: Any, stream: Any, codec: str) -> Any:
 
 
 def _frame_counts(container: Any, stream: Any, tc_meta: Any) -> _Counts:
-    """Frame count, fps and duration from torchcodec's exact scan, or a PyAV packet scan without it.
-
-    Both count what torchcodec would, so the sampling plan matches qwen-vl-utils either way.
-    """
+    """Frame count, fps and duration from torchcodec's exact scan, else a PyAV scan that counts the same."""
     header_frames = int(stream.frames or 0)
     header_duration = float(stream.duration * stream.time_base) if stream.duration else None
     if tc_meta is not None:
@@ -375,10 +344,7 @@ def _frame_counts(container: Any, stream: Any, tc_meta: Any) -> _Counts:
 
 
 def _scan_counts(container: Any, stream: Any, header_frames: int, header_duration: float | None) -> _Counts:
-    """The PyAV fallback: count the packets torchcodec would and take the duration from their pts.
-
-    Without a usable pts range the duration falls back to the stream header, then the container.
-    """
+    """The PyAV fallback: count the packets torchcodec would; the duration from their pts, else headers."""
     import av
 
     container_duration = container.duration / 1e6 if container.duration else None
@@ -401,11 +367,6 @@ def _check_counts(c: _Counts) -> None:
         raise _undecodable(f"the file looks truncated: {c.scanned} of {c.header_frames} frames are present")
     if c.num_frames <= 0 or c.duration <= 0 or c.fps <= 0:
         raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
-
-
-# ---------------------------------------------------------------------------
-# Validate
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

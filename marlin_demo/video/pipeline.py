@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _resize
@@ -25,9 +25,6 @@ from marlin_demo.video.info import (
 from marlin_demo.video.sampling import SamplingPlan, plan_sampling
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    pass
 
 
 def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
@@ -48,15 +45,9 @@ def sample(
 ) -> PreparedVideo:
     """Decode the planned frames once and resize them exactly as qwen-vl-utils does.
 
-    ``backend="reference"`` (the default) uses torchcodec (the reference) and falls back to PyAV
-    when torchcodec cannot load FFmpeg's libraries or fails on this file; the
-    backend actually used is ``metadata["video_backend"]``.
-
-    ``backend="auto"`` chooses per clip (``pick_backend``), as MARLIN_VIDEO_BACKEND=auto does.
-    ``backend="fast"`` keeps the plan and changes only the pixels slightly (see the
-    module docstring): one decode that scales just the planned frames with swscale.
-    If it fails on a file, the reference path above runs instead and says so in
-    ``metadata["video_backend"]``.
+    ``reference``: torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same
+    plan, pixels slightly different, the reference on failure. ``metadata["video_backend"]`` says
+    which ran.
     """
     if backend not in BACKENDS:
         raise ValueError(

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.results import SamplingPlan
 from marlin_demo.video.info import TEMPORAL_PATCH_SIZE, VideoError, VideoInfo
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    pass
-
-
-# ---------------------------------------------------------------------------
-# Sampling plan (what qwen-vl-utils' fetch_video would do)
-# ---------------------------------------------------------------------------
 
 
 def _qwen_element(params: VideoParams, start_s: float | None, end_s: float | None) -> dict[str, Any]:
@@ -37,13 +29,8 @@ def plan_sampling(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> SamplingPlan:
-    """Reproduce qwen-vl-utils' ``fetch_video`` arithmetic without decoding anything.
-
-    Uses its own ``smart_nframes``, ``smart_resize`` and
-    ``calculate_video_frame_range`` and the same ``torch.linspace(...).round()``
-    index rule (computed with torch, float32, so ties round exactly as it does).
-    ``start_s``/``end_s`` mirror the element's ``video_start``/``video_end``.
-    """
+    """Reproduce qwen-vl-utils' ``fetch_video`` arithmetic without decoding, with its own functions and
+    index rule (torch float32, so ties round as it does); ``start_s``/``end_s``: ``video_start``/``_end``."""
     import torch
     from qwen_vl_utils import vision_process as vp
 
@@ -104,11 +91,6 @@ def plan_sampling(
         min_pixels=min_pixels,
         max_pixels=int(max_pixels),
     )
-
-
-# ---------------------------------------------------------------------------
-# Decode
-# ---------------------------------------------------------------------------
 
 
 def largest_window_tokens(params: VideoParams | None = None) -> int:

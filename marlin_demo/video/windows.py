@@ -1,11 +1,8 @@
 """Windows on the source file: each window sampled as if cut as its own file; one-pass decoding.
 
-A window [s, e) holds the source frames i with s <= i / fps < e (the global time of frame i is
-``i / fps``, the convention ``plan_sampling`` uses for timestamps). Cut as its own file it would
-have n = i1 - i0 + 1 frames at the same average fps, duration n / fps: its plan is
-``plan_sampling`` on that ``VideoInfo``; local indices j map to source index i0 + j and the
-timestamps start at 0. ``offset_s = i0 / fps`` is the global time of the window's first frame
-(pass it to ``windows.map_*``).
+A window [s, e) holds the source frames i with s <= i / fps < e (``plan_sampling``'s timestamps).
+Its plan is ``plan_sampling`` on the window cut as a file (n frames at the same fps): local index j
+is source index i0 + j, and ``offset_s = i0 / fps`` maps its times back (``windows.map_*``).
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ from marlin_demo.video.fast import (
     pick_backend,
 )
 from marlin_demo.video.info import Backend, _short
+from marlin_demo.video.pipeline import _metadata
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +92,10 @@ def decode_windows(
 ) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
     """One scan of the source for every window; yields (plan, frames, pictures decoded so far) per window.
 
-    Every picture of the file is decoded at most once, whatever the windows (find windows
-    overlap). Windows are yielded in order, each as soon as the scan has passed its last
-    planned frame, so the model can start on the first window while the rest decode.
-    ``backend``: as ``video.sample`` (``"auto"`` picks per clip with ``pick_backend``): the fast
-    path decodes keyframe runs in parallel threads (non-reference pictures skipped unless
-    planned, only planned frames converted, each window's frames scaled to its plan by swscale:
-    the same pixels ``sample(..., backend="fast")`` gives for those frames); otherwise one
-    sequential PyAV scan converted and resized as the reference PyAV path does. If the fast
-    path cannot index the file (packets without unique pts) or fails, the sequential scan runs
-    for the windows not yet handed out, and a warning is logged.
+    Each picture is decoded at most once however the windows overlap, and each window is yielded
+    as soon as its last planned frame is in, so the model starts while the rest decode. ``backend``
+    as ``video.sample``; if the fast path cannot index the file or fails, the reference PyAV scan
+    serves the windows not yet handed out.
     """
     if not plans:
         return
@@ -124,12 +116,8 @@ def decode_windows(
 
 
 def _source_frames(plans: Sequence[WindowPlan]) -> int:
-    """The source's frame count as probed (``plan_window`` records it), so the fast path's packet index is
-    checked against the whole file even when the windows cover only a time range of it.
-
-    Without it, where the windows reach the end; if they did not, this is smaller than the packet count,
-    so the fast path is not used (safe).
-    """
+    """The source's frame count as probed, to check the packet index against the whole file; without
+    it, where the windows end (smaller than the packet count unless they reach the end: no fast path)."""
     known = max(wp.source_frames for wp in plans)
     return known or max(wp.first_frame + wp.num_frames for wp in plans)
 
@@ -148,12 +136,7 @@ def _window_result(
 ) -> PreparedVideo:
     import torch
 
-    meta = {
-        "fps": wp.plan.source_fps,
-        "frames_indices": list(wp.plan.indices),
-        "total_num_frames": wp.plan.total_frames,
-        "video_backend": backend,
-    }
+    meta = _metadata(wp.plan, backend)
     return PreparedVideo(torch.stack(frames), meta, wp.plan, wp.info, frames_decoded=decoded, frame_pts=pts)
 
 
@@ -210,10 +193,9 @@ def _decode_windows_fast(
                 p = plans[w].plan
                 size = (p.height, p.width)
                 if size not in small:
-                    conv = converters.get(size)
-                    if conv is None:
-                        conv = converters[size] = _FastConverter(p)
-                    small[size] = conv(frame, idx)
+                    if size not in converters:
+                        converters[size] = _FastConverter(p)
+                    small[size] = converters[size](frame, idx)
                 with lock:
                     outs[w][pos] = small[size]
                     times[w][pos] = t
