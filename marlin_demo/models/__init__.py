@@ -154,16 +154,10 @@ def explain_load_error(exc: BaseException, source: Source) -> str:
         )
     if name in ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError"):
         return f"{where} (revision {source.revision}) was not found on the Hub: check the id and revision."
-    offline_markers = (
-        "offline",
-        "connection",
-        "resolve",
-        "couldn't connect",
-        "cannot find the requested files",
-    )
+    markers = ("offline", "connection", "resolve", "couldn't connect", "cannot find the requested files")
     if not source.is_local and (
         name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError")
-        or any(m in text.lower() for m in offline_markers)
+        or any(m in text.lower() for m in markers)
     ):
         return (
             f"Could not download {where}: the Hugging Face Hub is unreachable "
@@ -195,11 +189,7 @@ def _check_remote_code(settings: Settings, source: Source) -> bool:
 
 
 def _gptq_kernel(model: Any) -> str:
-    """The GPTQModel quantized-linear classes that will run (TorchAtenLinear, TritonV2Linear, ...).
-
-    GPTQModel may pick a kernel per layer (Marlin needs some shape multiples), so every
-    distinct class is named, sorted, joined by "+".
-    """
+    """The GPTQModel quantized-linear classes that run, joined by "+" (the kernel may differ per layer)."""
     names = {
         type(module).__name__
         for module in model.modules()
@@ -208,18 +198,11 @@ def _gptq_kernel(model: Any) -> str:
     return "+".join(sorted(names)) or "unknown"
 
 
-#: The Gated DeltaNet ops transformers binds when its Qwen3.5 module is first imported, per
-#: family: the chunked/recurrent delta rule (from ``fla``) and the short convolution
-#: (from ``causal_conv1d``).
+#: The Gated DeltaNet ops transformers binds on first import, per family (``fla``, ``causal_conv1d``)
 _LINEAR_OPS = {
     "gated-deltanet": ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
     "conv1d": ("causal_conv1d_fn", "causal_conv1d_update"),
 }
-
-
-def _bound_kernel(module: Any, name: str, device: str = "cpu") -> str | None:
-    """Which package runs one op on ``device``: "torch" for transformers' own fallback, else the package."""
-    return linear_kernel_for(module, name, device)
 
 
 def _attention_path(model: Any, device: str = "cpu") -> str:
@@ -233,7 +216,7 @@ def _attention_path(model: Any, device: str = "cpu") -> str:
     parts = []
     module = sys.modules.get(type(model).__module__)
     for family, ops in _LINEAR_OPS.items():
-        found = sorted({k for k in (_bound_kernel(module, op, device) for op in ops) if k is not None})
+        found = sorted({k for k in (linear_kernel_for(module, op, device) for op in ops) if k is not None})
         if found:
             parts.append(f"{family}:{'+'.join(found)}")
     return f"{attn or 'eager'} / {', '.join(parts)}" if parts else (attn or "eager")
@@ -262,23 +245,25 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
 
             if apply_sidecar(model, Path(source.location)):
                 kernel += "+rtn-int8"
-        processor = _load_processor(source, trust)
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(
+            source.location, trust_remote_code=trust, **_hub_kwargs(source)
+        )
     except ModelLoadError:
         raise
     except Exception as exc:
         log.warning("loading %s failed: %s", variant, _scrub(repr(exc)))
         raise ModelLoadError(explain_load_error(exc, source)) from None
     model.eval()
-    load_s = time.perf_counter() - t0
-    footprint = model.get_memory_footprint() / 2**20
     return LoadedModel(
         variant=variant,
         model=model,
         processor=processor,
         source=source,
-        load_s=load_s,
+        load_s=time.perf_counter() - t0,
         device=device,
-        footprint_mb=footprint,
+        footprint_mb=model.get_memory_footprint() / 2**20,
         kernel=kernel,
         attention=_attention_path(model, device),
         compute_dtype=choice.dtype,
@@ -287,15 +272,12 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
     )
 
 
-def weights_dtype(settings: Settings, variant: str) -> str:
-    """The type of a variant's 16-bit weights: its kind's (``variants``), bf16 for an extra folder."""
-    kind = variants.kind_of(variant)
-    return kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
-
-
 def compute_choice(settings: Settings, variant: str, device: str) -> compute.Choice:
-    """What ``variant`` computes in on ``device`` (``compute.choose``; MARLIN_COMPUTE_DTYPE overrides)."""
-    return compute.choose(device, weights_dtype(settings, variant), settings.compute_dtype)
+    """What ``variant`` computes in on ``device`` (``compute.choose``; MARLIN_COMPUTE_DTYPE overrides);
+    its weights' type is its kind's, bf16 for an extra folder."""
+    kind = variants.kind_of(variant)
+    weights = kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
+    return compute.choose(device, weights, settings.compute_dtype)
 
 
 def _hub_kwargs(source: Source) -> dict[str, Any]:
@@ -308,17 +290,8 @@ def _hub_kwargs(source: Source) -> dict[str, Any]:
     return kw
 
 
-def _load_processor(source: Source, trust: bool) -> Any:
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(source.location, trust_remote_code=trust, **_hub_kwargs(source))
-
-
 #: the modules bnb4 keeps 16-bit (substrings of module names, as transformers matches them)
 BNB4_SKIP = ["lm_head", "model.visual", "in_proj_a", "in_proj_b"]
-
-#: how a 16-bit load names its weights' dtype in ``kernel``
-DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def _load_transformers(
@@ -331,7 +304,7 @@ def _load_transformers(
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust, **_hub_kwargs(source)}
     if device == "cuda":
         kwargs["device_map"] = {"": "cuda:0"}
-    kernel = DTYPE_NAMES.get(dtype, dtype)
+    kernel = compute.SHORT_NAMES.get(dtype, dtype)
     if source.quantized == "bnb4":
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,

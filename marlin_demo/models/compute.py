@@ -1,11 +1,8 @@
 """The type a model computes in: 16-bit where the processor runs it natively, float32 elsewhere.
 
-Every variant's weights are 16-bit (bf16), and on a GPU they compute in bf16. A CPU without native
-bf16 instructions (no AVX512-BF16 and no AMX: most AMD processors before Zen 4, many cloud VMs and
-laptops) has no fast path for it: a bf16 matmul there runs about 30x slower than float32
-(docs/SPEED.md). So on a CPU a 16-bit type is used only where the processor runs it natively. The
-variant keeps its name (it names its weights); what it computed in is reported in every answer's
-``runtime`` block, the header and the settings fingerprint. ``MARLIN_COMPUTE_DTYPE`` overrides.
+A bf16 matmul on a CPU without AVX512-BF16 or AMX runs about 30x slower than float32 (docs/SPEED.md).
+The variant keeps its name (it names its weights); what it computed in is reported with every
+answer. ``MARLIN_COMPUTE_DTYPE`` overrides.
 """
 
 from __future__ import annotations
@@ -19,17 +16,14 @@ COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 SETTING_VALUES = ("auto", *COMPUTE_DTYPES)
 #: short names people write, accepted by the setting
 ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+SHORT_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 @dataclass(frozen=True)
 class CpuCaps:
-    """What torch reports about this CPU's 16-bit arithmetic: the checks the choice rests on.
+    """What torch reports about this CPU's 16-bit arithmetic (``probe``): the checks the choice rests on.
 
-    ``aten``: ``torch.backends.cpu.get_cpu_capability()`` (the kernels ATen dispatches to; it honours
-    ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated). On x86 the bf16 checks are
-    ``torch.cpu._is_avx512_bf16_supported()`` and ``torch.cpu._is_amx_tile_supported()``; the fp16 one
-    ``torch.ops.mkldnn._is_mkldnn_fp16_supported()`` (AVX512-FP16 or AMX-FP16). Elsewhere (Arm) oneDNN's
-    own ``_is_mkldnn_bf16_supported`` / ``_is_mkldnn_fp16_supported`` say whether the instructions exist.
+    ``aten`` honours ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated.
     """
 
     x86: bool
@@ -96,7 +90,7 @@ class Choice:
 
     @property
     def short(self) -> str:
-        return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(self.dtype, self.dtype)
+        return SHORT_NAMES.get(self.dtype, self.dtype)
 
 
 def parse_setting(setting: str) -> str:

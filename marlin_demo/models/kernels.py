@@ -1,16 +1,8 @@
 """Which fast kernels run where: Gated DeltaNet ops per device, GPTQ kernel order, GPTQModel offline.
 
-Two facts of this stack shape this module (docs/GPU_CHECK.md):
-
-- transformers 5.24's Qwen3.5 module binds ``fla``'s chunked / fused-recurrent gated delta
-  rule at import time, for every device: with ``fla-core`` installed, a CPU model would
-  call Triton kernels and fail ("0 active drivers"). ``bind_linear_kernels`` therefore
-  replaces each bound op by a dispatcher that runs fla on CUDA tensors and transformers'
-  own PyTorch reference on anything else, so installing fla changes nothing on a CPU.
-- GPTQModel's AUTO kernel picks Machete on Hopper, which downloads CUTLASS; offline that
-  fails. ``GPTQMODEL_OFFLINE=1`` (read by gptqmodel 7.6's ``utils/machete.py``) makes the
-  Machete check fail fast so AUTO moves on, and the loader does not use AUTO on CUDA
-  anyway: it tries ``gptq_kernel_plan``'s order (Marlin, Triton, Torch).
+transformers binds ``fla``'s Triton ops for every device (a CPU model would fail), so each is
+wrapped to run fla on CUDA tensors only; GPTQModel's AUTO picks Machete on Hopper, which downloads
+CUTLASS, so CUDA tries ``gptq_kernel_plan``'s order instead (docs/GPU_CHECK.md).
 """
 
 from __future__ import annotations
@@ -58,10 +50,7 @@ QWEN35_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
 
 
 def bind_linear_kernels(module: Any) -> dict[str, str]:
-    """Make every fla-bound op in ``module`` device-aware; returns op -> CUDA kernel package.
-
-    Idempotent. An op transformers left on its PyTorch fallback is not touched.
-    """
+    """Make every fla-bound op in ``module`` device-aware (idempotent); returns op -> CUDA kernel package."""
     bound: dict[str, str] = {}
     for name in FLA_OPS:
         fn = getattr(module, name, None)
@@ -114,31 +103,20 @@ def linear_kernel_for(module: Any, name: str, device: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- GPTQ
-#: whether kernels that a compiler builds at first use (GPTQModel's Marlin: nvcc) may be tried; the app
-#: turns this off on ZeroGPU, which has no nvcc (a fact of the platform, so it is never looked for there)
+#: whether kernels nvcc builds at first use (Marlin) may be tried: off on ZeroGPU, which has no nvcc
 _COMPILER_BUILDS = [True]
 
 
 def allow_compiler_builds(allowed: bool) -> None:
-    """Allow or forbid kernels that need a compiler at first use (the caller knows the platform:
-    ``service`` turns them off on ZeroGPU); Triton's own JIT needs no nvcc and stays allowed."""
+    """Allow or forbid kernels that need a compiler at first use (Triton's own JIT stays allowed)."""
     _COMPILER_BUILDS[0] = allowed
 
 
-def compiler_builds_allowed() -> bool:
-    """See :func:`allow_compiler_builds`."""
-    return _COMPILER_BUILDS[0]
-
-
 def available_gptq_kernels(device: str, compiler_builds: bool | None = None) -> set[str]:
-    """GPTQ kernels worth trying on ``device``: what can build or run here, decided without building.
+    """GPTQ kernels worth trying on ``device``, decided without building (the load is the final test).
 
-    Marlin needs compute capability >= 8.0 and either nvcc (first use compiles it, ~2 min)
-    or an earlier build in the cache folder; Triton needs ``triton`` (its kernels JIT-compile at
-    first launch with Triton's own compiler, no nvcc). With ``compiler_builds`` False (None: the
-    process's setting, :func:`allow_compiler_builds`; ZeroGPU turns it off) Marlin is never
-    offered and nvcc is not even looked for. The load itself is the final test: a kernel that
-    fails there is skipped for the next one.
+    Marlin needs compute capability >= 8.0 and nvcc (~2 min build) or a cached build, and is never
+    offered when compiler builds are off (``compiler_builds`` None: :func:`allow_compiler_builds`).
     """
     if device != "cuda":
         return set()
@@ -147,7 +125,7 @@ def available_gptq_kernels(device: str, compiler_builds: bool | None = None) -> 
     out = {"gptq_torch"}
     if importlib.util.find_spec("triton") is not None:
         out.add("gptq_triton")
-    if not (compiler_builds_allowed() if compiler_builds is None else compiler_builds):
+    if not (_COMPILER_BUILDS[0] if compiler_builds is None else compiler_builds):
         return out
     major = torch.cuda.get_device_capability(0)[0] if torch.cuda.is_available() else 0
     built = any(gptq_build_dir().glob("marlin_bf16*/**/*.so")) if gptq_build_dir().is_dir() else False
@@ -164,13 +142,8 @@ def _nvcc() -> str | None:
 
 
 def gptq_kernel_plan(device: str, available: Iterable[str], setting: str) -> list[str]:
-    """The GPTQ kernels to try, in order: a pure function of (device, kernels available, setting).
-
-    An explicit MARLIN_GPTQ_BACKEND is the only one tried (its failure is the user's answer).
-    On CUDA, ``auto`` means Marlin, then Triton, then Torch, whichever are available; never
-    GPTQModel's AUTO, whose Hopper pick (Machete) downloads CUTLASS. Elsewhere ``auto`` stays
-    GPTQModel's AUTO (on a CPU it picks its int4 ATen/torch kernel without any download).
-    """
+    """The GPTQ kernels to try, in order: an explicit setting alone (its failure is the user's answer);
+    ``auto`` on CUDA ``GPTQ_CUDA_ORDER`` (never Machete's CUTLASS download), elsewhere GPTQModel's AUTO."""
     if setting != "auto":
         return [setting]
     if device != "cuda":
@@ -186,12 +159,8 @@ def gptq_build_dir(setting: str = "") -> Path:
 
 
 def gptqmodel_environment(build_dir: str = "") -> dict[str, str]:
-    """The variables set before gptqmodel is imported; a value the caller already set is kept.
-
-    GPTQMODEL_OFFLINE: gptqmodel 7.6 never downloads (Machete's CUTLASS fetch fails fast instead).
-    GPTQMODEL_TORCH_EXTENSIONS_DIR: the root of its torch.ops JIT builds (Marlin lands in
-    ``<dir>/marlin_bf16``), so the ~2 min nvcc build happens once per machine, in a known place.
-    """
+    """The variables set before gptqmodel is imported (a caller's value is kept): never download, and
+    build the JIT kernels once per machine in a known folder."""
     wanted = {
         "GPTQMODEL_OFFLINE": "1",
         "GPTQMODEL_TORCH_EXTENSIONS_DIR": str(gptq_build_dir(build_dir)),
@@ -203,14 +172,8 @@ def gptqmodel_environment(build_dir: str = "") -> dict[str, str]:
 
 
 def import_gptqmodel(build_dir: str = "") -> Any:
-    """Import gptqmodel the one safe way: real kernels first, offline, HF_HOME kept, banner on stderr.
-
-    Importing gptqmodel sets HF_HOME when unset (moving the Hub cache) and prints a banner
-    that must not reach ``--json`` stdout. ``kernels.gptqmodel_environment`` sets its offline
-    switch and JIT build folder first.
-    """
-    import contextlib
-
+    """Import gptqmodel the one safe way: real kernels first, offline, HF_HOME kept, banner on stderr
+    (its import sets HF_HOME, moving the Hub cache, and prints a banner that must not reach ``--json``)."""
     import_real_kernels()
     gptqmodel_environment(build_dir)
     before = os.environ.get("HF_HOME")
@@ -224,19 +187,11 @@ def import_gptqmodel(build_dir: str = "") -> Any:
 
 
 def import_real_kernels() -> None:
-    """Import flash-linear-attention and causal-conv1d, when installed, before anything else can.
+    """Import flash-linear-attention and causal-conv1d, when installed, and bind them before gptqmodel
+    can put its pure-PyTorch ``causal_conv1d`` in ``sys.modules`` (so variants differ only by weights).
 
-    transformers binds these ops when its Qwen3.5 module is first imported, and importing
-    gptqmodel puts a pure-PyTorch ``causal_conv1d`` into ``sys.modules`` unless the real one
-    is already there. Importing the Qwen3.5 module here too fixes the binding before gptqmodel
-    can touch it: the real kernel when installed, else transformers' own fallback, whatever
-    variant loads first (so bf16 and gptq differ only by their weights). Without CUDA, fla (Triton,
-    CUDA tensors only) could never run: it is left out of the binding, which spares every process on a
-    CPU machine its import (~1.5 s) and Triton's "not supported" warning. (On ZeroGPU, ``spaces``, which
-    app.py imports first, reports CUDA in the main process too, so fla is bound there as on any GPU.)
+    Without CUDA fla could never run: it is left out, sparing its ~1.5 s import and Triton's warning.
     """
-    import importlib
-
     import torch
 
     cuda = torch.cuda.is_available()

@@ -1,16 +1,8 @@
 """Round-to-nearest INT8 for the vision tower, stored for real as int8 in a sidecar file.
 
-The mixed recipe keeps the vision encoder out of 4-bit GPTQ (the Gemma mixed
-card measured +3 points on MMStar for vision RTN INT8 over vision GPTQ). Its
-linears are quantized here with symmetric per-output-channel INT8 and saved as
-``rtn_int8.safetensors`` beside the GPTQ checkpoint: ``<module>.weight_int8``
-(int8, out x in) and ``<module>.weight_scale`` (float32, out). The main
-checkpoint then carries no 16-bit copy of those weights, so the disk and
-memory saving is real and the saved tensors show exactly what was quantized.
-
-``apply_sidecar(model, folder)`` is the loader hook: after the model is built
-(GPTQModel or transformers), it swaps each listed ``nn.Linear`` for an
-``RTNInt8Linear`` that holds the int8 weight and dequantizes on the fly.
+The mixed recipe keeps the vision encoder out of 4-bit GPTQ (the Gemma mixed card measured +3
+points on MMStar for it); the main checkpoint then holds no 16-bit copy of those weights, so the
+saving is real. ``apply_sidecar`` swaps the listed linears for ``RTNInt8Linear`` at load.
 """
 
 from __future__ import annotations
@@ -78,15 +70,13 @@ class RTNInt8Linear(nn.Module):
 
 def vision_linear_names(model: nn.Module) -> list[str]:
     """The vision encoder's ``nn.Linear`` modules, projector/merger excluded (they stay 16-bit)."""
-    names = []
-    for name, module in model.named_modules():
-        parts = name.split(".")
-        if "visual" not in parts or not isinstance(module, nn.Linear):
-            continue
-        if any(marker in part for part in parts for marker in PROJECTOR_MARKERS):
-            continue
-        names.append(name)
-    return names
+    return [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear)
+        and "visual" in (parts := name.split("."))
+        and not any(marker in part for part in parts for marker in PROJECTOR_MARKERS)
+    ]
 
 
 def quantize_modules(

@@ -1,13 +1,7 @@
-"""The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture.
+"""The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture (docs/TINY.md).
 
-Real weights cannot be fetched here, so everything is exercised on a checkpoint
-built locally: the same model class (Gated DeltaNet + full-attention layers, a
-vision tower), a locally trained byte-level BPE tokenizer with Qwen's special
-tokens and a chat template, and the Qwen3-VL processor. Its weights are random
-apart from a few seconds of deterministic training that teaches it the *shape*
-of Marlin's answers (``Scene:``/``Events:`` and ``From a to b.``), so the parse,
-timeline and span paths run on real model output. Its answers do not describe
-the video: everything that shows them says so.
+Random weights taught only the *shape* of Marlin's answers, so every path runs offline on real
+model output; its answers do not describe the video, and everything that shows them says so.
 """
 
 from __future__ import annotations
@@ -201,11 +195,8 @@ def tiny_config(tok):
 
 
 def _frames(rng, kind: int, nframes: int, h: int, w: int):
-    """Pixels for one training clip: noise, flat blocks, or a smooth drift with a little grain.
-
-    Real clips are mostly smooth; a model trained on noise alone met a different vision tower
-    output on every real clip and lost the format (and the stop) there.
-    """
+    """Pixels for one training clip: noise, flat blocks, or a smooth drift with a little grain
+    (trained on noise alone, the model lost the format on real, mostly smooth clips)."""
     import numpy as np
 
     if kind == 0:
@@ -241,12 +232,8 @@ SIZES = ((64, 96), (96, 64), (64, 64), (64, 96), (192, 256), (256, 192))
 def _training_pairs(rng: random.Random, n: int, params: VideoParams):
     """Synthetic (frames, prompt, answer) triples: the answer format, not its content.
 
-    Captions are one templated scene sentence and exactly two events that split the clip in
-    halves; find answers span its middle half. Each clip comes twice, with either prompt: a first
-    try that gave the two tasks different frame sizes learned the size, not the prompt, and
-    answered real clips' caption prompts in the find format. With so little to learn besides the shape,
-    training drives the structural decisions (first token, ``Events``, line openers, stop) to
-    wide margins, which another CPU's rounding cannot flip.
+    Each clip comes with either prompt, so only the prompt tells the tasks apart (with different
+    sizes per task the model learned the size); regular answers give margins no CPU's rounding flips.
     """
     import numpy as np
 
@@ -321,13 +308,8 @@ def training_batches(processor, params: VideoParams) -> list[tuple[dict, Any]]:
 
 
 def _teach_format(model, processor, params: VideoParams, steps: int = TRAIN_STEPS) -> None:
-    """A few seconds of deterministic training so greedy decoding yields Marlin-shaped text that ends.
-
-    Every target ends with ``<|im_end|>`` (the token generation stops on) and the loss covers
-    it, weighted by ``EOS_WEIGHT``, and each line's first token by ``STRUCT_WEIGHT``; the
-    learning rate decays to zero so the weights settle instead of stopping mid-swing (which
-    made the result depend on the CPU's rounding).
-    """
+    """A few seconds of deterministic training so greedy decoding yields Marlin-shaped text that ends;
+    the learning rate decays to zero so the result does not depend on the CPU's rounding."""
     import torch
 
     torch.manual_seed(SEED)
