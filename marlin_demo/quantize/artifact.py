@@ -40,9 +40,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------- calibration
-
-
 def _weight_files(folder: Path) -> list[Path]:
     from marlin_demo.models.rtn import SIDECAR  # rtn imports torch: not at import time (the CLI's --help)
 
@@ -105,14 +102,11 @@ def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[s
         ("gptq", listed_gptq, set(found["gptq"])),
         ("rtn_int8", listed_rtn, set(found["rtn_int8"])),
     ):
-        if listed - saved:
-            problems.append(
-                f"{label}: listed but not quantized in the saved tensors: {sorted(listed - saved)}"
-            )
-        if saved - listed:
-            problems.append(
-                f"{label}: quantized in the saved tensors but not listed: {sorted(saved - listed)}"
-            )
+        missing, extra = sorted(listed - saved), sorted(saved - listed)
+        if missing:
+            problems.append(f"{label}: listed but not quantized in the saved tensors: {missing}")
+        if extra:
+            problems.append(f"{label}: quantized in the saved tensors but not listed: {extra}")
     if found["gptq_incomplete"]:
         problems.append(f"gptq modules missing qzeros/scales/g_idx: {found['gptq_incomplete']}")
     if found["rtn_bad"]:
@@ -234,9 +228,8 @@ def write_recipe(
 
 
 def _read_quant_log(model: Any, folder: Path) -> list[dict[str, Any]]:
-    rows = []
-    for entry in getattr(model, "quant_log", None) or []:
-        rows.append({k: entry.get(k) for k in ("layer", "module", "loss", "samples", "damp", "time")})
+    keys = ("layer", "module", "loss", "samples", "damp", "time")
+    rows = [{k: entry.get(k) for k in keys} for entry in getattr(model, "quant_log", None) or []]
     if not rows and (folder / "quant_log.csv").exists():
         with (folder / "quant_log.csv").open() as fh:
             rows = list(csv.DictReader(fh))
@@ -254,8 +247,8 @@ def _report_md(report: dict[str, Any]) -> str:
         f"# Quantization report: {report['recipe']}",
         "",
         f"- source: `{report['source']}`",
-        f"- device: {report['device']}; time {report['time_s']['total']:.1f} s "
-        f"(load {report['time_s']['load']:.1f}, calibration data {report['time_s']['calibration_data']:.1f}, "
+        f"- device: {report['device']}; time {t['total']:.1f} s "
+        f"(load {t['load']:.1f}, calibration data {t['calibration_data']:.1f}, "
         f"gptq {t['gptq']:.1f}, rtn {t['rtn']:.1f}, save {t['save']:.1f})",
         f"- peak memory: {report['peak_memory_mb']:.0f} MB ({report['memory_kind']})",
         f"- max GPU memory: {report['max_gpu_memory']['requested']} -> {report['max_gpu_memory']['effect']}",
@@ -301,6 +294,3 @@ def _report_md(report: dict[str, Any]) -> str:
         f"Verification against the saved tensors: {'OK' if not report['problems'] else report['problems']}"
     ]
     return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- the run

@@ -101,11 +101,8 @@ def _apply_gpu_cap(device: str, cap: int | None) -> dict[str, Any]:
 
 
 def _vision_rtn(model: Any, source: str, progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """RTN INT8 of the vision linears from the source's own 16-bit tensors.
-
-    gptqmodel loads lazily (weights stay on the meta device until a layer is needed), so
-    the weights are read from the checkpoint files, which is also exactly what was shipped.
-    """
+    """RTN INT8 of the vision linears, read from the checkpoint files (gptqmodel loads lazily: the
+    model's weights may still be on the meta device)."""
     from marlin_demo.models.rtn import checkpoint_weights, quantize_modules, vision_linear_names
 
     names = vision_linear_names(model.model)
@@ -113,14 +110,6 @@ def _vision_rtn(model: Any, source: str, progress: bool) -> tuple[dict[str, Any]
         raise QuantizeError("the mixed recipe found no vision linears under model.visual")
     folder = Path(getattr(model, "model_local_path", None) or source)
     return quantize_modules(checkpoint_weights(folder, names), progress=progress)
-
-
-def _peak_memory(device: str) -> tuple[float, str]:
-    import torch
-
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20, "cuda_peak_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss"
 
 
 def _quantize_config(recipe: Recipe, device: str) -> Any:
@@ -189,42 +178,11 @@ def _output_folder(opts: Options) -> Path:
     return out
 
 
-def _gptq_with_fallback(
-    source: str,
-    recipe: Recipe,
-    device: str,
-    processor: Any,
-    pairs: list[Any],
-    calib: _Calibration,
-    scratch: Path,
-) -> tuple[Any, _VisionProbe, float, _Calibration]:
-    """GPTQ on the calibration rows; if video rows fail, the same prompts and answers as text.
-
-    The fallback loads the model afresh (a failed pass may leave it half quantized) and is
-    recorded in the returned calibration, so the report says what the weights were tuned on.
-    """
-    video_token_id = getattr(processor, "video_token_id", None)
-    try:
-        model, probe, load_s = _gptq_pass(source, recipe, device, calib.rows, video_token_id, scratch)
-        return model, probe, load_s, calib
-    except Exception as exc:
-        if calib.mode != "video":
-            raise
-        reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-        log.warning("video calibration failed (%s): falling back to text calibration", reason)
-        text = _Calibration("text", *build_calibration(processor, pairs, "text"), fallback_reason=reason)
-        model, probe, load_s = _gptq_pass(source, recipe, device, text.rows, video_token_id, scratch)
-        return model, probe, load_s, text
-
-
 def _save_artifact(
     model: Any, processor: Any, rtn_tensors: dict[str, Any], partial: Path, scratch: Path
 ) -> None:
-    """The quantized checkpoint and processor; with RTN, the vision weights move to the sidecar.
-
-    The 16-bit copies of the RTN-quantized weights are stripped from the checkpoint so each
-    tensor has one home (the loader would otherwise see both).
-    """
+    """The quantized checkpoint and processor; with RTN, the vision weights move to the sidecar (their
+    16-bit copies are stripped, so the loader sees each tensor once)."""
     with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):
         model.save(str(partial))
     processor.save_pretrained(str(partial))
@@ -261,8 +219,9 @@ def _quantize_into(
 ) -> _Quantized:
     """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``.
 
-    A failure removes ``partial``, so a half-written artifact is never left where --out will go;
-    gptqmodel's scratch files (./logs) always go.
+    If video rows fail, GPTQ runs again on a fresh load (a failed pass may leave the model half
+    quantized) with the same prompts and answers as text, recorded in the calibration for the
+    report. A failure removes ``partial``, so a half-written artifact never lands at --out.
     """
     import torch
 
@@ -272,9 +231,16 @@ def _quantize_into(
     try:
         stages.set_description("quantize: gptq")
         t0 = time.perf_counter()
-        model, probe, times["load"], calib = _gptq_with_fallback(
-            source, recipe, device, processor, pairs, calib, scratch
-        )
+        token = getattr(processor, "video_token_id", None)
+        try:
+            model, probe, times["load"] = _gptq_pass(source, recipe, device, calib.rows, token, scratch)
+        except Exception as exc:
+            if calib.mode != "video":
+                raise
+            reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log.warning("video calibration failed (%s): falling back to text calibration", reason)
+            calib = _Calibration("text", *build_calibration(processor, pairs, "text"), fallback_reason=reason)
+            model, probe, times["load"] = _gptq_pass(source, recipe, device, calib.rows, token, scratch)
         times["gptq"] = time.perf_counter() - t0 - times["load"]
         stages.update()
 
@@ -319,11 +285,8 @@ def _calibration_record(opts: Options, calib: _Calibration) -> dict[str, Any]:
 def _write_records(
     partial: Path, recipe: Recipe, model: str, source: str, calibration: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
-    """recipe.yaml and versions.txt beside the weights, then the artifact checked against its recipe.
-
-    Returns the recipe data (what each method quantized) and the problems found (none when the
-    saved tensors match the recipe).
-    """
+    """recipe.yaml and versions.txt beside the weights; returns the recipe data and the problems found
+    checking the artifact against it."""
     found = inspect_artifact(partial)
     recipe_data = write_recipe(partial, recipe, model if model == "tiny" else source, calibration, found)
     (partial / "versions.txt").write_text(
@@ -334,14 +297,15 @@ def _write_records(
 
 def _memory_fields(device: str) -> dict[str, Any]:
     """The run's peak memory and what that figure measured (CPU RSS counts the libraries too)."""
-    peak, kind = _peak_memory(device)
-    return {
-        "peak_memory_mb": round(peak, 1),
-        "memory_kind": kind,
-        "memory_note": "process peak RSS, which includes torch/transformers/gptqmodel themselves"
-        if kind == "cpu_peak_rss"
-        else "torch.cuda.max_memory_allocated over the whole run",
-    }
+    import torch
+
+    if device == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated() / 2**20, "cuda_peak_allocated"
+        note = "torch.cuda.max_memory_allocated over the whole run"
+    else:
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss"
+        note = "process peak RSS, which includes torch/transformers/gptqmodel themselves"
+    return {"peak_memory_mb": round(peak, 1), "memory_kind": kind, "memory_note": note}
 
 
 def _publish(partial: Path, report: dict[str, Any], out: Path) -> None:
@@ -420,6 +384,3 @@ def run(opts: Options) -> dict[str, Any]:
     if problems:
         raise QuantizeError("the artifact does not match its recipe.yaml: " + "; ".join(problems))
     return report
-
-
-# --------------------------------------------------------------------------- CLI

@@ -26,18 +26,13 @@ class CalibrationPair:
 
 def caption_answer(scene: str, events: Sequence[Event]) -> str:
     """The trained caption format: ``Scene: ...`` then ``Events:`` and ``<s - e> text`` lines."""
-    lines = [f"Scene: {scene.strip()}", "", "Events:"]
-    for e in events:
-        lines.append(f"<{e.start:.1f} - {e.end:.1f}> {e.description.strip()}")
-    return "\n".join(lines)
+    lines = [f"<{e.start:.1f} - {e.end:.1f}> {e.description.strip()}" for e in events]
+    return "\n".join([f"Scene: {scene.strip()}", "", "Events:", *lines])
 
 
 def load_pairs(folder: Path, samples: int | None = None) -> list[CalibrationPair]:
-    """Pairs from ``folder/examples.json`` (the benchmark's format and loader) in file order: every
-    caption pair, then every find pair (a query's first span).
-
-    Deterministic: no shuffling; ``samples`` keeps the first N.
-    """
+    """Pairs from ``folder/examples.json`` (the benchmark's loader), deterministic: every caption pair,
+    then every find pair (a query's first span); ``samples`` keeps the first N."""
     if samples is not None and samples < 1:
         raise ValueError("--samples must be at least 1.")
     folder = Path(folder)
@@ -69,10 +64,7 @@ def _turn_end(tokenizer: Any) -> str:
 
 
 def encode_pair(processor: Any, pair: CalibrationPair, prepared: Any | None) -> dict[str, Any]:
-    """Processor tensors for prompt + answer, by the engine's exact path (Engine.build_inputs).
-
-    ``prepared`` None gives the text-only fallback (same text, no video).
-    """
+    """Processor tensors for prompt + answer by the engine's path; ``prepared`` None: text only."""
     from marlin_demo.engine.prompt import encode, render_prompt
 
     text = render_prompt(processor, pair.prompt, str(pair.video) if prepared is not None else None)
@@ -114,13 +106,8 @@ def build_calibration(
 
 
 class _VisionProbe:
-    """Forward hooks proving that vision features, at M-RoPE positions, reach the decoder layers.
-
-    On every calibration forward it records: the vision tower ran, how many rows of the
-    first decoder layer's input (``inputs_embeds``) at video-token positions differ from the
-    pad token's own embedding (i.e. were replaced by vision features), and whether the
-    position ids are 3-axis M-RoPE ids that differ between the axes.
-    """
+    """Forward hooks proving that vision features, at M-RoPE positions, reach the decoder layers: the
+    first layer's video-token rows differ from the pad embedding, and the position ids' axes differ."""
 
     def __init__(self, hf_model: Any, video_token_id: int | None) -> None:
         self.model = hf_model
@@ -184,6 +171,3 @@ class _VisionProbe:
             "first_layer_inputs": self.samples,
             "video_rows_reaching_layers": sum(s["vision_rows_in_layer_input"] for s in self.samples),
         }
-
-
-# --------------------------------------------------------------------------- artifact inspection

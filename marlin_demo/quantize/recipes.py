@@ -70,9 +70,6 @@ class QuantizeError(RuntimeError):
     """Quantization could not run; the message names the cause and the fix."""
 
 
-# --------------------------------------------------------------------------- small helpers
-
-
 def parse_memory(text: str | None) -> int | None:
     """'5GiB', '5.0GiB', '4500MiB', '5GB', '5' (GiB) -> bytes; None/'' -> None."""
     if text is None or str(text).strip() == "":
