@@ -1,20 +1,10 @@
 """The one request path: every caller (UI tabs, API endpoints, CLI, bench) runs the model through here.
 
-A request is a staged stream (``results.Stage``): ``Prepared`` (the video checked, planned,
-decoded), ``Loaded`` (the variant in memory, cold or warm), ``Progress`` (the text so far) and
-``Done`` (the ``CaptionResult`` / ``FindResult``). The stages come from inside the engine's own
-run, so timings, the time limit and the caches are the same whichever caller asks; a caller
-that only wants the answer uses ``run``.
-
-``compare`` runs several variants on one video in turn. Its contract (the Compare tab and the
-public ``/compare`` endpoint both use it, so they behave the same):
-
-* bad input (no such video, an unreadable clip, an empty query, an unknown task) fails the
-  whole request before any variant runs;
-* a variant that fails to load or to answer (a user-facing error: load failure, out of memory,
-  time limit) does not hide the others: its one-sentence message is kept in
-  ``Comparison.errors`` and the answers of the other variants are returned;
-* when no variant answered, ``Comparison.require_answer`` raises one error naming each failure.
+A request is a staged stream (``results.Stage``: Prepared, Loaded, Progress, Done) that comes from
+inside the engine's own run, so timings, the time limit and the caches are the same whichever caller
+asks. ``compare`` (the Compare tab and ``/compare``) runs several variants in turn: bad input fails
+before any runs; a variant's own user-facing failure is kept in ``Comparison.errors`` and does not hide
+the others; with no answer at all, ``Comparison.require_answer`` names each failure.
 """
 
 from __future__ import annotations
@@ -76,16 +66,15 @@ R = TypeVar("R", bound=Result)
 
 
 def caption_json(result: CaptionResult) -> dict[str, Any]:
-    """A caption's JSON as the API and the CLI give it: the result plus its chapters (YouTube's
-    ``0:00 Title`` lines, or the sentence saying why the clip has none)."""
+    """A caption's JSON as the API and the CLI give it: the result plus its chapters (``0:00 Title``
+    lines, or why the clip has none)."""
     data = result.to_dict()
     data["chapters"] = subtitles.chapters(result.events, result.info.duration_s).to_dict()
     return data
 
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
-    """The cleaned query of a task that takes one (None for one that does not, such as caption); an
-    unknown task or a bad query is a ValueError."""
+    """The cleaned query of a task that takes one (else None); an unknown task or bad query: ValueError."""
     entry = get_task(task)
     return contract.sanitize_query(query or "", engine.settings.max_query_chars) if entry.query else None
 
@@ -108,18 +97,12 @@ def answer(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> Result:
-    """Answer in the windows ``longvideo.runner.window_plans`` gives: one on the whole clip for a short
-    video, several for a long one; the runner answers both (the engine answers each clip).
+    """Answer in ``runner.window_plans``' windows (a short video: one whole-clip window), held by the
+    engine's scheduler, one turn per window (on ZeroGPU, one GPU call each).
 
-    ``start_s``/``end_s`` (either may be None: from 0, to the end): only that time range is decoded and
-    asked, as windows of the range cut as its own file, and the answer's times stay on the video's own
-    timeline (``result.range_s`` says the range). The duration limit applies to the range; a bad range is a
-    ``RangeError`` (a ValueError, so a user error) saying what is wrong and what is allowed.
-
-    Every request is held by the engine's scheduler and its model work runs in turns (a whole clip
-    is one turn, a long video one turn per window; on ZeroGPU each turn is its own GPU call).
-    ``metrics.latency_s`` is the request's wall time, ``metrics.queue_s`` the part of it spent
-    waiting for other requests' turns. ``stop`` set: the request leaves at once, even while waiting.
+    ``start_s``/``end_s`` (None: from 0, to the end): only that range is decoded and asked, answered on
+    the video's own timeline (``range_s``); a bad range is a ``RangeError``. ``metrics.queue_s`` is the
+    part of ``latency_s`` spent waiting for other requests' turns; ``stop`` set: it leaves at once.
     """
     kind = get_task(task)
     span = _span(start_s, end_s)
@@ -146,8 +129,8 @@ def _answer_kept(
     execute: _Turns,
     span: tuple[float, float] | None,
 ) -> Result:
-    """The windows answered; when ZeroGPU refuses a later window's call, the windows answered before it
-    come back as the answer, marked ``partial`` (with none answered the refusal is the error)."""
+    """The windows answered; when ZeroGPU refuses a later window's call, those answered before it are the
+    answer, marked ``partial`` (with none answered, the refusal is the error)."""
     last: list[WindowDone] = []
 
     def keep(stage: Stage) -> None:
@@ -188,8 +171,7 @@ def answer_plans(
 
 
 class _Turns:
-    """Runs one turn of model work for a request: in the scheduler's turn, and on ZeroGPU inside one
-    ``spaces.GPU`` call sized for one window of the task (``capacity``)."""
+    """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one window-sized call."""
 
     def __init__(self, engine: Engine, ticket: Ticket, task: str | Task) -> None:
         self.scheduler = scheduler_for(engine)
@@ -233,9 +215,8 @@ class _Turns:
 def asked_range(
     engine: Engine, video: str | Path, start_s: float | None, end_s: float | None
 ) -> tuple[float, float] | None:
-    """The time range a request would ask about, checked as ``answer`` checks it (None: the whole video),
-    so a caller can say what is wrong, or what it costs (its length), before Run. A bad range is a
-    ``RangeError`` with its sentence; the file's own checks (size, resolution) apply to the file."""
+    """The time range a request would ask about (None: the whole video), checked as ``answer`` checks it,
+    so a caller can say what is wrong, or what it costs, before Run (a bad range: ``RangeError``)."""
     if start_s is None and end_s is None:
         return None
     info = engine.info(Path(video), whole=False)
@@ -271,14 +252,11 @@ def stream(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> Generator[Stage, None, None]:
-    """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done.
+    """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done; a long
+    video's window k starts with ``Progress("", k, n)``, then its own text so far.
 
-    On a long video each window starts with ``Progress("", k, n)`` and its text comes as
-    ``Progress(text, k, n)``: ``text`` is that window's answer so far (the next window starts anew).
-
-    The model runs in a worker thread. Closing the generator early (a client that went away)
-    stops the generation at its next token, so an abandoned request does not keep the model
-    busy for the next one. Errors are raised here, where the caller reads them.
+    The model runs in a worker thread; closing the generator early (a client that went away) stops the
+    generation at its next token, so an abandoned request does not keep the model busy.
     """
     updates: queue.Queue[tuple[str, Any]] = queue.Queue()
     stop = threading.Event()
@@ -369,8 +347,8 @@ class Comparison:
             )
 
     def payload(self, example: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The ``/compare`` JSON: ``compare.compare_payload`` of the answers, plus ``errors`` when a
-        variant failed (``{variant: sentence}``; the key is absent when every variant answered)."""
+        """The ``/compare`` JSON: ``agreement.compare_payload`` of the answers, plus ``errors``
+        (``{variant: sentence}``) only when a variant failed."""
         out = agreement.compare_payload(self.task, self.query, self.results, example)
         if self.errors:
             out["errors"] = dict(self.errors)
@@ -391,24 +369,19 @@ def compare(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
-    """Run ``task`` on each variant in turn: Prepared, then per variant Started/Finished, then the
-    Comparison. Bad input raises before any variant runs; a variant's own failure is kept (see the
-    module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress`` stages
-    between its Started and Finished (the Compare tab streams the text; closing stops the model).
-    ``start_s``/``end_s``: every variant answers only that time range (as ``answer``)."""
+    """Run ``task`` on each variant in turn: Prepared, per variant Started/Finished, then the Comparison
+    (contract: the module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress``
+    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``answer``."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
-    span = _span(start_s, end_s)  # a time range: its windows, as ``answer`` asks them
-    plans = runner.window_plans(engine, video, task, span)  # too many windows: refused now
+    plans = runner.window_plans(engine, video, task, _span(start_s, end_s))  # too many windows: refused now
     if plans is None:
         prepared, cached = engine.prepare_cached(video)
         yield Prepared(prepared.info, prepared.plan, cached)
         info = prepared.info
-    else:  # a long video: each window decoded once (one scan), never the whole clip at one clip's plan
+    else:  # a long video (or a range): every window decoded now, in one scan (then cached)
         path = Path(str(video))
-        # every window decoded now (then cached)
-        hits = [hit for _, _, hit in engine.window_frames(path, plans)]
-        cached = all(hits)
+        cached = all([hit for _, _, hit in engine.window_frames(path, plans)])
         info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
         yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
     out = Comparison(task, clean, info, list(variants))

@@ -1,18 +1,14 @@
 """What a request can cost and which videos the app can finish: the limits derived from measured speeds.
 
-``speeds.json`` holds per-device figures (decode rate, prefill, video preparation, overhead), taken from
-the GPU check, a CPU run of the tiny stand-in and the CPU check of the real model's size
-(scripts/cpu_check.py: one entry per instruction-set class and thread count, with each variant's peak
-memory). From them and the settings this module derives how long one window can take, what a ZeroGPU
-call must ask for, the longest video each task can finish, and on a CPU which variants this machine
-cannot run (``withheld``); start-up refuses settings that contradict them (``conflicts``), so a video the
-limits accept is one the app can answer (the real model on a CPU is warned about, not refused:
-``startup.check_limits``). The request time limit applies per window (a window's model work, not the
-time spent waiting for other requests).
+``speeds.json`` holds per-device figures from the GPU check, the tiny stand-in on a CPU and
+scripts/cpu_check.py (per instruction-set class and thread count, with each variant's peak memory).
+Start-up refuses settings that contradict them (``conflicts``), so a video the limits accept is one the
+app can answer; the request time limit applies per window.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -96,13 +92,11 @@ def cpu_threads() -> int:
 
 
 def cpu_speed(table: Mapping[str, Speed], isa: str, threads: int, dtype: str) -> tuple[Speed, float] | None:
-    """The CPU entry for this class, threads and compute type, and the factor its rates are scaled by.
+    """The CPU entry for this class, threads and compute type (None: none qualifies), and its rate factor.
 
-    Only an entry measured in the same compute type counts. Its class: this CPU's, else the fastest
-    measured class below it. Its threads: this many, else the most threads at or under this many (used
-    as measured: more threads are no slower), else the fewest above, its rates scaled down by the ratio
-    (prefill grows with cores; decode, bound by memory, grows less, so the scaling is pessimistic).
-    None when no entry qualifies (nothing is derived, as before any CPU was measured).
+    Its class: this CPU's, else the fastest measured below it. Its threads: the most at or under this
+    many (more threads are no slower), else the fewest above, scaled down by the ratio (pessimistic:
+    decode, bound by memory, grows less with cores than prefill).
     """
     cpu = [s for s in table.values() if s.isa and s.compute_dtype == dtype]
     rank = {name: i for i, name in enumerate(ISA_ORDER)}
@@ -124,23 +118,17 @@ def scaled(speed: Speed, factor: float) -> Speed:
     """``speed`` with its rates times ``factor`` (prefill time divided by it); unchanged at 1."""
     if factor == 1.0:
         return speed
-    return Speed(
+    return dataclasses.replace(
+        speed,
         name=f"{speed.name} x{factor:.2g}",
         decode_tokens_per_s=speed.decode_tokens_per_s * factor,
         prefill_s=speed.prefill_s / factor,
-        prepare_s=speed.prepare_s,
-        overhead_s=speed.overhead_s,
-        source=speed.source,
-        isa=speed.isa,
-        threads=speed.threads,
-        variants=speed.variants,
     )
 
 
 def speed_for(settings: Settings, device: str) -> Speed | None:
-    """The figures for this device and model: the H200's on any GPU (the one measured), the tiny
-    stand-in's on a CPU; for the real model on a CPU the entry measured on this class of CPU in the
-    compute type it will use (``cpu_speed``), or None where none was (nothing derived)."""
+    """The figures for this device and model: the H200's on any GPU, the tiny stand-in's on a CPU, else
+    ``cpu_speed``'s for this CPU in the compute type it will use (None: never measured, nothing derived)."""
     if device == "cuda":
         return speeds()["h200"]
     if settings.is_tiny:
@@ -172,8 +160,8 @@ MEMORY_SHARE = 0.9
 
 
 def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
-    """{variant: why it is not offered} for a CPU entry: it failed on this CPU, or its measured peak
-    for a full window does not fit in ``total_mb`` (``MEMORY_SHARE`` of it). Empty off a CPU entry."""
+    """{variant: why it is not offered} for a CPU entry: it failed on this CPU, or its peak for a full
+    window does not fit in ``MEMORY_SHARE`` of ``total_mb``."""
     if speed is None or not speed.isa:
         return {}
     out: dict[str, str] = {}
@@ -210,14 +198,10 @@ def window_s(task: str, settings: Settings, speed: Speed) -> float:
 def gpu_call_s(task: str, settings: Settings, speed: Speed) -> int:
     """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before).
 
-    The rule: ``GPU_MARGIN`` (1.25) times the longest one window's model work can take on the measured
-    H200 (``model_s``: overhead, a full window's prefill, and every token the task allows at the slowest
-    measured decode, 16.3 tok/s on the PyTorch linear-attention path, slower than the Space's Triton
-    kernels), between ``MIN_GPU_S`` and ``MAX_GPU_S``. ``spaces`` schedules the call for that times the
-    card's factor (1.5 on the Space's card), so the call is cut short only where the card runs a
-    worst-case window more than factor x margin (1.9x) slower than the H200 did. On ZeroGPU the start-up
-    also refuses settings whose caption call, with the factor, would not fit a visitor's whole day
-    without signing in (``call_fits_day``, ``conflicts``)."""
+    ``GPU_MARGIN`` times ``model_s`` on the measured H200 (every token at the slowest measured decode,
+    16.3 tok/s on the PyTorch linear-attention path), within [``MIN_GPU_S``, ``MAX_GPU_S``]. ``spaces``
+    multiplies it by the card's factor (1.5 on the Space's card), so only a card running a worst-case
+    window more than 1.9x slower than the H200 cuts a call short."""
     return int(min(MAX_GPU_S, max(MIN_GPU_S, math.ceil(GPU_MARGIN * model_s(task, settings, speed)))))
 
 
@@ -245,24 +229,23 @@ def _tokens_fitting_day(task: str, settings: Settings, speed: Speed) -> int:
     return low
 
 
+def window_count(task: str, duration_s: float, settings: Settings) -> int:
+    """The windows a request on ``duration_s`` seconds runs, the window limit ignored (sizing it)."""
+    try:
+        return len(plan_for(task, max(duration_s, 0.0), settings, limit=False))
+    except ValueError:  # no usable duration: sized as one clip
+        return 1
+
+
 def request_gpu_s(task: str, duration_s: float, settings: Settings, speed: Speed) -> int:
     """What a whole request asks ZeroGPU for: one call per window of the video."""
-    try:
-        n = len(plan_for(task, max(duration_s, 0.0), settings, limit=False))
-    except ValueError:  # no usable duration: sized as one clip
-        n = 1
-    return n * gpu_call_s(task, settings, speed)
-
-
-def window_limited_s(task: str, settings: Settings) -> float:
-    """The longest video ``max_windows`` windows cover."""
-    return get_task(task).covered_s(settings.max_windows, settings)
+    return window_count(task, duration_s, settings) * gpu_call_s(task, settings, speed)
 
 
 def longest_video_s(task: str, settings: Settings) -> float:
-    """The longest video ``task`` accepts and can finish under these settings: the duration limit, or
-    less where ``max_windows`` windows cover less (a longer one is refused naming that length)."""
-    return min(settings.max_duration_s, window_limited_s(task, settings))
+    """The longest video ``task`` accepts and can finish: the duration limit, or less where
+    ``max_windows`` windows cover less."""
+    return min(settings.max_duration_s, get_task(task).covered_s(settings.max_windows, settings))
 
 
 def limits_line(settings: Settings) -> str:

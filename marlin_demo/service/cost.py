@@ -1,9 +1,7 @@
 """What a request will cost, said before it runs: one line, whatever the machine.
 
-On ZeroGPU the cost is GPU seconds from a visitor's daily quota (``space``); on a CPU it is the
-visitor's time, and the real model on two cores takes minutes. Both come from the measured speeds
-(``capacity``) and the same window plan the request will run, so the line under the clip and the
-limits never disagree. Shown as soon as a clip is chosen, before Run.
+GPU seconds of a visitor's daily quota on ZeroGPU, the visitor's time on a CPU; both from the measured
+speeds (``capacity``) and the window plan the request will run, so the line and the limits agree.
 """
 
 from __future__ import annotations
@@ -36,11 +34,8 @@ def estimate(
     speed: capacity.Speed,
     params: VideoParams | None = None,
 ) -> Estimate:
-    """Each window's preparation (scaled by its frames), overhead and prefill (by its video tokens), plus
-    decoding every token the task allows.
-
-    ``plan``: the clip's sampling plan (its tokens per second of video give each window's tokens).
-    """
+    """Each window's preparation (scaled by its frames), overhead and prefill (by its video tokens, from
+    ``plan``'s tokens per second), plus decoding every token the task allows."""
     windows = plan_for(task, max(duration_s, 0.0), settings, limit=False)
     covered_s = max(plan.nframes / max(plan.sample_fps, 1e-9), 1e-9)
     per_s = plan.video_tokens / covered_s
@@ -74,13 +69,9 @@ def estimate_line(
     variants: list[Variant] | None = None,
     params: VideoParams | None = None,
 ) -> str:
-    """The one line that says, before Run, what this request will cost here ('' where nothing needs saying).
-
-    On ZeroGPU: the GPU time it uses at the measured GPU speed (reading the clip, and at most), then what it
-    asks of a visitor's quota (``request_gpu_line``). On a CPU: about how long it takes,
-    from this CPU's measured speeds, in the compute type it will use, for each of ``variants`` in turn
-    (Compare runs several). On a GPU outside ZeroGPU: nothing.
-    """
+    """The one line that says, before Run, what this request will cost here ('' where nothing needs saying):
+    on ZeroGPU the GPU time and what it asks of a visitor's quota, on a CPU about how long it takes for
+    each of ``variants`` in turn, on any other GPU nothing."""
     runs = max(1, len(variants or []))
     noun = get_task(task).noun
     who = noun if runs == 1 else f"{noun} on {runs} variants"
@@ -155,10 +146,7 @@ def request_gpu_cost(
 ) -> GpuCost:
     """A request on ``duration_s`` seconds of video (a time range's length, when one is asked), ``runs``
     variants in turn: one call per window per variant."""
-    try:
-        windows = len(plan_for(task, max(duration_s, 0.0), settings, limit=False))
-    except ValueError:  # no usable duration: sized as one clip
-        windows = 1
+    windows = capacity.window_count(task, duration_s, settings)
     return gpu_cost(task, windows * max(1, runs), settings, factor)
 
 
@@ -175,9 +163,7 @@ def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = 
     """The longest time range whose request fits a day of ``tier`` (0: not even one window does)."""
     per_window = gpu_cost(task, max(1, runs), settings).charged_s
     windows = zerogpu.daily_quota_s(tier) // max(1, per_window)
-    if windows < 1:
-        return 0.0
-    return float(get_task(task).covered_s(windows, settings))
+    return float(get_task(task).covered_s(windows, settings)) if windows >= 1 else 0.0
 
 
 def gpu_cost_line(cost: GpuCost, what: str = "This run") -> str:

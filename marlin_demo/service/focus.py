@@ -1,9 +1,7 @@
 """Find in chosen parts of a video: the seam a library search's stage 2 runs through.
 
-A search asks find only inside the few caption windows its full-text stage chose; each is covered
-by the find windows ``plan_for("find")`` gives for its length (the same lengths and overlap as a
-whole video's find), so only those windows are decoded and asked, through the long-video runner
-in the scheduler's turns, like every windowed request.
+Only the caption windows the full-text stage chose are asked, each covered by ``plan_for("find")``'s
+windows for its length, in the scheduler's turns like every windowed request.
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ def find_in_windows(
     if not bounds:
         raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
     plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(bounds)]
-    # in turns, like any request
     result = service.answer_plans(engine, "find", p, plans, variant, query, stop)
     assert isinstance(result, FindResult)
     return result

@@ -1,14 +1,9 @@
 """Model work one window at a time, in turn, across every request of an engine.
 
-A request (a whole clip or a long video) asks for a turn before each window's model work; turns are
-granted first come, first served. A long video asks again after each window, so a short clip sent
-meanwhile runs next: requests take turns window by window (round robin), and a short clip waits at
-most about one window of a long one, not the whole video. A long video's own windows still run in
-order, one after the other, so its answers are the ones it gives alone.
-
-The scheduler also owns what interleaved requests share on the engine: the prefix cache's room (the
-windows of every request it holds, so one request's windows do not push out another's), and the
-bound on how many requests it holds (``MARLIN_QUEUE_SIZE``; one more is turned away).
+A request asks for a turn before each window, first come first served, so requests take turns window
+by window: a short clip waits at most about one window of a long video, whose own windows still run in
+order. The scheduler also sizes the prefix cache for every held request's windows (so they do not push
+out each other's) and bounds the requests it holds (``MARLIN_QUEUE_SIZE``; one more is turned away).
 """
 
 from __future__ import annotations
@@ -69,10 +64,8 @@ class Scheduler:
 
     @contextlib.contextmanager
     def turn(self, ticket: Ticket) -> Iterator[None]:
-        """The model for one window (or one whole clip); waits behind the turns asked before it.
-
-        The wait counts as the request's ``queue_s``; a request stopped while it waits leaves at once.
-        """
+        """The model for one window (or clip), after the turns asked before it; the wait counts as the
+        request's ``queue_s``, and a request stopped while it waits leaves at once."""
         if ticket.stop is not None and ticket.stop.is_set():
             raise Cancelled()  # stopped between windows: no further turn (on ZeroGPU, no further call)
         t0 = time.perf_counter()

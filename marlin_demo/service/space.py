@@ -1,12 +1,9 @@
 """Hugging Face Space helpers: ZeroGPU calls and GPU-time estimates, no-ops everywhere else.
 
-On a ZeroGPU Space a GPU is attached only while a function decorated with ``spaces.GPU`` runs, for
-at most its ``duration``; asking for less than needed kills the call, asking for much more lowers the
-visitor's queue priority. So the service runs each window of a request (or a whole short clip) as
-its own call (``gpu_call``), sized from the measured speeds (``capacity``): no call is cut, the page
-streams between calls, and a Stop between calls holds no GPU. ``spaces`` runs each call in a forked
-process: nothing done inside a call survives it but what the call sends back. Off ZeroGPU nothing
-here imports ``spaces`` (it must be imported before CUDA is initialised, which ``app.py`` ensures).
+A ``spaces.GPU`` call asking for too little is killed, one asking for much more lowers the visitor's
+queue priority: so each window is its own call (``gpu_call``) sized from the measured speeds
+(``capacity``), the page streams between calls and a Stop between them holds no GPU. Each call runs in
+a forked process. Off ZeroGPU nothing here imports ``spaces`` (``app.py`` imports it before CUDA).
 """
 
 from __future__ import annotations
@@ -57,9 +54,8 @@ def call_seconds(task: str, settings: Settings) -> int:
 
 
 class GpuRefused(EngineError):
-    """ZeroGPU refused (or stopped) a call: the message is the visitor's one sentence
-    (``zerogpu.refusal_sentence``), ``refusal`` what ``spaces`` said. A user error: the page and the API
-    show the sentence; a request that had answered windows before it returns them instead (``partial``)."""
+    """ZeroGPU refused (or stopped) a call: the message is the visitor's one sentence, ``refusal`` what
+    ``spaces`` said; a request with windows answered before it returns them instead (``partial``)."""
 
     def __init__(self, refusal: zerogpu.Refusal) -> None:
         super().__init__(zerogpu.refusal_sentence(refusal))
@@ -77,11 +73,9 @@ def gpu_call(
 ) -> T:
     """Run ``work(on_text, on_stage)`` as one ``spaces.GPU`` call of ``seconds``.
 
-    ZeroGPU sends the call's arguments to its forked process pickled: ``work`` is a partial of a
-    module-level function whose engine pickles by reference (``Engine.__reduce__``); the result comes
-    back pickled too. The call is a generator, so each text and stage streams back as it comes; a
-    caller that stops listening (``on_text`` raises) closes the call and the GPU goes with it.
-    A refusal ``spaces`` raises (quota, illegal duration...) becomes ``GpuRefused`` with its sentence.
+    The arguments cross to the forked process pickled (the engine by reference, ``Engine.__reduce__``).
+    A generator, so text and stages stream back; a caller that stops listening (``on_text`` raises)
+    closes the call and the GPU with it. A refusal becomes ``GpuRefused`` with its sentence.
     """
     result: Any = None
     try:
@@ -121,12 +115,8 @@ def _call_seconds(work: Work[Any], seconds: int) -> int:
 
 
 def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
-    """What runs inside the GPU call (in ZeroGPU's forked process)."""
-    yield from _streamed(work)
-
-
-def _streamed(work: Work[Any]) -> Iterator[tuple[str, Any]]:
-    """``work`` in a thread, its callbacks turned into items: ("text", t), ("stage", s), ("done", r)."""
+    """Inside the GPU call (ZeroGPU's forked process): ``work`` in a thread, its callbacks turned into
+    items: ("text", t), ("stage", s), ("done", r)."""
     items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def target() -> None:

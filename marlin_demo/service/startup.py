@@ -1,9 +1,5 @@
-"""Engine start-up without gradio: the requested model, or the tiny stand-in and the reason why.
-
-``marlin_demo.app`` starts the engine through here; the start-up (the Hub probe, the first
-load, the fallback) needs no gradio, so a CLI, a batch job or a test can use it alone.
-``marlin_demo.ui.common`` re-exports these names for the tabs.
-"""
+"""Engine start-up without gradio (so a CLI, a batch job or a test can use it alone): the requested
+model, or the tiny stand-in and the reason why."""
 
 from __future__ import annotations
 
@@ -53,11 +49,8 @@ class ModelStatus:
 
 
 def _hub_unavailable(settings: Settings, variant: str) -> str | None:
-    """A quick reason the first variant cannot come from the Hub, or None when it might.
-
-    Without this a machine with no network spends over a minute in the Hub
-    client's retries before the real load fails.
-    """
+    """A quick reason the first variant cannot come from the Hub, or None when it might (without it a
+    machine with no network spends over a minute in the Hub client's retries)."""
     kind = variants.kind_of(variant)
     if settings.model != "marlin" or kind is None:
         return None
@@ -86,13 +79,8 @@ def _hub_unavailable(settings: Settings, variant: str) -> str | None:
 
 
 def start_engine(settings: Settings, total_mb: float | None = None) -> tuple[Engine, ModelStatus]:
-    """An engine that can answer: the requested model, or the tiny stand-in with the reason why.
-
-    For a real model the first variant is loaded now; a ``ModelLoadError``
-    switches to ``settings.with_(model="tiny")`` and keeps the message for the banner. On a CPU the
-    variants this machine cannot run are not offered (``offered``; ``total_mb``: its memory, measured
-    when None); the status says why.
-    """
+    """An engine that can answer: the requested model (its first variant loaded now), or the tiny
+    stand-in with the reason why; on a CPU without the variants this machine cannot run (``offered``)."""
     status = ModelStatus(requested=settings.model)
     stand_in = settings.with_(model="tiny")  # every variant: the stand-in runs them all
     settings, status.withheld = offered(settings, total_mb)
@@ -117,13 +105,8 @@ def start_engine(settings: Settings, total_mb: float | None = None) -> tuple[Eng
 
 
 def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings, dict[str, str]]:
-    """The settings with the variants this machine cannot run left out, and why each is left out.
-
-    On a CPU the measured entry for this machine (``capacity.speed_for``) says which variants failed
-    there and how much memory each needs for a full window; one that needs more than this machine has
-    (``total_mb``, default ``capacity.total_memory_mb()``) is not offered. On a GPU, for the tiny
-    stand-in, or where no CPU entry matches, every variant is offered.
-    """
+    """The settings without the variants this CPU cannot run (``capacity.withheld``: failed here, or
+    more memory than ``total_mb``), and why each is left out; elsewhere every variant is offered."""
     if settings.is_tiny:
         return settings, {}
     try:
@@ -142,11 +125,8 @@ def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings
 
 
 def preload(engine: Engine) -> dict[str, str]:
-    """Load every variant now (on a Space, at import time, so the first visitor does not pay for it).
-
-    Returns {variant: error message} for those that failed; the engine also
-    remembers them (``engine.load_errors()``) for the UI.
-    """
+    """Load every variant now (on a Space, so the first visitor does not pay for it); {variant: error}
+    for those that failed (the engine remembers them too, for the UI)."""
     errors: dict[str, str] = {}
     for variant in engine.variants:
         try:
@@ -158,14 +138,9 @@ def preload(engine: Engine) -> dict[str, str]:
 
 
 def check_limits(settings: Settings, zero_gpu: bool = False) -> Settings:
-    """The settings to run with, once they agree with the measured speeds (``capacity``); a conflict is a
-    ValueError with one sentence per conflict.
-
-    Checked at start-up, before any request, so a video the limits accept is one the app can answer. The
-    real model on a CPU takes far longer per window than the GPU-sized default time limit allows: where
-    ``MARLIN_REQUEST_TIMEOUT_S`` was not set, the limit becomes one window's measured time here (logged);
-    a limit set shorter than that is refused like any conflict.
-    """
+    """The settings to run with, once they agree with the measured speeds (``capacity``); else a ValueError
+    with one sentence per conflict. The real model on a CPU gets an unset time limit raised to one
+    window's measured time (``_derived_time_limit``)."""
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
@@ -185,9 +160,7 @@ def _derived_time_limit(settings: Settings, device: str) -> Settings:
     default = next(f.default for f in fields(Settings) if f.name == "request_timeout_s")
     if device != "cpu" or settings.is_tiny or env_value("request_timeout_s"):
         return settings
-    if settings.request_timeout_s != default:
-        return settings
-    speed = capacity.speed_for(settings, device)
+    speed = None if settings.request_timeout_s != default else capacity.speed_for(settings, device)
     if speed is None:
         return settings
     need = max(math.ceil(capacity.window_s(task, settings, speed)) for task in TASKS)

@@ -1,15 +1,8 @@
 """What ZeroGPU allows, in one place: its Pythons, its torch releases, its GPU sizes, quotas and refusals.
 
-The facts live in ``zerogpu.json`` beside this module, with their source (Hugging Face's ZeroGPU page,
-hub-docs ``docs/hub/spaces-zerogpu.md`` as of 2026-08, and ``spaces`` 0.51). The Space's configuration
-is checked against them (``tests/test_space_env.py``: the README front matter and ``requirements.txt``),
-and the start-up refuses what ZeroGPU refuses (``startup.check_limits``). One fact is never copied here:
-the per-card factor ``spaces`` multiplies a call's requested duration by, which changes with ``spaces``
-releases; :func:`duration_factor` reads it from the installed ``spaces`` package at run time.
-
-The refusals ``spaces`` raises (quota exceeded, the Space's limit without a signed-in visitor, illegal
-duration, pending credits...) are kept there too, word for word: :func:`read_refusal` recognises one and
-:func:`refusal_sentence` says it to the visitor in one sentence.
+The facts live in ``zerogpu.json`` with their source (hub-docs ``spaces-zerogpu.md`` as of 2026-08,
+``spaces`` 0.51), including ``spaces``' refusals word for word. The per-card duration factor changes
+with ``spaces`` releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``.
 """
 
 from __future__ import annotations
@@ -74,10 +67,9 @@ def _this_card() -> str | None:
 
 
 def duration_factor(card: str | None = None) -> float:
-    """The factor ``spaces`` multiplies a call's requested duration by on ``card`` (this machine's card
-    when None), read from the installed ``spaces`` as it reads it: the card's row of its table, else the
-    table's first row (its default). Without ``spaces`` or its table: ``zerogpu.json``'s fallback, the
-    largest factor the docs name, so an estimate never asks for less than the call is charged."""
+    """The factor ``spaces`` multiplies a call's duration by on ``card`` (None: this machine's), read as
+    ``spaces`` reads it (the card's row, else the first). Without ``spaces``: ``zerogpu.json``'s fallback,
+    the largest factor the docs name, so an estimate never asks for less than the call is charged."""
     table = spaces_card_table()
     if table is None:
         return float(facts()["duration_factor"]["fallback"])
@@ -104,9 +96,8 @@ class Refusal:
 
 
 def read_refusal(exc: BaseException) -> Refusal | None:
-    """The refusal in an exception ``spaces`` raised (a ``gr.Error`` whose title and message come from
-    ``zerogpu.json``), or None for any other error. Read by title and message, so ``gradio`` is never
-    imported here."""
+    """The refusal in an exception ``spaces`` raised (None: any other error), read by its title and
+    message, so ``gradio`` is never imported here."""
     title = str(getattr(exc, "title", "") or "")
     message = str(getattr(exc, "message", "") or exc)
     for kind, fact in facts()["refusals"].items():
