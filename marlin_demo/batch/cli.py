@@ -52,13 +52,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     mode = "local" if args.ray is None else "ray"
     signal.signal(signal.SIGTERM, _sigterm)
+    done = len(items) - len(pending)
     bar = tqdm(
-        total=len(items),
-        initial=len(items) - len(pending),
-        unit="video",
-        desc=args.task,
-        file=sys.stderr,
-        dynamic_ncols=True,
+        total=len(items), initial=done, unit="video", desc=args.task, file=sys.stderr, dynamic_ncols=True
     )
     try:
         if pending:
@@ -69,16 +65,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
                     from marlin_demo.batch.ray_runner import run_ray
 
                     address = None if args.ray == "local" else args.ray
+                    gpus = args.gpus_per_worker
                     run_ray(
-                        settings,
-                        pending,
-                        args.task,
-                        args.variant,
-                        writer,
-                        bar,
-                        address,
-                        args.workers,
-                        args.gpus_per_worker,
+                        settings, pending, args.task, args.variant, writer, bar, address, args.workers, gpus
                     )
     except _LoadFailed as exc:
         print(f"error: {exc}", file=sys.stderr)

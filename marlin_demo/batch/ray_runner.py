@@ -7,10 +7,9 @@ batch's worker and writes each row through the local writer.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
-from marlin_demo.batch.rows import run_item
+from marlin_demo.batch.rows import record, run_item
 from marlin_demo.library.cluster import rows_on_ray
 from marlin_demo.library.inputs import Item
 
@@ -66,7 +65,4 @@ def run_ray(
     ]
     kwargs = {"settings": settings, "task": task, "variant": variant}
     for row in rows_on_ray(BatchWorker, kwargs, records, address, workers, gpus_per_worker):
-        writer.write(row)
-        if row["status"] == "error":
-            bar.write(f"{row['id']}: {row['error']}", file=sys.stderr)
-        bar.update(1)
+        record(row, writer, bar)

@@ -30,11 +30,15 @@ def run_item(engine: Any, item: Item, task: str, variant: str) -> dict[str, Any]
     return row
 
 
+def record(row: dict[str, Any], writer: Any, bar: Any) -> None:
+    """Write one row (on disk before the next starts) and move the progress bar; a failure's line too."""
+    writer.write(row)
+    if row["status"] == "error":
+        bar.write(f"{row['id']}: {row['error']}", file=sys.stderr)
+    bar.update(1)
+
+
 def run_local(engine: Any, items: list[Item], task: str, variant: str, writer: Any, bar: Any) -> None:
-    """One process, items in order; each row is on disk before the next starts."""
+    """One process, items in order."""
     for item in items:
-        row = run_item(engine, item, task, variant)
-        writer.write(row)
-        if row["status"] == "error":
-            bar.write(f"{item.id}: {row['error']}", file=sys.stderr)
-        bar.update(1)
+        record(run_item(engine, item, task, variant), writer, bar)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -142,16 +143,9 @@ class ResultsWriter:
 
     def finish(self, items: list[Any], mode: str, workers: int) -> dict[str, Any]:
         """Record this session and write summary.json (recomputed from every row on disk)."""
-        wall = time.perf_counter() - self._started
-        self.run.setdefault("sessions", []).append(
-            {
-                "finished": _now(),
-                "wall_s": round(wall, 3),
-                "rows": self._written,
-                "mode": mode,
-                "workers": workers,
-            }
-        )
+        wall = round(time.perf_counter() - self._started, 3)
+        session = dict(finished=_now(), wall_s=wall, rows=self._written, mode=mode, workers=workers)
+        self.run.setdefault("sessions", []).append(session)
         _write_atomic(self.out / RUN_FILE, self.run)
         summary = summarize(list(self.done.values()), items, self.run["sessions"])
         _write_atomic(self.out / SUMMARY_FILE, summary)
@@ -167,10 +161,7 @@ def _pct(values: list[float], q: float) -> float | None:
 def summarize(rows: list[dict[str, Any]], items: list[Any], sessions: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts, failures by reason, throughput over the sessions that wrote rows, latency, duration."""
     ok = [r for r in rows if r.get("status") == "ok"]
-    failures: dict[str, int] = {}
-    for r in rows:
-        if r.get("status") == "error":
-            failures[r.get("reason", "error")] = failures.get(r.get("reason", "error"), 0) + 1
+    failures = Counter(r.get("reason", "error") for r in rows if r.get("status") == "error")
     ids = {r["id"] for r in rows}
     active = [s for s in sessions if s.get("rows")]
     wall = sum(s["wall_s"] for s in active)
