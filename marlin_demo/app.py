@@ -1,10 +1,7 @@
 """Marlin-2B demo: settings -> engine -> Blocks -> launch.
 
-``python app.py`` in a checkout (the Hugging Face Space's entry point) and ``marlin-demo app``
-once installed both run :func:`main` (``--help`` lists every setting; each has a MARLIN_*
-environment variable). Without Hub
-access or local weights the default model falls back to the offline tiny
-stand-in, and the page says why and how to fix it.
+``python app.py`` (the Space's entry point) and ``marlin-demo app`` both run :func:`main`. Without Hub
+access or local weights the default model falls back to the offline tiny stand-in, and the page says why.
 """
 
 from __future__ import annotations
@@ -65,15 +62,11 @@ def build(
     return demo, launch_kwargs, settings
 
 
-def _host_configured() -> bool:
-    return bool(settings_mod.env_value("host"))  # MARLIN_HOST, then GRADIO_SERVER_NAME
-
-
 def main(argv: Sequence[str] | None = None, prog: str = "python app.py") -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     demo, launch_kwargs, settings = build(argv, prog=prog)
     host = settings.host  # flag, MARLIN_HOST, GRADIO_SERVER_NAME, default (see settings.from_env)
-    if space.on_space() and host == settings_mod.Settings.host and not _host_configured():
+    if space.on_space() and host == settings_mod.Settings.host and not settings_mod.env_value("host"):
         host = "0.0.0.0"  # a Space's proxy reaches the app from outside the container
     demo.launch(server_name=host, server_port=settings.port, **launch_kwargs)
 

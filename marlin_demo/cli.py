@@ -1,8 +1,7 @@
 """Command line: ``python -m marlin_demo caption|find|tiny|bench|quantize``.
 
-Bad input ends in one line on stderr and a non-zero exit (2 for bad input, 1
-when a model could not be loaded); library chatter goes to stderr so that
-``--json`` output on stdout stays parseable.
+Bad input ends in one line on stderr and a non-zero exit (``exits``); library chatter goes to stderr
+so that ``--json`` output on stdout stays parseable.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from marlin_demo.results import CaptionResult
+from marlin_demo.results import CaptionResult, Done, Progress
 from marlin_demo.tasks import TASKS
 
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
@@ -60,8 +59,7 @@ def format_run(info: Any) -> str:
 
 
 def _asked(result: Any) -> list[str]:
-    """The range asked about and a partial answer's label, when there are any (times on the video's own
-    timeline)."""
+    """The range asked about and a partial answer's label, when there are any."""
     lines = []
     if result.range_s is not None:
         lines.append(f"Range: {_fmt_time(result.range_s[0])} - {_fmt_time(result.range_s[1])} of the video")
@@ -174,9 +172,7 @@ def _engine(args: argparse.Namespace) -> Any:
     from marlin_demo.engine import Engine
     from marlin_demo.service.startup import check_limits, offered
 
-    settings = settings_mod.from_args(args)
-    settings = check_limits(settings)
-    settings, withheld = offered(settings)
+    settings, withheld = offered(check_limits(settings_mod.from_args(args)))
     if getattr(args, "variant", None) in withheld:
         raise ValueError(withheld[args.variant])
     return Engine(settings)
@@ -184,10 +180,12 @@ def _engine(args: argparse.Namespace) -> Any:
 
 def cmd_task(args: argparse.Namespace) -> int:
     """A task's sub-command: the request's answer, readable, as JSON or as chapters."""
+    from marlin_demo import service
     from marlin_demo.engine import USER_ERRORS
     from marlin_demo.models import ModelLoadError
 
-    if _video_missing(args.video):
+    if not os.path.isfile(args.video):  # said before any model is loaded
+        print(f"error: No file at {args.video}: give the path of a video file.", file=sys.stderr)
         return EXIT_BAD_INPUT
     query = getattr(args, "query", None)
     try:
@@ -196,17 +194,14 @@ def cmd_task(args: argparse.Namespace) -> int:
             result = run_with_progress(
                 engine, args.command, args.video, args.variant, query, not args.json, args.start, args.end
             )
-    except ModelLoadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_FAILED if isinstance(exc, ModelLoadError) else EXIT_BAD_INPUT
     if args.json:
-        data = _service().caption_json(result) if isinstance(result, CaptionResult) else result.to_dict()
+        data = service.caption_json(result) if isinstance(result, CaptionResult) else result.to_dict()
         print(json.dumps(data, ensure_ascii=False, indent=2))
     elif getattr(args, "chapters", False):
-        chapters = _service().caption_json(result)["chapters"]
+        chapters = service.caption_json(result)["chapters"]
         if not chapters["lines"]:  # the clip cannot have chapters: say why, on stderr
             print(chapters["reason"], file=sys.stderr)
         print("\n".join(chapters["lines"]))
@@ -216,21 +211,6 @@ def cmd_task(args: argparse.Namespace) -> int:
         fmt = format_caption if isinstance(result, CaptionResult) else format_find
         print(fmt(result, args.command.capitalize()))
     return EXIT_OK
-
-
-def _service() -> Any:
-    """The request path (imported late: ``--help`` stays fast)."""
-    from marlin_demo import service
-
-    return service
-
-
-def _video_missing(path: str) -> bool:
-    """Say so on stderr (True) when ``path`` is not a file, before any model is loaded."""
-    if os.path.isfile(path):
-        return False
-    print(f"error: No file at {path}: give the path of a video file.", file=sys.stderr)
-    return True
 
 
 def run_with_progress(
@@ -243,27 +223,18 @@ def run_with_progress(
     start: float | None = None,
     end: float | None = None,
 ) -> Any:
-    """The request's result; on a long video (``show``) one stderr line per window as it starts.
+    """The request's result; with ``show``, one stderr line per window of a long video as it starts
+    (``caption: window k of n``). ``start`` / ``end``: only that time range."""
+    from marlin_demo import service  # imported late: ``--help`` stays fast
 
-    The line is ``caption: window k of n`` (or ``find: ...``); a one-window video (or range) prints
-    nothing. ``--json`` runs quietly, so stderr holds only what libraries or errors write. ``start`` /
-    ``end``: only that time range (``--start`` / ``--end``).
-    """
-    service = _service()
     if not show:
         return service.run(engine, task, video, variant, query, start_s=start, end_s=end)
-    from marlin_demo.results import Done, Progress
 
     with contextlib.closing(
         service.stream(engine, task, video, variant, query, start_s=start, end_s=end)
     ) as stages:
         for stage in stages:
-            if (
-                isinstance(stage, Progress)
-                and stage.window is not None
-                and not stage.text
-                and stage.windows != 1
-            ):
+            if isinstance(stage, Progress) and stage.window and not stage.text and stage.windows != 1:
                 print(f"{task}: window {stage.window} of {stage.windows}", file=sys.stderr, flush=True)
             elif isinstance(stage, Done):
                 return stage.result

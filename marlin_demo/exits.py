@@ -1,8 +1,4 @@
-"""The exit codes of every command (``caption``, ``find``, ``bench``, ``quantize``, ``batch``, ``tiny``).
-
-Scripts tell a mistake in their input from a failure of the machine by them; the README
-lists them.
-"""
+"""The exit codes of every command: scripts tell a mistake in their input from a failure by them."""
 
 from __future__ import annotations
 
@@ -19,9 +15,8 @@ EXTRAS = {"batch": ("ray",), "bench": ("matplotlib",)}
 
 
 def missing_extra(extra: str, command: str) -> str | None:
-    """One sentence naming the extra to install when ``command`` needs it and it is missing, else None.
-
-    The package is not on PyPI, so the sentence says how to install from a checkout."""
+    """One sentence naming the extra to install (from a checkout: not on PyPI) when ``command`` needs it
+    and it is missing, else None."""
     import importlib.util
 
     def absent(module: str) -> bool:

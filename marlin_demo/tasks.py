@@ -1,12 +1,8 @@
 """The tasks Marlin answers, as data: one ``Task`` entry per task, in one registry.
 
-A task is what the layers above would otherwise compare its name for: its prompt, the parser and
-repair from ``contract``, the ``Settings`` fields of its token limit and windows, its result type and
-the words that name it. The result type is the key the layers above keep their own per-task part
-under (``longvideo``'s merge of window answers, ``agreement``'s comparison, the batch rows' sidecars),
-so a new task that answers like caption (a timeline of events) or like find (a span) is one
-``register_task`` call. An unknown task is a ``ValueError`` naming the known ones, never "the other
-one". Pure data and pure functions: nothing here imports torch or any layer above ``results``.
+Layers read a task's entry instead of comparing its name; the result type is the key they keep their
+own per-task part under, so a new task that answers like caption (events) or find (a span) is one
+``register_task`` call. Pure data: nothing here imports torch or any layer above ``results``.
 """
 
 from __future__ import annotations
@@ -75,8 +71,7 @@ class Task:
         return (windows - 1) * (length - overlap) + length
 
     def ask(self, query: str | None, settings: Settings) -> tuple[str | None, str]:
-        """The cleaned query (None for a task without one) and the exact prompt; a bad query is a
-        ValueError saying what is wrong."""
+        """The cleaned query (None for a task without one) and the exact prompt; a bad query: ValueError."""
         if not self.query:
             return None, self.prompt("")
         if query is None:
@@ -109,8 +104,7 @@ def known() -> str:
 
 
 def get_task(task: str | Task) -> Task:
-    """The entry of a task name (an entry is returned as it is); an unknown name is a ValueError that
-    names the known tasks."""
+    """The entry of a task name (an entry as it is); an unknown name is a ValueError naming the known."""
     if isinstance(task, Task):
         return task
     entry = _TASKS.get(task) if isinstance(task, str) else None

@@ -1,11 +1,7 @@
 """The variants of Marlin-2B the demo can run, in one table every layer reads.
 
-A kind of variant is one ``VariantKind``: what a visitor reads (label, colour), where its weights
-come from (the ``Settings`` fields of its Hub id and revision, the tiny stand-in's folder), how they
-load (``loader``, with its compute ``dtype``) and what to say when they cannot (the package it
-imports, the fix). Adding a kind is one ``register`` call plus, when no existing loader fits, a
-loader in ``models``. Extra variants given as folders (``MARLIN_EXTRA_VARIANTS``) are not kinds:
-their checkpoint says how they load.
+Adding a kind is one ``register`` call (plus a loader in ``models`` when none fits). Extra variants
+given as folders (``MARLIN_EXTRA_VARIANTS``) are not kinds: their checkpoint says how they load.
 """
 
 from __future__ import annotations
@@ -79,11 +75,7 @@ def short(name: str) -> str:
 def colors(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     """One colour per variant, the same in every chart (table colours first, then ``EXTRA_COLORS``)."""
     extras = iter(EXTRA_COLORS * 4)
-    out = {}
-    for name in names:
-        kind = _KINDS.get(name)
-        out[name] = kind.color if kind else next(extras)
-    return out
+    return {name: kind.color if (kind := _KINDS.get(name)) else next(extras) for name in names}
 
 
 register(
