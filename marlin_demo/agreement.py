@@ -1,19 +1,10 @@
 """Agreement between variants and scores against ground truth (pure Python: no gradio, no torch).
 
-Used by the Compare tab, the public ``/compare`` endpoint and the benchmark, so
-the numbers a visitor sees are the numbers the benchmark reports.
-
-Conventions (each is tested in ``tests/test_compare.py``):
-
-* Pairs are keyed ``"a|b"`` in the order the results were given, for every
-  pair ``i < j`` (``{"gptq": .., "bnb4": ..}`` gives the key ``"gptq|bnb4"``).
-* Find: ``span_iou`` is :func:`metrics.temporal_iou`; a missing span on either
-  side counts as 0.0 (the field's convention for unparseable answers).
-* Caption: ``event_iou`` is the mean temporal IoU of the events matched one to
-  one (:func:`metrics.event_scores`, ``min_iou`` 0.3), 0.0 when none match;
-  ``rouge_l`` compares scene + event descriptions (symmetric F-measure).
-* Results may be result objects (``CaptionResult`` / ``FindResult``) or their
-  ``to_dict()`` shapes, so stored benchmark rows can be compared too.
+One module for the Compare tab, ``/compare`` and the benchmark, so a visitor sees the benchmark's
+numbers. Pairs are keyed ``"a|b"`` in the order the results were given; find compares spans by
+temporal IoU (a missing span counts as 0.0), caption by matched events (``min_iou`` 0.3) and
+ROUGE-L. Results may be result objects or their ``to_dict()`` shapes (stored benchmark rows).
+Conventions tested in ``tests/test_compare.py``.
 """
 
 from __future__ import annotations
@@ -47,15 +38,8 @@ __all__ = [
 DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 
-# ---------------------------------------------------------------------------
-# Reading results (objects or their to_dict shapes)
-# ---------------------------------------------------------------------------
-
-
 def _get(result: Any, name: str, default: Any = None) -> Any:
-    if isinstance(result, Mapping):
-        return result.get(name, default)
-    return getattr(result, name, default)
+    return result.get(name, default) if isinstance(result, Mapping) else getattr(result, name, default)
 
 
 def _span(result: Any) -> tuple[float, float] | None:
@@ -68,14 +52,7 @@ def _events(result: Any) -> list[Any]:
 
 
 def _to_dict(result: Any) -> dict[str, Any]:
-    if isinstance(result, Mapping):
-        return dict(result)
-    return result.to_dict()
-
-
-# ---------------------------------------------------------------------------
-# Agreement between variants
-# ---------------------------------------------------------------------------
+    return dict(result) if isinstance(result, Mapping) else result.to_dict()
 
 
 def _span_agreement(a: Any, b: Any, min_iou: float) -> dict[str, float]:
@@ -110,11 +87,6 @@ def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> di
     }
 
 
-# ---------------------------------------------------------------------------
-# Ground truth (examples/examples.json)
-# ---------------------------------------------------------------------------
-
-
 @lru_cache(maxsize=16)
 def _parsed_examples(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], ...]:
     del size, mtime_ns  # part of the cache key only: a changed file is read again
@@ -147,12 +119,9 @@ def ground_truth_for(
     video_path: str | os.PathLike[str] | None,
     examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON,
 ) -> dict[str, Any] | None:
-    """The example whose clip this is, matched by content hash, else by file name.
-
-    A name match counts only when the reference clip is missing (nothing to
-    hash against): a different upload that happens to be called
-    ``ball_rolls.mp4`` must not be scored against the ball's ground truth.
-    """
+    """The example whose clip this is, matched by content hash, else by file name: a name counts
+    only when the reference clip is missing, so another upload called ``ball_rolls.mp4`` is not
+    scored against the ball's ground truth."""
     if not video_path:
         return None
     path = Path(video_path)
@@ -194,11 +163,7 @@ def truth_span(example: Mapping[str, Any], query: str | None) -> tuple[float, fl
 def score_against_truth(
     task: str, result: Any, example: Mapping[str, Any], query: str | None = None
 ) -> dict[str, Any]:
-    """Score one result against an example's ground truth; {} when there is nothing to score against.
-
-    Find uses :func:`metrics.grounding_scores` on the one query (plus
-    ``ref_span``); caption uses :func:`metrics.caption_scores`.
-    """
+    """Score one result against an example's ground truth; {} when there is nothing to score against."""
     if get_task(task).result is FindResult:
         ref = truth_span(example, query if query is not None else _get(result, "query"))
         if ref is None:

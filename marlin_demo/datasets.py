@@ -1,28 +1,9 @@
 """Benchmark data: a folder with ``examples.json`` and its videos, plus a Charades-STA converter.
 
-The format (documented in ``docs/BENCHMARK.md``) is the one of ``examples/examples.json``::
-
-    [
-      {
-        "video": "ball_rolls.mp4",            # path relative to the folder (or absolute)
-        "title": "A ball rolls",              # optional
-        "set": "rendered",                    # optional; the benchmark reports each set apart
-        "duration": 12.0,                     # seconds; optional (probed from the file when absent)
-        "scene": "A green field ...",         # reference scene paragraph ("" = none)
-        "events": [{"start": 0.0, "end": 2.0, "description": "..."}],
-        "queries": [{"query": "the ball rolls", "span": [2.0, 8.0]}]
-                                              # or "spans": [[2.0, 8.0], [40.0, 46.0]]: every
-                                              # occurrence of the event (long videos)
-      }
-    ]
-
-An example without scene and events (e.g. converted from Charades-STA) has no
-caption ground truth: the benchmark runs only its ``find`` queries.
-
-Loading validates everything up front and raises :class:`DatasetError` with
-one sentence naming the entry and the fix, so a long benchmark never dies
-half-way on a typo. Nothing here imports torch; probing a video duration
-imports PyAV through :mod:`marlin_demo.video` only when needed.
+The format is ``examples/examples.json``'s (docs/BENCHMARK.md); an entry without scene and events
+(e.g. converted from Charades-STA) has no caption truth, so only its ``find`` queries run. Loading
+validates everything up front, one sentence naming the entry and the fix, so a long benchmark never
+dies half-way on a typo. Nothing here imports torch (PyAV only to probe a missing duration).
 """
 
 from __future__ import annotations
@@ -117,11 +98,6 @@ class Example:
         return out
 
 
-# ---------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------
-
-
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DatasetError(f"{what} is {value!r}, not a number of seconds.")
@@ -166,9 +142,7 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
     if name in seen:
         raise DatasetError(f"{where} repeats a video listed before: merge its queries into one entry.")
     seen.add(name)
-    video = Path(name).expanduser()
-    if not video.is_absolute():
-        video = root / video
+    video = root / Path(name).expanduser()  # an absolute path replaces root
     present = video.is_file()
     if not present and not missing_ok:
         raise DatasetError(
@@ -193,11 +167,8 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
     if not isinstance(scene, str):
         raise DatasetError(f"{where}: 'scene' must be a string (the reference scene paragraph).")
 
-    events_raw = raw.get("events") or []
-    if not isinstance(events_raw, list):
-        raise DatasetError(f"{where}: 'events' must be a list of {{start, end, description}} objects.")
     events: list[Event] = []
-    for j, ev in enumerate(events_raw):
+    for j, ev in enumerate(_list(raw, "events", where, "{start, end, description}")):
         what = f"{where} event {j + 1}"
         if not isinstance(ev, dict) or not {"start", "end", "description"} <= ev.keys():
             raise DatasetError(f"{what} must be an object with start, end and description.")
@@ -207,11 +178,8 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
         s, e = _span(ev["start"], ev["end"], duration, what)
         events.append(Event(s, e, desc.strip()))
 
-    queries_raw = raw.get("queries") or []
-    if not isinstance(queries_raw, list):
-        raise DatasetError(f"{where}: 'queries' must be a list of {{query, span: [start, end]}} objects.")
     queries: list[Query] = []
-    for j, q in enumerate(queries_raw):
+    for j, q in enumerate(_list(raw, "queries", where, "{query, span: [start, end]}")):
         what = f"{where} query {j + 1}"
         if not isinstance(q, dict) or "query" not in q or not ("span" in q or "spans" in q):
             raise DatasetError(
@@ -253,6 +221,13 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
     )
 
 
+def _list(raw: dict[str, Any], key: str, where: str, shape: str) -> list[Any]:
+    value = raw.get(key) or []
+    if not isinstance(value, list):
+        raise DatasetError(f"{where}: '{key}' must be a list of {shape} objects.")
+    return value
+
+
 def set_label(name: str) -> str:
     """The heading a set gets in summaries and plots ("real" -> "Real footage")."""
     return SET_LABELS.get(name, name)
@@ -288,12 +263,8 @@ def load_dataset(directory: str | os.PathLike[str]) -> list[Example]:
 
 
 def read_examples(path: str | os.PathLike[str]) -> list[Example]:
-    """The app's lenient read of an examples.json: the entries that parse, clips present or not.
-
-    Examples are optional in the app: an absent or broken file gives [] and a bad entry is left
-    out (logged) instead of failing the page. An entry whose clip is absent is kept (an upload
-    with its name can still be matched), without a duration unless the entry gives one.
-    """
+    """The app's lenient read: examples are optional there, so a broken file gives [] and a bad
+    entry is left out (logged); an entry whose clip is absent is kept (an upload may match its name)."""
     path = Path(path).expanduser()
     try:
         data = _read_list(path)
@@ -325,11 +296,6 @@ def dataset_digest(directory: str | os.PathLike[str]) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-# ---------------------------------------------------------------------------
-# Charades-STA converter
-# ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Annotation:
     video_id: str
@@ -345,17 +311,16 @@ def parse_charades_line(line: str, lineno: int = 0, source: str = "annotations")
     if not text or text.startswith("#"):
         return None
     where = f"{source}:{lineno}"
-    expected = "expected 'VIDEO_ID START END##QUERY' (or 'VIDEO_ID START END QUERY')"
     if "##" in text:
         head, _, query = text.partition("##")
         parts = head.split()
-        if len(parts) != 3:
-            raise DatasetError(f"{where}: {expected}, got {text[:80]!r}.")
     else:
-        parts = text.split(maxsplit=3)
-        if len(parts) != 4:
-            raise DatasetError(f"{where}: {expected}, got {text[:80]!r}.")
-        query = parts.pop()
+        *parts, query = text.split(maxsplit=3)
+    if len(parts) != 3:
+        raise DatasetError(
+            f"{where}: expected 'VIDEO_ID START END##QUERY' (or 'VIDEO_ID START END QUERY'), "
+            f"got {text[:80]!r}."
+        )
     video_id, start_txt, end_txt = parts
     try:
         start, end = float(start_txt), float(end_txt)
@@ -420,10 +385,8 @@ def convert_charades(
 ) -> ConvertReport:
     """Charades-STA lines -> ``OUT/examples.json`` (queries grouped per video, first-seen order).
 
-    Durations are probed from the video files; spans ending past the end are
-    clamped, spans starting past it dropped. Videos that are missing or
-    unreadable are skipped and counted in the report. Video paths are written
-    relative to ``out`` so the videos stay where they are.
+    Video paths are written relative to ``out``, so the videos stay where they are; what is
+    clamped, dropped or skipped (missing or unreadable videos) is counted in the report.
     """
     if isinstance(annotations, str | os.PathLike):
         ann_path = Path(annotations).expanduser()
@@ -444,10 +407,8 @@ def convert_charades(
         raise DatasetError("--limit must be at least 1.")
 
     grouped: dict[str, list[Annotation]] = {}
-    for lineno, line in enumerate(lines, start=1):
-        ann = parse_charades_line(line, lineno, source)
-        if ann is not None:
-            grouped.setdefault(ann.video_id, []).append(ann)
+    for ann in filter(None, (parse_charades_line(line, n, source) for n, line in enumerate(lines, 1))):
+        grouped.setdefault(ann.video_id, []).append(ann)
     if not grouped:
         raise DatasetError(f"{source} holds no annotation lines.")
 

@@ -1,31 +1,15 @@
 """Quality metrics used in this field (pure Python + ``rouge-score``; no torch).
 
-Temporal grounding (see ``shared/REFERENCE.md``):
-    IoU = max(0, min(e, e') - max(s, s')) / (max(e, e') - min(s, s'));
-    R1@m = share of queries with IoU >= m; mIoU = mean IoU.
-    Unparseable answers (``None``) count as IoU 0.
-Dense captions: ROUGE-L F-measure, keyword coverage |K_ref ∩ K_pred| / |K_ref|,
-and one-to-one event matching by temporal IoU.
+Grounding: IoU of (start, end) spans, R1@m = share of queries with IoU >= m, mIoU = mean IoU; an
+unparseable answer (``None``) counts as IoU 0. Captions: ROUGE-L, keyword coverage
+|K_ref ∩ K_pred| / |K_ref|, and one-to-one event matching by temporal IoU. Definitions:
+``shared/REFERENCE.md`` and ``docs/BENCHMARK.md``.
 
-Edge-case conventions (each is tested):
-* A span given reversed is read as (min, max). Two identical zero-length
-  spans have IoU 1.0 (the hull is empty, they agree exactly); any other pair
-  with an empty hull cannot occur. Non-finite times give 0.0.
-* No queries: every grounding score is 0.0 with ``n == 0``.
-* Event matching is greedy by highest IoU (ties: lower pred index, then lower
-  ref index); a pair needs IoU >= ``min_iou`` and IoU > 0.
-* No events on either side: precision = recall = f1 = 1.0 (nothing to find,
-  nothing claimed). Events on one side only: all three are 0.0.
-  ``mean_matched_iou`` is the mean over matched pairs, 0.0 when none.
-* Keyword coverage is 1.0 when the reference has no keywords (nothing to
-  cover), which keeps the function total and its type a float.
-
-Several true spans per query (long videos: "every time it happens"), see
-:func:`moment_scores`: a prediction's IoU is its IoU with the nearest true span
-(the largest over the true spans), so one true span gives exactly
-:func:`grounding_scores`. R1@m scores the best moment; Rk@m counts a query as a hit
-when any of its first k moments has IoU >= m with any true span; occurrence recall
-is the share of all true spans matched one-to-one by a moment at IoU >= m.
+Edge cases (each is tested): a reversed span reads as (min, max); two identical zero-length spans
+have IoU 1.0; non-finite times give 0.0. No queries: every grounding score is 0.0 with ``n == 0``.
+Event matching is greedy by highest IoU (ties: lower pred, then lower ref index) and needs
+IoU >= ``min_iou`` and > 0. No events on either side: precision = recall = f1 = 1.0; on one side
+only: 0.0. Keyword coverage is 1.0 when the reference has no keywords (nothing to cover).
 """
 
 from __future__ import annotations
@@ -37,29 +21,8 @@ from typing import Any
 
 from marlin_demo.contract import Event
 
-__all__ = [
-    "STOPWORDS",
-    "best_iou",
-    "caption_scores",
-    "caption_text",
-    "event_scores",
-    "grounding_scores",
-    "keyword_coverage",
-    "keywords",
-    "match_events",
-    "moment_scores",
-    "precision_recall_f1",
-    "rouge_l",
-    "temporal_iou",
-]
-
 Span = tuple[float, float]
 EventLike = Event | Mapping[str, Any]
-
-
-# ---------------------------------------------------------------------------
-# Temporal grounding
-# ---------------------------------------------------------------------------
 
 
 def _clean_span(span: Sequence[float] | None) -> Span | None:
@@ -78,10 +41,7 @@ def temporal_iou(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
         return 0.0
     inter = max(0.0, min(sa[1], sb[1]) - max(sa[0], sb[0]))
     hull = max(sa[1], sb[1]) - min(sa[0], sb[0])
-    if hull <= 0.0:
-        # Both spans are the same single instant.
-        return 1.0
-    return inter / hull
+    return inter / hull if hull > 0.0 else 1.0  # an empty hull: both are the same single instant
 
 
 def grounding_scores(
@@ -92,13 +52,19 @@ def grounding_scores(
     """mIoU, R1@m for each threshold (keys ``r1@0.3`` ...), parse rate and n."""
     if len(preds) != len(refs):
         raise ValueError(f"got {len(preds)} predictions for {len(refs)} references; they must pair up.")
-    n = len(refs)
-    ious = [temporal_iou(p, r) for p, r in zip(preds, refs, strict=True)]
-    scores: dict[str, float | int] = {"miou": sum(ious) / n if n else 0.0}
+    scores = _iou_scores([temporal_iou(p, r) for p, r in zip(preds, refs, strict=True)], thresholds)
+    return {**scores, "parse_rate": _share(sum(p is not None for p in preds), len(refs)), "n": len(refs)}
+
+
+def _share(count: float, n: int) -> float:
+    return count / n if n else 0.0
+
+
+def _iou_scores(ious: Sequence[float], thresholds: Iterable[float]) -> dict[str, float | int]:
+    """mIoU and R1@m of each threshold: the keys grounding and moment scores share."""
+    scores: dict[str, float | int] = {"miou": _share(sum(ious), len(ious))}
     for t in thresholds:
-        scores[f"r1@{t:g}"] = sum(1 for iou in ious if iou >= t) / n if n else 0.0
-    scores["parse_rate"] = sum(1 for p in preds if p is not None) / n if n else 0.0
-    scores["n"] = n
+        scores[f"r1@{t:g}"] = _share(sum(iou >= t for iou in ious), len(ious))
     return scores
 
 
@@ -115,13 +81,11 @@ def moment_scores(
     k: int = 5,
     k_iou: float = 0.5,
 ) -> dict[str, float | int]:
-    """Grounding with several true spans per query and a ranked list of moments per answer.
+    """Grounding with several true spans per query (long videos) and ranked moments per answer.
 
-    ``best[i]`` is query i's best moment (None: no usable span), ``moments[i]`` its moments
-    best first, ``refs[i]`` its true spans (at least one). Returns :func:`grounding_scores`'
-    keys (mIoU and R1@m on the best moment, against the nearest true span), ``r{k}@{k_iou}``
-    (any of the first k moments hits any true span), ``occurrence_recall@{k_iou}`` (true spans
-    matched one-to-one by the first k moments, over all true spans), parse rate and n.
+    :func:`grounding_scores`' keys on ``best`` against the nearest true span (one true span: the
+    same figures), plus ``r{k}@{k_iou}`` (any of the first k moments hits any true span) and
+    ``occurrence_recall@{k_iou}`` (true spans matched one-to-one by the first k moments).
     """
     if not len(best) == len(moments) == len(refs):
         raise ValueError(
@@ -131,23 +95,12 @@ def moment_scores(
     if any(not r for r in refs):
         raise ValueError("every query needs at least one true span.")
     n = len(refs)
-    ious = [best_iou(b, r) for b, r in zip(best, refs, strict=True)]
-    scores: dict[str, float | int] = {"miou": sum(ious) / n if n else 0.0}
-    for t in thresholds:
-        scores[f"r1@{t:g}"] = sum(1 for iou in ious if iou >= t) / n if n else 0.0
-    hits = sum(1 for ms, r in zip(moments, refs, strict=True) if any(best_iou(m, r) >= k_iou for m in ms[:k]))
-    scores[f"r{k}@{k_iou:g}"] = hits / n if n else 0.0
+    scores = _iou_scores([best_iou(b, r) for b, r in zip(best, refs, strict=True)], thresholds)
+    hits = sum(any(best_iou(m, r) >= k_iou for m in ms[:k]) for ms, r in zip(moments, refs, strict=True))
+    scores[f"r{k}@{k_iou:g}"] = _share(hits, n)
     matched = sum(len(match_events(ms[:k], r, k_iou)) for ms, r in zip(moments, refs, strict=True))
-    total = sum(len(r) for r in refs)
-    scores[f"occurrence_recall@{k_iou:g}"] = matched / total if total else 0.0
-    scores["parse_rate"] = sum(1 for b in best if b is not None) / n if n else 0.0
-    scores["n"] = n
-    return scores
-
-
-# ---------------------------------------------------------------------------
-# Event matching
-# ---------------------------------------------------------------------------
+    scores[f"occurrence_recall@{k_iou:g}"] = _share(matched, sum(len(r) for r in refs))
+    return {**scores, "parse_rate": _share(sum(b is not None for b in best), n), "n": n}
 
 
 def _event_span(item: EventLike | Sequence[float]) -> Span:
@@ -171,19 +124,16 @@ def match_events(
 ) -> list[tuple[int, int, float]]:
     """One-to-one matching by temporal IoU; returns (pred_idx, ref_idx, iou) by pred_idx.
 
-    Greedy: take the highest-IoU pair left, remove both events, repeat.
-    Greedy is not always the maximum-weight matching, but with the few
+    Greedy (highest-IoU pair first): not always the maximum-weight matching, but with the few
     events of a clip the two rarely differ, and it is simple to audit.
     """
-    pred_spans = [_event_span(p) for p in pred]
-    ref_spans = [_event_span(r) for r in ref]
-    pairs = []
-    for i, ps in enumerate(pred_spans):
-        for j, rs in enumerate(ref_spans):
-            iou = temporal_iou(ps, rs)
-            if iou > 0.0 and iou >= min_iou:
-                pairs.append((-iou, i, j))
-    pairs.sort()
+    pred_spans, ref_spans = [_event_span(p) for p in pred], [_event_span(r) for r in ref]
+    pairs = sorted(
+        (-iou, i, j)
+        for i, ps in enumerate(pred_spans)
+        for j, rs in enumerate(ref_spans)
+        if (iou := temporal_iou(ps, rs)) > 0.0 and iou >= min_iou
+    )
     used_pred: set[int] = set()
     used_ref: set[int] = set()
     matches: list[tuple[int, int, float]] = []
@@ -198,14 +148,10 @@ def match_events(
 
 
 def precision_recall_f1(tp: int, n_pred: int, n_ref: int) -> tuple[float, float, float]:
-    """(precision, recall, F1) of ``tp`` matches among ``n_pred`` predicted and ``n_ref`` reference events.
-
-    No events on either side: all three are 1.0; events on one side only: all three are 0.0.
-    """
+    """(precision, recall, F1) of ``tp`` matches among ``n_pred`` predicted and ``n_ref`` reference events."""
     if n_pred == 0 and n_ref == 0:
         return 1.0, 1.0, 1.0
-    precision = tp / n_pred if n_pred else 0.0
-    recall = tp / n_ref if n_ref else 0.0
+    precision, recall = _share(tp, n_pred), _share(tp, n_ref)
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
 
@@ -215,9 +161,8 @@ def event_scores(pred: Sequence[EventLike], ref: Sequence[EventLike], min_iou: f
     matches = match_events(pred, ref, min_iou)
     n_pred, n_ref, tp = len(pred), len(ref), len(matches)
     precision, recall, f1 = precision_recall_f1(tp, n_pred, n_ref)
-    mean_iou = sum(m[2] for m in matches) / tp if tp else 0.0
     return {
-        "mean_matched_iou": mean_iou,
+        "mean_matched_iou": _share(sum(m[2] for m in matches), tp),
         "precision": precision,
         "recall": recall,
         "f1": f1,
@@ -225,10 +170,6 @@ def event_scores(pred: Sequence[EventLike], ref: Sequence[EventLike], min_iou: f
         "n_ref": n_ref,
     }
 
-
-# ---------------------------------------------------------------------------
-# Text
-# ---------------------------------------------------------------------------
 
 _SCORER: Any = None
 
@@ -244,11 +185,8 @@ def _rouge_scorer() -> Any:
 
 
 def rouge_l(pred_text: str, ref_text: str) -> float:
-    """ROUGE-L F-measure from ``rouge_score`` (no stemming).
-
-    Its tokenizer keeps only ASCII letters and digits, so text with no such
-    characters (including empty text) scores 0.0.
-    """
+    """ROUGE-L F-measure (no stemming); its tokenizer keeps only ASCII letters and digits, so text
+    with none (empty text too) scores 0.0."""
     return float(_rouge_scorer().score(ref_text or "", pred_text or "")["rougeL"].fmeasure)
 
 
@@ -275,9 +213,7 @@ def keywords(text: str) -> set[str]:
 def keyword_coverage(pred_text: str, ref_text: str) -> float:
     """|K_ref ∩ K_pred| / |K_ref|; 1.0 when the reference has no keywords."""
     ref_kw = keywords(ref_text)
-    if not ref_kw:
-        return 1.0
-    return len(ref_kw & keywords(pred_text)) / len(ref_kw)
+    return len(ref_kw & keywords(pred_text)) / len(ref_kw) if ref_kw else 1.0
 
 
 def caption_text(scene: str, events: Iterable[EventLike]) -> str:

@@ -1,18 +1,9 @@
-"""Caption events -> WebVTT / SRT subtitle text (pure Python).
+"""Caption events -> WebVTT / SRT subtitle text and video chapters (pure Python).
 
-Decisions, so players accept every file this writes:
-
-* Events whose end is not after their start (after rounding to whole
-  milliseconds), with non-finite times, or with an empty description are
-  **skipped**, not stretched: a zero-length cue shows nothing, and an
-  invented duration would misreport what the model said.
-* Negative times are clamped to 0.
-* Cues are written in order of start time (stable for ties): WebVTT requires
-  non-decreasing start times and SRT players expect them.
-* Descriptions are flattened to one line (a blank line would end the cue)
-  and any ``-->`` (the timing arrow, which would corrupt the cue) becomes
-  ``→``. WebVTT cue text additionally escapes ``&``, ``<`` and ``>``, which
-  it would otherwise read as markup.
+So that players accept every file: an event that ends not after its start (in whole ms), has
+non-finite times or no description is skipped, not stretched (an invented duration would misreport
+the model); negative times clamp to 0; cues go in start order (WebVTT requires it); text is one
+line (a blank line ends a cue), ``-->`` becomes ``→``, and WebVTT escapes ``&``, ``<``, ``>``.
 """
 
 from __future__ import annotations
@@ -42,32 +33,19 @@ def _fmt_ms(total_ms: int, sep: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{sep}{ms:03d}"
 
 
-def _as_event(item: Event | Mapping[str, Any]) -> Event:
-    if isinstance(item, Event):
-        return item
-    return Event.from_dict(item)
-
-
 def _cues(events: Iterable[Event | Mapping[str, Any]]) -> list[tuple[int, int, str]]:
     """(start_ms, end_ms, one-line text) for every event worth a cue, sorted by start."""
     cues: list[tuple[int, int, str]] = []
     for item in events:
-        event = _as_event(item)
+        event = item if isinstance(item, Event) else Event.from_dict(item)
         if not (math.isfinite(event.start) and math.isfinite(event.end)):
             continue
-        start_ms = max(0, round(event.start * 1000))
-        end_ms = max(0, round(event.end * 1000))
-        text = " ".join(str(event.description).split())
-        text = _ARROW_RE.sub("\u2192", text)
-        if end_ms <= start_ms or not text:
-            continue
-        cues.append((start_ms, end_ms, text))
+        start_ms, end_ms = (max(0, round(t * 1000)) for t in (event.start, event.end))
+        text = _ARROW_RE.sub("\u2192", " ".join(str(event.description).split()))
+        if end_ms > start_ms and text:
+            cues.append((start_ms, end_ms, text))
     cues.sort(key=lambda cue: cue[0])
     return cues
-
-
-def _escape_vtt(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def to_webvtt(events: Iterable[Event | Mapping[str, Any]]) -> str:
@@ -75,25 +53,19 @@ def to_webvtt(events: Iterable[Event | Mapping[str, Any]]) -> str:
     blocks = ["WEBVTT"]
     for start_ms, end_ms, text in _cues(events):
         timing = f"{_fmt_ms(start_ms, '.')} --> {_fmt_ms(end_ms, '.')}"
-        blocks.append(f"{timing}\n{_escape_vtt(text)}")
+        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        blocks.append(f"{timing}\n{escaped}")
     return "\n\n".join(blocks) + "\n"
 
 
 def to_srt(events: Iterable[Event | Mapping[str, Any]]) -> str:
-    """SRT text: 1-based indices, ``00:00:01,500 --> 00:00:03,000`` timings.
-
-    Returns an empty string when no event makes a cue.
-    """
+    """SRT text: 1-based indices, ``00:00:01,500 --> 00:00:03,000`` timings; "" when no event makes a cue."""
     blocks = []
     for index, (start_ms, end_ms, text) in enumerate(_cues(events), start=1):
         timing = f"{_fmt_ms(start_ms, ',')} --> {_fmt_ms(end_ms, ',')}"
         blocks.append(f"{index}\n{timing}\n{text}")
     return "\n\n".join(blocks) + "\n" if blocks else ""
 
-
-# ---------------------------------------------------------------------------
-# Chapters: what a video description takes (YouTube's format)
-# ---------------------------------------------------------------------------
 
 MIN_CHAPTERS = 3
 MIN_CHAPTER_S = 10
