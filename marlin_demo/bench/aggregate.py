@@ -6,6 +6,7 @@ GPTQ vs bnb4).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -60,10 +61,7 @@ def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per task and over all requests: latency, TTFT, decode tok/s, tokens, memory, video decode."""
     out: dict[str, Any] = {}
     groups = {"all": list(records)}
-    for task in TASKS:
-        sel = [r for r in records if r["task"] == task]
-        if sel:
-            groups[task] = sel
+    groups.update({t: sel for t in TASKS if (sel := [r for r in records if r["task"] == t])})
     for name, recs in groups.items():
         m = [r["metrics"] for r in recs]
         out[name] = {
@@ -88,18 +86,13 @@ def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _stability(idx: dict[tuple, dict[str, Any]], plan: Sequence[Request]) -> float | None:
     """Share of requests (with >= 2 successful repeats) whose raw answer was identical in every repeat."""
-    raws: dict[tuple, set[str]] = {}
-    counts: dict[tuple, int] = {}
+    answers: dict[tuple, list[str]] = {}
     for req in plan:
         rec = idx.get(req.key)
         if rec and rec.get("ok"):
-            k = req.key[:4]
-            raws.setdefault(k, set()).add(rec.get("raw", ""))
-            counts[k] = counts.get(k, 0) + 1
-    multi = [k for k, c in counts.items() if c >= 2]
-    if not multi:
-        return None
-    return sum(1 for k in multi if len(raws[k]) == 1) / len(multi)
+            answers.setdefault(req.key[:4], []).append(rec.get("raw", ""))
+    multi = [set(a) for a in answers.values() if len(a) >= 2]
+    return sum(len(a) == 1 for a in multi) / len(multi) if multi else None
 
 
 def by_set(
@@ -228,6 +221,10 @@ def _get(d: Any, *path: str) -> Any:
     return d
 
 
+def _getter(*path: str) -> Any:
+    return lambda v: _get(v, *path)
+
+
 def _memory_label(per: dict[str, Any]) -> str:
     kinds = {_get(v, "speed", "memory_kind") for v in per.values()} - {None}
     if kinds == {"cuda_peak_allocated"}:
@@ -241,36 +238,17 @@ def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
     """(key, label, getter, format) rows of the seed card's table, in its order."""
     base = registry.HEADLINE[1]  # retention is against the headline's 4-bit baseline (bnb4)
     base_overall = _get(per.get(base), "quality", "overall")
+    latency = functools.partial(_getter, "speed", "all", "latency_s")
     return [
-        (
-            "latency_mean_s",
-            "Latency per request, mean (s)",
-            lambda v: _get(v, "speed", "all", "latency_s", "mean"),
-            "s",
-        ),
-        (
-            "latency_median_s",
-            "Latency per request, median (s)",
-            lambda v: _get(v, "speed", "all", "latency_s", "median"),
-            "s",
-        ),
-        (
-            "peak_memory_mb",
-            _memory_label(per),
-            lambda v: _get(v, "speed", "all", "peak_memory_mb", "max"),
-            "mb",
-        ),
+        ("latency_mean_s", "Latency per request, mean (s)", latency("mean"), "s"),
+        ("latency_median_s", "Latency per request, median (s)", latency("median"), "s"),
+        ("peak_memory_mb", _memory_label(per), _getter("speed", "all", "peak_memory_mb", "max"), "mb"),
         (
             f"retention_vs_{base}",
             f"Accuracy retention vs {base} (overall score)",
             lambda v: _ratio(_get(v, "quality", "overall"), base_overall),
             "pct",
         ),
-        ("caption_score", "Caption score (ROUGE-L)", lambda v: _get(v, "quality", "caption", "rouge_l"), "q"),
-        (
-            "keyword_coverage",
-            "Keyword coverage",
-            lambda v: _get(v, "quality", "caption", "keyword_coverage"),
-            "q",
-        ),
+        ("caption_score", "Caption score (ROUGE-L)", _getter("quality", "caption", "rouge_l"), "q"),
+        ("keyword_coverage", "Keyword coverage", _getter("quality", "caption", "keyword_coverage"), "q"),
     ]

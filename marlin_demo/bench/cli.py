@@ -41,11 +41,7 @@ from marlin_demo.tasks import TASKS
 
 def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
     """Comma-separated names, deduplicated in order; ``hint`` is appended to the unknown-name error."""
-    names: list[str] = []
-    for raw in text.split(","):
-        name = raw.strip()
-        if name and name not in names:
-            names.append(name)
+    names = list(dict.fromkeys(name for raw in text.split(",") if (name := raw.strip())))
     if not names:
         raise BenchError(f"--{what} is empty: give a comma-separated list.")
     if allowed is not None:
@@ -74,8 +70,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise BenchError("--limit must be at least 1.")
     try:
-        settings = settings_mod.from_args(args)
-        settings = check_limits(settings)
+        settings = check_limits(settings_mod.from_args(args))
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None
@@ -129,9 +124,7 @@ def _bench(args: argparse.Namespace) -> int:
             dynamic_ncols=True,
             disable=not total,
         ) as bar:
-            for v in variants:
-                if not pending[v]:
-                    continue
+            for v in [v for v in variants if pending[v]]:
                 load_failed |= not measure.bench_variant(engine, v, pending[v], out, bar)
         if import_s:
             append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})

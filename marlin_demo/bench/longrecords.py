@@ -1,16 +1,6 @@
-"""What the benchmark keeps and reports about long videos (pure: no torch; the ``bench`` package
-calls these: ``bench.measure``, ``bench.quality``, ``bench.aggregate``).
-
-Kept apart from ``bench`` so its hooks stay a few lines:
-
-* ``record_fields(result)``: added to each request's record: ``windows`` (how many windows were
-  answered, 1 for a short video) and, for find, ``moments`` (``[{"start", "end", "score"}]``, best
-  first);
-* ``record_moments(record)``: a record's ranked moments as spans (without moments, its span);
-* ``window_cost(record)``: one request's cost per window, aggregated by ``bench.aggregate.speed``
-  with its ``stats`` under the keys of ``WINDOW_COST_KEYS``.
-
-Scores with several true spans per query are ``metrics.moment_scores``.
+"""What the benchmark keeps and reports about long videos (pure: no torch), kept apart so the
+hooks in ``bench.measure``, ``bench.quality`` and ``bench.aggregate`` stay a few lines. Scores with
+several true spans per query are ``metrics.moment_scores``.
 """
 
 from __future__ import annotations
@@ -31,11 +21,8 @@ def record_fields(result: Any) -> dict[str, Any]:
 
 
 def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
-    """The record's moments as (start, end), best first.
-
-    No moments (an older record, or a span the score could not rate: fewer than two numbers in the
-    answer) ranks the record's span alone, so R5 never misses what R1 counts.
-    """
+    """The record's moments as (start, end), best first; without moments (an older record, or an
+    answer the score could not rate) its span alone, so R5 never misses what R1 counts."""
     moments = record.get("moments") or []
     if not moments:
         span = record.get("span")
@@ -46,7 +33,7 @@ def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
 def window_cost(record: dict[str, Any]) -> dict[str, float | None]:
     """Windows answered, and the request's latency and video read + sample time divided by them.
 
-    (The bench's engine keeps no prefix cache, so it does not time the prefill apart: no prefill row.)
+    (The bench's engine keeps no prefix cache, so there is no prefill time to divide.)
     """
     n = max(1, int(record.get("windows") or 1))
     latency = (record.get("metrics") or {}).get("latency_s")

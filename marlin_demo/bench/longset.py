@@ -1,14 +1,9 @@
 """Synthetic long clips from the rendered examples, with exact ground truth (tests and bench).
 
-Examples are concatenated in a cycle (sorted by name) until ``target_s`` is reached and re-encoded
-once (concat filter, same size and fps as the examples), so segment k starts exactly at the sum of
-the previous examples' durations; events and query spans are shifted by that offset. A query that
-recurs gets one span per occurrence ("every time it happens"). Generated media is never committed.
-
-``build_long_set`` writes a benchmark data folder of such clips (``bench --data long``, or
-``bench build-long-set``): set ``long``, one entry per clip, every query with all its true spans.
-It is built into the user cache (``MARLIN_CACHE_DIR``), and a clip whose truth is unchanged is
-not encoded again.
+The examples are concatenated in a cycle and re-encoded once (same size and fps), so segment k
+starts exactly at the sum of the previous durations and the truth shifts by that offset; a query
+that recurs gets one span per occurrence. ``build_long_set`` writes the ``bench --data long`` folder
+into the user cache, encoding again only a clip whose truth changed (docs/BENCHMARK.md).
 """
 
 from __future__ import annotations
@@ -42,10 +37,8 @@ def _rendered_examples(ex_dir: Path) -> list[dict[str, Any]]:
 
 
 def long_clip_truth(examples: list[dict[str, Any]], target_s: float, start: int = 0) -> dict[str, Any]:
-    """Segments, events and multi-span queries of the concatenation (pure: no media touched).
-
-    ``start`` rotates the cycle (the sorted examples from that one on), so two clips of a set differ.
-    """
+    """Segments, events and multi-span queries of the concatenation (pure: no media touched);
+    ``start`` rotates the cycle, so two clips of a set differ."""
     order = sorted(examples, key=lambda e: e["video"])
     order = order[start % len(order) :] + order[: start % len(order)]
     segments: list[dict[str, Any]] = []
@@ -99,23 +92,20 @@ def _encode(ex_dir: Path, truth: dict[str, Any], out: Path) -> None:
 
 def default_long_set_dir() -> Path:
     """``<user cache>/long-set-v<N>`` (``MARLIN_CACHE_DIR`` overrides the cache, as for the tiny model)."""
-    env = os.environ.get("MARLIN_CACHE_DIR")
-    if env:
-        return Path(env) / f"long-set-v{LONG_SET_VERSION}"
-    from platformdirs import user_cache_dir
+    cache = os.environ.get("MARLIN_CACHE_DIR")
+    if not cache:
+        from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("marlin-demo")) / f"long-set-v{LONG_SET_VERSION}"
+        cache = user_cache_dir("marlin-demo")
+    return Path(cache) / f"long-set-v{LONG_SET_VERSION}"
 
 
 def long_set_entry(
     examples: list[dict[str, Any]], target_s: float, start: int = 0, queries_per_example: int | None = None
 ) -> dict[str, Any]:
-    """One examples.json entry of the long set (pure): caption truth and every query's true spans.
-
-    The reference scene is each distinct example's scene once, in order of first appearance (the
-    answer's scene joins the windows' scenes, skipping repeats). ``queries_per_example`` keeps the
-    first N queries of each example (None: all).
-    """
+    """One examples.json entry of the long set (pure): caption truth and every query's true spans
+    (the first ``queries_per_example`` of each example; None: all). The reference scene is each
+    distinct example's scene once, in order of first appearance, as the answer's joins its windows'."""
     truth = long_clip_truth(examples, target_s, start)
     by_video = {e["video"]: e for e in examples}
     scenes: list[str] = []
@@ -145,10 +135,7 @@ def build_long_set(
     queries_per_example: int | None = None,
     examples_dir: str | Path = EXAMPLES_DIR,
 ) -> Path:
-    """Write the long set's clips and ``examples.json`` into ``out_dir``; returns the folder.
-
-    Clip k starts its cycle at example k. A clip already there with the same truth is kept.
-    """
+    """Write the long set's clips (clip k starts its cycle at example k) and ``examples.json``."""
     ex_dir = Path(examples_dir)
     examples = _rendered_examples(ex_dir)
     root = Path(out_dir) if out_dir is not None else default_long_set_dir()

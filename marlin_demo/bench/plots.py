@@ -58,8 +58,9 @@ def _quality_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
     import matplotlib.pyplot as plt
 
     names = list(per)
-    qdefs = [(t, k, lbl) for t, k, lbl in QUALITY_ROWS if k not in ("format_rate",)]
-    qdefs = [d for d in qdefs if any(_get(per[n], "quality", d[0]) for n in names)]
+    qdefs = [
+        d for d in QUALITY_ROWS if d[1] != "format_rate" and any(_get(per[n], "quality", d[0]) for n in names)
+    ]
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     labels = [lbl.split(" (")[0] for _, _, lbl in qdefs] + ["Overall"]
     series: dict[str, list[float | None]] = {
@@ -69,7 +70,6 @@ def _quality_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
     _bars(ax, names, color, labels, series)
     ax.set_ylim(0, 1.05)
     ax.set_title("Quality against the ground truth (higher is better)")
-    fig.tight_layout()
     _save(fig, out / "quality.png")
 
 
@@ -83,19 +83,12 @@ def _latency_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
     series: dict[str, list[float | None]] = {}
     err: dict[str, list[tuple[float, float]]] = {}
     for n in names:
-        series[n], err[n] = [], []
-        for t in tasks:
-            st = _get(per[n], "speed", t, "latency_s")
-            if st:
-                series[n].append(st["median"])
-                err[n].append((st["median"] - st["p25"], st["p75"] - st["median"]))
-            else:
-                series[n].append(None)
-                err[n].append((0.0, 0.0))
+        sts = [_get(per[n], "speed", t, "latency_s") for t in tasks]
+        series[n] = [st["median"] if st else None for st in sts]
+        err[n] = [(st["median"] - st["p25"], st["p75"] - st["median"]) if st else (0.0, 0.0) for st in sts]
     _bars(ax, names, color, [f"{t} requests" for t in tasks], series, err)
     ax.set_ylabel("seconds per request (median, bars: p25-p75)")
     ax.set_title("Latency per request (lower is better)")
-    fig.tight_layout()
     _save(fig, out / "latency.png")
 
 
@@ -117,7 +110,6 @@ def _memory_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
         ax.set_ylabel("MB")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Memory (lower is better)")
-    fig.tight_layout()
     _save(fig, out / "memory.png")
 
 
@@ -140,7 +132,6 @@ def _latency_distribution_plot(out: Path, per: dict[str, Any], color: Sequence[A
         ax.set_ylabel("latency per request (s)")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Per-request latency over all repeats")
-    fig.tight_layout()
     _save(fig, out / "latency_distribution.png")
 
 
@@ -153,7 +144,6 @@ def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequ
         return
     groups = list(sets.values())
     fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups) + 1, 8), dpi=100, squeeze=False)
-    width = 0.8 / max(1, len(names))
     parts = [
         ("find", "miou", "Find mIoU"),
         ("caption", "rouge_l", "ROUGE-L"),
@@ -172,26 +162,18 @@ def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequ
             ),
         ]
         for row, (labels, get) in enumerate(rows):
-            ax = axes[row][col]
-            for i, n in enumerate(names):
-                vals = [0.0 if x is None else x for x in get(per[n])]
-                pos = [x + (i - (len(names) - 1) / 2) * width for x in range(len(labels))]
-                ax.bar(pos, vals, width, label=n, color=color[i])
-            ax.set_xticks(range(len(labels)))
-            ax.set_xticklabels(labels, rotation=20, ha="right")
-            ax.grid(axis="y", alpha=0.3)
-            ax.legend()
+            _bars(axes[row][col], names, color, labels, {n: get(per[n]) for n in names})
         axes[0][col].set_ylim(0, 1.05)
         axes[0][col].set_title(f"{group['label']} ({group['data']['examples']} clips): quality")
         axes[1][col].set_title(f"{group['label']}: latency median")
         axes[1][col].set_ylabel("seconds per request")
     fig.suptitle("By example set (higher quality, lower latency is better)")
-    fig.tight_layout()
     _save(fig, out / "sets.png")
 
 
 def _save(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
+    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

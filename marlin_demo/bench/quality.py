@@ -17,15 +17,8 @@ def _scored(
     idx: dict[tuple, dict[str, Any]], variant: str, task: str, name: str, query: str | None, repeats: int
 ):
     """The record quality is scored on: the first successful repeat (greedy decoding: repeats agree)."""
-    first = None
-    for rep in range(repeats):
-        rec = idx.get((variant, task, name, query, rep))
-        if rec is None:
-            continue
-        if rec.get("ok"):
-            return rec
-        first = first or rec
-    return first
+    recs = [r for rep in range(repeats) if (r := idx.get((variant, task, name, query, rep))) is not None]
+    return next((r for r in recs if r.get("ok")), recs[0] if recs else None)
 
 
 QUALITY_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -122,14 +115,10 @@ def quality(
                     "task": "caption",
                     "video": ex.name,
                     "ok": ok,
-                    "rouge_l": sc["rouge_l"],
-                    "keyword_coverage": sc["keyword_coverage"],
-                    "event_precision": sc["precision"],
-                    "event_recall": sc["recall"],
-                    "event_f1": sc["f1"],
+                    **{k: sc[k] for k in ("rouge_l", "keyword_coverage")},
+                    **{f"event_{k}": sc[k] for k in ("precision", "recall", "f1")},
                     "event_mean_iou": sc["mean_matched_iou"],
-                    "n_pred": sc["n_pred"],
-                    "n_ref": sc["n_ref"],
+                    **{k: sc[k] for k in ("n_pred", "n_ref")},
                     "format_ok": fmt[-1],
                 }
             )
@@ -163,45 +152,24 @@ def agreement(
     repeats: int,
 ) -> dict[str, Any]:
     """How close a variant's answers are to the reference variant's (bf16), request by request."""
+    asked: dict[str, list[tuple[str, str | None]]] = {
+        "find": [(ex.name, q.query) for ex in examples for q in ex.queries],
+        "caption": [(ex.name, None) for ex in examples if ex.has_caption_truth],
+    }
     out: dict[str, Any] = {}
-    if "find" in tasks:
-        ious, same = [], []
-        for ex in examples:
-            for q in ex.queries:
-                a = _scored(idx, variant, "find", ex.name, q.query, repeats)
-                b = _scored(idx, reference, "find", ex.name, q.query, repeats)
-                if not (a and a.get("ok") and b and b.get("ok")):
-                    continue
-                ious.append(pair_agreement("find", {"a": a, "b": b})["a|b"]["span_iou"])
-                same.append(a.get("raw") == b.get("raw"))
-        if ious:
-            out["find"] = {
-                "span_iou": statistics.fmean(ious),
-                "same_answer_rate": sum(same) / len(same),
-                "n": len(ious),
-            }
-    if "caption" in tasks:
-        ev_iou, ev_f1, rl, same = [], [], [], []
-        for ex in examples:
-            if not ex.has_caption_truth:
-                continue
-            a = _scored(idx, variant, "caption", ex.name, None, repeats)
-            b = _scored(idx, reference, "caption", ex.name, None, repeats)
-            if not (a and a.get("ok") and b and b.get("ok")):
-                continue
-            pair = pair_agreement("caption", {"a": a, "b": b})["a|b"]
-            ev_iou.append(pair["event_iou"])
-            ev_f1.append(pair["event_f1"])
-            rl.append(pair["rouge_l"])
-            same.append(a.get("raw") == b.get("raw"))
-        if rl:
-            out["caption"] = {
-                "event_iou": statistics.fmean(ev_iou),
-                "event_f1": statistics.fmean(ev_f1),
-                "rouge_l": statistics.fmean(rl),
-                "same_answer_rate": sum(same) / len(same),
-                "n": len(rl),
-            }
+    for task, keys in asked.items():
+        if task not in tasks:
+            continue
+        pairs = []
+        for name, query in keys:
+            a = _scored(idx, variant, task, name, query, repeats)
+            b = _scored(idx, reference, task, name, query, repeats)
+            if a and a.get("ok") and b and b.get("ok"):
+                pairs.append((pair_agreement(task, {"a": a, "b": b})["a|b"], a.get("raw") == b.get("raw")))
+        if pairs:
+            out[task] = {k: statistics.fmean(p[k] for p, _ in pairs) for k in pairs[0][0]}
+            out[task]["same_answer_rate"] = sum(same for _, same in pairs) / len(pairs)
+            out[task]["n"] = len(pairs)
     return out
 
 

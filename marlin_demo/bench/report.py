@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
-from marlin_demo.bench.aggregate import _get, _rel, _seed_rows, aggregate
+from marlin_demo.bench.aggregate import _get, _getter, _rel, _seed_rows, aggregate
 from marlin_demo.bench.environment import environment
 from marlin_demo.bench.matrix import SCHEMA
 from marlin_demo.bench.plots import write_plots
@@ -22,21 +23,12 @@ from marlin_demo.settings import Settings
 from marlin_demo.tasks import TASKS
 
 UNITS = {
-    "latency_s": "s",
-    "ttft_s": "s",
-    "first_text_s": "s",
-    "decode_s": "s",
-    "load_s": "s",
-    "warmup_s": "s",
+    **dict.fromkeys(("latency_s", "ttft_s", "first_text_s", "decode_s", "load_s", "warmup_s"), "s"),
+    **dict.fromkeys(("latency_per_window_s", "decode_per_window_s"), "s"),
+    **dict.fromkeys(("peak_memory_mb", "footprint_mb", "allocated_after_load_mb"), "MB"),
+    **dict.fromkeys(("output_tokens", "video_tokens"), "tokens"),
     "tokens_per_s": "tok/s",
-    "output_tokens": "tokens",
-    "video_tokens": "tokens",
-    "peak_memory_mb": "MB",
-    "footprint_mb": "MB",
-    "allocated_after_load_mb": "MB",
     "windows": "windows",
-    "latency_per_window_s": "s",
-    "decode_per_window_s": "s",
 }
 
 
@@ -83,14 +75,8 @@ def write_csv(path: Path, agg: dict[str, Any]) -> None:
                 w.writerow([v, name, "" if value is None else value, _unit(name)])
         for cmp_name, data in agg["comparison"].items():
             for name, value in _flatten(data):
-                w.writerow(
-                    [
-                        cmp_name,
-                        name,
-                        "" if value is None else value,
-                        "relative" if name != "overall_retention" else "ratio",
-                    ]
-                )
+                unit = "relative" if name != "overall_retention" else "ratio"
+                w.writerow([cmp_name, name, "" if value is None else value, unit])
 
 
 def _fmt(value: Any, kind: str) -> str:
@@ -100,15 +86,9 @@ def _fmt(value: Any, kind: str) -> str:
         return value
     if kind == "s":
         return f"{value:.3f}" if value < 1 else f"{value:.2f}"
-    if kind == "mb":
-        return f"{value:.2f}"
     if kind == "pct":
         return f"{100 * value:.1f}%"
-    if kind == "int":
-        return f"{value:.0f}"
-    if kind == "f1":
-        return f"{value:.1f}"
-    return f"{value:.4f}"
+    return format(value, {"mb": ".2f", "int": ".0f", "f1": ".1f"}.get(kind, ".4f"))
 
 
 def _table(per: dict[str, Any], rows: Sequence[Row], rel: bool) -> list[str]:
@@ -133,10 +113,6 @@ def _headline_note() -> str:
 def _has_headline(per: dict[str, Any]) -> bool:
     """Both variants of the headline comparison (``variants.HEADLINE``) were measured."""
     return all(v in per for v in variants.HEADLINE)
-
-
-def _getter(*path: str) -> Any:
-    return lambda v: _get(v, *path)
 
 
 def _requests_ok(v: dict[str, Any]) -> str:
@@ -210,14 +186,14 @@ def _seed_section(per: dict[str, Any], rel: bool) -> list[str]:
 def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
     """Load, per-task latency and memory: every speed figure of results.json that a reader compares."""
     rows: list[Row] = [
-        ("Model load (s)", lambda v: _get(v, "load", "load_s"), "s"),
-        ("Weight footprint (MB)", lambda v: _get(v, "load", "footprint_mb"), "mb"),
-        ("Allocated after load (MB, CUDA)", lambda v: _get(v, "load", "allocated_after_load_mb"), "mb"),
-        ("Kernel", lambda v: _get(v, "load", "kernel"), "str"),
-        ("Computed in (MARLIN_COMPUTE_DTYPE)", lambda v: _get(v, "load", "compute_dtype"), "str"),
-        ("Attention / linear-attention path", lambda v: _get(v, "load", "attention"), "str"),
-        ("Compiled decoding (MARLIN_COMPILE)", lambda v: _get(v, "load", "compile"), "str"),
-        ("Device", lambda v: _get(v, "speed", "device"), "str"),
+        ("Model load (s)", _getter("load", "load_s"), "s"),
+        ("Weight footprint (MB)", _getter("load", "footprint_mb"), "mb"),
+        ("Allocated after load (MB, CUDA)", _getter("load", "allocated_after_load_mb"), "mb"),
+        ("Kernel", _getter("load", "kernel"), "str"),
+        ("Computed in (MARLIN_COMPUTE_DTYPE)", _getter("load", "compute_dtype"), "str"),
+        ("Attention / linear-attention path", _getter("load", "attention"), "str"),
+        ("Compiled decoding (MARLIN_COMPILE)", _getter("load", "compile"), "str"),
+        ("Device", _getter("speed", "device"), "str"),
     ]
     for task in TASKS:
         if any(_get(v, "speed", task) for v in per.values()):
@@ -236,35 +212,23 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
 
 def _task_speed_rows(task: str) -> list[Row]:
     """One task's latency spread, first token, first text and decode rate (a task that ran)."""
-    name = task.title()
+    name, get = task.title(), functools.partial(_getter, "speed", task)
+    spread = ("median", "p25", "p75", "min", "max", "stdev")
     return [
-        (f"{name} latency median (s)", _getter("speed", task, "latency_s", "median"), "s"),
-        (f"{name} latency p25 (s)", _getter("speed", task, "latency_s", "p25"), "s"),
-        (f"{name} latency p75 (s)", _getter("speed", task, "latency_s", "p75"), "s"),
-        (f"{name} latency min (s)", _getter("speed", task, "latency_s", "min"), "s"),
-        (f"{name} latency max (s)", _getter("speed", task, "latency_s", "max"), "s"),
-        (f"{name} latency stdev (s)", _getter("speed", task, "latency_s", "stdev"), "s"),
-        (f"{name} time to first token, median (s)", _getter("speed", task, "ttft_s", "median"), "s"),
-        (
-            f"{name} time to first visible text, median (s)",
-            _getter("speed", task, "first_text_s", "median"),
-            "s",
-        ),
-        (f"{name} decode tokens/s, median", _getter("speed", task, "tokens_per_s", "median"), "f1"),
-        (f"{name} output tokens, mean", _getter("speed", task, "output_tokens", "mean"), "f1"),
+        *((f"{name} latency {k} (s)", get("latency_s", k), "s") for k in spread),
+        (f"{name} time to first token, median (s)", get("ttft_s", "median"), "s"),
+        (f"{name} time to first visible text, median (s)", get("first_text_s", "median"), "s"),
+        (f"{name} decode tokens/s, median", get("tokens_per_s", "median"), "f1"),
+        (f"{name} output tokens, mean", get("output_tokens", "mean"), "f1"),
     ]
 
 
 def _window_rows(task: str) -> list[Row]:
     """Only for long videos (some request answered in several windows): the cost per window."""
-    name = task.title()
+    name, get = task.title(), functools.partial(_getter, "speed", task)
     return [
-        (f"{name} windows per request, mean", _getter("speed", task, "windows", "mean"), "f1"),
-        (
-            f"{name} latency per window, median (s)",
-            _getter("speed", task, "latency_per_window_s", "median"),
-            "s",
-        ),
+        (f"{name} windows per request, mean", get("windows", "mean"), "f1"),
+        (f"{name} latency per window, median (s)", get("latency_per_window_s", "median"), "s"),
     ]
 
 
@@ -292,17 +256,14 @@ def _agreement_section(per: dict[str, Any]) -> list[str]:
     sub = {v: data for v, data in per.items() if "retention_vs_bf16" in data}
     if not sub:
         return []
+    get = functools.partial(_getter, "agreement_with_bf16")
     rows: list[Row] = [
-        ("Find span IoU vs bf16", _getter("agreement_with_bf16", "find", "span_iou"), "q"),
-        ("Find: same answer as bf16", _getter("agreement_with_bf16", "find", "same_answer_rate"), "pct"),
-        ("Caption event IoU vs bf16", _getter("agreement_with_bf16", "caption", "event_iou"), "q"),
-        ("Caption event F1 vs bf16", _getter("agreement_with_bf16", "caption", "event_f1"), "q"),
-        ("Caption ROUGE-L vs bf16", _getter("agreement_with_bf16", "caption", "rouge_l"), "q"),
-        (
-            "Caption: same answer as bf16",
-            _getter("agreement_with_bf16", "caption", "same_answer_rate"),
-            "pct",
-        ),
+        ("Find span IoU vs bf16", get("find", "span_iou"), "q"),
+        ("Find: same answer as bf16", get("find", "same_answer_rate"), "pct"),
+        ("Caption event IoU vs bf16", get("caption", "event_iou"), "q"),
+        ("Caption event F1 vs bf16", get("caption", "event_f1"), "q"),
+        ("Caption ROUGE-L vs bf16", get("caption", "rouge_l"), "q"),
+        ("Caption: same answer as bf16", get("caption", "same_answer_rate"), "pct"),
     ]
     rows += [
         (f"Retention: {label}", _getter("retention_vs_bf16", task, key), "pct")
@@ -369,17 +330,10 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
         rows.append(("Overall score", _getter("quality", "overall"), "q"))
         for task in TASKS:
             if any(_get(v, "speed", task) for v in per.values()):
+                get = functools.partial(_getter, "speed", task)
                 rows += [
-                    (
-                        f"{task.title()} latency median (s)",
-                        _getter("speed", task, "latency_s", "median"),
-                        "s",
-                    ),
-                    (
-                        f"{task.title()} output tokens, mean",
-                        _getter("speed", task, "output_tokens", "mean"),
-                        "f1",
-                    ),
+                    (f"{task.title()} latency median (s)", get("latency_s", "median"), "s"),
+                    (f"{task.title()} output tokens, mean", get("output_tokens", "mean"), "f1"),
                 ]
         rows += [
             ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
@@ -390,8 +344,6 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
 
 
 def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
     if isinstance(obj, set | tuple):
         return list(obj)
     return str(obj)

@@ -1,17 +1,9 @@
-"""``bench search``: a library search's quality and cost on a collection with ground truth (docs/LIBRARY.md).
+"""``bench search``: a library search's quality and cost on a collection with ground truth.
 
-The collection (default: the long-video set, ``bench.longset``) is indexed as one library, so that the
-search's N candidate windows are fewer than the library's windows and stage 1 really chooses. Each
-distinct ground-truth query is then searched once (both stages, ``library.search``) and answered once
-by the baseline, an exhaustive find over every window of every video (``batch --task find``'s work),
-and both are scored against every true span of the query in every video:
-
-* ``video@1`` / ``video@5``: a video holding a true span is the first / among the first five distinct
-  videos of the ranked moments;
-* ``r5@0.5``: one of the first five moments overlaps a true span of its video at IoU >= 0.5;
-* ``stage1_recall``: one of the N candidate windows holds the middle of a true span (stage 2 can only
-  find what stage 1 chose);
-* latency per search and windows decoded per search (find windows the model was asked in).
+The collection (default: the long-video set) is indexed as one library, so stage 1 really chooses
+among more windows than N; each distinct query is searched once and answered once by an exhaustive
+find over every window, both scored against every true span (video@1/@5, R@5 IoU 0.5, stage-1
+recall, latency, windows decoded). The figures' definitions: docs/LIBRARY.md.
 """
 
 from __future__ import annotations
@@ -62,10 +54,7 @@ def truths(examples: list[dict[str, Any]]) -> dict[str, Truth]:
 
 def score_moments(moments: list[dict[str, Any]], truth: Truth) -> dict[str, bool]:
     """The per-query hits of a ranked list of moments (``video``, ``start``, ``end``)."""
-    videos: list[str] = []
-    for m in moments:
-        if m["video"] not in videos:
-            videos.append(m["video"])
+    videos = list(dict.fromkeys(m["video"] for m in moments))  # distinct, in rank order
     r5 = any(
         temporal_iou((m["start"], m["end"]), span) >= 0.5
         for m in moments[:5]
@@ -247,8 +236,7 @@ def cmd_search_bench(args: argparse.Namespace) -> int:
     try:
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be at least 1.")
-        settings = settings_mod.from_args(args).with_(variants=args.variant)  # the one it runs
-        settings = check_limits(settings)
+        settings = check_limits(settings_mod.from_args(args).with_(variants=args.variant))  # the one it runs
         data = resolve_data(args.data) or Path(args.data).expanduser()
         if not (data / "examples.json").is_file():
             raise ValueError(f"--data {args.data}: no examples.json there (give `long` or a data folder).")
