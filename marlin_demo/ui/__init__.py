@@ -1,8 +1,5 @@
-"""The Gradio UI: one module per tab (``render()`` lays it out, ``listen()`` wires its events).
-
-``blocks.build_demo(engine, settings)`` assembles them; ``timeline`` draws the
-clickable time axis; ``common`` holds what the tabs share.
-"""
+"""The Gradio UI: one module per tab (``render()`` lays it out, ``listen()`` wires its events);
+``blocks.build_demo(engine, settings)`` assembles them."""
 
 from marlin_demo.ui.blocks import build_demo
 

@@ -1,8 +1,5 @@
 """About tab: model card facts, the seed card's GPTQ-vs-bnb4 figures with their source, how to run, the API.
-
-The facts are embedded here as text on purpose: the app must not read files
-outside the repository at runtime.
-"""
+The facts are embedded as text on purpose: the app must not read files outside the repository at runtime."""
 
 from __future__ import annotations
 
@@ -127,10 +124,4 @@ def render(ctx: UIContext) -> gr.Markdown:
             gr.Markdown(MODEL_FACTS + SEED_FIGURES, elem_id="about-facts")
             gr.Markdown(credits_markdown(ctx.examples, ctx.examples_dir), elem_id="about-credits")
         with gr.Column(scale=1):
-            md = gr.Markdown(RUN_LOCALLY + api_snippets(ctx), elem_id="about-run")
-    return md
-
-
-def listen(ctx: UIContext, md: gr.Markdown) -> None:
-    """Nothing to wire: the tab is static text."""
-    del ctx, md
+            return gr.Markdown(RUN_LOCALLY + api_snippets(ctx), elem_id="about-run")

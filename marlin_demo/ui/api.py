@@ -1,19 +1,10 @@
-"""The public API and the MCP tools: each endpoint is a ``gr.api`` function that its docstring describes.
+"""The public API and the MCP tools: each endpoint a ``gr.api`` function described by its docstring.
 
-One endpoint per task of ``tasks.TASKS`` (``/caption``, ``/find``: a task registered there gets its
-endpoint and its MCP tool from the same loop), ``/compare``, ``/search`` and ``/caption_stream``. Gradio's
-API page lists them, and with ``launch(mcp_server=True)`` Gradio's MCP server serves each as a tool named
-after the function, described by its docstring (the summary with this server's limits, one line per
-argument under ``Args:``, the ``Returns:`` line). ``/caption_stream`` is a tool too, answering its last
-message: Gradio's one documented way to keep a public endpoint off the tools, ``api_visibility=
-"undocumented"``, also takes it off gradio_client's API info, and the client then fills no default and
-takes no keyword (``submit(clip, "gptq", api_name="/caption_stream")`` would fail).
-
-A video argument is our code's to read, at the endpoint: a file gradio_client uploaded
-(``handle_file``), or text: a base64 data URL, or this server's ``/gradio_api/file=`` URL of an upload.
-Any other URL is refused without a request (``gradio_hooks`` keeps Gradio itself from downloading one
-before the endpoint sees it), and so is a path on the server. Results are plain JSON; an error is one
-sentence with no title, so MCP's answer with a progress token is the same sentence as without one.
+One endpoint (and MCP tool) per task of ``tasks.TASKS``, then ``/compare``, ``/search``, ``/caption_stream``.
+``/caption_stream`` is a tool too (answering its last message): ``api_visibility="undocumented"``, Gradio's
+one way to keep it off the tools, also drops it from gradio_client's API info (no defaults, no keywords).
+A video is a ``handle_file`` upload, a base64 data URL or this server's ``/gradio_api/file=`` URL of an
+upload; other URLs and server paths are refused. An error is one untitled sentence (see ``api_errors``).
 """
 
 from __future__ import annotations
@@ -124,11 +115,6 @@ SEARCH_RETURNS = (
 )
 
 
-# ---------------------------------------------------------------------------
-# What the descriptions say about this server
-# ---------------------------------------------------------------------------
-
-
 def limits_text(ctx: UIContext) -> str:
     """This server's limits and variants, for every description."""
     s = ctx.settings
@@ -175,20 +161,13 @@ def variant_arg(ctx: UIContext) -> str:
 
 
 def docstring(summary: str, args: dict[str, str], returns: str) -> str:
-    """A docstring Gradio reads as documented: the summary, one line per argument, one ``Returns:`` line
-    (its parser keeps only the first line of an argument's description)."""
+    """A docstring Gradio reads as documented (its parser keeps an argument's first line only)."""
     lines = [summary, "", "Args:", *(f"    {name}: {text}" for name, text in args.items()), ""]
     return "\n".join([*lines, "Returns:", f"    {returns}"])
 
 
-# ---------------------------------------------------------------------------
-# The video argument, at the endpoint
-# ---------------------------------------------------------------------------
-
-
 def video_file(video: object, ctx: UIContext, request: gr.Request | None) -> str:
-    """The local path of the video an API or MCP caller sent; anything else is one clear ``gr.Error``,
-    before any file is read or any request made."""
+    """The local path of the video a caller sent, else one clear ``gr.Error`` before anything is read."""
     if isinstance(video, dict):  # gradio_client's handle_file: already uploaded to this server
         return require_upload(str(video.get("path") or ""), ctx, uploads_only=True)
     if isinstance(video, str) or video is None:
@@ -197,8 +176,7 @@ def video_file(video: object, ctx: UIContext, request: gr.Request | None) -> str
 
 
 def video_text(text: str, ctx: UIContext, request: gr.Request | None) -> str:
-    """A video sent as text: a data URL (saved among the uploads), this server's file URL of an upload,
-    or nothing else."""
+    """A video sent as text: a data URL (saved among the uploads) or this server's file URL of one."""
     if not text:
         return ""
     if text.startswith("data:"):
@@ -232,8 +210,7 @@ def save_data_url(text: str, max_mb: float) -> str:
 
 
 def own_file(url: str, request: gr.Request | None) -> str:
-    """The upload a URL of this server names (``<server>/gradio_api/file=<path>``, what an upload answers),
-    mapped to its file without any request; any other URL is refused."""
+    """The upload a URL of this server names (``/gradio_api/file=<path>``); any other URL is refused."""
     headers = request.headers if request is not None else {}
     here = headers.get("x-forwarded-host") or headers.get("host") or ""
     try:
@@ -248,15 +225,9 @@ def own_file(url: str, request: gr.Request | None) -> str:
     return unquote(rest)
 
 
-# ---------------------------------------------------------------------------
-# The endpoints
-# ---------------------------------------------------------------------------
-
-
 @contextlib.contextmanager
 def api_errors() -> Iterator[None]:
-    """``user_errors``, each sentence untitled: MCP prefixes an error's title to it only when the call
-    carried a progress token, so without one both answers are the same sentence, the API's."""
+    """``user_errors`` untitled: MCP prefixes a title only with a progress token; this keeps one sentence."""
     try:
         with user_errors():
             yield
@@ -265,13 +236,8 @@ def api_errors() -> Iterator[None]:
 
 
 def reply(data: dict[str, Any], request: gr.Request | None) -> Any:
-    """The JSON an API client gets; to Gradio's MCP bridge the same JSON as text (it writes a dict as
-    Python's repr)."""
+    """The JSON; to Gradio's MCP bridge as text (it would write a dict as Python's repr)."""
     return json.dumps(data, ensure_ascii=False) if gradio_hooks.from_mcp(request) else data
-
-
-def result_json(result: Result) -> dict[str, Any]:
-    return service.caption_json(result) if isinstance(result, CaptionResult) else result.to_dict()
 
 
 def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
@@ -279,10 +245,12 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
 
     def answer(video: object, query: str | None, variant: str, start: Any, end: Any, request: Any) -> Any:
         with api_errors():
-            path = video_file(video, ctx, request)
-            v = pick_variant(variant, ctx)
+            path, v = video_file(video, ctx, request), pick_variant(variant, ctx)
             result = service.run(ctx.engine, task.name, path, v, query, start_s=start, end_s=end)
-            return reply(result_json(result), request)
+            return reply(
+                service.caption_json(result) if isinstance(result, CaptionResult) else result.to_dict(),
+                request,
+            )
 
     default = ctx.default_variant
     endpoint: Callable[..., dict[str, Any]]
@@ -335,8 +303,7 @@ def caption_stream_endpoint(ctx: UIContext) -> Callable[..., Any]:
         request: gr.Request = None,  # type: ignore[assignment]
     ) -> Iterator[dict[str, Any]]:
         with api_errors():
-            path = video_file(video, ctx, request)
-            v = pick_variant(variant, ctx)
+            path, v = video_file(video, ctx, request), pick_variant(variant, ctx)
             stages = service.stream(ctx.engine, tasks.CAPTION.name, path, v, start_s=start, end_s=end)
             for message in follow(stages, StreamMessages(), ctx.settings.stream_every_s):
                 yield reply(message, request)
@@ -386,8 +353,6 @@ def compare_endpoint(ctx: UIContext) -> Callable[..., Any]:
 
 
 def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
-    s = ctx.settings
-
     def search(
         query: str,
         top_k: float = DEFAULT_TOP_K,
@@ -406,7 +371,7 @@ def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
     about = (
         "Find a described moment across every video of this server's library (its example clips unless it "
         "serves another): the words of every caption window first (full text), then find in the best "
-        f"{s.search_candidates} windows only. {limits_text(ctx)}"
+        f"{ctx.settings.search_candidates} windows only. {limits_text(ctx)}"
     )
     args = {
         "query": 'The event in plain words, e.g. "a ball rolls across the floor" (not empty).',

@@ -1,8 +1,5 @@
-"""Assemble the app: header, the four tabs, the queue, and what ``launch()`` needs (theme, css, js, head).
-
-In Gradio 6 the theme, CSS, JS and head go to ``launch()``, not ``Blocks()``,
-so ``build_demo`` returns them beside the Blocks for ``app.py`` to pass on.
-"""
+"""Assemble the app: header, the tabs, the queue, and what ``launch()`` needs (in Gradio 6 theme, css, js
+and head go to ``launch()``, not ``Blocks()``, so ``build_demo`` returns them for ``app.py``)."""
 
 from __future__ import annotations
 
@@ -34,13 +31,7 @@ from marlin_demo.ui import (
     one_clip,
     timeline,
 )
-from marlin_demo.ui.common import (
-    UIContext,
-    available_examples,
-    cache_mode_from_env,
-    default_output_dir,
-    examples_dir_for,
-)
+from marlin_demo.ui.common import UIContext, available_examples, cache_mode_from_env, default_output_dir
 from marlin_demo.ui.running import Updates
 
 TITLE = "Marlin-2B · what happens, and when"
@@ -56,8 +47,7 @@ HEAD = (
 
 
 def page() -> gr.Column:
-    """A run tab's one column: on a phone its parts are reordered inside it (inputs, result, the
-    rest of the result, examples last: style.css)."""
+    """A run tab's one column: on a phone its parts are reordered inside it (style.css)."""
     return gr.Column(elem_classes="mr-page")
 
 
@@ -103,8 +93,7 @@ def theme() -> gr.themes.Base:
 
 
 def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
-    """``MARLIN_CACHE_EXAMPLES=eager``: every Caption and Find example is answered once, in the
-    background (the engine's GPU lock puts a visitor's request between two of them), and kept."""
+    """``MARLIN_CACHE_EXAMPLES=eager``: every example answered once in the background, and kept."""
 
     def run() -> None:
         for example in ctx.examples:
@@ -140,26 +129,22 @@ def make_context(engine: Engine, settings: Settings, status: ModelStatus | None 
     status = status or ModelStatus(requested=settings.model)
     out = default_output_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
-    examples_dir = examples_dir_for(settings)
     return UIContext(
         engine=engine,
         settings=settings,
         status=status,
         output_dir=out,
         cache_mode=cache_mode_from_env(space.on_space()),
-        examples=available_examples(examples_dir / EXAMPLES_FILE),
-        examples_dir=examples_dir,
+        examples=available_examples(settings.examples_path / EXAMPLES_FILE),
+        examples_dir=settings.examples_path,
     )
 
 
 def build_demo(
     engine: Engine, settings: Settings, status: ModelStatus | None = None
 ) -> tuple[gr.Blocks, dict[str, Any]]:
-    """The Blocks app and the keyword arguments its ``launch()`` needs.
-
-    ``settings`` are the settings asked for; ``engine.settings`` may differ
-    (the tiny stand-in after a failed load), and ``status`` says why.
-    """
+    """The Blocks app and its ``launch()`` keywords; ``engine.settings`` may differ from ``settings`` (the
+    tiny stand-in after a failed load), and ``status`` says why."""
     ctx = make_context(engine, settings, status)
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
@@ -175,7 +160,7 @@ def build_demo(
             with gr.Tab("Library · search all", id="library", elem_id="tab-library"):
                 lib = library.render(ctx)
             with gr.Tab("About", id="about", elem_id="tab-about"):
-                abt = about.render(ctx)
+                about.render(ctx)
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
         # (components set once per result, not per streamed token)
         header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.metrics_table])
@@ -189,14 +174,13 @@ def build_demo(
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
-        about.listen(ctx, abt)
         library.listen(ctx, lib, tabs, clip.video, fnd.query)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     if ctx.cache_mode == "eager":
         answer_examples_at_start(ctx)
-    launch_kwargs: dict[str, Any] = {
+    return demo, {
         "theme": theme(),
         "css": CSS,
         "js": None,
@@ -206,4 +190,3 @@ def build_demo(
         "show_error": True,
         "mcp_server": mcp_on(settings),
     }
-    return demo, launch_kwargs

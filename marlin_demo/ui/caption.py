@@ -1,12 +1,9 @@
-"""Caption tab: "what happens" — scene paragraph, a clickable timeline, a table, captions on the clip.
-
-The UI event streams the text as the model writes it (private); the public
-``/caption`` endpoint returns ``CaptionResult.to_dict()`` and nothing else.
-"""
+"""Caption tab: "what happens": scene paragraph, a clickable timeline, a table, captions on the clip.
+The UI event streams the text (private); the public ``/caption`` returns ``CaptionResult.to_dict()`` only."""
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import html
 from dataclasses import dataclass
 from typing import Any
@@ -17,17 +14,7 @@ from marlin_demo import service, subtitles
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.ui import run_tab, timeline
-from marlin_demo.ui.common import (
-    CLIP_ID,
-    PRIVATE_UI,
-    UIContext,
-    clip_stem,
-    metrics_html,
-    notice_html,
-    session_of,
-    tiny_in_use,
-    write_json,
-)
+from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, UIContext, clip_stem, session_of, write_json
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView
 from marlin_demo.ui.running import RunState, StageView, Updates, scroll_mark
@@ -81,24 +68,12 @@ class CaptionTab(RunTab):
             tl = timeline.placeholder(
                 "No timed events could be read from the answer, so there is nothing to draw."
             )
-        notice = notice_html(
-            tiny=tiny_in_use(ctx),
-            format_ok=result.format_ok,
-            repaired=result.repaired,
-            repairs=result.info.repairs,
-            what="caption",
-            result=result,
-        )
-        reuse = ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s)
         return {
-            self.scene: scene_html(result.scene, scroll=True) + chapters_html(result),
+            **self.answered(ctx, result, cold),
+            self.scene: scene_html(result.scene) + chapters_html(result),
             self.timeline: tl,
             self.table: _rows(result.events),
-            self.metrics: metrics_html(result.to_dict()["metrics"], cold, result.variant, result.info, reuse),
             self.files: _downloads(ctx, result, path),
-            self.raw: result.raw,
-            self.notice: notice,
-            self.progress: "",
         }
 
     def after_run(self, ctx: UIContext, end: Any) -> None:
@@ -112,10 +87,10 @@ class CaptionTab(RunTab):
         end.then(captions, [self.table, self.video], self.video, **PRIVATE_UI)
 
 
-def scene_html(scene: str, scroll: bool = False) -> str:
-    """The scene paragraph; ``scroll``: a finished result, brought into view with the timeline above it."""
+def scene_html(scene: str) -> str:
+    """A finished result's scene paragraph, brought into view with the timeline above it."""
     text = html.escape(scene) if scene.strip() else "<i>The answer had no scene paragraph.</i>"
-    mark = scroll_mark("#caption-timeline") if scroll else ""
+    mark = scroll_mark("#caption-timeline")
     return f'<div class="mc-scene"{mark}><div class="mc-label">Scene</div><p>{text}</p></div>'
 
 
@@ -127,13 +102,8 @@ def live_html(text: str, stage: str) -> str:
 def stream_message(
     text: str, result: CaptionResult | None = None, window: int | None = None, windows: int | None = None
 ) -> dict[str, Any]:
-    """One message of ``/caption_stream``: the text so far; the last one adds the finished result.
-
-    The result is exactly ``/caption``'s JSON; ``first_text_s`` (seconds from the request's
-    start to the first visible text) sits beside it so that shape stays the same. On a long
-    video a message also has ``window`` and ``windows`` (window k of n, 1-based); ``text`` is
-    then that window's answer so far.
-    """
+    """One message of ``/caption_stream``: the text so far (a long video's: window k of n's, 1-based); the
+    last adds ``/caption``'s JSON, with ``first_text_s`` beside it so that shape stays the same."""
     if result is None:
         msg: dict[str, Any] = {"done": False, "text": text}
         if window is not None:
@@ -153,11 +123,8 @@ def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
 
 
 def _rows(events: list[Event]) -> Any:
-    """The events table (times rounded to tenths, as the timeline shows them), shown only with rows.
-
-    Hidden by ``visible="hidden"``, not by CSS on its own rows: a table hidden until it has drawn a
-    row sometimes never drew one (Gradio draws the rows that fit the table's height, zero while hidden).
-    """
+    """The events table (times in tenths, as the timeline), shown only with rows: by ``visible="hidden"``,
+    not CSS, since a table hidden until it drew a row sometimes never drew one (zero fit while hidden)."""
     rows = [[i + 1, round(e.start, 1), round(e.end, 1), e.description] for i, e in enumerate(events)]
     return gr.update(value=rows, visible=True if rows else "hidden")
 
@@ -167,19 +134,17 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
     folder = ctx.new_run_dir("caption")
     stem = clip_stem(video)
     data = caption_json(result)
-    files = [str(write_json(folder / f"{stem}.events.json", data))]
-    vtt_path = folder / f"{stem}.vtt"
-    vtt_path.write_text(subtitles.to_webvtt(result.events), encoding="utf-8")
-    files.append(str(vtt_path))
-    srt = subtitles.to_srt(result.events)
-    if srt:
-        (folder / f"{stem}.srt").write_text(srt, encoding="utf-8")
-        files.append(str(folder / f"{stem}.srt"))
-    if data["chapters"]["lines"]:
-        path = folder / f"{stem}.chapters.txt"
-        path.write_text("\n".join(data["chapters"]["lines"]) + "\n", encoding="utf-8")
-        files.append(str(path))
-    return files
+    texts = {  # an empty one is not written (SRT without cues, no chapters)
+        "vtt": subtitles.to_webvtt(result.events),
+        "srt": subtitles.to_srt(result.events),
+        "chapters.txt": "".join(line + "\n" for line in data["chapters"]["lines"]),
+    }
+    files = [write_json(folder / f"{stem}.events.json", data)]
+    for ext, text in texts.items():
+        if text:
+            files.append(folder / f"{stem}.{ext}")
+            files[-1].write_text(text, encoding="utf-8")
+    return [str(f) for f in files]
 
 
 caption_json = service.caption_json  # ``/caption``'s JSON, the CLI's too
@@ -200,19 +165,15 @@ def chapters_html(result: CaptionResult) -> str:
 
 def _events_from_table(table: Any) -> list[Event]:
     """The events back from the table's value (a DataFrame, or rows), skipping unreadable rows."""
-    rows = table.values.tolist() if hasattr(table, "values") else list(table or [])
     events = []
-    for row in rows:
-        try:
+    for row in table.values.tolist() if hasattr(table, "values") else list(table or []):
+        with contextlib.suppress(TypeError, ValueError, IndexError):
             events.append(Event(float(row[1]), float(row[2]), str(row[3])))
-        except (TypeError, ValueError, IndexError):
-            continue
     return events
 
 
 def no_captions() -> gr.Video:
-    """The clip without captions: an update made in an event (``gr.update(subtitles=None)`` is dropped
-    by Gradio as "not set")."""
+    """The clip without captions (Gradio drops ``gr.update(subtitles=None)`` as "not set")."""
     return gr.Video(subtitles=None)
 
 
@@ -228,14 +189,8 @@ def with_subtitles(ctx: UIContext, table: Any) -> Any:
 
 def render(ctx: UIContext, clip: Clip) -> CaptionTab:
     """Lay out the tab (inside the caller's ``gr.Tab``); outputs are made first so examples can name them."""
-    tl = gr.HTML(
-        timeline.placeholder(PLACEHOLDER, GHOST),
-        js_on_load=timeline.TIMELINE_JS,
-        elem_id="caption-timeline",
-        render=False,
-    )
+    shared = run_tab.shared_outputs(CaptionTab, raw_lines=6)
     scene = gr.HTML("", elem_id="caption-scene", render=False)
-    notice = gr.HTML("", elem_id="caption-notice", render=False)
     table = gr.Dataframe(
         headers=TABLE_HEADERS,
         datatype=["number", "number", "number", "str"],
@@ -247,7 +202,6 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
         column_widths=["8%", "14%", "14%", "64%"],
         render=False,
     )
-    metrics = gr.HTML("", elem_id="caption-metrics", render=False)
     files = gr.File(
         label="Downloads: events as JSON, WebVTT and SRT",
         file_count="multiple",
@@ -255,67 +209,40 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
         elem_id="caption-files",
         render=False,
     )
-    progress = gr.HTML("", elem_id="caption-progress", render=False)
-    raw = gr.Textbox(
-        label="Exactly what the model wrote",
-        lines=6,
-        interactive=False,
-        buttons=["copy"],
-        elem_id="caption-raw",
-        render=False,
-    )
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
-            variant, run, stop = run_tab.controls(ctx, "caption", "Caption this video")
-            tab = CaptionTab(
-                video=clip.video,
-                status=clip.status,
-                start=clip.start,
-                end=clip.end,
-                variant=variant,
-                run=run,
-                stop=stop,
-                progress=progress,
-                timeline=tl,
-                notice=notice,
-                metrics=metrics,
-                raw=raw,
-                scene=scene,
-                table=table,
-                files=files,
+            tab = run_tab.make(
+                ctx, CaptionTab, clip, "Caption this video", scene=scene, table=table, files=files, **shared
             )
-            with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
-                rows = [
-                    ([str(ctx.clip(e)), ctx.default_variant], f"▶ {e.get('title') or e['video']}")
-                    for e in ctx.examples
-                ]
-                tab.examples = run_tab.examples(ctx, tab, rows)
+            rows = [
+                ([str(ctx.clip(e)), ctx.default_variant], f"▶ {e.get('title') or e['video']}")
+                for e in ctx.examples
+            ]
+            tab.examples = run_tab.examples(ctx, tab, rows)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
-            progress.render()
-            tl.render()
-            scene.render()
-            notice.render()
+            for part in (tab.progress, tab.timeline, scene, tab.notice):
+                part.render()
     with gr.Row(equal_height=False):
         with gr.Column(scale=7, min_width=360):
             table.render()
         with gr.Column(scale=5, min_width=320):
-            metrics.render()
+            tab.metrics.render()
             files.render()
     with gr.Accordion("Raw model output", open=False, elem_id="caption-raw-acc"):
-        raw.render()
+        tab.raw.render()
     return tab
 
 
 class CaptionView(RunView):
-    """The Caption tab while the model writes: the text as it comes; on a long video each answered
-    window's events join the timeline."""
+    """The Caption tab while the model writes; a long video's answered windows join the timeline."""
 
     tab: CaptionTab
 
     def __init__(self, ctx: UIContext, tab: CaptionTab, asked: Asked) -> None:
         budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
-        written = functools.partial(_written, budget)
-        super().__init__(ctx, tab, asked, written=written, window_step=": writing")
+        super().__init__(
+            ctx, tab, asked, written=lambda text: min(1.0, len(text) / budget), window_step=": writing"
+        )
         self.windows: list[Window] = []  # a long video's windows (none: answered whole)
         self.events: list[Event] = []  # the answered windows' events, merged by the runner
         self.duration = 0.0
@@ -372,18 +299,13 @@ class CaptionView(RunView):
         return {self.tab.scene: live_html(run.text, stage), self.tab.raw: run.text, **super().writing(run)}
 
 
-def _written(budget: int, text: str) -> float:
-    return min(1.0, len(text) / budget)
-
-
 class StreamMessages(StageView[dict[str, Any]]):
     """``/caption_stream``: a message per text as it is written, then the finished result."""
 
-    def window_starts(self, run: RunState) -> dict[str, Any]:
-        return stream_message(run.text, window=run.window, windows=run.windows)
-
     def writing(self, run: RunState) -> dict[str, Any]:
         return stream_message(run.text, window=run.window, windows=run.windows)
+
+    window_starts = writing
 
     def done(self, run: RunState, result: Result) -> dict[str, Any]:
         assert isinstance(result, CaptionResult)

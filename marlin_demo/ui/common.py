@@ -1,7 +1,5 @@
-"""What every tab shares: the app context, upload checks, error mapping, output folders, formatting.
-
-Kept free of layout: the tab modules own their components and events.
-"""
+"""What every tab shares: the app context, upload checks, error mapping, output folders, formatting
+(no layout: the tab modules own their components and events)."""
 
 from __future__ import annotations
 
@@ -42,7 +40,6 @@ EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 #: model-running events: no Gradio limit, so every request reaches the service, whose scheduler takes
 #: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
-"""Every event that runs the model shares one slot: one request on the GPU at a time."""
 
 CLIP_ID = "clip-video"
 """The page's one video (every run tab's clip, and the player their timelines seek)."""
@@ -54,14 +51,7 @@ CacheMode = Literal["eager", "lazy", "off"]
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
 
 
-def variant_label(variant: str) -> str:
-    """The name a visitor reads for a variant (its key when it has none)."""
-    return variants.label(variant)
-
-
-# ---------------------------------------------------------------------------
-# Context shared by the tabs
-# ---------------------------------------------------------------------------
+variant_label = variants.label  # the name a visitor reads for a variant
 
 
 @dataclass
@@ -106,7 +96,8 @@ class UIContext:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         folder = self.output_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:8]}"
         folder.mkdir()
-        _prune(self.output_dir, keep=200)
+        for old in sorted(p for p in self.output_dir.iterdir() if p.is_dir())[:-200]:  # the newest 200 stay
+            shutil.rmtree(old, ignore_errors=True)
         return folder
 
     def compare_variants(self, include_bf16: bool = False) -> list[str]:
@@ -117,8 +108,7 @@ class UIContext:
         return chosen
 
     def reuse_note(self, variant: str, info: RunInfo, ttft_s: float | None) -> str:
-        """One sentence when this request reused an earlier reading of the video (else ""); a full
-        reading is remembered so a later reuse can compare its first token with it."""
+        """A sentence when this request reused an earlier reading of the video; full readings are kept."""
         key = (variant, str(getattr(info.video, "path", "") or ""))
         if not info.reused_prefix:
             if ttft_s is not None and key[1]:
@@ -140,12 +130,6 @@ class UIContext:
         )
 
 
-def _prune(folder: Path, keep: int) -> None:
-    runs = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: p.name)
-    for old in runs[:-keep] if len(runs) > keep else []:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def default_output_dir(settings: Settings) -> Path:
     """MARLIN_OUTPUT_DIR, else a folder in the system temp dir (served to the browser, so not the repo)."""
     if settings.output_dir:
@@ -154,13 +138,8 @@ def default_output_dir(settings: Settings) -> Path:
 
 
 def cache_mode_from_env(on_space: bool) -> CacheMode:
-    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere.
-
-    Eager caching runs every Caption and Find example through the model after start-up,
-    one request at a time: with the tiny stand-in on a busy 2-core CPU the page answered
-    after 99 s but the 24 examples took until 707 s, and a visitor's request waits behind
-    them. Lazy caches an example the first time someone clicks it.
-    """
+    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere: eager answering of the 24
+    examples on a busy 2-core CPU (tiny stand-in) took until 707 s, and a visitor's request waits behind."""
     raw = settings_mod.env_value("cache_examples").lower()
     if raw in ("eager", "lazy", "off"):
         return raw  # type: ignore[return-value]
@@ -168,12 +147,6 @@ def cache_mode_from_env(on_space: bool) -> CacheMode:
         raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
     del on_space  # the same default on a Space and locally (see above)
     return "lazy"
-
-
-def examples_dir_for(settings: Settings) -> Path:
-    """``--examples-dir`` when given, else the source checkout's ``examples/`` (absent when pip-installed:
-    the app then runs without examples)."""
-    return settings.examples_path
 
 
 def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
@@ -186,10 +159,6 @@ def short_name(example: Mapping[str, Any]) -> str:
     """An example's clip name without extension or underscores, for example labels."""
     return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
 
-
-# ---------------------------------------------------------------------------
-# Examples: the same run as an upload's, kept for the next click
-# ---------------------------------------------------------------------------
 
 EXAMPLE_TIMING = {
     "lazy": "the first click runs the model as Run does; later clicks show that answer at once",
@@ -210,24 +179,17 @@ def examples_note(ctx: UIContext) -> str:
 
 def example_labels(labels: Sequence[str], limit: int = 60) -> list[str]:
     """Example labels cut at a word boundary (never mid-word), with an ellipsis when cut."""
-    out = []
-    for label in labels:
-        if len(label) <= limit:
-            out.append(label)
-            continue
-        cut = label[: limit + 1].rsplit(" ", 1)[0].rstrip(' ·,;:“"')
-        out.append(cut + "…")
-    return out
+    return [
+        label if len(label) <= limit else label[: limit + 1].rsplit(" ", 1)[0].rstrip(' ·,;:“"') + "…"
+        for label in labels
+    ]
 
 
 def kept_answer(
     ctx: UIContext, task: str, path: str, variant: str, query: str | None = None
 ) -> tuple[example_notes.Key | None, example_notes.Kept | None]:
-    """The key of an example clip's answer (None for an upload that is no example) and the answer kept
-    for it, when examples are kept at all."""
-    if ctx.cache_mode == "off":
-        return None, None
-    example = ctx.ground_truth(path)
+    """An example clip's answer key (None for an upload, or examples not kept) and its kept answer."""
+    example = None if ctx.cache_mode == "off" else ctx.ground_truth(path)
     if example is None:
         return None, None
     key = ctx.answers.key(task, example, variant, query)
@@ -235,13 +197,9 @@ def kept_answer(
 
 
 class ResultsClip:
-    """Per browser session: the clip on screen, and the clip each tab's results belong to.
-
-    The page has one clip; its change event (``show``) says which. A tab's results go when the clip
-    changes to another, and a request whose clip is no longer shown stops showing anything
-    (``shows``). An example's click reports its clip itself (``own(chosen=True)``): its kept answer
-    may reach the server before the clip's own change event, and is never wiped by it.
-    """
+    """Per browser session: the clip on screen (``show``), and the clip each tab's results belong to. An
+    example's click reports its clip itself (``own(chosen=True)``): its kept answer may arrive before the
+    clip's own change event, and is never wiped by it."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._shown: dict[str, str] = {}  # session -> the clip on screen ("" once cleared)
@@ -261,8 +219,7 @@ class ResultsClip:
             return stale
 
     def own(self, tab: str, session: str, clip: str, chosen: bool = False) -> None:
-        """The tab's results (those now being made) belong to ``clip``; ``chosen``: the visitor just
-        chose it (an example's click), so it is the clip on screen."""
+        """The tab's results now made belong to ``clip``; ``chosen``: an example's click put it on screen."""
         with self._lock:
             self._owners.setdefault(session, {})[tab] = clip
             if chosen:
@@ -304,10 +261,6 @@ def session_of(request: gr.Request | None) -> str:
     return (getattr(request, "session_hash", None) or "") if request is not None else ""
 
 
-# ---------------------------------------------------------------------------
-# Uploads only
-# ---------------------------------------------------------------------------
-
 NOT_UPLOADED = (
     "Send the video as an uploaded file: in gradio_client use handle_file('clip.mp4'). "
     "A path on the server ({name}) is not accepted."
@@ -324,8 +277,7 @@ def is_inside(path: Path, folder: Path) -> bool:
 
 
 def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False) -> str:
-    """The path of an uploaded video (or, unless ``uploads_only``, a bundled example); anything else is a
-    clear ``gr.Error``."""
+    """The path of an upload (or, unless ``uploads_only``, a bundled example); else a clear ``gr.Error``."""
     if video is None or (isinstance(video, str) and not video.strip()):
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
     path = Path(str(video))
@@ -342,10 +294,8 @@ def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Engine/video/value errors become ``gr.Error`` with their message; anything else a short apology.
-
-    Never a stack trace: unexpected errors are logged on the server only.
-    """
+    """Engine/video/value errors become ``gr.Error`` with their message; anything else a short apology
+    (never a stack trace: unexpected errors are logged on the server only)."""
     try:
         yield
     except gr.Error:
@@ -372,12 +322,8 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
 def clip_status(
     ctx: UIContext, video: str | None, start: float | None = None, end: float | None = None
 ) -> str:
-    """Checked as soon as a clip (or a range of it) is chosen: one line saying it will be read and
-    what a caption of it costs (or, once, why not).
-
-    Only the file's facts are probed here (no decoding); a run says the rest in the same place. With a
-    range, the duration limit applies to the range, as the request checks it.
-    """
+    """One line as soon as a clip (or a range of it) is chosen: it will be read, and what a caption costs
+    (or why not). Only the file's facts are probed (no decoding); a range's limit is the request's."""
     if not video:
         return ""
     try:
@@ -410,6 +356,7 @@ def status_html(message: str, error: bool = False) -> str:
     return f'<div class="{cls}"{role}>{html.escape(message)}</div>'
 
 
+#: ``js_on_load`` of the status line under the page's clip
 STATUS_JS = r"""
 // Once per page: the browser's own "Video not playable" toast is replaced by the status line under the
 // input (the server's sentence says what is wrong; a clip the server accepts but this browser cannot
@@ -454,28 +401,17 @@ if (!window.__marlinStatus) {
   }, true);
 }
 """
-"""``js_on_load`` of the status line under the page's clip."""
-
-
-# ---------------------------------------------------------------------------
-# Formatting
-# ---------------------------------------------------------------------------
 
 
 def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.{digits}f}{unit}"
+    return "–" if value is None else f"{value:.{digits}f}{unit}"
 
 
 def metrics_html(
     m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo | None = None, reuse: str = ""
 ) -> str:
-    """Cost of one request as cards; a first (cold) run says that it included loading the model.
-
-    ``info`` adds what the public JSON leaves out: the first visible text and the kernels that ran;
-    ``reuse`` (``UIContext.reuse_note``) says what an earlier reading of the same video saved.
-    """
+    """Cost of one request as cards; ``info`` adds what the public JSON leaves out (first visible text,
+    kernels), ``reuse`` (``UIContext.reuse_note``) what an earlier reading of the same video saved."""
     cards = [
         ("Latency", fmt(m.get("latency_s"), " s"), "request end to end, model load excluded"),
         ("First token", fmt(m.get("ttft_s"), " s"), "decode + prefill until the first new token"),
@@ -522,33 +458,25 @@ def metrics_html(
 TRAINED_FORMS = {CaptionResult: "Scene / Events", FindResult: "“From <start> to <end>.”"}
 
 
-def notice_html(
-    *,
-    tiny: bool,
-    format_ok: bool,
-    repaired: bool,
-    repairs: Sequence[str],
-    what: str = "caption",
-    result: Result | None = None,
-) -> str:
-    """Honest notes about an answer: only part of it came back (``result.partial``), the range asked,
-    stand-in weights, an off-format answer, repairs made."""
+def notice_html(ctx: UIContext, result: Result, what: str) -> str:
+    """Honest notes: a partial answer, the range asked, stand-in weights, an off-format answer, repairs."""
     notes: list[str] = []
-    if result is not None and result.partial is not None:
+    if result.partial is not None:
         notes.append(f"<b>{html.escape(result.partial.note())}</b>")
-    if result is not None and result.range_s is not None:
+    if result.range_s is not None:
         start, end = result.range_s
         notes.append(f"Asked about {start:g}-{end:g} s of the video; times are the video's own.")
-    if not format_ok:
+    if not result.format_ok:
         trained = TRAINED_FORMS[get_task(what).result]
         notes.append(
             f"<b>Not in Marlin's format.</b> The answer did not follow the trained {html.escape(trained)} "
             "format; it is shown as far as it could be read."
         )
-    if repaired:
-        items = "".join(f"<li>{html.escape(r)}</li>" for r in repairs) or "<li>details not recorded</li>"
+    if result.repaired:
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in result.info.repairs)
+        items = items or "<li>details not recorded</li>"
         notes.append(f"<b>Repaired.</b> The answer was adjusted to fit the clip:<ul>{items}</ul>")
-    if tiny:
+    if tiny_in_use(ctx):
         notes.append(
             "<b>Tiny stand-in.</b> These words come from random weights that only learned the answer "
             "format: they say nothing about the video."

@@ -1,10 +1,5 @@
-"""Compare tab: one video, one task, run on GPTQ and bnb4 (and bf16 on request) side by side.
-
-Shows each variant's answer, the cost of each (charts), how much the variants
-agree, and on the bundled examples how each scores against the ground truth.
-Runs accumulate in a per-session table that downloads as CSV; a variant's
-first run (cold: it includes loading the model) is reported apart from warm runs.
-"""
+"""Compare tab: one video, one task, run on GPTQ and bnb4 (and bf16 on request) side by side: answers,
+cost charts, agreement, scores on the examples, and the session's runs (cold runs apart from warm)."""
 
 from __future__ import annotations
 
@@ -126,11 +121,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
                 _examples(ctx, [video, task, query])
         with gr.Column(scale=8, min_width=420, elem_classes="mr-results"):
             summary = gr.HTML("", elem_id="compare-summary")
-            cards = gr.HTML(
-                EMPTY_CARDS,
-                js_on_load=timeline.TIMELINE_JS,
-                elem_id="compare-cards",
-            )
+            cards = gr.HTML(EMPTY_CARDS, js_on_load=timeline.TIMELINE_JS, elem_id="compare-cards")
     metrics_table = gr.Dataframe(
         titled(pd.DataFrame(columns=METRIC_COLUMNS)),
         label="Cost of each variant on this request",
@@ -244,12 +235,7 @@ def _plots(ctx: UIContext) -> list[gr.BarPlot]:
 
 
 def _chart_update(frame: Any, key: str, memory_kind: str = "cuda_peak_allocated") -> Any:
-    """A bar chart's new data, with headroom above the tallest bar (its tooltip and top stay visible).
-
-    Not drawn when it would say nothing: a load-time chart where nothing loaded in this request,
-    and a peak-memory chart of the whole CPU process (every variant shares that one peak; the
-    table names it). A GPU memory chart says what it measures in its title.
-    """
+    """A chart's new data with headroom; hidden when it says nothing (no load; a CPU's shared peak)."""
     top = float(frame[key].max()) if len(frame) else 0.0
     if key == "load_s" and top <= 0:
         return gr.update(visible=False)
@@ -266,14 +252,8 @@ def run_label(ctx: UIContext, include_bf16: bool) -> str:
     return "Compare: " + " vs ".join(variant_label(v) for v in ctx.compare_variants(include_bf16))
 
 
-def _runs_for(*args: Any, **kwargs: Any) -> int:
-    include_bf16 = bool(args[3]) if len(args) > 3 else bool(kwargs.get("include_bf16"))
-    return 3 if include_bf16 else 2
-
-
 class CompareView(StageView[Updates]):
-    """The Compare tab while the variants run in turn: the progress area (variant k of n and its
-    stage) and a card per variant with what it is writing."""
+    """The Compare tab while the variants run in turn: the progress area and a card per variant."""
 
     def __init__(
         self,
@@ -346,8 +326,7 @@ class CompareView(StageView[Updates]):
         return None
 
     def stopped_cards(self) -> str:
-        """The cards once Stop was pressed: the variant that was writing stopped there, the ones after
-        it never ran."""
+        """The cards after Stop: the writing variant stopped there, the ones after it never ran."""
         return cards_html(
             self.ctx, self.variants, self.results, self.cold, self.duration, self.truth, self.live, True
         )
@@ -394,8 +373,7 @@ def compare_updates(
     register: Callable[[CompareView], None] = lambda view: None,
     span: tuple[Any, Any] = (None, None),
 ) -> Generator[Updates, None, None]:
-    """The comparison as it runs (``CompareView``, handed to ``register`` for Stop), then its tables
-    and charts; an error is said in the progress area."""
+    """The comparison as it runs (the view handed to ``register`` for Stop), then its tables and charts."""
     try:
         path = require_upload(video, ctx)
         with user_errors():
@@ -457,12 +435,11 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             updates = compare_updates(
                 ctx, tab, video, task, query, include_bf16, rows, progress, register, (start, end)
             )
-            if video:  # its results are shown while its clip is (see one_clip)
-                yield from with_buttons(
-                    while_shown(ctx, "compare", request, video, updates, {tab.summary: ""}), buttons
-                )
-            else:
-                yield from with_buttons(updates, buttons)
+            # its results are shown while its clip is (see one_clip)
+            shown = (
+                while_shown(ctx, "compare", request, video, updates, {tab.summary: ""}) if video else updates
+            )
+            yield from with_buttons(shown, buttons)
         finally:
             running_in.pop(session, None)
 

@@ -1,7 +1,4 @@
-"""What the Compare tab shows: the variant cards, its progress line and summary, and its tables.
-
-Pure rendering (HTML strings and pandas frames) from results, kept apart from the tab's wiring.
-"""
+"""What the Compare tab shows (cards, progress, summary, tables): pure rendering, apart from the wiring."""
 
 from __future__ import annotations
 
@@ -20,14 +17,7 @@ from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import CaptionResult, FindResult, memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import timeline
-from marlin_demo.ui.common import (
-    CLIP_ID,
-    UIContext,
-    error_html,
-    fmt,
-    tiny_in_use,
-    variant_label,
-)
+from marlin_demo.ui.common import CLIP_ID, UIContext, error_html, fmt, tiny_in_use, variant_label
 from marlin_demo.ui.timeline import clock
 
 CHART_TITLES = {
@@ -124,27 +114,20 @@ def _card(
             gt = f"ground truth {clock(truth[0])}–{clock(truth[1])} · IoU {iou:.2f}"
             span += f'<p class="cc-truth">{gt}</p>'
         body = span + timeline.timeline_html(
-            duration,
-            span=result.span,
-            reference=truth,
-            player=f"#{CLIP_ID}",
-            span_label=variant,
-            no_span_text=None,
+            duration, span=result.span, reference=truth, player=f"#{CLIP_ID}", span_label=variant
         )
     elif live is not None:
         text = f"<pre>{html.escape(live)}</pre>" if live else ""
         state = "stopped here" if stopped else "writing…"
         body = f'<div class="cc-live"><div class="mc-label">{state}</div>{text}</div>'
-    elif stopped:
-        body = (
-            '<p class="cc-wait">stopped before it wrote anything</p>'
-            if cold is not None
-            else '<p class="cc-wait">not run: the comparison was stopped first</p>'
-        )
-    elif cold is not None:
-        body = '<p class="cc-wait">starting…</p>'
-    else:
-        body = '<p class="cc-wait">runs after the variants before it</p>'
+    else:  # (stopped, started) with nothing written
+        waits = {
+            (True, True): "stopped before it wrote anything",
+            (True, False): "not run: the comparison was stopped first",
+            (False, True): "starting…",
+            (False, False): "runs after the variants before it",
+        }
+        body = f'<p class="cc-wait">{waits[stopped, cold is not None]}</p>'
     stats = ""
     if isinstance(result, CaptionResult | FindResult):
         m = result.metrics
@@ -179,8 +162,7 @@ def cards_html(
     live: Mapping[str, str] | None = None,
     stopped: bool = False,
 ) -> str:
-    """A column per variant; one not started yet (absent from ``cold``) says whether it will load
-    (or, once ``stopped``, that it never ran)."""
+    """A column per variant; one not started yet says whether it will load (or, ``stopped``, never ran)."""
     live = live or {}
     cols = "".join(
         _card(
@@ -226,10 +208,8 @@ AGREEMENT_NAMES = {
 }
 
 
-def summary_html(payload: Mapping[str, Any] | None, running: str | None = None) -> str:
+def summary_html(payload: Mapping[str, Any] | None) -> str:
     """How far the variants agree: one compact table, a row per pair and a column per measure."""
-    if running:
-        return f'<div class="cs-summary cs-running" role="status">{html.escape(running)}</div>'
     if not payload:
         return ""
     pairs = list(payload["agreement"].items())
@@ -268,39 +248,28 @@ def _agreement_cell(value: float | None) -> str:
     return f'<td><span class="cs-val">{value:.2f}</span>{bar}</td>'
 
 
-# ---------------------------------------------------------------------------
-# Tables and charts
-# ---------------------------------------------------------------------------
-
-
 def _cost_row(variant: str, result: CaptionResult | FindResult, cold: Mapping[str, bool]) -> dict[str, Any]:
     """The variant, whether its run was cold, and the cost keys: the part both tables share."""
     m = result.metrics.to_dict()
     was_cold = bool(cold.get(variant))
     # load_s is the variant's load whenever it happened: a warm run loaded nothing in this request
     m["load_s"] = m["load_s"] if was_cold else 0.0
-    return {
-        "variant": variant,
-        "run": "cold" if was_cold else "warm",
-        **{key: m[key] for key in COST_KEYS},
-    }
+    return {"variant": variant, "run": "cold" if was_cold else "warm", **{key: m[key] for key in COST_KEYS}}
 
 
 def metrics_frame(
     results: Mapping[str, CaptionResult | FindResult], cold: Mapping[str, bool]
 ) -> pd.DataFrame:
     """One row per variant; ``results`` holds the variants that answered (no error strings)."""
-    rows = []
-    for v, r in results.items():
-        m = r.metrics.to_dict()
-        rows.append(
-            {
-                **_cost_row(v, r, cold),
-                "video_tokens": m["video_tokens"],
-                "memory": memory_label(m["memory_kind"]),
-                "device": m["device"],
-            }
-        )
+    rows = [
+        {
+            **_cost_row(v, r, cold),
+            "video_tokens": r.metrics.video_tokens,
+            "memory": memory_label(r.metrics.memory_kind),
+            "device": r.metrics.device,
+        }
+        for v, r in results.items()
+    ]
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
@@ -320,21 +289,14 @@ def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
-    scores = payload.get("scores") or {}
+    """Each variant's scores against the ground truth: find's span measures, or caption's."""
     if get_task(task).scored:
         cols = ["variant", "IoU vs truth", "R1@0.3", "R1@0.5", "R1@0.7", "truth span (s)"]
-        rows = [
-            [
-                v,
-                s.get("miou"),
-                s.get("r1@0.3"),
-                s.get("r1@0.5"),
-                s.get("r1@0.7"),
-                "–" if not s.get("ref_span") else f"{s['ref_span'][0]:.1f}–{s['ref_span'][1]:.1f}",
-            ]
-            for v, s in scores.items()
-            if s
-        ]
+        keys = ["miou", "r1@0.3", "r1@0.5", "r1@0.7"]
+
+        def last(s: Mapping[str, Any]) -> str:
+            return "–" if not s.get("ref_span") else f"{s['ref_span'][0]:.1f}–{s['ref_span'][1]:.1f}"
+
     else:
         cols = [
             "variant",
@@ -344,20 +306,14 @@ def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
             "matched-event IoU",
             "events (pred/ref)",
         ]
-        rows = [
-            [
-                v,
-                s.get("rouge_l"),
-                s.get("keyword_coverage"),
-                s.get("f1"),
-                s.get("mean_matched_iou"),
-                f"{s.get('n_pred')}/{s.get('n_ref')}",
-            ]
-            for v, s in scores.items()
-            if s
-        ]
-    frame = pd.DataFrame(rows, columns=cols)
-    return frame.round(3)
+        keys = ["rouge_l", "keyword_coverage", "f1", "mean_matched_iou"]
+
+        def last(s: Mapping[str, Any]) -> str:
+            return f"{s.get('n_pred')}/{s.get('n_ref')}"
+
+    scores = (payload.get("scores") or {}).items()
+    rows = [[v, *(s.get(k) for k in keys), last(s)] for v, s in scores if s]
+    return pd.DataFrame(rows, columns=cols).round(3)
 
 
 def _main_score(task: str, scores: Mapping[str, Any] | None) -> float | None:
@@ -368,10 +324,10 @@ def _main_score(task: str, scores: Mapping[str, Any] | None) -> float | None:
 
 
 def _agreement_text(payload: Mapping[str, Any]) -> str:
-    parts = []
-    for pair, values in payload["agreement"].items():
-        parts.append(pair + " " + ", ".join(f"{k}={v:.3f}" for k, v in values.items()))
-    return "; ".join(parts)
+    pairs = payload["agreement"].items()
+    return "; ".join(
+        pair + " " + ", ".join(f"{k}={v:.3f}" for k, v in values.items()) for pair, values in pairs
+    )
 
 
 def session_rows(
@@ -432,8 +388,3 @@ def write_session_csv(ctx: UIContext, rows: Sequence[Mapping[str, Any]]) -> str 
         writer.writeheader()
         writer.writerows(rows)
     return str(path)
-
-
-# ---------------------------------------------------------------------------
-# Layout and events
-# ---------------------------------------------------------------------------

@@ -1,8 +1,5 @@
-"""Credits of the example clips: one line under a loaded example, and the list in the About tab.
-
-The credits live in ``examples/examples.json`` (key ``credit``: source, author, license,
-changes), so a clip and its attribution cannot be separated.
-"""
+"""Credits of the example clips: one line under a loaded example, and the list in the About tab. They live
+in ``examples/examples.json`` (key ``credit``) so a clip and its attribution cannot be separated."""
 
 from __future__ import annotations
 
@@ -11,8 +8,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import gradio as gr
 
 from marlin_demo.settings import EXAMPLES_DIR
 from marlin_demo.ui.common import UIContext
@@ -64,14 +59,8 @@ def credits_markdown(examples: Sequence[Mapping[str, Any]], examples_dir: Path =
 
 
 def attribution_url(examples_dir: Path) -> str:
-    """Where a visitor reads ATTRIBUTION.md: the Space's file page on a Space, else the app's own copy
-    (the examples folder is one the app serves)."""
+    """ATTRIBUTION.md: the Space's file page on a Space, else the app's own served copy."""
     space = os.environ.get("SPACE_ID")
     if space:
         return f"https://huggingface.co/spaces/{space}/blob/main/examples/ATTRIBUTION.md"
     return f"/gradio_api/file={(examples_dir / 'ATTRIBUTION.md').resolve()}"
-
-
-def credit_box(elem_id: str) -> gr.HTML:
-    """The empty line under a tab's video that :func:`credit_line` fills."""
-    return gr.HTML("", elem_id=elem_id)

@@ -1,10 +1,5 @@
-"""The examples' answers: made by a live run the first time, then shown from memory, labelled honestly.
-
-An example's first click runs exactly as an upload's Run does (progress, streamed text, Stop, the
-variant chips), because it *is* that run; its finished result is kept here. A later click shows the
-kept result at once, and its metrics badge says when the figures were measured and that nothing ran
-now (``replaying``). Kept in memory: a restarted server answers each example live once more.
-"""
+"""The examples' answers: the first click is a live run exactly as Run's (it *is* that run); its result is
+kept (in memory) and a later click shows it at once, its badge saying when it was measured (``replaying``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Find tab: "when does this happen" — the span on the timeline, the player jumping there, the span as a clip.
-
-An answer without a usable time range is said plainly; no span is ever drawn
-that the model did not give. The public ``/find`` endpoint returns
-``FindResult.to_dict()`` only; the jump of the player is a private follow-up.
-"""
+"""Find tab: "when does this happen": the span on the timeline, the player jumping there, the span as a clip.
+No span is drawn that the model did not give; ``/find`` returns ``FindResult.to_dict()`` only."""
 
 from __future__ import annotations
 
@@ -25,11 +21,8 @@ from marlin_demo.ui.common import (
     UIContext,
     clip_stem,
     error_html,
-    metrics_html,
-    notice_html,
     short_name,
     status_html,
-    tiny_in_use,
     user_errors,
 )
 from marlin_demo.ui.one_clip import Clip
@@ -108,20 +101,19 @@ class FindTab(RunTab):
     def final(self, ctx: UIContext, result: FindResult, video: str, cold: bool) -> Updates:
         """Every output of a finished find (also what the cached examples store); the player jumps to the
         best moment's start (``jump_to``); every moment is cut as a clip to download."""
-        truth = _truth(ctx, video, result.query)
+        example = ctx.ground_truth(video)
+        truth = None if example is None else agreement.truth_span(example, result.query)
         duration = result.info.duration_s
         clips: list[str | None] = []
-        problems: list[str] = []
-        folder = ctx.new_run_dir("find") if result.moments else None
-        stem = clip_stem(video)
+        problems = ""
+        folder = ctx.new_run_dir("find") if result.moments else ctx.output_dir  # (no moment: unused)
         for k, m in enumerate(result.moments, 1):
-            out = folder / f"{stem}.moment{k}_{m.start:.1f}-{m.end:.1f}s.mp4" if folder else None
+            out = folder / f"{clip_stem(video)}.moment{k}_{m.start:.1f}-{m.end:.1f}s.mp4"
             try:
-                assert out is not None
                 clips.append(str(export_clip(video, m.start, m.end, out, info=result.info.video)))
             except (VideoError, RuntimeError) as exc:
                 clips.append(None)
-                problems.append(f"Moment {k} could not be cut as a clip: {exc}")
+                problems += error_html(f"Moment {k} could not be cut as a clip: {exc}")
         tl = timeline.timeline_html(
             duration,
             span=result.span,
@@ -133,39 +125,15 @@ class FindTab(RunTab):
             moments=result.moments,
             clips=clips,
         )
-        notice = notice_html(
-            tiny=tiny_in_use(ctx),
-            format_ok=result.format_ok,
-            repaired=result.repaired,
-            repairs=result.info.repairs,
-            what="find",
-            result=result,
-        )
-        for problem in problems:
-            notice += error_html(problem)
-        jump = None if result.span is None else float(result.span[0])
-        metrics = metrics_html(
-            result.to_dict()["metrics"],
-            cold,
-            result.variant,
-            result.info,
-            reuse=ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s),
-        )
+        updates = self.answered(ctx, result, cold)
+        updates[self.notice] += problems
         return {
+            **updates,
             self.headline: headline_html(result, truth),
             self.timeline: tl,
-            self.metrics: metrics,
-            self.raw: result.raw,
-            self.notice: notice,
-            self.jump_to: jump,
-            self.progress: "",
+            self.jump_to: None if result.span is None else float(result.span[0]),
             self.query_status: "",
         }
-
-
-def _truth(ctx: UIContext, video: str, query: str) -> tuple[float, float] | None:
-    example = ctx.ground_truth(video)
-    return None if example is None else agreement.truth_span(example, query)
 
 
 def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
@@ -212,23 +180,7 @@ def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
 def render(ctx: UIContext, clip: Clip) -> FindTab:
     """Lay out the tab; outputs are made first so the examples can name them."""
     headline = gr.HTML("", elem_id="find-headline", render=False)
-    tl = gr.HTML(
-        timeline.placeholder(PLACEHOLDER, GHOST),
-        js_on_load=timeline.TIMELINE_JS,
-        elem_id="find-timeline",
-        render=False,
-    )
-    progress = gr.HTML("", elem_id="find-progress", render=False)
-    notice = gr.HTML("", elem_id="find-notice", render=False)
-    metrics = gr.HTML("", elem_id="find-metrics", render=False)
-    raw = gr.Textbox(
-        label="Exactly what the model wrote",
-        lines=2,
-        interactive=False,
-        buttons=["copy"],
-        elem_id="find-raw",
-        render=False,
-    )
+    shared = run_tab.shared_outputs(FindTab, raw_lines=2)
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
             query = gr.Textbox(
@@ -246,53 +198,38 @@ def render(ctx: UIContext, clip: Clip) -> FindTab:
                 interactive=True,
                 elem_id="find-suggestions",
             )
-            variant, run, stop = run_tab.controls(ctx, "find", "Find when it happens", interactive=False)
-            tab = FindTab(
-                video=clip.video,
-                status=clip.status,
-                start=clip.start,
-                end=clip.end,
-                variant=variant,
-                run=run,
-                stop=stop,
-                progress=progress,
-                timeline=tl,
-                notice=notice,
-                metrics=metrics,
-                raw=raw,
+            tab = run_tab.make(
+                ctx,
+                FindTab,
+                clip,
+                "Find when it happens",
+                {"interactive": False},
+                **shared,
                 query=query,
                 query_status=query_status,
                 suggestions=suggestions,
                 headline=headline,
                 jump_to=gr.Number(None, visible=False),  # not a State: read by the page's seek step
             )
-            rows = [(e, q) for e in ctx.examples for q in (e.get("queries") or [])[:1]]
-            with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
-                tab.examples = run_tab.examples(
-                    ctx,
-                    tab,
-                    [
-                        (
-                            [str(ctx.clip(e)), q["query"], ctx.default_variant],
-                            f"▶ {e.get('title') or short_name(e)} · “{q['query']}”",
-                        )
-                        for e, q in rows
-                    ],
+            rows = [
+                (
+                    [str(ctx.clip(e)), q["query"], ctx.default_variant],
+                    f"▶ {e.get('title') or short_name(e)} · “{q['query']}”",
                 )
+                for e in ctx.examples
+                for q in (e.get("queries") or [])[:1]
+            ]
+            tab.examples = run_tab.examples(ctx, tab, rows)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
-            progress.render()
-            headline.render()
-            tl.render()
-            notice.render()
-            metrics.render()
+            for part in (tab.progress, headline, tab.timeline, tab.notice, tab.metrics):
+                part.render()
             with gr.Accordion("Raw model output", open=False, elem_id="find-raw-acc"):
-                raw.render()
+                tab.raw.render()
     return tab
 
 
 def query_hint(ctx: UIContext, text: str | None) -> str:
-    """Under the query: why Find waits (no words yet), how long it is near the limit, or that it is
-    too long (Find then waits too: nothing is cut silently)."""
+    """Under the query: why Find waits (no words), the length near the limit, or too long (never cut)."""
     limit = ctx.settings.max_query_chars
     n = len((text or "").strip())
     if n == 0:
@@ -335,8 +272,7 @@ class FindView(RunView):
 
 
 def listen(ctx: UIContext, tab: FindTab) -> None:
-    """Wire the UI event (+ the player's jump), query suggestions, and the public ``/find`` endpoint;
-    an example click runs like Run (``run_tab.listen``)."""
+    """Wire the UI event (``run_tab.listen``), the player's jump, and the query's suggestions and hint."""
     run_tab.listen(ctx, tab)
 
     def suggest(video: str | None) -> Any:
@@ -346,8 +282,7 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
         return gr.update(choices=queries, value=None, visible=bool(queries))
 
     def ready(text: str | None) -> Updates:
-        """The button waits for a query with words in it, within the length limit; the line under the
-        query says why it waits."""
+        """Run waits for a query with words in it, within the limit; the line under it says why."""
         n = len((text or "").strip())
         return {
             tab.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),

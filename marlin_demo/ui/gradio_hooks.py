@@ -1,17 +1,12 @@
-"""The one module that reaches into Gradio's internals: one patch, one header read, and why.
+"""The one module that reaches into Gradio's internals, and why.
 
-1. **No download of a URL a caller names** (the patch). Before any event's function runs, Gradio
-   moves each file it was sent into its cache (``Blocks.preprocess_data`` ->
-   ``processing_utils.async_move_files_to_cache`` -> ``Block.async_move_resource_to_block_cache``),
-   and there it downloads a file whose path is an http(s) URL (guarded against private addresses,
-   so any public host). That happens before a validator or the endpoint sees the value, and no public
-   setting turns it off. :func:`refuse_url_downloads` replaces that method on every component of the
-   app with one that refuses a URL with :data:`NO_URLS` and moves anything else as Gradio does.
-2. **MCP calls told apart** (read, nothing patched). Gradio's MCP bridge writes a tool's dict result
-   as Python's repr; the endpoints answer it JSON text instead. The bridge calls the endpoint through
-   its own client, which sends the header ``x-gradio-user: mcp`` (:func:`from_mcp`).
+1. Gradio downloads a file sent as an http(s) URL into its cache before any validator or endpoint sees it
+   (``Block.async_move_resource_to_block_cache``), with no setting to turn it off:
+   :func:`refuse_url_downloads` patches that method on every component to refuse a URL (:data:`NO_URLS`).
+2. Gradio's MCP bridge writes a dict result as Python's repr, so the endpoints answer it JSON text; it
+   calls through its own client, which sends ``x-gradio-user: mcp`` (:func:`from_mcp`).
 
-``tests/test_hardening.py`` has a test for each that fails naming it when Gradio changes under it.
+``tests/test_hardening.py`` fails naming each when Gradio changes under it.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ MCP_USER_HEADER = ("x-gradio-user", "mcp")
 
 
 def refuse_url_downloads(demo: gr.Blocks) -> int:
-    """Every component of ``demo`` refuses a file given as a URL where Gradio would download it; the
-    number of components so adjusted."""
+    """Every component of ``demo`` refuses a URL Gradio would download; how many were adjusted."""
     adjusted = 0
     for block in demo.blocks.values():
         if isinstance(block, Block) and not getattr(block, "_marlin_refuses_urls", False):

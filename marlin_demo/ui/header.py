@@ -1,7 +1,5 @@
-"""Header: what Marlin does, which model answers, on what device, the limits, and any warning banner.
-
-Refreshed on every page load, so variants loaded (or failed) since startup show up.
-"""
+"""Header: what Marlin does, which model answers, on what device, the limits, any warning banner
+(refreshed on each page load, so variants loaded or failed since startup show up)."""
 
 from __future__ import annotations
 
@@ -150,8 +148,7 @@ def render(ctx: UIContext) -> gr.HTML:
 def listen(
     ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe] = ()
 ) -> None:
-    """Re-render the header on page load, and whenever one of ``after`` changes (a tab's result: a
-    variant may have been loaded or failed for it), so the chips never lag behind the engine."""
+    """Re-render the header on load and when one of ``after`` changes, so the chips follow the engine."""
     demo.load(lambda: header_html(ctx), None, header, **PRIVATE_UI)
     for component in after:
         component.change(lambda: header_html(ctx), None, header, **PRIVATE_UI)

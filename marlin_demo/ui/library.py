@@ -1,13 +1,10 @@
 """Library tab: one question across every video of a library; ``/search`` and the MCP tool ``search``.
-
-The library is the app's own example clips (indexed once per model and settings, under the example
-cache root, at the first search, or in the background at start-up where a GPU is there), or a folder
-built by ``index`` (``--library DIR``). The browser never names a server path: the server chooses the
-library, and only its videos and thumbnails are served (``allowed_paths``). See docs/LIBRARY.md.
-"""
+The server chooses the library (the examples, or ``--library DIR``) and serves only its videos and
+thumbnails: the browser never names a server path. See docs/LIBRARY.md."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import json
@@ -30,12 +27,7 @@ from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
-from marlin_demo.ui.common import (
-    PRIVATE_UI,
-    UIContext,
-    status_html,
-    user_errors,
-)
+from marlin_demo.ui.common import PRIVATE_UI, UIContext, status_html, user_errors
 from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
 
 PLAYER_ID = "library-video"
@@ -50,24 +42,14 @@ CSS = """
 """
 
 
-# ---------------------------------------------------------------------------
-# The library: which folder (``library.source`` builds it once per process)
-# ---------------------------------------------------------------------------
-
-
 def default_source(ctx: UIContext) -> LibrarySource:
-    """``--library DIR`` when set, else the example clips, indexed under the example cache root in a
-    folder keyed by the model and every setting that changes captions."""
+    """``--library DIR``, else the examples, indexed in a folder keyed by model and caption settings."""
     s = ctx.engine.settings
     if s.library_dir:
         folder = Path(s.library_dir).expanduser().resolve()
         setup: dict[str, Any] = {}
-        try:
-            store = Store(folder, create=False)
+        with contextlib.suppress(LibraryError), contextlib.closing(Store(folder, create=False)) as store:
             setup = store.meta().get("setup", {})
-            store.close()
-        except LibraryError:
-            pass
         variant = setup.get("variant") if setup.get("variant") in ctx.variants else ctx.default_variant
         return LibrarySource(folder, str(variant), None, ctx.engine, f"the library at {folder.name}")
     variant = ctx.default_variant
@@ -99,30 +81,21 @@ def gpu_here() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# ---------------------------------------------------------------------------
-# One search
-# ---------------------------------------------------------------------------
-
-
 def run_search(
     source: LibrarySource, query: str, top_k: int, progress: Any = None, stop: Any = None
 ) -> SearchAnswer:
     """Both stages on the library (its own connection: SQLite's belong to one thread)."""
-    store = Store(source.folder, create=False)
-    try:
+    with contextlib.closing(Store(source.folder, create=False)) as store:
         s = source.engine.settings
         return library_search.search(
             store, query, s, lambda: source.engine, source.variant, top_k=top_k, progress=progress, stop=stop
         )
-    finally:
-        store.close()
 
 
 def public_answer(
     source: LibrarySource, answer: SearchAnswer, block: gr.components.Component
 ) -> dict[str, Any]:
-    """The issue's JSON, with each thumbnail a URL this server serves (a copy in Gradio's cache: the
-    library's own folder is never named)."""
+    """The JSON, each thumbnail a URL to a copy in Gradio's cache (the library's folder is never named)."""
     out = answer.to_dict()
     for m in out["moments"]:
         thumb = m.get("thumbnail")
@@ -145,7 +118,6 @@ class LibraryTab:
     open_in_find: gr.Button
     moments: gr.State
     picked: gr.State
-    top_k: gr.Number
     source: LibrarySource
 
 
@@ -159,8 +131,7 @@ def about_html(source: LibrarySource) -> str:
 
 
 def cost_html(source: LibrarySource) -> str:
-    """Under Run: whether the examples' library ships with the app and, where none matches, what building
-    it costs before the first search answers ('' for a library given with ``--library``)."""
+    """Under Run: whether the examples' library ships with the app, else what building it costs."""
     notes = " ".join(html.escape(n) for n in (source.shipped, source.cost) if n)
     return f'<p class="mx-note">{notes}</p>' if notes else ""
 
@@ -193,36 +164,34 @@ def headline_html(answer: dict[str, Any], tiny: bool) -> str:
 
 def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(thumbnail, caption) per moment: video, time span and both scores."""
-    items = []
-    for m in moments:
-        thumb = source.folder / m["thumbnail"] if m.get("thumbnail") else None
-        caption = (
+    return [
+        (
+            str(source.folder / m["thumbnail"]),
             f"{m['video']} · {m['start']:.1f}–{m['end']:.1f} s · score {m['score']:.2f} · "
-            f"text {m['retrieval_score']:.2f}"
+            f"text {m['retrieval_score']:.2f}",
         )
-        if thumb is not None and thumb.is_file():
-            items.append((str(thumb), caption))
-    return items
+        for m in moments
+        if m.get("thumbnail") and (source.folder / m["thumbnail"]).is_file()
+    ]
 
 
 def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Updates]:
-    """Build the library if it is not yet (its progress), stage 1 at once, then window k of N; the
-    moments as a gallery. A bad query or failure is one sentence under the query."""
+    """Build the library if needed, then search it window by window; a failure is said under the query."""
     source = tab.source
     try:
         clean = contract.sanitize_query(query, ctx.engine.settings.max_query_chars)
     except ValueError as exc:
         yield {tab.progress: "", tab.status: status_html(str(exc), error=True)}
         return
-    cleared: Updates = {
+    yield {
         tab.status: "",
         tab.gallery: None,
         tab.moments: [],
         tab.open_in_find: gr.update(visible=False),
         tab.chosen: "",
         tab.headline: '<div class="ml-head">Searching…</div>',
+        tab.progress: progress_html(0.02, "Opening the library…"),
     }
-    yield {**cleared, tab.progress: progress_html(0.02, "Opening the library…")}
     try:
         for done, total in source.progress():
             text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned…"
@@ -234,8 +203,7 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Upda
 
 
 def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
-    """The search in a worker thread; its progress comes back through a queue. Closing this (Stop)
-    stops it between windows."""
+    """The search in a worker thread, its progress through a queue; closing this (Stop) stops it."""
     source = tab.source
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     stop = threading.Event()
@@ -273,35 +241,21 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
 
 def _answer_updates(ctx: UIContext, tab: LibraryTab, answer: SearchAnswer) -> Updates:
     d = answer.to_dict()
-    paths = {h["id"]: h["path"] for h in _videos(tab.source)}
+    with contextlib.closing(Store(tab.source.folder, create=False)) as store:
+        paths = {h["id"]: h["path"] for h in store.videos()}
     moments = [{**m, "path": paths.get(m["id"], "")} for m in d["moments"]]
-    items = gallery_items(tab.source, moments)
     return {
         tab.progress: "",
         tab.headline: headline_html(d, ctx.engine.settings.is_tiny),
-        tab.gallery: items or None,
+        tab.gallery: gallery_items(tab.source, moments) or None,
         tab.moments: moments,
     }
 
 
-def _videos(source: LibrarySource) -> list[dict[str, Any]]:
-    store = Store(source.folder, create=False)
-    try:
-        return store.videos()
-    finally:
-        store.close()
-
-
-def stopped_html() -> str:
-    return (
-        '<div class="ml-head ml-none"><div>Stopped</div><div class="ml-h">You stopped this search; '
-        "an index being built goes on in the background.</div></div>"
-    )
-
-
-# ---------------------------------------------------------------------------
-# Layout and wiring
-# ---------------------------------------------------------------------------
+STOPPED_HTML = (
+    '<div class="ml-head ml-none"><div>Stopped</div><div class="ml-h">You stopped this search; '
+    "an index being built goes on in the background.</div></div>"
+)
 
 
 def render(ctx: UIContext) -> LibraryTab:
@@ -339,7 +293,6 @@ def render(ctx: UIContext) -> LibraryTab:
                 player = gr.Video(label="The chosen moment", interactive=False, elem_id=PLAYER_ID, height=300)
                 chosen = gr.HTML("", elem_id="library-chosen")
                 open_in_find = gr.Button("Open in Find", visible=False, elem_id="library-open-find")
-        top_k = gr.Number(DEFAULT_TOP_K, visible=False, precision=0)
     return LibraryTab(
         query,
         run,
@@ -353,7 +306,6 @@ def render(ctx: UIContext) -> LibraryTab:
         open_in_find,
         gr.State([]),
         gr.State(None),
-        top_k,
         source,
     )
 
@@ -382,13 +334,12 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         outputs,
         buttons,
         tab.progress,
-        stopped_html,
+        lambda: STOPPED_HTML,
         tab.headline,
     )
 
     def priced(query: str) -> str:
-        """A search's own cost, said before it runs: find in the windows its words pick (once the library
-        is built; before that, the tab's note says what building it costs)."""
+        """A search's own cost before it runs, once the library is built (before, the tab's note says)."""
         if not (query or "").strip() or not tab.source.ready:
             return ""
         try:

@@ -1,10 +1,6 @@
-"""The page's one clip: a single video above the tabs, which Caption, Find and Compare all read.
-
-There is one component, so nothing copies a clip from tab to tab and no late copy can race a clear
-or an upload. Results are tied to the clip they were made for (``common.ResultsClip``): this
-video's change event clears, in every tab, the results of the clip it replaced, and a request
-whose clip is no longer on screen shows nothing more (``while_shown``).
-"""
+"""The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
+upload. Results are tied to their clip (``common.ResultsClip``): a new clip clears the old one's, and a
+request whose clip left the screen shows nothing more (``while_shown``)."""
 
 from __future__ import annotations
 
@@ -17,15 +13,8 @@ from typing import Any
 import gradio as gr
 from gradio.blocks import Block
 
-from marlin_demo.ui.common import (
-    CLIP_ID,
-    PRIVATE_UI,
-    STATUS_JS,
-    UIContext,
-    clip_status,
-    session_of,
-)
-from marlin_demo.ui.credits import credit_box, credit_line
+from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, STATUS_JS, UIContext, clip_status, session_of
+from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.running import Updates
 
 HINT = (
@@ -41,10 +30,6 @@ class Clip:
     credit: gr.HTML  # an example's credit
     start: gr.Number  # the part of the clip asked about (both empty: all of it)
     end: gr.Number
-
-    @property
-    def range(self) -> list[gr.Number]:
-        return [self.start, self.end]
 
 
 def render(ctx: UIContext) -> Clip:
@@ -65,7 +50,7 @@ def render(ctx: UIContext) -> Clip:
                     elem_id="clip-end", min_width=80, visible=False,
                 )  # fmt: skip
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
-            credit = credit_box("clip-credit")
+            credit = gr.HTML("", elem_id="clip-credit")  # an example's credit_line
     return Clip(video, status, credit, start, end)
 
 
@@ -79,11 +64,12 @@ def listen(ctx: UIContext, clip: Clip, tabs: Mapping[str, tuple[list[Block], Cal
         # the component form: Gradio drops a None value from gr.update, which would leave the field at 0
         return [gr.Number(value=None, visible=bool(video)) for _ in range(2)]
 
-    clip.video.change(whole, clip.video, clip.range, **PRIVATE_UI)
+    clip.video.change(whole, clip.video, [clip.start, clip.end], **PRIVATE_UI)
     # one event for the three inputs, the last change's line last (two changes' lines never cross)
+    inputs = [clip.video, clip.start, clip.end]
     changes = [clip.video.change, clip.start.change, clip.end.change]
     status = functools.partial(clip_status, ctx)
-    gr.on(changes, status, [clip.video, *clip.range], clip.status, trigger_mode="always_last", **PRIVATE_UI)
+    gr.on(changes, status, inputs, clip.status, trigger_mode="always_last", **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
     def clear(video: str | None, request: gr.Request) -> Updates:
@@ -103,8 +89,7 @@ def while_shown(
     updates: Generator[Updates, None, None],
     gone: Updates,
 ) -> Iterator[Updates]:
-    """A request's ``updates`` for the tab while ``path`` is the clip on screen; once another clip is
-    (or none), ``gone`` and nothing more, and the request is closed (the model stops)."""
+    """The request's ``updates`` while ``path`` is on screen; then ``gone``, and the request is closed."""
     session = session_of(request)
     ctx.results_clip.own(tab, session, path)
     with contextlib.closing(updates):

@@ -1,17 +1,12 @@
-"""Caption's and Find's one skeleton: a task run on the page's clip, an example's kept answer, the wiring.
-
-A run tab reads the clip with a variant (and whatever else is its own, e.g. Find's query), runs
-with Run/Stop and its progress bar, and fills its outputs. ``caption`` and ``find`` subclass
-``RunTab`` and ``RunView`` with only what is theirs: their inputs and outputs, what a running
-request shows, and the follow-up after a run.
-"""
+"""Caption's and Find's one skeleton: a task run on the page's clip, an example's kept answer, the wiring;
+the tabs subclass ``RunTab`` and ``RunView`` with only what is theirs."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import gradio as gr
 from gradio.blocks import Block
@@ -25,13 +20,15 @@ from marlin_demo.ui.common import (
     examples_label,
     examples_note,
     kept_answer,
+    metrics_html,
+    notice_html,
     pick_variant,
     require_upload,
     session_of,
     status_html,
     user_errors,
 )
-from marlin_demo.ui.one_clip import while_shown
+from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import (
     BarView,
     RunState,
@@ -44,8 +41,7 @@ from marlin_demo.ui.running import (
 
 
 class Asked(NamedTuple):
-    """A request the tab accepted: the clip's path, the variant, the query (None for a caption), and the
-    part of the clip asked about (None: all of it)."""
+    """A request the tab accepted: clip, variant, query (None: a caption), part asked (None: all)."""
 
     path: str
     variant: str
@@ -134,6 +130,16 @@ class RunTab:
         """Every output of a finished answer (also a kept example answer shown again)."""
         raise NotImplementedError
 
+    def answered(self, ctx: UIContext, result: Result, cold: bool) -> Updates:
+        """What every finished answer shows alike: its notes, its cost, the raw text; the bar goes."""
+        reuse = ctx.reuse_note(result.variant, result.info, result.metrics.ttft_s)
+        return {
+            self.notice: notice_html(ctx, result, self.name),
+            self.metrics: metrics_html(result.to_dict()["metrics"], cold, result.variant, result.info, reuse),
+            self.raw: result.raw,
+            self.progress: "",
+        }
+
     def every(self, ctx: UIContext) -> float | None:
         """How often the streamed text is redrawn at most (None: each text)."""
         return ctx.settings.stream_every_s
@@ -143,8 +149,7 @@ class RunTab:
 
 
 class RunView(BarView):
-    """A run tab while its request runs: the bar (``BarView``), the tab's own stages (subclasses),
-    and the finished answer, kept when it is an example's."""
+    """A run tab while its request runs: the bar, the tab's stages, the answer (kept for an example)."""
 
     def __init__(self, ctx: UIContext, tab: RunTab, asked: Asked, **bar: Any) -> None:
         cold = functools.partial(service.is_cold, ctx.engine, asked.variant)
@@ -197,8 +202,7 @@ def run_updates(
 
 
 def with_range(ctx: UIContext, tab: RunTab, asked: Asked, start: Any, end: Any) -> Asked | Updates:
-    """The request with the part of the clip asked about, or the sentence (under the clip) saying what is
-    wrong with the range and what is allowed."""
+    """The request with the part of the clip asked about, or why that range is refused (under the clip)."""
     try:
         with user_errors():
             return asked._replace(span=service.asked_range(ctx.engine, asked.path, start, end))
@@ -218,43 +222,82 @@ def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request:
         return tab.final(ctx, kept.result, asked.path, kept.cold)
 
 
-def controls(ctx: UIContext, name: str, label: str, **run: Any) -> tuple[gr.Radio, gr.Button, gr.Button]:
-    """The variant, then Run (``label``) with Stop in its place while a request runs."""
+def shared_outputs(tab: type[RunTab], raw_lines: int) -> dict[str, Any]:
+    """The outputs every run tab has, made unrendered: the tab places them, and examples can name them."""
+    name = tab.name
+    return {
+        "timeline": gr.HTML(
+            timeline.placeholder(tab.placeholder, tab.ghost),
+            js_on_load=timeline.TIMELINE_JS,
+            elem_id=f"{name}-timeline",
+            render=False,
+        ),
+        **{
+            part: gr.HTML("", elem_id=f"{name}-{part}", render=False)
+            for part in ("notice", "metrics", "progress")
+        },
+        "raw": gr.Textbox(
+            label="Exactly what the model wrote",
+            lines=raw_lines,
+            interactive=False,
+            buttons=["copy"],
+            elem_id=f"{name}-raw",
+            render=False,
+        ),
+    }
+
+
+Tab = TypeVar("Tab", bound=RunTab)
+
+
+def make(
+    ctx: UIContext, tab: type[Tab], clip: Clip, label: str, run: dict[str, Any] | None = None, **own: Any
+) -> Tab:
+    """The tab on the page's clip: the variant, then Run (``label``) with Stop in its place while it runs."""
     variant = gr.Radio(
         ctx.variant_choices(),
         value=ctx.default_variant,
         label="Variant",
         info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
-        elem_id=f"{name}-variant",
+        elem_id=f"{tab.name}-variant",
     )
     with gr.Row(elem_classes="mr-buttons"):
-        button = gr.Button(label, variant="primary", elem_id=f"{name}-run", **run)
-        stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{name}-stop")
-    return variant, button, stop
+        button = gr.Button(label, variant="primary", elem_id=f"{tab.name}-run", **(run or {}))
+        stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{tab.name}-stop")
+    return tab(
+        video=clip.video,
+        status=clip.status,
+        start=clip.start,
+        end=clip.end,
+        variant=variant,
+        run=button,
+        stop=stop,
+        **own,
+    )
 
 
 def examples(
     ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]
 ) -> gr.helpers.Examples | None:
     """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
-    as Run does (``listen``)."""
-    if not rows:
-        return None
-    found = gr.Examples(
-        examples=[values for values, _ in rows],
-        inputs=tab.example_inputs,
-        example_labels=example_labels([label for _, label in rows]),
-        label=examples_label(ctx),
-        examples_per_page=8,
-        elem_id=f"{tab.name}-examples",
-    )
-    gr.HTML(examples_note(ctx), elem_id=f"{tab.name}-examples-note")
+    as Run does (``listen``). On a phone they come after the result (style.css)."""
+    with gr.Column(elem_classes="mr-examples"):
+        if not rows:
+            return None
+        found = gr.Examples(
+            examples=[values for values, _ in rows],
+            inputs=tab.example_inputs,
+            example_labels=example_labels([label for _, label in rows]),
+            label=examples_label(ctx),
+            examples_per_page=8,
+            elem_id=f"{tab.name}-examples",
+        )
+        gr.HTML(examples_note(ctx), elem_id=f"{tab.name}-examples-note")
     return found
 
 
 def listen(ctx: UIContext, tab: RunTab) -> None:
-    """Run/Stop with the answer streamed into the tab; an example's click shows its kept answer, or runs
-    like Run (``wire_run_and_stop``); then the tab's follow-up step."""
+    """Run/Stop (``wire_run_and_stop``), an example's click (kept answer, or a run), the follow-up step."""
     buttons = tab.buttons
 
     def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:

@@ -1,9 +1,5 @@
-"""A tab's request while it runs: Run/Stop buttons, the wait before the queue, the tab's progress bar,
-and ``follow``: the one loop from a request's stages to what a tab shows while it runs.
-
-Listeners change components by name: they yield ``Updates`` (``{component: value or gr.update}``);
-Gradio leaves every output not named as it is.
-"""
+"""A tab's request while it runs: Run/Stop, the wait before the queue, the progress bar, and ``follow``,
+the one loop from a request's stages to the ``Updates`` a tab yields (outputs not named stay as they are)."""
 
 from __future__ import annotations
 
@@ -36,11 +32,8 @@ def run_buttons(buttons: Sequence[Block], running: bool) -> Updates:
 
 
 def with_buttons(outputs: Iterator[Updates], buttons: Sequence[Block]) -> Iterator[Updates]:
-    """A tab's streamed outputs, then its (run, stop) ``buttons`` put back to "not running" at the end.
-
-    Part of the request itself (not a ``.then`` step): a stopped request's late end then cannot
-    reset the buttons of the next one. Closing this closes ``outputs`` (the request stops).
-    """
+    """A tab's streamed outputs, then its (run, stop) ``buttons`` back to "not running": in the request, not
+    a ``.then`` step, so a stopped request's late end cannot reset the next one's buttons."""
     with contextlib.closing(outputs):  # type: ignore[type-var]
         yield from outputs
     yield run_buttons(buttons, False)
@@ -63,14 +56,9 @@ def wire_run_and_stop(
     stopped_target: Any,
     example: tuple[Any, Any, Any] | None = None,
 ) -> list[Any]:
-    """Run (a streamed request with the tab's own progress bar) and Stop (cancels it) for a tab.
-
-    ``outputs`` include the (run, stop) ``buttons`` (see ``with_buttons``); Stop shows
-    ``stopped()`` in ``stopped_target`` and clears the bar. ``example`` = (the examples' input
-    event, a quick first step, the run): a click on an example, once its inputs are filled, shows
-    its kept answer or the wait (the first step, ``waiting_updates``), then runs like Run, with
-    the same bar and Stop. Returns the events a follow-up step chains on.
-    """
+    """Run (streamed, with the tab's own bar) and Stop (cancels it; ``stopped()`` in ``stopped_target``).
+    ``example`` = (the examples' input event, a quick first step, the run): a click shows the kept answer
+    or the wait, then runs like Run. Returns the events a follow-up step chains on."""
     run_options: dict[str, Any] = {
         "api_visibility": "private",
         "show_progress": "hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
@@ -100,15 +88,13 @@ def wire_run_and_stop(
 
 
 def scroll_mark(target: str = "") -> str:
-    """Attributes that bring an element (or ``target``, a CSS selector) into view once, when it first
-    appears out of view (``PAGE_JS``): a run's start and its result."""
+    """Attributes bringing an element (or ``target``) into view once, when it first appears (``PAGE_JS``)."""
     to = f' data-mr-target="{html.escape(target)}"' if target else ""
     return f' data-mr-scroll="{uuid.uuid4().hex[:12]}"{to}'
 
 
 def progress_html(fraction: float, text: str, scroll: bool = False) -> str:
-    """The tab's own progress bar (window k of n on a long video), yielded with the outputs;
-    ``scroll``: brought into view (a run starts)."""
+    """The tab's own progress bar; ``scroll``: brought into view (a run starts)."""
     pct = max(0.0, min(100.0, 100.0 * fraction))
     mark = scroll_mark() if scroll else ""
     return (
@@ -118,19 +104,10 @@ def progress_html(fraction: float, text: str, scroll: bool = False) -> str:
     )
 
 
-# ---------------------------------------------------------------------------
-# From a request's stages to what a tab shows
-# ---------------------------------------------------------------------------
-
-
 def throttled(stages: Generator[S, None, None], every: float) -> Generator[S, None, None]:
-    """The request's stages with its texts at most every ``every`` s (no redraw per token).
-
-    A long video's window always ends on its last text: the text held back by the throttle is
-    sent before the window's ``WindowDone`` (or the next window's start), so each window's whole
-    answer is seen. Any other stage (a variant ending in Compare) drops the held text: it belonged
-    to what just ended.
-    """
+    """The request's stages with its texts at most every ``every`` s (no redraw per token). A held text is
+    sent before its window's ``WindowDone`` or the next window (each window's whole answer is seen), and
+    dropped at any other stage (a variant ending in Compare: it belonged to what ended)."""
     last = -math.inf  # the first text always passes (monotonic time may start near 0 after a boot)
     held: S | None = None
     with contextlib.closing(stages):  # closing this closes the request: its generation stops
@@ -203,8 +180,7 @@ class StageView(Generic[T]):
 
 
 def follow(stages: Generator[Any, None, None], view: StageView[T], every: float | None) -> Iterator[T]:
-    """The one loop over a request's stages: what ``view`` shows at each, texts ``throttled`` to
-    ``every`` s (None: each text). Closing this closes ``stages``: the model stops."""
+    """What ``view`` shows at each stage, texts ``throttled``; closing this closes ``stages``."""
     run = RunState()
     passed = stages if every is None else throttled(stages, every)
     with contextlib.closing(passed):
@@ -232,10 +208,7 @@ def _show(view: StageView[T], run: RunState, stage: Any) -> T | None:
 
 
 class BarView(StageView[Updates]):
-    """The progress bar Caption and Find share: reading, loading the variant, window k of n, writing.
-
-    ``written(text)`` is how much of the answer (0-1) a text is; the tabs add their own outputs.
-    """
+    """The progress bar Caption and Find share; ``written(text)``: how much of the answer (0-1) it is."""
 
     def __init__(
         self,

@@ -1,11 +1,5 @@
-"""Timeline HTML: events (caption) or a span (find) on a time axis, clickable to seek the player.
-
-Rendered in Python as one HTML string (every model-written text escaped) for a
-``gr.HTML``; ``TIMELINE_JS`` (its ``js_on_load``) seeks the page's ``<video>``
-named by the timeline's ``data-player`` selector when an item is clicked, and
-moves a playhead while the video plays. No made-up data: a missing span draws
-no bar, only a sentence saying so.
-"""
+"""Timeline HTML: events (caption) or a span (find) on a time axis; ``TIMELINE_JS`` seeks the player named
+by ``data-player`` on a click. Every model text is escaped; a missing span draws no bar, only a sentence."""
 
 from __future__ import annotations
 
@@ -36,17 +30,13 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
 
 
 def clock(seconds: float) -> str:
-    """The page's one way to write a time: ``12.5 s`` under a minute, ``2:07.5`` from one minute on
-    (tenths only when there are any)."""
+    """The page's one way to write a time: ``12.5 s`` under a minute, else ``2:07.5`` (tenths if any)."""
     t = round(max(0.0, float(seconds)), 1)
     if t < 60:
         return f"{t:g} s"
     m, sec = divmod(t, 60)
     sec = round(sec, 1)
     return f"{int(m)}:{sec:04.1f}" if sec % 1 else f"{int(m)}:{int(sec):02d}"
-
-
-_fmt_time = clock
 
 
 def _label(long: str, short: str) -> str:
@@ -83,19 +73,16 @@ def _lanes(events: Sequence[tuple[float, float, str, int]]) -> list[int]:
 
 def _axis(duration: float) -> str:
     step = nice_step(duration)
-    ticks = []
-    n = int(duration / step + 1e-9)
-    for i in range(n + 1):
-        t = i * step
-        pct = _pct(t, duration)
+    ticks = ""
+    for i in range(int(duration / step + 1e-9) + 1):
+        pct = _pct(i * step, duration)
         cls = "mt-tick mt-tick-end" if i and pct > 96 else "mt-tick"
-        ticks.append(f'<span class="{cls}" style="left:{pct:.3f}%">{_fmt_time(t)}</span>')
-    return f'<div class="mt-axis">{"".join(ticks)}</div>'
+        ticks += f'<span class="{cls}" style="left:{pct:.3f}%">{clock(i * step)}</span>'
+    return f'<div class="mt-axis">{ticks}</div>'
 
 
 def placeholder(text: str, ghost: Sequence[tuple[float, float]] = ()) -> str:
-    """The empty timeline shown before a run (or after an error). ``ghost``: faint bars (fractions
-    of the axis) that show the shape of the result to come, so the first screen says what it gives."""
+    """The empty timeline; ``ghost``: faint bars that show the shape of the result to come."""
     bars = "".join(f'<span style="left:{a:.0%};width:{b - a:.0%}"></span>' for a, b in ghost)
     track = f'<div class="mt-ghost" aria-hidden="true">{bars}</div>' if ghost else ""
     return f'<div class="mt-timeline mt-empty">{track}<p>{html.escape(text)}</p></div>'
@@ -114,14 +101,9 @@ def timeline_html(
     moments: Sequence[Any] = (),
     clips: Sequence[str | None] = (),
 ) -> str:
-    """Events as bars in lanes, or a find span (plus an optional ground-truth span), on one axis.
-
-    ``player`` is a CSS selector of the element holding the ``<video>`` to seek. A long video
-    adds its ``windows`` as a strip under the track (``windows_done``: how many are answered so
-    far, while a caption streams); a find's ``moments`` (start, end, score; best first) are drawn
-    as bars, the best one as the span, and listed under the axis, each with its clip from
-    ``clips`` (server paths in the output folder) to download.
-    """
+    """Events as bars in lanes, or a find span (and ground truth), on one axis; ``player``: a CSS selector
+    of the ``<video>``'s holder. A long video's ``windows`` are a strip under the track (``windows_done``
+    answered); a find's ``moments`` (best first) are bars and a list, each with its clip from ``clips``."""
     if not math.isfinite(duration) or duration <= 0:
         ends = [float(_field(e, "end")) for e in events] + ([float(span[1])] if span else [])
         duration = max(ends, default=1.0) or 1.0
@@ -136,49 +118,34 @@ def timeline_html(
     lanes = _lanes(items)
     n_lanes = max(lanes, default=-1) + 1
     for (start, end, desc, idx), lane in zip(items, lanes, strict=True):
-        left, right = _pct(start, duration), _pct(end, duration)
-        color = PALETTE[idx % len(PALETTE)]
-        label = f"{idx + 1}. {_fmt_time(start)}–{_fmt_time(end)} · {desc}"
-        rows.append(
-            f'<button type="button" class="mt-item mt-event" data-start="{start:.3f}" data-end="{end:.3f}" '
-            f'data-index="{idx}" title="{html.escape(label)}" aria-label="Play from {start:.1f} s: '
-            f'{html.escape(desc)}" style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;'
-            f'top:{lane * 34 + 4}px;--mt-color:{color}">{_label(f"{idx + 1}. {desc}", str(idx + 1))}</button>'
+        label = html.escape(f"{idx + 1}. {clock(start)}–{clock(end)} · {desc}")
+        attrs = (
+            f'data-index="{idx}" title="{label}" aria-label="Play from {start:.1f} s: {html.escape(desc)}"'
         )
+        inner = _label(f"{idx + 1}. {desc}", str(idx + 1))
+        color = f";--mt-color:{PALETTE[idx % len(PALETTE)]}"
+        rows.append(_bar("mt-event", start, end, duration, lane * 34 + 4, attrs, inner, color))
     track_h = max(1, n_lanes) * 34 + 8
+    top = 42 if reference is not None else 4
     if reference is not None:
         s, e = float(reference[0]), float(reference[1])
-        left, right = _pct(s, duration), _pct(e, duration)
-        rows.append(
-            f'<button type="button" class="mt-item mt-ref" data-start="{s:.3f}" data-end="{e:.3f}" '
-            f'title="Ground truth {_fmt_time(s)}–{_fmt_time(e)}" style="left:{left:.3f}%;'
-            f'width:{max(right - left, 0.8):.3f}%;top:4px">'
-            f"{_label(f'ground truth {_fmt_time(s)}–{_fmt_time(e)}', 'truth')}</button>"
-        )
+        inner = _label(f"ground truth {clock(s)}–{clock(e)}", "truth")
+        rows.append(_bar("mt-ref", s, e, duration, 4, f'title="Ground truth {clock(s)}–{clock(e)}"', inner))
     best = _moments(moments)
     if best:
         span = best[0][:2]
     for k, (s, e, score) in enumerate(best[1:], 2):
-        left, right = _pct(s, duration), _pct(e, duration)
-        rows.append(
-            f'<button type="button" class="mt-item mt-moment" data-start="{s:.3f}" data-end="{e:.3f}" '
-            f'data-moment="{k}" title="Moment {k}: {_fmt_time(s)}–{_fmt_time(e)}, score {score:.2f}" '
-            f'aria-label="Play moment {k} from {s:.1f} s" style="left:{left:.3f}%;'
-            f'width:{max(right - left, 0.8):.3f}%;top:{(42 if reference is not None else 4) + 38}px">'
-            f"{_label(f'#{k} {score:.2f}', f'#{k}')}</button>"
+        attrs = (
+            f'data-moment="{k}" title="Moment {k}: {clock(s)}–{clock(e)}, score {score:.2f}" '
+            f'aria-label="Play moment {k} from {s:.1f} s"'
         )
+        rows.append(_bar("mt-moment", s, e, duration, top + 38, attrs, _label(f"#{k} {score:.2f}", f"#{k}")))
     if span is not None:
         s, e = float(span[0]), float(span[1])
-        left, right = _pct(s, duration), _pct(e, duration)
-        top = 42 if reference is not None else 4
-        rows.append(
-            f'<button type="button" class="mt-item mt-span{" mt-best" if best else ""}'
-            f'{_outside_label(left, right)}" data-start="{s:.3f}" '
-            f'data-end="{e:.3f}" '
-            f'title="{html.escape(span_label)} {_fmt_time(s)}–{_fmt_time(e)}" aria-label="Play the span from '
-            f'{s:.1f} s" style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;top:{top}px">'
-            f"<span>{html.escape(span_label)} {_fmt_time(s)}–{_fmt_time(e)}</span></button>"
-        )
+        said = f"{html.escape(span_label)} {clock(s)}–{clock(e)}"
+        cls = f"mt-span{' mt-best' if best else ''}{_outside_label(_pct(s, duration), _pct(e, duration))}"
+        attrs = f'title="{said}" aria-label="Play the span from {s:.1f} s"'
+        rows.append(_bar(cls, s, e, duration, top, attrs, f"<span>{said}</span>"))
     if span is not None or reference is not None or no_span_text:
         track_h = 80 if (reference is not None and span is not None) else 42
         if len(best) > 1:
@@ -199,6 +166,17 @@ def timeline_html(
         '<div class="mt-playhead" style="left:0%"></div></div>'
         f"{_windows_strip(windows, duration, windows_done)}{_axis(duration)}{detail}{note}"
         f"{_moments_list(best, clips)}</div>"
+    )
+
+
+def _bar(
+    cls: str, s: float, e: float, duration: float, top: int, attrs: str, inner: str, style: str = ""
+) -> str:
+    """One clickable bar on the track: it plays from its start."""
+    left, right = _pct(s, duration), _pct(e, duration)
+    return (
+        f'<button type="button" class="mt-item {cls}" data-start="{s:.3f}" data-end="{e:.3f}" {attrs} '
+        f'style="left:{left:.3f}%;width:{max(right - left, 0.8):.3f}%;top:{top}px{style}">{inner}</button>'
     )
 
 
@@ -226,7 +204,7 @@ def _windows_strip(windows: Sequence[Sequence[float]], duration: float, done: in
         top = 12 * ((k - 1) % 2) if overlap else 0
         cells.append(
             f'<span class="mt-win{state}" data-window="{k}" '
-            f'title="window {k}: {_fmt_time(s)}–{_fmt_time(e)}" '
+            f'title="window {k}: {clock(s)}–{clock(e)}" '
             f'style="left:{left:.3f}%;width:{right - left:.3f}%;top:{top}px">{k}</span>'
         )
     height = 24 if overlap else 12
@@ -252,7 +230,7 @@ def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | 
         rows.append(
             f'<li class="mt-mrow{" mt-best" if k == 1 else ""}"><button type="button" class="mt-mlink" '
             f'data-start="{s:.3f}" data-end="{e:.3f}" data-moment="{k}">'
-            f'<b>{label}</b> {_fmt_time(s)} → {_fmt_time(e)} <span class="mt-score">score {score:.2f}</span>'
+            f'<b>{label}</b> {clock(s)} → {clock(e)} <span class="mt-score">score {score:.2f}</span>'
             f"</button>{link}</li>"
         )
     title = "Moments (best first; click one to jump there)" if len(best) > 1 else "The moment"
