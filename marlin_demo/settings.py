@@ -1,8 +1,7 @@
 """Every knob of the demo in one place: environment variables (``MARLIN_*``) and matching CLI flags.
 
-A Space is configured through its environment; a developer through flags. Both
-land in one frozen ``Settings`` so every layer (engine, UI, bench) reads the
-same values.
+A Space is configured through its environment; a developer through flags. Both land in one frozen ``Settings``
+so every layer (engine, UI, bench) reads the same values.
 """
 
 from __future__ import annotations
@@ -44,287 +43,146 @@ of video is 30 caption windows, far past one ZeroGPU slot (``space.MAX_GPU_S``),
 10-minute limit (10 caption / 24 find windows)."""
 
 
+def _setting(
+    env: str, default: Any, help: str, commands: tuple[Command, ...] = ("run", "bench", "batch"), **meta: str
+) -> Any:
+    """A ``Settings`` field; ``commands``: those that take it as a flag besides the app (``()``: the app
+    alone); ``meta``: its own ``flag`` or ``fallback_env``."""
+    return field(default=default, metadata={"env": env, "commands": commands, "help": help, **meta})
+
+
 @dataclass(frozen=True)
 class Settings:
-    """All configuration. ``help`` metadata feeds both the CLI and the README table; ``commands``
-    which commands besides the app take the setting as a flag (see ``COMMANDS``)."""
+    """All configuration. ``help`` metadata feeds both the CLI and the README table (``_setting``)."""
 
-    model: str = field(
-        default="marlin",
-        metadata={
-            "env": "MARLIN_MODEL",
-            "commands": ("run", "bench", "batch"),
-            "help": "marlin (Hub checkpoints), tiny (offline stand-in) or a local dir",
-        },
+    model: str = _setting(
+        "MARLIN_MODEL", "marlin", "marlin (Hub checkpoints), tiny (offline stand-in) or a local dir"
     )
-    bf16_id: str = field(
-        default=DEFAULT_BF16_ID,
-        metadata={
-            "env": "MARLIN_BF16_ID",
-            "commands": ("bench", "batch"),
-            "help": "16-bit Hub repo (bf16 and bnb4 variants)",
-        },
+    bf16_id: str = _setting(
+        "MARLIN_BF16_ID", DEFAULT_BF16_ID, "16-bit Hub repo (bf16 and bnb4 variants)", ("bench", "batch")
     )
-    gptq_id: str = field(
-        default=DEFAULT_GPTQ_ID,
-        metadata={
-            "env": "MARLIN_GPTQ_ID",
-            "commands": ("bench", "batch"),
-            "help": "GPTQ Hub repo (gptq variant)",
-        },
+    gptq_id: str = _setting(
+        "MARLIN_GPTQ_ID", DEFAULT_GPTQ_ID, "GPTQ Hub repo (gptq variant)", ("bench", "batch")
     )
-    revision: str = field(
-        default="main",
-        metadata={
-            "env": "MARLIN_REVISION",
-            "commands": ("bench", "batch"),
-            "help": "revision of the 16-bit repo",
-        },
+    revision: str = _setting("MARLIN_REVISION", "main", "revision of the 16-bit repo", ("bench", "batch"))
+    gptq_revision: str = _setting(
+        "MARLIN_GPTQ_REVISION", "main", "revision of the GPTQ repo", ("bench", "batch")
     )
-    gptq_revision: str = field(
-        default="main",
-        metadata={
-            "env": "MARLIN_GPTQ_REVISION",
-            "commands": ("bench", "batch"),
-            "help": "revision of the GPTQ repo",
-        },
+    extra_variants: str = _setting(
+        "MARLIN_EXTRA_VARIANTS",
+        "",
+        "more variants as name=DIR pairs, comma-separated (e.g. mixed=/ckpt/mixed)",
     )
-    extra_variants: str = field(
-        default="",
-        metadata={
-            "env": "MARLIN_EXTRA_VARIANTS",
-            "commands": ("run", "bench", "batch"),
-            "help": "more variants as name=DIR pairs, comma-separated (e.g. mixed=/ckpt/mixed)",
-        },
+    variants: str = _setting(
+        "MARLIN_VARIANTS", "gptq,bnb4,bf16", "variants offered, in order", ("run", "batch")
     )
-    variants: str = field(
-        default="gptq,bnb4,bf16",
-        metadata={
-            "env": "MARLIN_VARIANTS",
-            "commands": ("run", "batch"),
-            "help": "variants offered, in order",
-        },
+    gptq_backend: str = _setting(
+        "MARLIN_GPTQ_BACKEND",
+        "auto",
+        "GPTQModel kernel: auto, gptq_marlin, gptq_exllama_v2, gptq_triton, gptq_torch...",
     )
-    gptq_backend: str = field(
-        default="auto",
-        metadata={
-            "env": "MARLIN_GPTQ_BACKEND",
-            "commands": ("run", "bench", "batch"),
-            "help": "GPTQModel kernel: auto, gptq_marlin, gptq_exllama_v2, gptq_triton, gptq_torch...",
-        },
+    gptq_build_dir: str = _setting(
+        "MARLIN_GPTQ_BUILD_DIR",
+        "",
+        "where GPTQModel's nvcc-built kernels (Marlin) are cached "
+        "(default ~/.cache/marlin-demo/gptq-kernels)",
+        ("run",),
     )
-    gptq_build_dir: str = field(
-        default="",
-        metadata={
-            "env": "MARLIN_GPTQ_BUILD_DIR",
-            "commands": ("run",),
-            "help": "where GPTQModel's nvcc-built kernels (Marlin) are cached "
-            "(default ~/.cache/marlin-demo/gptq-kernels)",
-        },
+    compile: bool = _setting(
+        "MARLIN_COMPILE",
+        False,
+        "decode with a static cache and torch.compile (CUDA graphs on GPU); "
+        "turns prefix reuse off; off until measured to help",
+        ("run", "bench"),
     )
-    compile: bool = field(
-        default=False,
-        metadata={
-            "env": "MARLIN_COMPILE",
-            "commands": ("run", "bench"),
-            "help": "decode with a static cache and torch.compile (CUDA graphs on GPU); "
-            "turns prefix reuse off; off until measured to help",
-        },
+    video_backend: str = _setting(
+        "MARLIN_VIDEO_BACKEND",
+        "auto",
+        "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast on big 8-bit clips)",
     )
-    video_backend: str = field(
-        default="auto",
-        metadata={
-            "env": "MARLIN_VIDEO_BACKEND",
-            "commands": ("run", "bench", "batch"),
-            "help": "video decode: reference (qwen-vl-utils pixels), fast, or auto (fast on big 8-bit clips)",
-        },
+    prefix_cache_size: int = _setting(
+        "MARLIN_PREFIX_CACHE", 2, "video prefix states kept for reuse (0: off)", ()
     )
-    prefix_cache_size: int = field(
-        default=2,
-        metadata={"env": "MARLIN_PREFIX_CACHE", "help": "video prefix states kept for reuse (0: off)"},
+    device: str = _setting("MARLIN_DEVICE", "auto", "auto, cuda or cpu")
+    compute_dtype: str = _setting(
+        "MARLIN_COMPUTE_DTYPE",
+        "auto",
+        "what the model computes in: auto (bf16 on a GPU; on a CPU bf16 only where the "
+        "processor runs it natively, else float32), bfloat16, float16 or float32",
     )
-    device: str = field(
-        default="auto",
-        metadata={"env": "MARLIN_DEVICE", "commands": ("run", "bench", "batch"), "help": "auto, cuda or cpu"},
+    caption_max_new_tokens: int = _setting("MARLIN_CAPTION_MAX_NEW_TOKENS", 768, "token limit for captions")
+    find_max_new_tokens: int = _setting("MARLIN_FIND_MAX_NEW_TOKENS", 64, "token limit for find answers")
+    caption_window_s: float = _setting(
+        "MARLIN_CAPTION_WINDOW_S",
+        60.0,
+        "caption window length (s): a longer video is captioned window by window",
     )
-    compute_dtype: str = field(
-        default="auto",
-        metadata={
-            "env": "MARLIN_COMPUTE_DTYPE",
-            "commands": ("run", "bench", "batch"),
-            "help": "what the model computes in: auto (bf16 on a GPU; on a CPU bf16 only where the "
-            "processor runs it natively, else float32), bfloat16, float16 or float32",
-        },
+    find_window_s: float = _setting("MARLIN_FIND_WINDOW_S", 30.0, "find window length (s) on a longer video")
+    find_overlap_s: float = _setting("MARLIN_FIND_OVERLAP_S", 5.0, "overlap of consecutive find windows (s)")
+    max_windows: int = _setting(
+        "MARLIN_MAX_WINDOWS", 72, "most windows one request may need (a longer video is refused)"
     )
-    caption_max_new_tokens: int = field(
-        default=768,
-        metadata={
-            "env": "MARLIN_CAPTION_MAX_NEW_TOKENS",
-            "commands": ("run", "bench", "batch"),
-            "help": "token limit for captions",
-        },
+    top_k: int = _setting("MARLIN_TOP_K", 5, "most moments a find returns")
+    search_candidates: int = _setting(
+        "MARLIN_SEARCH_CANDIDATES",
+        8,
+        "caption windows a library search asks find in (the best by full-text rank)",
+        ("search",),
     )
-    find_max_new_tokens: int = field(
-        default=64,
-        metadata={
-            "env": "MARLIN_FIND_MAX_NEW_TOKENS",
-            "commands": ("run", "bench", "batch"),
-            "help": "token limit for find answers",
-        },
+    max_upload_mb: float = _setting("MARLIN_MAX_UPLOAD_MB", 200.0, "largest accepted video file (MB)")
+    max_duration_s: float = _setting(
+        "MARLIN_MAX_DURATION_S",
+        1800.0,
+        "longest accepted video (s); on a Space the default is 600 (SPACE_DEFAULTS)",
     )
-    caption_window_s: float = field(
-        default=60.0,
-        metadata={
-            "env": "MARLIN_CAPTION_WINDOW_S",
-            "commands": ("run", "bench", "batch"),
-            "help": "caption window length (s): a longer video is captioned window by window",
-        },
+    max_width: int = _setting("MARLIN_MAX_WIDTH", 3840, "widest accepted video", ("batch",))
+    max_height: int = _setting("MARLIN_MAX_HEIGHT", 2160, "tallest accepted video", ("batch",))
+    max_query_chars: int = _setting("MARLIN_MAX_QUERY_CHARS", 500, "longest accepted find query")
+    request_timeout_s: float = _setting(
+        "MARLIN_REQUEST_TIMEOUT_S",
+        300.0,
+        "time limit (s) of one window's (or one short clip's) model work; waiting for other "
+        "requests does not count",
     )
-    find_window_s: float = field(
-        default=30.0,
-        metadata={
-            "env": "MARLIN_FIND_WINDOW_S",
-            "commands": ("run", "bench", "batch"),
-            "help": "find window length (s) on a longer video",
-        },
+    stream_every_s: float = _setting(
+        "MARLIN_STREAM_EVERY_S", 0.15, "seconds between streamed text updates (0: every token)", ()
     )
-    find_overlap_s: float = field(
-        default=5.0,
-        metadata={
-            "env": "MARLIN_FIND_OVERLAP_S",
-            "commands": ("run", "bench", "batch"),
-            "help": "overlap of consecutive find windows (s)",
-        },
+    queue_size: int = _setting(
+        "MARLIN_QUEUE_SIZE",
+        16,
+        "requests answered in turns (window by window) at once; one more is told to try again",
+        (),
     )
-    max_windows: int = field(
-        default=72,
-        metadata={
-            "env": "MARLIN_MAX_WINDOWS",
-            "commands": ("run", "bench", "batch"),
-            "help": "most windows one request may need (a longer video is refused)",
-        },
-    )
-    top_k: int = field(
-        default=5,
-        metadata={
-            "env": "MARLIN_TOP_K",
-            "commands": ("run", "bench", "batch"),
-            "help": "most moments a find returns",
-        },
-    )
-    search_candidates: int = field(
-        default=8,
-        metadata={
-            "env": "MARLIN_SEARCH_CANDIDATES",
-            "commands": ("search",),
-            "help": "caption windows a library search asks find in (the best by full-text rank)",
-        },
-    )
-    max_upload_mb: float = field(
-        default=200.0,
-        metadata={
-            "env": "MARLIN_MAX_UPLOAD_MB",
-            "commands": ("run", "bench", "batch"),
-            "help": "largest accepted video file (MB)",
-        },
-    )
-    max_duration_s: float = field(
-        default=1800.0,
-        metadata={
-            "env": "MARLIN_MAX_DURATION_S",
-            "commands": ("run", "bench", "batch"),
-            "help": "longest accepted video (s); on a Space the default is 600 (SPACE_DEFAULTS)",
-        },
-    )
-    max_width: int = field(
-        default=3840,
-        metadata={"env": "MARLIN_MAX_WIDTH", "commands": ("batch",), "help": "widest accepted video"},
-    )
-    max_height: int = field(
-        default=2160,
-        metadata={"env": "MARLIN_MAX_HEIGHT", "commands": ("batch",), "help": "tallest accepted video"},
-    )
-    max_query_chars: int = field(
-        default=500,
-        metadata={
-            "env": "MARLIN_MAX_QUERY_CHARS",
-            "commands": ("run", "bench", "batch"),
-            "help": "longest accepted find query",
-        },
-    )
-    request_timeout_s: float = field(
-        default=300.0,
-        metadata={
-            "env": "MARLIN_REQUEST_TIMEOUT_S",
-            "commands": ("run", "bench", "batch"),
-            "help": "time limit (s) of one window's (or one short clip's) model work; waiting for other "
-            "requests does not count",
-        },
-    )
-    stream_every_s: float = field(
-        default=0.15,
-        metadata={
-            "env": "MARLIN_STREAM_EVERY_S",
-            "help": "seconds between streamed text updates (0: every token)",
-        },
-    )
-    queue_size: int = field(
-        default=16,
-        metadata={
-            "env": "MARLIN_QUEUE_SIZE",
-            "help": "requests answered in turns (window by window) at once; one more is told to try again",
-        },
-    )
-    cache_dir: str = field(
-        default="",
-        metadata={
-            "env": "MARLIN_CACHE_DIR",
-            "commands": ("run", "bench", "batch"),
-            "help": "where the tiny checkpoint is built",
-        },
-    )
-    output_dir: str = field(
-        default="", metadata={"env": "MARLIN_OUTPUT_DIR", "help": "where clips and downloads are written"}
-    )
-    mcp: bool = field(
-        default=True,
-        metadata={
-            "env": "MARLIN_MCP",
-            "help": "serve /caption, /find, /compare, /search as MCP tools at /gradio_api/mcp/ (same port)",
-        },
+    cache_dir: str = _setting("MARLIN_CACHE_DIR", "", "where the tiny checkpoint is built")
+    output_dir: str = _setting("MARLIN_OUTPUT_DIR", "", "where clips and downloads are written", ())
+    mcp: bool = _setting(
+        "MARLIN_MCP",
+        True,
+        "serve /caption, /find, /compare, /search as MCP tools at /gradio_api/mcp/ (same port)",
+        (),
     )
     # Gradio's own variables are honoured after ours (flag, MARLIN_*, GRADIO_*, default), as
     # Gradio users and hosting platforms expect.
-    library_dir: str = field(
-        default="",
-        metadata={
-            "env": "MARLIN_LIBRARY",
-            "flag": "--library",
-            "help": "a library folder built by `index` for the Library tab (default: the example clips)",
-        },
+    library_dir: str = _setting(
+        "MARLIN_LIBRARY",
+        "",
+        "a library folder built by `index` for the Library tab (default: the example clips)",
+        (),
+        flag="--library",
     )
-    examples_dir: str = field(
-        default="",
-        metadata={
-            "env": "MARLIN_EXAMPLES_DIR",
-            "help": "folder of examples.json and its clips (default: examples/ of a source checkout)",
-        },
+    examples_dir: str = _setting(
+        "MARLIN_EXAMPLES_DIR",
+        "",
+        "folder of examples.json and its clips (default: examples/ of a source checkout)",
+        (),
     )
-    host: str = field(
-        default="127.0.0.1",
-        metadata={"env": "MARLIN_HOST", "fallback_env": "GRADIO_SERVER_NAME", "help": "server address"},
-    )
-    port: int = field(
-        default=7860,
-        metadata={"env": "MARLIN_PORT", "fallback_env": "GRADIO_SERVER_PORT", "help": "server port"},
-    )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={
-            "env": "MARLIN_TRUST_REMOTE_CODE",
-            "commands": ("bench", "batch"),
-            "help": "run the checkpoint's own code (needs a pinned 40-hex revision)",
-        },
+    host: str = _setting("MARLIN_HOST", "127.0.0.1", "server address", (), fallback_env="GRADIO_SERVER_NAME")
+    port: int = _setting("MARLIN_PORT", 7860, "server port", (), fallback_env="GRADIO_SERVER_PORT")
+    trust_remote_code: bool = _setting(
+        "MARLIN_TRUST_REMOTE_CODE",
+        False,
+        "run the checkpoint's own code (needs a pinned 40-hex revision)",
+        ("bench", "batch"),
     )
 
     @property
@@ -437,22 +295,12 @@ def add_arguments(
     for f in fields(Settings):
         if only is not None and f.name not in only:
             continue
-        flag = flag_of(f.name)
         kind = str(f.type)  # already a string: annotations are postponed
-        if kind == "bool":
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=f.metadata["help"],
-            )
-        else:
-            conv = {"int": int, "float": float}.get(kind, str)
+        how: dict[str, Any] = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"]}
+        if kind != "bool":
             envs = " or ".join(f"${n}" for n in (f.metadata["env"], f.metadata.get("fallback_env")) if n)
-            parser.add_argument(
-                flag, dest=f.name, type=conv, default=None, help=f"{f.metadata['help']} ({envs})"
-            )
+            how = {"type": {"int": int, "float": float}.get(kind, str), "help": f"{how['help']} ({envs})"}
+        parser.add_argument(flag_of(f.name), dest=f.name, default=None, **how)
 
 
 def from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
