@@ -1,17 +1,15 @@
 """Marlin-2B's input/output contract: prompts, video parameters, parsers, repair.
 
-Pure Python on purpose (no torch, no ML imports): the UI, API, CLI, tests and
-benchmark all depend on it, and it must import instantly and run anywhere.
+Pure Python on purpose (no torch, no ML imports): the UI, API, CLI, tests and benchmark all depend on it, and
+it must import instantly and run anywhere.
 
-The prompt strings are facts of the model's fine-tuning (see
-``shared/REFERENCE.md``) and must not be reworded. The parsers are tolerant
-(they extract what they can from stray formats) but honest: ``format_ok``
-says whether the trained format was produced, and ``repair_*`` report every
-change they make in ``repairs`` instead of fixing output silently.
+The prompt strings are facts of the model's fine-tuning (see ``shared/REFERENCE.md``) and must not be
+reworded. The parsers are tolerant (they extract what they can from stray formats) but honest: ``format_ok``
+says whether the trained format was produced, and ``repair_*`` report every change they make in ``repairs``
+instead of fixing output silently.
 
-All regular expressions here run on single, whitespace-normalised lines and
-use bounded or non-overlapping quantifiers, so hostile multi-megabyte input
-parses in linear time (no catastrophic backtracking).
+All regular expressions here run on single, whitespace-normalised lines and use bounded or non-overlapping
+quantifiers, so hostile multi-megabyte input parses in linear time (no catastrophic backtracking).
 """
 
 from __future__ import annotations
@@ -43,9 +41,7 @@ __all__ = [
     "strip_think",
 ]
 
-# ---------------------------------------------------------------------------
 # Prompts (exact strings the model was trained on)
-# ---------------------------------------------------------------------------
 
 CAPTION_PROMPT: str = (
     "Provide a spatial description of this clip followed by time-ranged events.\n"
@@ -80,9 +76,7 @@ class VideoParams:
         return self.patch_size * self.merge_size
 
 
-# ---------------------------------------------------------------------------
 # Query sanitising
-# ---------------------------------------------------------------------------
 
 # Chat-template special tokens such as <|im_end|>, <|vision_start|>, <|endoftext|>.
 _SPECIAL_TOKEN_RE = re.compile(r"<\|[^|>]*\|>")
@@ -92,50 +86,26 @@ _INVISIBLE_FORMAT = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\
 
 
 def _clean_chars(text: str) -> str:
-    """Turn whitespace controls into spaces and drop every other control character.
-
-    Only category Cc plus bidi overrides/BOM are removed: other format
-    characters (ZWJ, emoji tag sequences) are needed by emoji and scripts.
-    """
-    out: list[str] = []
-    for ch in text:
-        if ch.isspace():
-            out.append(" ")
-        elif ch in _INVISIBLE_FORMAT or unicodedata.category(ch) == "Cc":
-            continue
-        else:
-            out.append(ch)
-    return "".join(out)
+    """Whitespace becomes spaces; only category Cc and bidi overrides/BOM are dropped, since other
+    format characters (ZWJ, emoji tag sequences) are needed by emoji and scripts."""
+    return "".join(
+        " " if ch.isspace() else ch
+        for ch in text
+        if ch.isspace() or (ch not in _INVISIBLE_FORMAT and unicodedata.category(ch) != "Cc")
+    )
 
 
 def _replace_double_quotes(text: str) -> str:
-    """Replace straight ``"`` with alternating typographic quotes (“ ”).
-
-    The query sits inside the prompt's straight double quotes; a straight
-    quote in the query could close them and smuggle in instructions.
-    """
-    out: list[str] = []
-    opening = True
-    for ch in text:
-        if ch == '"':
-            out.append("\u201c" if opening else "\u201d")
-            opening = not opening
-        else:
-            out.append(ch)
-    return "".join(out)
+    """Straight ``"`` become alternating “ ”: the query sits inside the prompt's straight double quotes,
+    which a straight quote in it could close to smuggle in instructions."""
+    first, *rest = text.split('"')
+    return first + "".join(("\u201d" if i % 2 else "\u201c") + part for i, part in enumerate(rest))
 
 
 def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str:
-    """Clean a user's grounding query so it can be pasted into the find prompt safely.
-
-    Removes control characters, chat special tokens (``<|...|>``) and think
-    tags, collapses all whitespace (newlines, tabs) to single spaces and
-    replaces straight double quotes. Non-Latin scripts and emoji are kept.
-    The result is idempotent: cleaning a cleaned query changes nothing.
-
-    Raises ``ValueError`` with a message saying what is wrong and what is
-    allowed when the cleaned query is empty or longer than ``max_chars`` (by
-    default the settings' ``max_query_chars``).
+    """A user's grounding query made safe to paste into the find prompt (idempotent): no control
+    characters, chat special tokens or think tags, single spaces, no straight double quotes; other
+    scripts and emoji kept. ``ValueError`` (what is wrong, what is allowed) when empty or too long.
     """
     text = "" if query is None else str(query)
     text = _clean_chars(text)
@@ -155,16 +125,11 @@ def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str
 
 
 def find_prompt(query: str, max_chars: int = Settings.max_query_chars) -> str:
-    """Build the exact grounding prompt; the query is sanitised first (idempotent).
-
-    Raises ``ValueError`` like :func:`sanitize_query`.
-    """
+    """The exact grounding prompt, the query sanitised first (``ValueError`` as ``sanitize_query``)."""
     return FIND_PROMPT_TEMPLATE.format(query=sanitize_query(query, max_chars))
 
 
-# ---------------------------------------------------------------------------
 # Result types
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -216,9 +181,7 @@ class SpanParse:
         }
 
 
-# ---------------------------------------------------------------------------
 # Think tags
-# ---------------------------------------------------------------------------
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"
@@ -228,11 +191,10 @@ _THINK_LINE_RE = re.compile(r"^[ \t]*</?think>[ \t]*(?:\r?\n|$)", re.MULTILINE)
 def strip_think(text: str) -> str:
     """Remove reasoning markup the model may emit before its answer.
 
-    Drops every whole ``<think>...</think>`` block, then any stray tag: a
-    line holding only ``<think>`` (Marlin often starts with one and never
-    closes it) is removed as a line, an inline stray tag is removed alone.
-    An unclosed ``<think>`` cannot tell where reasoning ends, so the text
-    after it is kept. Uses ``str.find`` (linear time) rather than a lazy regex.
+    Drops every whole ``<think>...</think>`` block, then any stray tag: a line holding only ``<think>``
+    (Marlin often starts with one and never closes it) is removed as a line, an inline stray tag is removed
+    alone. An unclosed ``<think>`` cannot tell where reasoning ends, so the text after it is kept. Uses
+    ``str.find`` (linear time) rather than a lazy regex.
     """
     if not text:
         return ""
@@ -252,9 +214,7 @@ def strip_think(text: str) -> str:
     return text.replace(_THINK_OPEN, "").replace(_THINK_CLOSE, "").strip()
 
 
-# ---------------------------------------------------------------------------
 # Time tokens
-# ---------------------------------------------------------------------------
 
 # Seconds ("12", "1.8") or clock time ("01:15", "1:01:15.5"). Digit runs are bounded.
 _TIME = r"\d{1,12}(?::\d{1,2}){0,2}(?:\.\d{1,12})?"
@@ -276,9 +236,7 @@ def _norm_line(line: str) -> str:
     return " ".join(line.split())
 
 
-# ---------------------------------------------------------------------------
 # Caption parsing
-# ---------------------------------------------------------------------------
 
 _EVENT_RE = re.compile(
     r"^(?:[-*\u2022] )?"  # optional list bullet
@@ -298,8 +256,6 @@ _EVENTS_HDR_RE = re.compile(r"^[#* ]*(?:events|timeline)[* ]*(?::[* ]*(?P<rest>.
 
 def _match_event(line: str) -> tuple[Event, bool] | None:
     """Parse one normalised line as an event; returns (event, canonical) or None."""
-    if not line:
-        return None
     m = _EVENT_RE.match(line)
     if m is None:
         return None
@@ -310,13 +266,11 @@ def _match_event(line: str) -> tuple[Event, bool] | None:
 def parse_caption(text: str) -> CaptionParse:
     """Parse ``Scene: ...`` / ``Events:`` / ``<start - end> description`` output.
 
-    Tolerates units, missing angle brackets, clock times, dashes, bullets,
-    markdown-decorated or missing headers. With an ``Events:`` header,
-    everything before it is the scene; without one, the scene is the
-    non-event text before the first event line. Event times and order are
-    kept exactly as written (``repair_caption`` fixes them, with notes).
-    ``format_ok`` is True only for a canonical ``Scene:`` header, a bare
-    ``Events:`` header and at least one canonical ``<a - b> text`` line.
+    Tolerates units, missing angle brackets, clock times, dashes, bullets, markdown-decorated or missing
+    headers. With an ``Events:`` header, everything before it is the scene; without one, the scene is the
+    non-event text before the first event line. Event times and order are kept exactly as written
+    (``repair_caption`` fixes them, with notes). ``format_ok`` is True only for a canonical ``Scene:`` header,
+    a bare ``Events:`` header and at least one canonical ``<a - b> text`` line.
     """
     lines = [_norm_line(raw) for raw in strip_think(text or "").splitlines()]
 
@@ -350,22 +304,12 @@ def parse_caption(text: str) -> CaptionParse:
             break
     scene = " ".join(part for part in scene_parts if part)
 
-    events: list[Event] = []
-    any_canonical = False
-    for line in event_lines:
-        hit = _match_event(line)
-        if hit is None:
-            continue
-        events.append(hit[0])
-        any_canonical = any_canonical or hit[1]
-
-    format_ok = scene_canonical and events_hdr_canonical and any_canonical
-    return CaptionParse(scene=scene, events=events, format_ok=format_ok)
+    hits = [hit for hit in map(_match_event, event_lines) if hit is not None]
+    format_ok = scene_canonical and events_hdr_canonical and any(canonical for _, canonical in hits)
+    return CaptionParse(scene=scene, events=[event for event, _ in hits], format_ok=format_ok)
 
 
-# ---------------------------------------------------------------------------
 # Span parsing
-# ---------------------------------------------------------------------------
 
 _CANON_SPAN_RE = re.compile(rf"^From (?P<a>{_NUM}) to (?P<b>{_NUM}) ?\.?$")
 # A time not glued to a preceding number, optionally in <...>, optionally with a unit.
@@ -380,11 +324,10 @@ _SPAN_ANY_RE = re.compile(
 def parse_span(text: str) -> SpanParse:
     """Parse a grounding answer.
 
-    ``From <start> to <end>.`` (the trained format) gives ``format_ok=True``.
-    Usable stray formats (``3.5 - 8.2 seconds``, ``between 01:15 and 01:21``,
-    ``3.5 to 8.2``, ``from 3.5s to 8.2s``) give a span with
-    ``format_ok=False``. Nothing usable gives ``span=None``. A reversed
-    range is kept as written (``repair_span`` swaps it, with a note).
+    ``From <start> to <end>.`` (the trained format) gives ``format_ok=True``. Usable stray formats
+    (``3.5 - 8.2 seconds``, ``between 01:15 and 01:21``, ``3.5 to 8.2``, ``from 3.5s to 8.2s``) give a span
+    with ``format_ok=False``. Nothing usable gives ``span=None``. A reversed range is kept as written
+    (``repair_span`` swaps it, with a note).
     """
     norm = _norm_line(strip_think(text or ""))
     m = _CANON_SPAN_RE.match(norm)
@@ -397,15 +340,12 @@ def parse_span(text: str) -> SpanParse:
     return SpanParse(span=(_to_seconds(a), _to_seconds(b)), format_ok=False)
 
 
-# ---------------------------------------------------------------------------
 # Repair
-# ---------------------------------------------------------------------------
 
 
 def _fmt_s(value: float) -> str:
     """Seconds for notes: '10.0', '10.5', '9.97'."""
-    text = f"{value:.2f}"
-    return text.removesuffix("0")
+    return f"{value:.2f}".removesuffix("0")
 
 
 def _count(n: int, noun: str) -> str:
@@ -433,12 +373,10 @@ def _loop_key(text: str) -> str:
 def _loop_keep(keys: list[str]) -> list[bool]:
     """Which items survive repetition-loop trimming.
 
-    An item is dropped when it repeats the item just before it, or when its
-    key occurs more than twice overall and this is not its first occurrence.
-    A description seen exactly twice, apart, is plausible (a door opens
-    twice) and is kept. When something was dropped, a final item that is a
-    strict prefix of an earlier one (a loop cut off by the token limit) is
-    dropped too.
+    An item is dropped when it repeats the item just before it, or when its key occurs more than twice overall
+    and this is not its first occurrence. A description seen exactly twice, apart, is plausible (a door opens
+    twice) and is kept. When something was dropped, a final item that is a strict prefix of an earlier one (a
+    loop cut off by the token limit) is dropped too.
     """
     counts = Counter(keys)
     seen: set[str] = set()
@@ -473,12 +411,11 @@ def _trim_scene_loop(scene: str) -> tuple[str, int]:
 def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
     """Fix known failure modes and say what was fixed; returns a new object.
 
-    In order: drop events without a description (or with non-finite times),
-    swap reversed ranges, drop events starting at or after the clip's end,
-    clamp the rest into [0, duration], drop exact duplicates, drop repetition
-    loops (see ``_loop_keep``), and trim a looping scene paragraph. Each kind
-    of fix adds one human-readable note to ``repairs``. Event order is never
-    changed. ``duration=None`` skips the duration-dependent steps.
+    In order: drop events without a description (or with non-finite times), swap reversed ranges, drop events
+    starting at or after the clip's end, clamp the rest into [0, duration], drop exact duplicates, drop
+    repetition loops (see ``_loop_keep``), and trim a looping scene paragraph. Each kind of fix adds one
+    human-readable note to ``repairs``. Event order is never changed. ``duration=None`` skips the
+    duration-dependent steps.
     """
     dur = _check_duration(duration)
     notes: list[str] = []
@@ -517,13 +454,7 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
         if clamped:
             notes.append(f"clamped {_count(clamped, 'event')} to the clip's {_fmt_s(dur)} s")
 
-    seen: set[tuple[float, float, str]] = set()
-    unique: list[Event] = []
-    for e in events:
-        key = (e.start, e.end, e.description)
-        if key not in seen:
-            seen.add(key)
-            unique.append(e)
+    unique = list(dict.fromkeys(events))  # Event is frozen: equal (and hashed) by its three fields
     if len(unique) < len(events):
         notes.append(f"dropped {_count(len(events) - len(unique), 'duplicate event')}")
     events = unique
@@ -549,9 +480,8 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
 def repair_span(parse: SpanParse, duration: float | None) -> SpanParse:
     """Swap a reversed span and clamp it into [0, duration]; returns a new object.
 
-    A span starting at or after the clip's end, or of zero length after
-    clamping, becomes ``None`` with a note: a span is never invented.
-    ``duration=None`` only swaps and drops zero-length spans.
+    A span starting at or after the clip's end, or of zero length after clamping, becomes ``None`` with a
+    note: a span is never invented. ``duration=None`` only swaps and drops zero-length spans.
     """
     dur = _check_duration(duration)
     notes: list[str] = []
