@@ -15,11 +15,10 @@ from marlin_demo.contract import Event
 class VideoInfo:
     """What the file holds, as the sampler will see it.
 
-    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's
-    ``average_fps`` / ``num_frames`` when torchcodec can open the file
-    (``metadata_source == "torchcodec"``), otherwise the same quantities from a
-    PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after
-    applying ``rotation`` (degrees counter-clockwise, 0/90/180/270).
+    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's ``average_fps`` / ``num_frames``
+    when torchcodec can open the file (``metadata_source == "torchcodec"``), otherwise the same quantities
+    from a PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after applying ``rotation``
+    (degrees counter-clockwise, 0/90/180/270).
     """
 
     path: str
@@ -242,22 +241,12 @@ class CaptionResult:
     range_s: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "variant": self.variant,
-            "model": self.model,
-            "scene": self.scene,
-            "events": [e.to_dict() for e in self.events],
-            "raw": self.raw,
-            "repaired": self.repaired,
-            "metrics": self.metrics.to_dict(),
-            "runtime": self.info.runtime.to_dict(),
-            "windows": [
-                {"start": round(w["start"], 3), "end": round(w["end"], 3), "scene": w["scene"]}
-                for w in self.windows
-            ],
-            "partial": None if self.partial is None else self.partial.to_dict(),
-            "range": _range(self.range_s),
-        }
+        windows = [
+            {"start": round(w["start"], 3), "end": round(w["end"], 3), "scene": w["scene"]}
+            for w in self.windows
+        ]
+        head = {"scene": self.scene, "events": [e.to_dict() for e in self.events]}
+        return _result_dict(self, head, {"repaired": self.repaired}, {"windows": windows})
 
 
 @dataclass
@@ -279,22 +268,12 @@ class FindResult:
     range_s: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "variant": self.variant,
-            "model": self.model,
-            "query": self.query,
-            "span": None if self.span is None else [round(self.span[0], 3), round(self.span[1], 3)],
-            "format_ok": self.format_ok,
-            "raw": self.raw,
-            "metrics": self.metrics.to_dict(),
-            "runtime": self.info.runtime.to_dict(),
-            "moments": [
-                {"start": round(m.start, 3), "end": round(m.end, 3), "score": round(m.score, 4)}
-                for m in self.moments
-            ],
-            "partial": None if self.partial is None else self.partial.to_dict(),
-            "range": _range(self.range_s),
-        }
+        moments = [
+            {"start": round(m.start, 3), "end": round(m.end, 3), "score": round(m.score, 4)}
+            for m in self.moments
+        ]
+        head = {"query": self.query, "span": _range(self.span), "format_ok": self.format_ok}
+        return _result_dict(self, head, {}, {"moments": moments})
 
 
 Result = CaptionResult | FindResult
@@ -304,9 +283,25 @@ def _range(span: tuple[float, float] | None) -> list[float] | None:
     return None if span is None else [round(span[0], 3), round(span[1], 3)]
 
 
-# ---------------------------------------------------------------------------
+def _result_dict(
+    r: Result, head: dict[str, Any], mid: dict[str, Any], tail: dict[str, Any]
+) -> dict[str, Any]:
+    """A result's public JSON: the keys both kinds share, each kind's own in its place (order kept)."""
+    return {
+        "variant": r.variant,
+        "model": r.model,
+        **head,
+        "raw": r.raw,
+        **mid,
+        "metrics": r.metrics.to_dict(),
+        "runtime": r.info.runtime.to_dict(),
+        **tail,
+        "partial": None if r.partial is None else r.partial.to_dict(),
+        "range": _range(r.range_s),
+    }
+
+
 # The stages of one request (marlin_demo.service streams them)
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
