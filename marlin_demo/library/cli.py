@@ -18,15 +18,7 @@ from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extr
 INDEX_FLAGS = settings_mod.flags_for("batch")
 SEARCH_FLAGS = tuple(f for f in INDEX_FLAGS if f != "top_k") + settings_mod.flags_for("search")
 #: What names the model a library was built with: ``search`` uses them unless a flag says otherwise.
-MODEL_FIELDS = (
-    "model",
-    "bf16_id",
-    "gptq_id",
-    "revision",
-    "gptq_revision",
-    "extra_variants",
-    "trust_remote_code",
-)
+MODEL_FIELDS = tuple("model bf16_id gptq_id revision gptq_revision extra_variants trust_remote_code".split())
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
 
@@ -75,8 +67,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if need:
         return _err(need)
     try:
-        settings = settings_mod.from_args(args)
-        settings = check_limits(settings)
+        settings = check_limits(settings_mod.from_args(args))
         items = collect(args.input, "caption")
         if args.fresh:
             Store.wipe(args.library)
@@ -91,11 +82,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         address = None if args.ray == "local" else args.ray
 
         def captions(todo: list[Any]) -> Iterator[Any]:
-            return (
-                idx.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
-                if todo
-                else iter(())
-            )
+            if not todo:
+                return iter(())
+            return idx.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
 
     signal.signal(signal.SIGTERM, _sigterm)
 
@@ -120,12 +109,6 @@ def cmd_index(args: argparse.Namespace) -> int:
         for f in out["failures"]:
             print(f"  failed {f['video']}: {f['error']}")
     return EXIT_OK
-
-
-def _search_settings(args: argparse.Namespace, setup: dict[str, Any]) -> Any:
-    """The library's model (and its identity) unless a flag names another; every other flag as given."""
-    base = settings_mod.from_env().with_(**{k: setup[k] for k in MODEL_FIELDS if k in setup})
-    return settings_mod.from_args(args, base)
 
 
 def format_answer(d: dict[str, Any]) -> str:
@@ -154,8 +137,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         store = Store(args.library, create=False)
         setup = store.meta().get("setup", {})
-        settings = _search_settings(args, setup)
-        settings = check_limits(settings)
+        # the library's model (and its identity) unless a flag names another; every other flag as given
+        base = settings_mod.from_env().with_(**{k: setup[k] for k in MODEL_FIELDS if k in setup})
+        settings = check_limits(settings_mod.from_args(args, base))
         variant = args.variant or setup.get("variant") or "gptq"
     except (LibraryError, ValueError) as exc:
         return _err(str(exc))

@@ -255,14 +255,15 @@ class Store:
         return self._one("SELECT * FROM videos WHERE id = ?", (vid,))
 
     def videos(self) -> list[dict[str, Any]]:
-        cur = self.db.execute("SELECT * FROM videos ORDER BY name")
+        return self._rows("SELECT * FROM videos ORDER BY name", ())
+
+    def _rows(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+        cur = self.db.execute(sql, args)
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row, strict=True)) for row in cur]
 
     def _one(self, sql: str, args: Sequence[Any]) -> dict[str, Any] | None:
-        cur = self.db.execute(sql, args)
-        row = cur.fetchone()
-        return None if row is None else dict(zip([c[0] for c in cur.description], row, strict=True))
+        return next(iter(self._rows(sql, args)), None)
 
     def put_video(
         self,
@@ -339,11 +340,8 @@ class Store:
         return self._counts[1]
 
     def windows_of(self, vid: str) -> list[dict[str, Any]]:
-        cur = self.db.execute(
-            "SELECT k, start, end, scene, events, thumbnail FROM windows WHERE video = ? ORDER BY k", (vid,)
-        )
-        cols = [c[0] for c in cur.description]
-        return [dict(zip(cols, row, strict=True)) for row in cur]
+        sql = "SELECT k, start, end, scene, events, thumbnail FROM windows WHERE video = ? ORDER BY k"
+        return self._rows(sql, (vid,))
 
     def common_words(self, query: str) -> list[str]:
         """The query's words that are in more than ``COMMON_SHARE`` of the windows (and over

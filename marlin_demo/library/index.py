@@ -29,8 +29,7 @@ Note = Callable[[str], None]
 def setup_fingerprint(settings: Settings, variant: Variant) -> dict[str, Any]:
     """batch's settings fingerprint of a caption run (model, settings that change answers, kernels)."""
     fp = fingerprint(settings, "")
-    fp.pop("data_digest", None)
-    for name in SEARCH_ONLY:
+    for name in ("data_digest", *SEARCH_ONLY):
         fp.pop(name, None)
     fp.update(task="caption", variant=variant)
     return fp
@@ -78,18 +77,9 @@ class Summary:
 
     def to_dict(self, store: Store) -> dict[str, Any]:
         videos, windows = store.counts()
-        return {
-            "library": str(store.folder),
-            "videos": videos,
-            "windows": windows,
-            "added": len(self.added),
-            "updated": len(self.updated),
-            "moved": len(self.moved),
-            "unchanged": len(self.unchanged),
-            "pruned": len(self.pruned),
-            "failed": len(self.failures),
-            "failures": list(self.failures),
-        }
+        done = {k: len(getattr(self, k)) for k in ("added", "updated", "moved", "unchanged", "pruned")}
+        out = {"library": str(store.folder), "videos": videos, "windows": windows, **done}
+        return out | {"failed": len(self.failures), "failures": list(self.failures)}
 
 
 def _digest(store: Store, path: str, size: int, mtime_ns: int) -> str:

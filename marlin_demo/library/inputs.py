@@ -67,7 +67,7 @@ def _seconds(rec: Mapping[str, object], name: str, where: str) -> float | None:
     try:
         value = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InputError(f"{where}: {name} must be a number of seconds, got {raw!r}.") from None
+        value = math.nan
     if not math.isfinite(value):
         raise InputError(f"{where}: {name} must be a number of seconds, got {raw!r}.")
     return value

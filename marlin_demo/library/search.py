@@ -89,14 +89,18 @@ def search_windows(store: Store, query: str, settings: Settings) -> int:
     clean = contract.sanitize_query(query, settings.max_query_chars)
     from marlin_demo.service.focus import find_bounds  # the request path (late: --help stays fast)
 
+    return sum(
+        len(find_bounds([Window(h.k, h.start, h.end) for h in hits], max(h.end for h in hits), settings))
+        for hits in _by_video(store.stage1(clean, settings.search_candidates))
+    )
+
+
+def _by_video(hits: list[Hit]) -> list[list[Hit]]:
+    """Stage 1's hits grouped by video, in order of each video's best hit."""
     by_video: dict[str, list[Hit]] = {}
-    for h in store.stage1(clean, settings.search_candidates):
+    for h in hits:
         by_video.setdefault(h.video, []).append(h)
-    total = 0
-    for hits in by_video.values():
-        end = max(h.end for h in hits)
-        total += len(find_bounds([Window(h.k, h.start, h.end) for h in hits], end, settings))
-    return total
+    return list(by_video.values())
 
 
 def search(
@@ -128,15 +132,12 @@ def search(
     from marlin_demo.service.focus import find_in_windows  # the request path (late: --help stays fast)
 
     best = max(h.retrieval for h in hits)
-    by_video: dict[str, list[Hit]] = {}
-    for h in hits:
-        by_video.setdefault(h.video, []).append(h)
     found: list[dict[str, Any]] = []
     done = 0
     if progress is not None:
         progress(0, len(hits))
     model = engine()
-    for group in by_video.values():
+    for group in _by_video(hits):
         if stop is not None and stop.is_set():
             break
         path = group[0].path

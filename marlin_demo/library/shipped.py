@@ -27,17 +27,9 @@ from marlin_demo.settings import Settings, Variant
 SHIPPED_DIR = "library"
 
 #: the set-up fields (``index.setup_fingerprint``) that change the captions a library holds: all must match
-MUST_MATCH = (
-    "model",
-    "bf16_id",
-    "gptq_id",
-    "revision",
-    "gptq_revision",
-    "variant",
-    "task",
-    "caption_max_new_tokens",
-    "caption_window_s",
-    "video_backend",
+MUST_MATCH = tuple(
+    "model bf16_id gptq_id revision gptq_revision variant task "
+    "caption_max_new_tokens caption_window_s video_backend".split()
 )
 
 
