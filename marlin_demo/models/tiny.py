@@ -13,6 +13,8 @@ import logging
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,8 +25,8 @@ from marlin_demo.settings import env_value
 
 log = logging.getLogger(__name__)
 
-#: Bump when the recipe changes: the cache folder name carries it.
-TINY_VERSION = "5"
+#: Bump when the recipe changes: the cache folder name carries it (6: v5's recipe, its math held to AVX2).
+TINY_VERSION = "6"
 SEED = 1234
 TRAIN_STEPS = 600
 TRAIN_PAIRS = 48
@@ -434,6 +436,28 @@ def ensure_tiny(cache_dir: Path | None = None, with_gptq: bool = True) -> dict[s
     return paths
 
 
+#: The training's float32 math held to AVX2 on every x86 CPU. Left free, MKL, oneDNN and ATen pick the
+#: widest instructions they find; their sums round differently and 600 steps amplify it: on an Intel
+#: Xeon with AMX the free build's captions never ended on some clips (docs/TINY.md). Read at load time.
+PINNED_MATH = {
+    "MKL_CBWR": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+
+
+def _build_pinned(out: Path) -> None:
+    """``build_tiny`` in a child process that starts with ``PINNED_MATH`` (too late once torch is loaded)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    code = f"import pathlib, marlin_demo.models.tiny as t; t.build_tiny(pathlib.Path({str(out)!r}))"
+    env = {**os.environ, **PINNED_MATH, "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=False)
+    if done.returncode:
+        raise RuntimeError(f"building the tiny checkpoint failed (exit {done.returncode}); its log is above")
+
+
 def _build_missing(paths: dict[str, Path], kinds: tuple[str, ...]) -> None:
     for kind in kinds:
         target = paths[kind]
@@ -443,7 +467,7 @@ def _build_missing(paths: dict[str, Path], kinds: tuple[str, ...]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
         if kind == "bf16":
-            build_tiny(tmp)
+            _build_pinned(tmp)
         else:
             build_tiny_gptq(paths["bf16"], tmp)
         (tmp / ".complete").write_text(f"built in {time.perf_counter() - t0:.1f}s\n")
