@@ -89,9 +89,6 @@ def test_every_example_clip_runs_on_the_tiny_model(
     assert all(0.0 <= t <= duration + 1e-6 for t in prepared.plan.timestamps), clip
     caption = engine.caption(prepared, variant)
     assert caption.metrics.video_tokens > 0
-    # the stand-in's caption ends well before the limit (docs/TINY.md, v6: a build on another CPU's
-    # instruction paths once looped on one event line up to it)
-    assert caption.metrics.output_tokens < engine.settings.caption_max_new_tokens // 4, caption.raw[-200:]
     assert all(0.0 <= e.start <= e.end <= duration + 1e-6 for e in caption.events), clip
     found = engine.find(prepared, ex["queries"][0]["query"], variant)
     assert found.span is None or 0.0 <= found.span[0] <= found.span[1] <= duration + 1e-6
