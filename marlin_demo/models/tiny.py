@@ -235,7 +235,8 @@ def _training_pairs(rng: random.Random, n: int, params: VideoParams):
     """Synthetic (frames, prompt, answer) triples: the answer format, not its content.
 
     Each clip comes with either prompt, so only the prompt tells the tasks apart (with different
-    sizes per task the model learned the size); regular answers give margins no CPU's rounding flips.
+    sizes per task the model learned the size); regular answers give wide margins, though the training
+    itself still follows the CPU's rounding (``PINNED_MATH``).
     """
     import numpy as np
 
