@@ -9,6 +9,7 @@ Gradio (``ui.gradio_hooks``), each reach with a test naming it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from typing import Any
 import gradio as gr
 import httpx
 import pytest
-from gradio import processing_utils
+from gradio import processing_utils, queueing
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from media_factory import make
@@ -310,3 +311,22 @@ def test_hook_mcp_calls_are_told_apart_by_the_bridges_header() -> None:
     assert gradio_hooks.from_mcp(SimpleNamespace(headers={name: value}))
     assert not gradio_hooks.from_mcp(SimpleNamespace(headers={name: "api"}))
     assert not gradio_hooks.from_mcp(None)
+
+
+def test_hook_quiet_queue_slows_only_gradios_idle_poll() -> None:
+    """``gradio_hooks.quiet_queue``: Gradio's queue still polls faster than the hook's pace when idle
+    (so the hook is needed), reads the pace on every wait (so setting it works), and keeps its size."""
+    demo, _ = _probe_app()
+    demo.queue(max_size=3)
+    queue = demo._queue
+    assert queue.sleep_when_free < gradio_hooks.QUEUE_IDLE_POLL_S, (
+        "gradio_hooks.quiet_queue: Gradio's idle queue no longer polls every millisecond; drop the hook"
+    )
+    for name in ("sleep_when_free", "progress_update_sleep_when_free"):
+        assert f"asyncio.sleep(self.{name})" in inspect.getsource(queueing.Queue), (
+            f"gradio_hooks.quiet_queue: the queue no longer waits on {name}"
+        )
+    gradio_hooks.quiet_queue(demo)
+    assert queue.sleep_when_free == gradio_hooks.QUEUE_IDLE_POLL_S
+    assert queue.progress_update_sleep_when_free == gradio_hooks.QUEUE_PROGRESS_POLL_S
+    assert queue.max_size == 3

@@ -178,6 +178,7 @@ def build_demo(
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
+    gradio_hooks.quiet_queue(demo)
     if ctx.cache_mode == "eager":
         answer_examples_at_start(ctx)
     return demo, {

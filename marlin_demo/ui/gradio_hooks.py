@@ -5,6 +5,9 @@
    :func:`refuse_url_downloads` patches that method on every component to refuse a URL (:data:`NO_URLS`).
 2. Gradio's MCP bridge writes a dict result as Python's repr, so the endpoints answer it JSON text; it
    calls through its own client, which sends ``x-gradio-user: mcp`` (:func:`from_mcp`).
+3. Gradio's queue looks for new work every millisecond while it has none (``Queue.sleep_when_free``
+   on Linux, 50 ms on Windows), about a tenth of a core on an idle server, taken from the model on a
+   2-vCPU machine: :func:`quiet_queue` sets the Windows pace (a queued call starts up to that much later).
 
 ``tests/test_hardening.py`` fails naming each when Gradio changes under it.
 """
@@ -43,6 +46,23 @@ def _refuse_urls(block: Block) -> None:
 
     block.async_move_resource_to_block_cache = move_refusing_urls  # type: ignore[method-assign]
     block._marlin_refuses_urls = True  # type: ignore[attr-defined]
+
+
+#: How often an idle queue looks for work, and how often a busy one sends progress (Gradio's Windows pace).
+QUEUE_IDLE_POLL_S = 0.05
+QUEUE_PROGRESS_POLL_S = 0.1
+
+
+def quiet_queue(demo: gr.Blocks) -> None:
+    """The queue ``demo.queue()`` made polls at :data:`QUEUE_IDLE_POLL_S` (its pace is read per wait)."""
+    queue = demo._queue
+    for name, seconds in (
+        ("sleep_when_free", QUEUE_IDLE_POLL_S),
+        ("progress_update_sleep_when_free", QUEUE_PROGRESS_POLL_S),
+    ):
+        if not isinstance(getattr(queue, name, None), float):
+            raise RuntimeError(f"gradio's Queue has no {name} any more: see marlin_demo/ui/gradio_hooks.py")
+        setattr(queue, name, max(getattr(queue, name), seconds))
 
 
 def from_mcp(request: Any) -> bool:
