@@ -1,5 +1,6 @@
-"""The CLI as a user runs it: a subprocess, real files, stdout and exit codes (where a second run would only
-pay the imports again, the same ``main`` runs in this process)."""
+"""The CLI as a user runs it: real files, stdout and exit codes; one answer and one refusal in a real
+process (``python -m marlin_demo``), the rest through the same ``main`` in this process (a process each
+would only pay the imports again)."""
 
 from __future__ import annotations
 
@@ -50,17 +51,16 @@ def test_caption_json(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.slow
 def test_find_json_and_readable(capsys: pytest.CaptureFixture[str]) -> None:
-    """The JSON from a subprocess, as a user runs it; the readable form through the same ``main`` here."""
-    proc = run_cli("find", str(CLIP), "the blue square appears", "--model", "tiny", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    d = json.loads(proc.stdout)
+    """Through the same ``main`` in this process (``test_caption_json`` runs a real process)."""
+    from marlin_demo import cli
+
+    argv = ["find", str(CLIP), "the blue square appears", "--model", "tiny"]
+    assert cli.main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)  # stdout holds the JSON and nothing else
     assert set(d) == FIND_KEYS
     assert d["query"] == "the blue square appears"
 
-    from marlin_demo import cli
-
-    argv = ["find", str(CLIP), "the blue square appears", "--model", "tiny", "--variant", "bf16"]
-    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--variant", "bf16"]) == 0
     out = capsys.readouterr().out
     assert "random weights" in out
     assert "Query: the blue square appears" in out
@@ -72,10 +72,11 @@ def test_find_json_and_readable(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_caption_readable_timeline() -> None:
-    proc = run_cli("caption", str(CLIP), "--model", "tiny")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout
+def test_caption_readable_timeline(capsys: pytest.CaptureFixture[str]) -> None:
+    from marlin_demo import cli
+
+    assert cli.main(["caption", str(CLIP), "--model", "tiny"]) == 0
+    out = capsys.readouterr().out
     assert "random weights" in out and "Scene:" in out and "Events:" in out
     assert "peak" in out and "cpu_peak_rss" in out
     assert re.search(rf"first text \d+\.\d\d s · kernel {cpu_kernel('gptq')} · attention sdpa", out), out
