@@ -25,8 +25,8 @@ from marlin_demo.settings import env_value
 
 log = logging.getLogger(__name__)
 
-#: Bump when the recipe changes: the cache folder name carries it (6: v5's recipe, its math held to AVX2).
-TINY_VERSION = "6"
+#: Bump when the recipe changes: the cache folder name carries it (7: v6 on two threads everywhere).
+TINY_VERSION = "7"
 SEED = 1234
 TRAIN_STEPS = 600
 TRAIN_PAIRS = 48
@@ -437,10 +437,12 @@ def ensure_tiny(cache_dir: Path | None = None, with_gptq: bool = True) -> dict[s
     return paths
 
 
-#: The training's float32 math held to AVX2 on every x86 CPU. Left free, MKL, oneDNN and ATen pick the
-#: widest instructions they find; their sums round differently and 600 steps amplify it: on an Intel
-#: Xeon with AMX the free build's captions never ended on some clips (docs/TINY.md). Read at load time.
+#: The training's float32 math held to AVX2 on two threads on every x86 CPU. Left free, MKL, oneDNN and
+#: ATen pick the widest instructions they find and split sums over the cores; each rounds differently and
+#: 600 steps amplify it: on an Intel Xeon with AMX the free build's captions never ended on some clips,
+#: and one thread built weights whose captions never ended on another (docs/TINY.md). Read at load time.
 PINNED_MATH = {
+    "OMP_NUM_THREADS": "2",
     "MKL_CBWR": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ATEN_CPU_CAPABILITY": "avx2",
