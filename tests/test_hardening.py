@@ -330,3 +330,31 @@ def test_hook_quiet_queue_slows_only_gradios_idle_poll() -> None:
     assert queue.sleep_when_free == gradio_hooks.QUEUE_IDLE_POLL_S
     assert queue.progress_update_sleep_when_free == gradio_hooks.QUEUE_PROGRESS_POLL_S
     assert queue.max_size == 3
+
+
+def test_hook_remember_playable_probes_a_file_once_until_it_changes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``gradio_hooks.remember_playable``: ``gr.Video`` still asks ``processing_utils.video_is_playable``
+    (so the hook is needed and reached), and with the hook a file is probed again only once it changed."""
+    assert "processing_utils.video_is_playable(" in inspect.getsource(gr.Video), (
+        "gradio_hooks.remember_playable: gr.Video no longer probes through video_is_playable"
+    )
+    probed: list[str] = []
+
+    def probe(path: str) -> bool:
+        probed.append(path)
+        return path.endswith(".mp4")
+
+    monkeypatch.setattr(processing_utils, "video_is_playable", probe)
+    gradio_hooks.remember_playable()
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"one")
+    assert processing_utils.video_is_playable(str(clip)) and processing_utils.video_is_playable(str(clip))
+    assert probed == [str(clip)]
+    clip.write_bytes(b"other")  # another size: probed again
+    assert processing_utils.video_is_playable(str(clip)) and probed == [str(clip)] * 2
+    assert not processing_utils.video_is_playable("https://example.invalid/x.webm")  # not a file: asked
+    assert probed[-1] == "https://example.invalid/x.webm"
+    gradio_hooks.remember_playable()  # a second call keeps the one memory
+    assert getattr(processing_utils.video_is_playable, "_marlin_remembers", False)

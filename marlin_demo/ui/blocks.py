@@ -146,6 +146,7 @@ def build_demo(
     """The Blocks app and its ``launch()`` keywords; ``engine.settings`` may differ from ``settings`` (the
     tiny stand-in after a failed load), and ``status`` says why."""
     ctx = make_context(engine, settings, status)
+    gradio_hooks.remember_playable()  # before the examples are shown: each clip probed once
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
         clip = one_clip.render(ctx)  # above the tabs: the clip Caption, Find and Compare share
