@@ -62,10 +62,23 @@ def _whole_suite(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    import os
     import subprocess
     import sys
 
-    if hasattr(config, "workerinput") or not _whole_suite(config):
+    if hasattr(config, "workerinput"):
+        return
+    workers = getattr(config.option, "numprocesses", None) or 0
+    if workers > 1:
+        # The workers, their servers and their CLI runs share the cores: each gets its share of math
+        # threads (one on two cores). OpenMP's threads spin while they wait, and two per process on two
+        # cores spun against each other (docs/SPEED.md, "One math thread per worker": the whole suite
+        # 19 min 36 s -> 13 min 59 s). Set before the workers start, so they and every process they
+        # start inherit it; the tiny build pins its own (PINNED_MATH).
+        if "OMP_NUM_THREADS" not in os.environ:  # a value set by hand is kept
+            os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+            os.environ["MARLIN_TEST_THREADS"] = "share"  # for the test that checks it
+    if not _whole_suite(config):
         return  # only the controlling process of a whole-suite run starts the build
     log = open(ROOT / ".pytest-tiny-build.log", "w")
     config._tiny_build = (  # type: ignore[attr-defined]

@@ -408,3 +408,16 @@ def test_prefix_cache_is_off_without_video() -> None:
     assert len(cache) == 0 and cache.nbytes() == 0
     cache.clear()
     cache.drop("bf16")
+
+
+def test_parallel_workers_get_their_share_of_math_threads() -> None:
+    """Under xdist each worker (and what it starts) has the cores divided among the workers: OpenMP
+    threads spin while they wait, so two per process on two cores fought (conftest.py sets it)."""
+    import os
+
+    if os.environ.get("MARLIN_TEST_THREADS") != "share":
+        pytest.skip("not run by two or more pytest-xdist workers, or OMP_NUM_THREADS was set by hand")
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    share = max(1, (os.cpu_count() or 1) // workers)
+    assert os.environ["OMP_NUM_THREADS"] == str(share)
+    assert torch.get_num_threads() == share
