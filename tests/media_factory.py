@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from pathlib import Path
 
 LAVFI_VIDEO = "testsrc2=size={w}x{h}:rate={fps}"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def examples_subset(out: Path, names: tuple[str, ...]) -> Path:
+    """A folder holding some of the app's examples and their examples.json entries, in the file's order:
+    short clips make a data or calibration folder whose requests cost seconds, not minutes."""
+    entries = json.loads((EXAMPLES / "examples.json").read_text(encoding="utf-8"))
+    chosen = [e for e in entries if e["video"] in names]
+    assert len(chosen) == len(names), f"not all of {names} in examples.json"
+    out.mkdir(parents=True)
+    for e in chosen:
+        shutil.copy(EXAMPLES / e["video"], out / e["video"])
+    (out / "examples.json").write_text(json.dumps(chosen), encoding="utf-8")
+    return out
 
 
 def run_ffmpeg(*args: str) -> subprocess.CompletedProcess:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from media_factory import examples_subset
 
 from marlin_demo import bench, cli
 from marlin_demo.bench import cli as bench_cli
@@ -430,18 +430,6 @@ def test_stats() -> None:
 TINY_FLAGS = ("--device", "cpu", "--caption-max-new-tokens", "64", "--find-max-new-tokens", "24")
 
 
-def _subset(tmp_path: Path, names: tuple[str, ...]) -> Path:
-    entries = json.loads((EXAMPLES / "examples.json").read_text(encoding="utf-8"))
-    chosen = [e for e in entries if e["video"] in names]
-    assert chosen, f"none of {names} in examples.json"
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for e in chosen:
-        shutil.copy(EXAMPLES / e["video"], folder / e["video"])
-    (folder / "examples.json").write_text(json.dumps(chosen), encoding="utf-8")
-    return folder
-
-
 @pytest.mark.slow
 @needs_examples
 def test_bench_tiny_both_sets_three_variants_and_resume(tmp_path: Path) -> None:
@@ -453,7 +441,7 @@ def test_bench_tiny_both_sets_three_variants_and_resume(tmp_path: Path) -> None:
     caption windows, three find windows a query) cost minutes of the suite for no further assertion.
     Every example clip itself is checked (decoded, its truth inside it) in test_examples.py.
     """
-    data = _subset(tmp_path, ("flower.mp4", "ball_rolls.mp4"))
+    data = examples_subset(tmp_path / "data", ("flower.mp4", "ball_rolls.mp4"))
     out = tmp_path / "out"
     variants = ["gptq", "bnb4", "bf16"]
     argv = ["bench", "--model", "tiny", "--variants", ",".join(variants), "--data", str(data)]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from media_factory import examples_subset
 from result_shapes import CAPTION_KEYS
 from safetensors import safe_open
 
@@ -144,8 +145,11 @@ def tiny_bf16() -> Path:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, tiny_bf16: Path) -> dict[str, Path]:
-    """Each recipe quantized once through the CLI (one or two video samples keep it to ~10-20 s each)."""
+    """Each recipe quantized once through the CLI, on one or two short video samples."""
     root = tmp_path_factory.mktemp("quantized")
+    # the two shortest examples, one real and one rendered: the examples in their order would calibrate
+    # on the 70 s clip first (12,600 video tokens a sample, minutes of GPTQ passes on two cores)
+    calibration = examples_subset(root / "calibration", ("flower.mp4", "ball_rolls.mp4"))
     out: dict[str, Path] = {}
     for recipe in RECIPES:
         folder = root / NAMES[recipe]
@@ -160,6 +164,8 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_bf16: Path) -> dict[str
                 recipe,
                 "--samples",
                 str(SAMPLES[recipe]),
+                "--calibration",
+                str(calibration),
                 "--no-progress",
             ]
         )
