@@ -66,6 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
     import subprocess
     import sys
 
+    # Off the network, whatever a test sets later: huggingface_hub reads HF_HUB_OFFLINE once, at import,
+    # so a test that set it after an earlier one had imported transformers went on to resolve
+    # huggingface.co (20 s of DNS timeouts). Set before any test module loads, in every process.
+    os.environ["HF_HUB_OFFLINE"] = "1"
     if hasattr(config, "workerinput"):
         return
     workers = getattr(config.option, "numprocesses", None) or 0
