@@ -17,8 +17,10 @@ import stand_ins.spaces as stand_in
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from ui_support import (
     ARTIFACTS,
+    CHROMIUM,
     EXAMPLES,
     AppServer,
+    launch_chromium,
     start_app,
     stop_app,
     zero_gpu_env,
@@ -29,7 +31,6 @@ from marlin_demo.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ARTIFACTS / "screenshots"
 CLIP = EXAMPLES / "ball_rolls.mp4"
 RUN_TIMEOUT_MS = 240_000
@@ -42,19 +43,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--autoplay-policy=no-user-gesture-required",
-            ],
-        )
+        b = launch_chromium(p)
         yield b
         b.close()
 

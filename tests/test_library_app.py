@@ -21,7 +21,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_mcp import call, text_of, with_session
-from ui_support import ARTIFACTS, EXAMPLES, AppServer, start_app, stop_app
+from ui_support import ARTIFACTS, CHROMIUM, EXAMPLES, AppServer, launch_chromium, start_app, stop_app
 
 from marlin_demo.library import index as idx
 from marlin_demo.library.database import Store
@@ -166,14 +166,11 @@ def library_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServ
 
 def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
+    if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed")
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
+        browser = launch_chromium(p)
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors: list[str] = []
         pg.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -52,6 +53,28 @@ class AppServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's
+#: Chromium on loopback only: it resolves no name (every host but 127.0.0.1 is "not found", so no DNS query
+#: leaves the machine) and runs none of its background fetches (component updates, sync, pings)
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-domain-reliability",
+    "--disable-sync",
+    "--no-pings",
+    "--no-first-run",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """Debian's chromium, headless, through Playwright, never reaching past loopback."""
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
 
 
 def free_port() -> int:
