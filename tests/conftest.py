@@ -72,6 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     if hasattr(config, "workerinput"):
         return
+    if hasattr(config.option, "loadscopereorder"):
+        # xdist would put the files with the most tests first, undoing pytest_collection_modifyitems'
+        # order below: the files without model tests first, beside the tiny build, then the longest
+        config.option.loadscopereorder = False
     workers = getattr(config.option, "numprocesses", None) or 0
     if workers > 1:
         # The workers, their servers and their CLI runs share the cores: each gets its share of math
