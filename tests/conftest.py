@@ -71,10 +71,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # huggingface.co (20 s of DNS timeouts). Set before any test module loads, in every process.
     os.environ["HF_HUB_OFFLINE"] = "1"
     if hasattr(config, "workerinput"):
-        if os.environ.get("MARLIN_TESTS_YIELD_TO_BUILD"):
-            # the tiny build is what every model test waits for: the workers (and what they start) run
-            # beside it at a lower priority, on the cores it leaves idle, instead of slowing it down
-            os.nice(YIELD_NICENESS)
         return
     if hasattr(config.option, "loadscopereorder"):
         # xdist would put the files with the most tests first, undoing pytest_collection_modifyitems'
@@ -97,13 +93,6 @@ def pytest_configure(config: pytest.Config) -> None:
         subprocess.Popen([sys.executable, "-m", "marlin_demo", "tiny"], cwd=ROOT, stdout=log, stderr=log),
         log,
     )
-    if workers > 1:
-        os.environ["MARLIN_TESTS_YIELD_TO_BUILD"] = "1"  # read by the workers, which start after this
-
-
-#: How far the workers step back for the tiny build (CFS weights: the build gets about three quarters of
-#: a contended core)
-YIELD_NICENESS = 5
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

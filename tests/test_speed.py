@@ -421,12 +421,3 @@ def test_parallel_workers_get_their_share_of_math_threads() -> None:
     share = max(1, (os.cpu_count() or 1) // workers)
     assert os.environ["OMP_NUM_THREADS"] == str(share)
     assert torch.get_num_threads() == share
-
-
-def test_workers_yield_to_the_tiny_build() -> None:
-    """In a whole-suite run the workers run at a lower priority than the tiny build they wait for."""
-    import os
-
-    if not os.environ.get("MARLIN_TESTS_YIELD_TO_BUILD"):
-        pytest.skip("not a whole-suite run on two or more xdist workers")
-    assert os.nice(0) > 0  # conftest.YIELD_NICENESS
