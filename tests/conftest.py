@@ -3,6 +3,9 @@ and the app server."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,9 +53,9 @@ def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
 
 
 # --------------------------------------------------------------------------- suite order and the tiny build
-# The tiny checkpoint is built once per machine (~2 minutes, mostly one core). When the whole suite runs,
-# the build starts in the background at once and the files without model or server tests run first,
-# so the two workers test while it builds instead of both waiting for it on its file lock.
+# The tiny checkpoint is built once per machine (~2 minutes, on two threads). When the whole suite runs,
+# the build starts in the background at once; the workers run on the CPU time it leaves (SCHED_IDLE) and
+# take the files without model or server tests first, which need no build.
 
 
 def _whole_suite(config: pytest.Config) -> bool:
@@ -62,15 +65,13 @@ def _whole_suite(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    import os
-    import subprocess
-    import sys
-
     # Off the network, whatever a test sets later: huggingface_hub reads HF_HUB_OFFLINE once, at import,
     # so a test that set it after an earlier one had imported transformers went on to resolve
     # huggingface.co (20 s of DNS timeouts). Set before any test module loads, in every process.
     os.environ["HF_HUB_OFFLINE"] = "1"
     if hasattr(config, "workerinput"):
+        if os.environ.get("MARLIN_TESTS_YIELD_TO_BUILD") and hasattr(os, "sched_setscheduler"):
+            _yield_to_the_build()
         return
     if hasattr(config.option, "loadscopereorder"):
         # xdist would put the files with the most tests first, undoing pytest_collection_modifyitems'
@@ -93,6 +94,21 @@ def pytest_configure(config: pytest.Config) -> None:
         subprocess.Popen([sys.executable, "-m", "marlin_demo", "tiny"], cwd=ROOT, stdout=log, stderr=log),
         log,
     )
+    if workers > 1:
+        os.environ["MARLIN_TESTS_YIELD_TO_BUILD"] = "1"  # read by the workers, which start after this
+
+
+def _yield_to_the_build() -> None:
+    """The worker, and every process it starts, runs only on CPU time the tiny build leaves over.
+
+    The build's pinned two-thread team waits for both halves of every small operation: beside two busy
+    workers each half waited for a time slice (290 s instead of 155; docs/SPEED.md, "The tiny build
+    first"). Nothing switches back: afterwards every test process has the same policy.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:  # refused here (a sandbox): the workers share the cores with the build as before
+        os.environ["MARLIN_TESTS_YIELD_TO_BUILD"] = "refused"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

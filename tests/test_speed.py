@@ -410,6 +410,19 @@ def test_prefix_cache_is_off_without_video() -> None:
     cache.drop("bf16")
 
 
+def test_workers_beside_the_tiny_build_run_on_the_time_it_leaves() -> None:
+    """In a whole-suite run under xdist the workers are SCHED_IDLE (conftest.py), so the build's two-thread
+    team is never kept waiting for a time slice by a test."""
+    import os
+
+    flag = os.environ.get("MARLIN_TESTS_YIELD_TO_BUILD")
+    if not flag:
+        pytest.skip("not a whole-suite run by two or more pytest-xdist workers")
+    if flag == "refused":
+        pytest.skip("this machine refused SCHED_IDLE to the workers")
+    assert os.sched_getscheduler(0) == os.SCHED_IDLE
+
+
 def test_parallel_workers_get_their_share_of_math_threads() -> None:
     """Under xdist each worker (and what it starts) has the cores divided among the workers: OpenMP
     threads spin while they wait, so two per process on two cores fought (conftest.py sets it)."""
