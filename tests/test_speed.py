@@ -10,6 +10,7 @@ No timing is asserted here (benchmarks/ measures speed). What is asserted:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -413,8 +414,6 @@ def test_prefix_cache_is_off_without_video() -> None:
 def test_workers_beside_the_tiny_build_run_on_the_time_it_leaves() -> None:
     """In a whole-suite run under xdist the workers are SCHED_IDLE (conftest.py), so the build's two-thread
     team is never kept waiting for a time slice by a test."""
-    import os
-
     flag = os.environ.get("MARLIN_TESTS_YIELD_TO_BUILD")
     if not flag:
         pytest.skip("not a whole-suite run by two or more pytest-xdist workers")
@@ -426,8 +425,6 @@ def test_workers_beside_the_tiny_build_run_on_the_time_it_leaves() -> None:
 def test_parallel_workers_get_their_share_of_math_threads() -> None:
     """Under xdist each worker (and what it starts) has the cores divided among the workers: OpenMP
     threads spin while they wait, so two per process on two cores fought (conftest.py sets it)."""
-    import os
-
     if os.environ.get("MARLIN_TEST_THREADS") != "share":
         pytest.skip("not run by two or more pytest-xdist workers, or OMP_NUM_THREADS was set by hand")
     workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
