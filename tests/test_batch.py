@@ -157,8 +157,8 @@ def test_resume_after_sigkill_adds_only_missing_rows(tmp_path: Path) -> None:
     assert 1 <= len(first) < 3
     with results.open("a") as fh:
         fh.write('{"id": "torn')  # an interrupted write: repaired on resume
-    done = batch(str(folder), "--task", "caption", "--out", str(out))
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the resume through the same ``main`` in this process (a kill needs a process; a resume does not)
+    assert cli.main(["batch", str(folder), "--task", "caption", "--out", str(out), *FAST]) == 0
     final = rows(out)
     assert set(final) == {"blue_square.mp4", "ball_rolls.mp4", "lamp_on_off.mp4"}
     for key, row in first.items():
@@ -222,7 +222,8 @@ def test_ray_local_runtime_gives_the_local_rows(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert untimed(rows(ray_out)) == untimed(rows(local_captions))
     before = (ray_out / "results.jsonl").read_bytes()
-    again = batch(*args, "--out", str(ray_out), ray=True)
-    assert again.returncode == 0 and (ray_out / "results.jsonl").read_bytes() == before
+    # nothing pending: the rerun starts no runtime, so it runs through ``main`` in this process
+    assert cli.main(["batch", *args, "--out", str(ray_out), *FAST, "--ray"]) == 0
+    assert (ray_out / "results.jsonl").read_bytes() == before
     left = subprocess.run(["pgrep", "-f", "ray/core/src/ray/(gcs|raylet)"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "the Ray runtime was not torn down"
