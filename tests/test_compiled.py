@@ -46,5 +46,25 @@ def test_cli_compile_flag_reports_the_compile_state(capsys: pytest.CaptureFixtur
     assert "nothing reused" in out
 
 
+def test_compiled_decoding_keeps_its_switches_after_the_gptq_cpu_kernel_flips_them() -> None:
+    """gptqmodel's CPU kernel sets inductor's ``freezing`` and ``max_autotune`` for the whole process at its
+    first forward (a gptq request computing in float32); a linear compiled the way transformers compiles the
+    decode step, with our options, is then still compiled without autotuning."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from marlin_demo.engine.compiled import compile_config
+
+    linear = torch.nn.Linear(64, 96).eval()
+    kwargs = compile_config("cpu").to_dict()  # what transformers passes to torch.compile
+    with torch._inductor.config.patch(freezing=True, max_autotune=True), torch.inference_mode():
+        torch._dynamo.reset()
+        counters.clear()
+        out = torch.compile(linear, **kwargs)(torch.randn(1, 64))
+        assert out.shape == (1, 96)
+        assert counters["inductor"]["select_algorithm_autotune"] == 0
+    torch._dynamo.reset()
+
+
 def test_compile_off_by_default() -> None:
     assert Settings().compile is False
