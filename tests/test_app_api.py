@@ -248,8 +248,9 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
     assert job.result(timeout=600)
     long_again = job.outputs()[-1]
     short_m, long_m = short_again["metrics"], long_again["result"]["metrics"]
-    assert short_m["queue_s"] > 0  # it waited for the window in progress, then the long one waited for
-    short_turn = short_m["latency_s"] - short_m["queue_s"]  # its turn (a short clip's latency counts both)
+    assert short_m["queue_s"] > 0  # the short one waited for the window in progress...
+    short_turn = short_m["latency_s"] - short_m["queue_s"]  # (a short clip's latency counts its wait too)
+    # ...then the long one waited for the short one's turn before its next window
     assert long_m["queue_s"] > short_turn / 2, "the short caption waited for the whole long video"
 
     long_alone = list(client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream"))[-1]
