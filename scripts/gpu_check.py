@@ -65,7 +65,7 @@ DRY_TEXT = {
     "vocab_size": 4096,
     "hidden_size": 256,
     "intermediate_size": 512,
-    "num_hidden_layers": 4,
+    "num_hidden_layers": 2,  # one layer of each kind: the compiled row has two layers to compile, not four
     "head_dim": 64,
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 32,
@@ -157,8 +157,9 @@ def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str)
     config = tiny_config(processor.tokenizer)
     for key, value in text.items():
         setattr(config.text_config, key, value)
+    n = text["num_hidden_layers"]  # every 4th layer full attention, and the last (dry run: 1 of each)
     config.text_config.layer_types = [
-        "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(text["num_hidden_layers"])
+        "full_attention" if (i + 1) % 4 == 0 or i == n - 1 else "linear_attention" for i in range(n)
     ]
     half = text["head_dim"] // 4 // 2  # partial_rotary_factor 0.25
     config.text_config.rope_parameters["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
