@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ui_support import AppServer, start_app, stop_app
@@ -119,6 +120,50 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             proc.terminate()
         proc.wait(timeout=60)
         log.close()
+
+
+# --------------------------------------------------------------------------- the machine, at the end
+# The suite's time means little without the processor it ran on (the tiny computes in bf16 only where the
+# CPU has native bf16): the last lines of pytest's output, the part a CI log keeps, say which it was.
+
+
+def _compute_line() -> str:
+    """The tiny's compute type and what torch reports (in a process that has imported torch)."""
+    from marlin_demo.models import compute
+
+    return f"tiny computes in {compute.choose('cpu', 'bfloat16').dtype}; {compute.probe().describe()}"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workeroutput") and "torch" in sys.modules:
+        session.config.workeroutput["compute"] = _compute_line()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A worker's compute line, kept by the controller for its summary."""
+    line = getattr(node, "workeroutput", {}).get("compute")
+    if line:
+        node.config._marlin_compute = line  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    model = next(
+        (line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "unknown"
+    )
+    compute = getattr(config, "_marlin_compute", "") or (_compute_line() if "torch" in sys.modules else "")
+    terminalreporter.write_line(
+        f"machine: {os.cpu_count()} cores, {model}" + (f", {compute}" if compute else "")
+    )
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
