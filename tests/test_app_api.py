@@ -17,6 +17,7 @@ import httpx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
+from media_factory import LAVFI_VIDEO, ffmpeg
 from result_shapes import API_CAPTION_KEYS, CAPTION_KEYS, FIND_KEYS, METRIC_KEYS, RUNTIME_KEYS
 from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, start_app, stop_app
 
@@ -210,16 +211,21 @@ def test_bad_inputs_get_clear_errors_and_the_server_keeps_serving(client: Client
     assert set(d) == FIND_KEYS
 
 
+def _long_clip(tmp_path: Path, w: int, h: int) -> Path:
+    """A 125 s synthetic clip (three 60 s caption windows); its size sets its content, so its prefix-cache
+    entries are its own."""
+    clip = tmp_path / f"long125_{w}x{h}.mp4"
+    ffmpeg("-f", "lavfi", "-i", LAVFI_VIDEO.format(w=w, h=h, fps=4), "-t", "125",
+           "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(clip))  # fmt: skip
+    return clip
+
+
 def test_a_full_queue_answers_busy_and_the_server_recovers(client: Client, tmp_path: Path) -> None:
     """The burst comes while a long video of its own (cold prefix cache: each window a whole prefill)
     holds a request for three windows, read from its stream (never a sleep): the queue is then full
     whatever the machine's pace. Short finds alone on a warm cache can each end before the next one
     arrives, and the queue never fills."""
-    from media_factory import LAVFI_VIDEO, ffmpeg
-
-    long_clip = tmp_path / "long125_queue.mp4"  # not the fair-queue test's clip: its windows stay cold
-    ffmpeg("-f", "lavfi", "-i", LAVFI_VIDEO.format(w=176, h=144, fps=4), "-t", "125",
-           "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(long_clip))  # fmt: skip
+    long_clip = _long_clip(tmp_path, 176, 144)  # not the fair-queue test's clip: its windows stay cold
     holder = client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream")
     for msg in holder:
         if msg.get("window") == 1:
@@ -247,11 +253,7 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
     prefill (the short one's request reaches the scheduler well inside them); the order is read from the
     server's own queue times, not from when each answer reaches the client (the long one's last window
     can end while the short one's answer is on its way)."""
-    from media_factory import LAVFI_VIDEO, ffmpeg
-
-    long_clip = tmp_path / "long125.mp4"  # three 60 s caption windows
-    ffmpeg("-f", "lavfi", "-i", LAVFI_VIDEO.format(w=160, h=120, fps=4), "-t", "125",
-           "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", str(long_clip))  # fmt: skip
+    long_clip = _long_clip(tmp_path, 160, 120)
     short = EXAMPLES / "flower.mp4"
 
     job = client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream")
