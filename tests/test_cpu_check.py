@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,16 +109,18 @@ def test_speeds_entry_takes_the_slowest_variant_and_keeps_failures() -> None:
 
 
 @pytest.mark.slow
-def test_dry_run_reports_every_variant_and_applies_only_a_real_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The check's own process is the test's (its ``main``); each variant and slice still runs in a
-    fresh interpreter of its own, as in a real run."""
-    from marlin_demo.models.tiny import default_cache_dir
-
+def test_dry_run_reports_every_variant_and_applies_only_a_real_run(tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
-    monkeypatch.setenv("MARLIN_CACHE_DIR", str(default_cache_dir()))  # reuse the tiny build
-    assert _cpu_check().main(["--dry-run", "--out", str(out), "--work", str(tmp_path / "w")]) == 0
+    env = dict(os.environ)
+    env.setdefault("MARLIN_CACHE_DIR", str(Path.home() / ".cache" / "marlin-demo"))  # reuse the tiny build
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--work", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["dry_run"] is True and report["check"] == "cpu"
     assert report["gptq"]["quantized_linears"] > 0
