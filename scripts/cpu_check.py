@@ -28,7 +28,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -558,17 +557,9 @@ def cpu_facts() -> dict[str, Any]:
     from marlin_demo.models import compute
     from marlin_demo.service import capacity
 
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
     caps = compute.probe()
     return {
-        "model": model,
+        "model": compute.cpu_name(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "capability": caps.describe(),

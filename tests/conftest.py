@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from ui_support import AppServer, start_app, stop_app
 
+from marlin_demo.models import compute
 from marlin_demo.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,43 +128,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # CPU has native bf16): the last lines of pytest's output, the part a CI log keeps, say which it was.
 
 
-def _compute_line() -> str:
-    """The tiny's compute type and what torch reports (in a process that has imported torch)."""
-    from marlin_demo.models import compute
-
-    return f"tiny computes in {compute.choose('cpu', 'bfloat16').dtype}; {compute.probe().describe()}"
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if hasattr(session.config, "workeroutput") and "torch" in sys.modules:
-        session.config.workeroutput["compute"] = _compute_line()
+        session.config.workeroutput["machine"] = compute.machine_line()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
-    """A worker's compute line, kept by the controller for its summary."""
-    line = getattr(node, "workeroutput", {}).get("compute")
+    """A worker's machine line (it has imported torch), kept by the controller for its summary."""
+    line = getattr(node, "workeroutput", {}).get("machine")
     if line:
-        node.config._marlin_compute = line  # type: ignore[attr-defined]
+        node.config._marlin_machine = line  # type: ignore[attr-defined]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
-    model = next(
-        (line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "unknown"
+    line = getattr(config, "_marlin_machine", "") or (
+        compute.machine_line() if "torch" in sys.modules else f"{os.cpu_count()} cores, {compute.cpu_name()}"
     )
-    compute = getattr(config, "_marlin_compute", "") or (_compute_line() if "torch" in sys.modules else "")
-    terminalreporter.write_line(
-        f"machine: {os.cpu_count()} cores, {model}" + (f", {compute}" if compute else "")
-    )
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
+    terminalreporter.write_line(f"machine: {line}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

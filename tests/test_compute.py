@@ -76,6 +76,14 @@ def test_the_probe_asks_torch() -> None:
         assert caps.amx_tile == torch.cpu._is_amx_tile_supported()
 
 
+def test_the_machine_line_names_the_cores_the_processor_and_the_choice() -> None:
+    """The line CI and the suite's summary print: what a bf16 checkpoint computes in here, and why."""
+    line = compute.machine_line()
+    name = compute.cpu_name()
+    assert name and f"{os.cpu_count()} cores, {name}, " in line
+    assert f"compute in {compute.choose('cpu', 'bfloat16').dtype}; {compute.probe().describe()}" in line
+
+
 def test_settings_variants_and_the_fingerprint(tiny_settings: Settings) -> None:
     """A variant keeps its name; the choice is per variant (its weights' type) and in the fingerprint."""
     from marlin_demo.models.fingerprint import stack_fingerprint

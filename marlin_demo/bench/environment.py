@@ -27,16 +27,6 @@ ENV_PACKAGES = (
 )
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _mem_total_mb() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -60,7 +50,7 @@ def environment() -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_name(),
+        "cpu": compute.cpu_name(),
         "cpu_count": os.cpu_count(),
         "memory_total_mb": _mem_total_mb(),
         # what the compute type follows on a CPU (models.compute); the fingerprint's stack has the choice
