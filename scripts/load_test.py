@@ -105,10 +105,15 @@ def run_load(
 
     require_loopback(url)
     clips = sorted(EXAMPLES.glob("*.mp4"))
-    client = Client(url, verbose=False)
+    local = threading.local()
     started = time.monotonic()
 
     def one(i: int) -> tuple[str, float, str]:
+        # one client (one session) per thread, as each visitor has their own; the samples name the
+        # exception's type, since some (a client's CancelledError, an httpx read error) have no text
+        if not hasattr(local, "client"):
+            local.client = Client(url, verbose=False)
+        client = local.client
         clip = handle_file(str(clips[i % len(clips)]))
         t0 = time.perf_counter()
         try:
@@ -123,7 +128,7 @@ def run_load(
         except Exception as exc:
             text = str(exc)
             kind = "queue-full" if "queue is full" in text.lower() else "error"
-            return (kind, time.perf_counter() - t0, text[:200])
+            return (kind, time.perf_counter() - t0, f"{type(exc).__name__}: {text}"[:200])
 
     for i in range(warmup):  # warm-up: models loaded, caches filled
         one(i)

@@ -250,9 +250,11 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
     """Long, then short once the long one's first window has begun (read from its stream, never a sleep):
     the short one takes its turn between the long one's windows, and both answers equal their answers
     alone. The pair runs first, on a cold prefix cache, so each of the long one's windows takes a whole
-    prefill (the short one's request reaches the scheduler well inside them); the order is read from the
-    server's own queue times, not from when each answer reaches the client (the long one's last window
-    can end while the short one's answer is on its way)."""
+    prefill (the short one's request reaches the scheduler well inside them). The order is read from the
+    server's own times, not from when each answer reaches the client (the long one's last window can end
+    while the short one's answer is on its way): the short one waited about one window, not the whole
+    long video. The long one need not wait in turn: it decodes its next window's frames outside its
+    turns, and on a slow machine the short one's turn fits in that time (seen on CI)."""
     long_clip = _long_clip(tmp_path, 160, 120)
     short = EXAMPLES / "flower.mp4"
 
@@ -265,9 +267,9 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
     long_again = job.outputs()[-1]
     short_m, long_m = short_again["metrics"], long_again["result"]["metrics"]
     assert short_m["queue_s"] > 0  # the short one waited for the window in progress...
-    short_turn = short_m["latency_s"] - short_m["queue_s"]  # (a short clip's latency counts its wait too)
-    # ...then the long one waited for the short one's turn before its next window
-    assert long_m["queue_s"] > short_turn / 2, "the short caption waited for the whole long video"
+    # ...and no longer: three windows of about equal work, so waiting for the rest of the long video
+    # (two windows or more) is over half its time, and waiting for one window at most under a half
+    assert short_m["queue_s"] < long_m["latency_s"] / 2, "the short caption waited for the whole long video"
 
     long_alone = list(client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream"))[-1]
     short_alone = client.predict(handle_file(short), "bf16", api_name="/caption")
