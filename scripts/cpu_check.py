@@ -5,15 +5,15 @@
     python scripts/cpu_check.py --apply-speeds cpu_check.json         # its figures into speeds.json
 
 It reuses the GPU check's random-weight model at Marlin-2B's dimensions (``gpu_check.build_full``) and
-its synthetic clip, packs a GPTQ copy with random int4 weights in GPTQModel's v1 format (quantizing
-2B parameters on a CPU is not what is measured), then runs each variant through the real ``Engine`` in
-a process of its own, so each variant's peak memory is its own: load time, peak resident memory (of the
-load and of the run), the prefill rate on a short clip (vision tower included) and the decode rate over
-a fixed number of tokens (random weights never stop on their own: ``min_new_tokens`` forces the count),
-then the first token of a longer clip. A full window's figures are scaled from the two clips
-(``window_figures``); a variant that loads but cannot answer records why, in one sentence. A small
-slice of the full model (one Gated DeltaNet layer and one attention layer at full width) is timed in
-bf16 and float32, natively and under an AVX2-only imitation
+its synthetic clip, packs a GPTQ copy with random int4 weights in GPTQModel's v1 format (quantizing 2B
+parameters on a CPU is not what is measured), then runs each variant through the real ``Engine`` in a
+process of its own, so each variant's peak memory is its own (a dry run: one for all): load time, peak
+resident memory (of the load and of the run), the prefill rate on a short clip (vision tower included)
+and the decode rate over a fixed number of tokens (random weights never stop on their own:
+``min_new_tokens`` forces the count), then the first token of a longer clip. A full window's figures are
+scaled from the two clips (``window_figures``); a variant that loads but cannot answer records why, in
+one sentence. A small slice of the full model (one Gated DeltaNet layer and one attention layer at full
+width) is timed in bf16 and float32, natively and under an AVX2-only imitation
 (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``).
 The compute type follows ``MARLIN_COMPUTE_DTYPE`` (auto: bf16 only where the CPU runs it natively).
 The report's ``speeds_entry`` is what ``--apply-speeds`` writes into ``service/speeds.json`` under
@@ -327,17 +327,18 @@ def explain_failure(exc: BaseException, model: Any) -> str:
     return text.splitlines()[0][:300]
 
 
-def run_variant(
-    variant: str, model_dir: Path, args: argparse.Namespace, work: Path, env: dict[str, str]
-) -> dict[str, Any]:
-    """``measure_variant`` in a fresh interpreter (its peak is its own); a failure is recorded, not raised."""
-    out = work / f"row-{variant}.json"
+def run_variants(
+    variants: list[str], model_dir: Path, args: argparse.Namespace, work: Path, env: dict[str, str]
+) -> list[dict[str, Any]]:
+    """``measure_variant`` for each of ``variants`` in one fresh interpreter, in turn (a real run gives
+    each variant its own, so its peak is its own); a failure is recorded, not raised."""
+    out = work / f"rows-{'-'.join(variants)}.json"
     out.unlink(missing_ok=True)
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
         "--measure",
-        variant,
+        ",".join(variants),
         "--model-dir",
         str(model_dir),
         "--clip-s",
@@ -357,8 +358,9 @@ def run_variant(
     sys.stderr.write(proc.stderr[-4000:])
     load = _load_average()
     if proc.returncode != 0 or not out.exists():
-        return {"variant": variant, "wall_s": wall, "load_after": load, "error": _last_error(proc.stderr)}
-    return {**json.loads(out.read_text()), "wall_s": wall, "load_after": load}
+        error = _last_error(proc.stderr)
+        return [{"variant": v, "wall_s": wall, "load_after": load, "error": error} for v in variants]
+    return [{**row, "wall_s": wall, "load_after": load} for row in json.loads(out.read_text())]
 
 
 def _last_error(stderr: str) -> str:
@@ -445,7 +447,7 @@ def matmul_gflops(seconds: float) -> dict[str, float]:
 
 
 def run_slice(args: argparse.Namespace, text: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    """``slice_check`` in a fresh interpreter under ``env`` (the ISA imitation must be set before torch)."""
+    """``slice_check`` in a fresh interpreter under ``env`` (an ISA imitation must be set before torch)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--slice", json.dumps(text)]
     cmd += ["--slice-tokens", str(args.slice_tokens), "--slice-s", str(args.slice_s)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -667,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--apply-speeds", metavar="REPORT", help="write a real run's figures into speeds.json"
     )
-    parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child: one variant
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child: variants, comma-separated
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--slice", help=argparse.SUPPRESS)  # a child: the slice, dims as JSON
     args = parser.parse_args(argv)
@@ -693,16 +695,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.measure:
         with contextlib.redirect_stdout(sys.stderr):
-            row = measure_variant(
-                args.measure, Path(args.model_dir), args.clip_s, args.warm_s, args.long_s, args.decode_tokens
-            )
-        Path(args.out).write_text(json.dumps(row, indent=2))
+            phases = (args.clip_s, args.warm_s, args.long_s, args.decode_tokens)
+            rows = [measure_variant(v, Path(args.model_dir), *phases) for v in args.measure.split(",")]
+        Path(args.out).write_text(json.dumps(rows, indent=2))
         return 0
     return run_check(args)
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Build (or reuse) the full-size checkpoints, then each variant and the slices in fresh processes."""
+    """Build (or reuse) the full-size checkpoints, then each variant in a fresh process, the native
+    slice here and the AVX2 one in a fresh process."""
     from marlin_demo.models.tiny import ensure_tiny
 
     dry = args.dry_run
@@ -759,13 +761,20 @@ def run_check(args: argparse.Namespace) -> int:
     save()
     env = dict(os.environ)
     report["variants"] = []
-    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
-        row = run_variant(variant, full, args, work, env)
-        if "error" not in row:
-            row["window"] = window_figures(row, text, report["window_video_tokens"])
-        report["variants"].append(row)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    # a real run measures each variant in its own process; a dry run, whose figures are not kept, all
+    # in one (each process pays ~8 s of imports first)
+    for group in [variants] if dry else [[v] for v in variants]:
+        for row in run_variants(group, full, args, work, env):
+            if "error" not in row:
+                row["window"] = window_figures(row, text, report["window_video_tokens"])
+            report["variants"].append(row)
         save()
-    report["slice"] = {"native": run_slice(args, text, env)}
+    try:  # here: this process's instruction set is the machine's own
+        with contextlib.redirect_stdout(sys.stderr):
+            report["slice"] = {"native": slice_check(text, args.slice_tokens, args.slice_s)}
+    except Exception as exc:  # recorded like a child's failure; the rest of the report stands
+        report["slice"] = {"native": {"error": f"{type(exc).__name__}: {exc}"[:600]}}
     if not args.no_avx2_slice:
         report["slice"]["avx2"] = run_slice(args, text, {**env, **AVX2_ENV})
     report["load_after"] = _load_average()
