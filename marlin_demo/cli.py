@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marlin_demo import settings as settings_mod
+from marlin_demo import variants
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from marlin_demo.results import CaptionResult, Done, Progress
 from marlin_demo.tasks import TASKS
@@ -172,8 +173,12 @@ def _engine(args: argparse.Namespace) -> Any:
     from marlin_demo.engine import Engine
     from marlin_demo.service.startup import check_limits, offered
 
-    settings, withheld = offered(check_limits(settings_mod.from_args(args)))
-    if getattr(args, "variant", None) in withheld:
+    asked = settings_mod.from_args(args)
+    variant = getattr(args, "variant", None)
+    if variant is not None and variant not in asked.variant_list:  # said before torch is imported
+        raise ValueError(variants.unknown(variant, asked.variant_list))
+    settings, withheld = offered(check_limits(asked))
+    if variant in withheld:
         raise ValueError(withheld[args.variant])
     return Engine(settings)
 

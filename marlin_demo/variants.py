@@ -61,6 +61,11 @@ def kind_of(name: str) -> VariantKind | None:
     return _KINDS.get(name)
 
 
+def unknown(name: str, offered: list[str] | tuple[str, ...]) -> str:
+    """The one sentence every entry point refuses an unknown variant with (what is allowed, too)."""
+    return f"Unknown variant {name!r}: choose one of {', '.join(offered)}."
+
+
 def label(name: str) -> str:
     """The name a visitor reads for a variant (its key when it has none)."""
     kind = _KINDS.get(name)

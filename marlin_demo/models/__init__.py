@@ -98,9 +98,7 @@ def resolve_source(settings: Settings, variant: str) -> Source:
         return Source(variant, str(path), None, quantized, True)
     kind = variants.kind_of(variant)
     if kind is None:
-        raise ModelLoadError(
-            f"Unknown variant {variant!r}: choose one of {', '.join(settings.variant_list)}."
-        )
+        raise ModelLoadError(variants.unknown(variant, settings.variant_list))
     quantized = {"gptq": "gptq", "bnb4": "bnb4"}.get(kind.loader, "none")
     if settings.model == "tiny":
         from marlin_demo.models.tiny import ensure_tiny

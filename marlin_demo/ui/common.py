@@ -315,7 +315,7 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     if variant is None or variant == "":
         return ctx.default_variant
     if variant not in ctx.variants:
-        raise gr.Error(f"Unknown variant {variant!r}: choose one of {', '.join(ctx.variants)}.")
+        raise gr.Error(variants.unknown(variant, ctx.variants))
     return variant
 
 
