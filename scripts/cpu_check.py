@@ -711,9 +711,12 @@ def run_check(args: argparse.Namespace) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="cpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MARLIN_CACHE_DIR", str(work / "cache"))
-    text, vision = (
-        (gpu_check.DRY_TEXT, gpu_check.DRY_VISION) if dry else (gpu_check.FULL_TEXT, gpu_check.FULL_VISION)
-    )
+    if dry:  # the tiny checkpoint's dimensions (``gpu_check.dry_dims``)
+        text, vision = gpu_check.dry_dims(
+            ensure_tiny(Path(os.environ["MARLIN_CACHE_DIR"]), with_gptq=False)["bf16"]
+        )
+    else:
+        text, vision = gpu_check.FULL_TEXT, gpu_check.FULL_VISION
     t0 = time.perf_counter()
     report: dict[str, Any] = {
         "check": "cpu",
