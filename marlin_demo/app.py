@@ -15,13 +15,14 @@ from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from marlin_demo.service import space
-
-if space.zero_gpu():
-    import spaces  # noqa: F401
-
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT
+from marlin_demo.service import space
+from marlin_demo.ui import gradio_stubs
+
+gradio_stubs.install()  # before anything imports Gradio (``spaces`` does, on ZeroGPU)
+if space.zero_gpu():
+    import spaces  # noqa: F401
 
 log = logging.getLogger("marlin_demo.app")
 

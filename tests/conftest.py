@@ -15,6 +15,9 @@ from ui_support import AppServer, start_app, stop_app
 
 from marlin_demo.models import compute
 from marlin_demo.settings import Settings
+from marlin_demo.ui import gradio_stubs
+
+gradio_stubs.install()  # the test processes import Gradio too: its stub rewrite skipped, as in the app
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_DIR = ROOT.parent / "shared" / "media"  # ../shared/media, never copied into the repo

@@ -2,8 +2,8 @@
 
 One table of bad files runs through the engine (what the UI and API call), the CLI (one line, non-zero
 exit) and the real server's API (gr.Error), which must keep serving afterwards. Then the server's faults
-and security (disconnects, files it must not serve, bounded load), and the one module that reaches into
-Gradio (``ui.gradio_hooks``), each reach with a test naming it.
+and security (disconnects, files it must not serve, bounded load), and the modules that reach into
+Gradio (``ui.gradio_hooks``, ``ui.gradio_stubs``), each reach with a test naming it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from marlin_demo import cli, contract
 from marlin_demo.engine import Engine, EngineError
 from marlin_demo.models import ModelLoadError
 from marlin_demo.settings import Settings
-from marlin_demo.ui import gradio_hooks
+from marlin_demo.ui import gradio_hooks, gradio_stubs
 from marlin_demo.video import VideoError
 
 pytestmark = pytest.mark.slow
@@ -358,3 +358,24 @@ def test_hook_remember_playable_probes_a_file_once_until_it_changes(
     assert probed[-1] == "https://example.invalid/x.webm"
     gradio_hooks.remember_playable()  # a second call keeps the one memory
     assert getattr(processing_utils.video_is_playable, "_marlin_remembers", False)
+
+
+def test_hook_gradio_stubs_skips_the_stub_rewrite_of_a_fresh_import() -> None:
+    """``gradio_stubs``: Gradio's component metaclass still rewrites each component's ``.pyi`` through
+    ``create_or_modify_pyi`` (so the skip is needed and reached), and a process that installs the skip
+    before importing Gradio gets every component with the step skipped (too late after the import)."""
+    from gradio.component_meta import ComponentMeta
+
+    assert f"{gradio_stubs.STEP}(" in inspect.getsource(ComponentMeta.__new__), (
+        "gradio_stubs: Gradio's ComponentMeta no longer calls create_or_modify_pyi; drop the skip"
+    )
+    code = (
+        "from marlin_demo.ui import gradio_stubs\n"
+        "first = gradio_stubs.install()\n"
+        "import gradio as gr, gradio.component_meta as cm\n"
+        "print(first, gradio_stubs.install(), cm.create_or_modify_pyi is gradio_stubs.skipped_stub_rewrite,"
+        " isinstance(gr.Video, cm.ComponentMeta))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "False", "True", "True"], proc.stdout

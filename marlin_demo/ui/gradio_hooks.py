@@ -1,4 +1,4 @@
-"""The one module that reaches into Gradio's internals, and why.
+"""Where the app reaches into a loaded Gradio's internals, and why (before it loads: ``gradio_stubs``).
 
 1. Gradio downloads a file sent as an http(s) URL into its cache before any validator or endpoint sees it
    (``Block.async_move_resource_to_block_cache``), with no setting to turn it off:
