@@ -694,9 +694,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(slice_check(json.loads(args.slice), args.slice_tokens, args.slice_s)))
         return 0
     if args.measure:
-        with contextlib.redirect_stdout(sys.stderr):
-            phases = (args.clip_s, args.warm_s, args.long_s, args.decode_tokens)
-            rows = [measure_variant(v, Path(args.model_dir), *phases) for v in args.measure.split(",")]
+        phases = (args.clip_s, args.warm_s, args.long_s, args.decode_tokens)
+        rows = []
+        for variant in args.measure.split(","):
+            try:  # one variant failing to load is its own row's error, not the others'
+                with contextlib.redirect_stdout(sys.stderr):
+                    rows.append(measure_variant(variant, Path(args.model_dir), *phases))
+            except Exception:
+                trace = traceback.format_exc()
+                print(trace, file=sys.stderr)
+                rows.append({"variant": variant, "error": _last_error(trace)})
         Path(args.out).write_text(json.dumps(rows, indent=2))
         return 0
     return run_check(args)

@@ -165,3 +165,15 @@ def _check_apply(report: dict[str, Any], out: Path, tmp_path: Path) -> None:
     assert {k: v for k, v in after.items() if k != key} == {k: v for k, v in before.items() if k != key}
     speed = Speed(name=key, **entry)
     assert speed.isa == report["cpu"]["isa"] and speed.variants["gptq"]["peak_mb"] > 0
+
+
+def test_a_measuring_child_gives_each_variant_its_own_row_and_error(tmp_path: Path) -> None:
+    """The child that measures several variants (a dry run's) records a variant that cannot load as that
+    variant's error, one line, and goes on to the next; its own exit is clean."""
+    out = tmp_path / "rows.json"
+    argv = ["--measure", "nope1,nope2", "--model-dir", str(tmp_path / "none"), "--dry-run", "--out", str(out)]
+    assert _cpu_check().main(argv) == 0
+    rows = json.loads(out.read_text())
+    assert [r["variant"] for r in rows] == ["nope1", "nope2"]
+    for r in rows:
+        assert f"Unknown variant '{r['variant']}'" in r["error"] and "\n" not in r["error"], r
