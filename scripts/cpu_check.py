@@ -783,8 +783,8 @@ def run_check(args: argparse.Namespace) -> int:
     try:  # here: this process's instruction set is the machine's own
         with contextlib.redirect_stdout(sys.stderr):
             report["slice"] = {"native": slice_check(text, args.slice_tokens, args.slice_s)}
-    except Exception as exc:  # recorded like a child's failure; the rest of the report stands
-        report["slice"] = {"native": {"error": f"{type(exc).__name__}: {exc}"[:600]}}
+    except Exception:  # recorded like a child's failure, in the same one line; the rest of the report stands
+        report["slice"] = {"native": {"error": _last_error(traceback.format_exc())}}
     if not args.no_avx2_slice:
         report["slice"]["avx2"] = run_slice(args, text, {**env, **AVX2_ENV})
     report["load_after"] = _load_average()
