@@ -21,6 +21,11 @@ $PIP download --no-deps --only-binary=:all: --python-version 3.12 --implementati
   qwen-vl-utils==0.0.14 \
   platformdirs==4.14.9
 
+# bitsandbytes ships one library per CUDA and ROCm release (129 MB unpacked); the GPU machine runs
+# CUDA 13, so only its libraries travel (the tree and the wheels must fit in 64 MiB together).
+command -v zip >/dev/null || { echo "error: zip is needed to trim the bitsandbytes wheel" >&2; exit 2; }
+zip -q -d "$DEST"/bitsandbytes-0.50.2-*.whl 'bitsandbytes/libbitsandbytes_cuda1[12]*' 'bitsandbytes/libbitsandbytes_rocm*' || true
+
 # Published as source only: built here into wheels with a local Python 3.12 (pypcre has C code,
 # so its wheel is cp312-specific; the others are pure Python).
 PY312=${PY312:-$(command -v python3.12 || true)}

@@ -66,6 +66,7 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
             "4",
             "--gptq-backends",
             "auto",
+            "--random-gptq",
         ],
         capture_output=True,
         text=True,
@@ -75,6 +76,7 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["dry_run"] is True
+    assert not report["steps"]["full_reused"] and report["steps"]["full_gptq"]["quantized_linears"] > 0
     rows = report["full"]
     assert [(r["variant"], r["compile"]) for r in rows] == [
         (p["variant"], p["compile"]) for p in report["plan"]
@@ -92,6 +94,22 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
         else:
             assert row["compile_state"] == "off"
     _check_speeds(report, out, tmp_path)
+    _check_second_pass_reuses_the_build(tmp_path, env)
+
+
+def _check_second_pass_reuses_the_build(tmp_path: Path, env: dict[str, str]) -> None:
+    """A second pass over the same --work (a short lease: the Space's rows, then the others) builds
+    nothing again; with no budget left it measures nothing and says so per row."""
+    gc = _gpu_check()
+    again = tmp_path / "again.json"
+    args = ["--dry-run", "--out", str(again), "--work", str(tmp_path / "w"), "--budget-s", "0"]
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("MARLIN_CACHE_DIR", "MARLIN_GPTQ_BUILD_DIR"):
+            mp.setenv(key, env.get(key, str(tmp_path / "w" / "gptq-kernels")))
+        assert gc.main(args) == 0
+    report = json.loads(again.read_text())
+    assert report["steps"]["full_reused"] is True and "full_gptq_s" not in report["steps"]
+    assert report["full"] and all(row["skipped"] == "time budget spent" for row in report["full"])
 
 
 def _check_speeds(report: dict, out: Path, tmp_path: Path) -> None:
