@@ -457,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
                 save()
                 t = time.perf_counter()
                 try:
-                    if args.random_gptq:  # seconds instead of minutes: a short lease measures speed, not answers
+                    if (
+                        args.random_gptq
+                    ):  # seconds instead of minutes: a short lease measures speed, not answers
                         import cpu_check  # the sibling script's random int4 packing
 
                         report["steps"]["full_gptq"] = cpu_check.build_random_gptq(full, full / "gptq")

@@ -21,7 +21,7 @@ from stand_ins.spaces import forked
 from marlin_demo import service
 from marlin_demo.engine import Cancelled, Engine, EngineError
 from marlin_demo.results import CaptionResult, Done, Progress, WindowDone
-from marlin_demo.service import capacity, space
+from marlin_demo.service import capacity, space, zerogpu
 from marlin_demo.service.scheduler import Scheduler, scheduler_for
 from marlin_demo.settings import Settings
 
@@ -125,6 +125,28 @@ def test_zero_gpu_short_clip_is_one_call(
     assert isinstance(res, CaptionResult)
     _same(res, solo[SHORT.name])
     assert res.info.cached_video is False  # decoded for this request, before the call
+
+
+def test_the_first_cuda_call_asks_for_the_first_launch_compile_too(
+    zero_gpu: ForkingGPU, new_engine: Callable[[], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton compiles its kernels at their first launch (about 49 s on an H200): until one call has run, a
+    call on CUDA asks for that too, as far as an unsigned visitor's day allows; the answer says what it asked."""
+    monkeypatch.setattr(space, "_warm", threading.Event())  # a process that has made no call yet
+    monkeypatch.setattr(service, "pick_device", lambda setting: "cuda")  # as ZeroGPU's main process sees it
+    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    engine = new_engine()
+    res = service.run(engine, "caption", str(LONG), VARIANT)
+    each = space.call_seconds("caption", engine.settings)
+    day = zerogpu.daily_quota_s("unauthenticated")
+    first = zero_gpu.calls[0]
+    assert each < first <= each + space.FIRST_CALL_COMPILE_S and capacity.charged_s(first, 1.5) <= day
+    assert zero_gpu.calls == [first, each, each]  # the later calls find the kernels on disk
+    assert res.to_dict()["runtime"]["gpu_calls"]["asked_s"] == first + 2 * each
+    find = space.call_seconds("find", engine.settings)  # a find's call is short: the whole allowance fits
+    monkeypatch.setattr(space, "_warm", threading.Event())
+    assert space.asked_seconds(find, "cuda") == find + space.FIRST_CALL_COMPILE_S
+    assert space.asked_seconds(find, "cpu") == find  # no Triton kernel on a CPU: nothing to compile
 
 
 def test_stop_between_windows_starts_no_further_call(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from marlin_demo import agreement, contract, subtitles
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
 from marlin_demo.longvideo import policy, runner
+from marlin_demo.models import pick_device
 from marlin_demo.results import (
     CaptionResult,
     Done,
@@ -177,7 +178,9 @@ class _Turns:
         self.scheduler = scheduler_for(engine)
         self.ticket = ticket
         self.seconds = space.call_seconds(get_task(task).name, engine.settings)
+        self.device = pick_device(engine.settings.device)
         self.calls = 0
+        self.asked_s = 0
         self.used_s = 0.0
 
     def __call__(
@@ -191,14 +194,16 @@ class _Turns:
                 return work(on_text, on_stage)
             t0 = time.perf_counter()
             granted = True
+            asked = space.asked_seconds(self.seconds, self.device)
             try:
-                return space.gpu_call(work, self.seconds, on_text, on_stage)
+                return space.gpu_call(work, asked, on_text, on_stage)
             except space.GpuRefused:
                 granted = False  # refused before it started: nothing asked of the quota
                 raise
             finally:
                 if granted:
                     self.calls += 1
+                    self.asked_s += asked
                     self.used_s += time.perf_counter() - t0
 
     def report(self, res: R) -> R:
@@ -206,7 +211,7 @@ class _Turns:
         res.info.runtime = dataclasses.replace(
             res.info.runtime,
             gpu_calls=self.calls,
-            gpu_asked_s=float(self.calls * self.seconds),
+            gpu_asked_s=float(self.asked_s),
             gpu_used_s=self.used_s,
         )
         return res

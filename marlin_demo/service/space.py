@@ -26,6 +26,13 @@ T = TypeVar("T")
 
 MAX_GPU_S = capacity.MAX_GPU_S
 
+#: Extra seconds the first GPU call of this process asks for: Triton compiles fla's Gated DeltaNet kernels and
+#: GPTQ's Triton kernel at their first launch, about 49 s on an H200 (docs/GPU_CHECK.md, 2026-12-04; the
+#: Space's card is unmeasured), and keeps them on disk for every later call. A call sized without it was
+#: cut: a find asks for 15 s.
+FIRST_CALL_COMPILE_S = 60
+_warm = threading.Event()
+
 
 def on_space() -> bool:
     """True when running as a Hugging Face Space (the platform sets SPACE_ID)."""
@@ -51,6 +58,16 @@ def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task
 def call_seconds(task: str, settings: Settings) -> int:
     """Seconds one window's (or one short clip's) call asks for."""
     return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"])
+
+
+def asked_seconds(seconds: int, device: str) -> int:
+    """What a call sized for ``seconds`` asks for: until one call has run here, room for the first launch's
+    compile as well (on CUDA only: a CPU launches no Triton kernel), as far as a visitor's day without an
+    account allows, so the first visitor after a restart is not refused for it."""
+    if device != "cuda" or _warm.is_set():
+        return seconds
+    day = int(zerogpu.daily_quota_s("unauthenticated") / zerogpu.duration_factor())
+    return max(seconds, min(seconds + FIRST_CALL_COMPILE_S, day, MAX_GPU_S))
 
 
 class GpuRefused(EngineError):
@@ -93,6 +110,7 @@ def gpu_call(
             raise
         log.warning("ZeroGPU refused a %s s call: %s", seconds, refusal)
         raise GpuRefused(refusal) from None
+    _warm.set()  # Triton's kernels are on disk now: later calls ask for their own time only
     return result  # type: ignore[no-any-return]
 
 
