@@ -176,6 +176,34 @@ def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str)
     return out
 
 
+def build_once(
+    full: Path, tiny: Path, text: dict, vision: dict, device: str, random_gptq: bool, steps: dict, save: Any
+) -> None:
+    """The full-size model and its GPTQ copy in ``full``, unless a pass before this one over the same --work
+    built them (the Space's rows, then the others: a lease pays the build once)."""
+    from marlin_demo.models.tiny import build_tiny_gptq
+
+    steps["full_reused"] = (full / ".complete").exists()
+    if steps["full_reused"]:
+        return
+    t = time.perf_counter()
+    build_full(tiny, full, text, vision, device)
+    steps["full_build_s"] = round(time.perf_counter() - t, 2)
+    save()
+    t = time.perf_counter()
+    try:
+        if random_gptq:  # seconds instead of minutes: a short lease measures speed, not answers
+            import cpu_check  # the sibling script's random int4 packing
+
+            steps["full_gptq"] = cpu_check.build_random_gptq(full, full / "gptq")
+        else:
+            build_tiny_gptq(full, full / "gptq", device=device, samples=8)
+        steps["full_gptq_s"] = round(time.perf_counter() - t, 2)
+        (full / ".complete").touch()
+    except Exception as exc:
+        steps["full_gptq_error"] = f"{type(exc).__name__}: {exc}"[:800]
+
+
 #: what the --zero-gpu rows' figures are, said beside them in the report
 ZERO_GPU_NOTE = (
     "The Space's kernels as ZeroGPU would pick them (no torch.compile; GPTQ without nvcc: auto is "
@@ -402,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from marlin_demo.models.tiny import build_tiny_gptq, ensure_tiny
+    from marlin_demo.models.tiny import ensure_tiny
     from marlin_demo.settings import Settings
 
     device = "cpu" if args.dry_run else "cuda"
@@ -447,28 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_full:  # the full-size figures matter most: they run first
             text, vision = dry_dims(paths["bf16"]) if args.dry_run else (FULL_TEXT, FULL_VISION)
             full = work / "full"
-            # a second pass over the same --work (the Space's rows, then the others) reuses the build
-            reuse = (full / ".complete").exists()
-            report["steps"]["full_reused"] = reuse
-            if not reuse:
-                t = time.perf_counter()
-                build_full(paths["bf16"], full, text, vision, device)
-                report["steps"]["full_build_s"] = round(time.perf_counter() - t, 2)
-                save()
-                t = time.perf_counter()
-                try:
-                    if (
-                        args.random_gptq
-                    ):  # seconds instead of minutes: a short lease measures speed, not answers
-                        import cpu_check  # the sibling script's random int4 packing
-
-                        report["steps"]["full_gptq"] = cpu_check.build_random_gptq(full, full / "gptq")
-                    else:
-                        build_tiny_gptq(full, full / "gptq", device=device, samples=8)
-                    report["steps"]["full_gptq_s"] = round(time.perf_counter() - t, 2)
-                    (full / ".complete").touch()
-                except Exception as exc:
-                    report["steps"]["full_gptq_error"] = f"{type(exc).__name__}: {exc}"[:800]
+            build_once(full, paths["bf16"], text, vision, device, args.random_gptq, report["steps"], save)
             report["full_params"] = int((full / "params.txt").read_text())
             save()
             settings = Settings(model=str(full), device=device)

@@ -130,8 +130,9 @@ def test_zero_gpu_short_clip_is_one_call(
 def test_the_first_cuda_call_asks_for_the_first_launch_compile_too(
     zero_gpu: ForkingGPU, new_engine: Callable[[], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Triton compiles its kernels at their first launch (about 49 s on an H200): until one call has run, a
-    call on CUDA asks for that too, as far as an unsigned visitor's day allows; the answer says what it asked."""
+    """Triton compiles its kernels at their first launch (about 49 s on an H200): until one call has run,
+    a call on CUDA asks for that too, as far as an unsigned visitor's day allows; the answer says what it
+    asked."""
     monkeypatch.setattr(space, "_warm", threading.Event())  # a process that has made no call yet
     monkeypatch.setattr(service, "pick_device", lambda setting: "cuda")  # as ZeroGPU's main process sees it
     monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
