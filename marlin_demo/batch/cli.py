@@ -11,6 +11,7 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.library import cluster
 from marlin_demo.tasks import TASKS
 
 #: The settings ``batch`` takes as flags (``commands`` metadata of ``Settings``).
@@ -118,22 +119,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
     p.add_argument("--sidecars", action="store_true", help="also write OUT/sidecars/<id>.json/.vtt/.srt")
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const="local",
-        default=None,
-        metavar="ADDRESS",
-        help="run on Ray Data: a loopback-only local runtime, or join the cluster at ADDRESS",
-    )
-    p.add_argument(
-        "--workers", type=int, default=1, help="Ray actors, each holding one loaded variant (default 1)"
-    )
-    p.add_argument(
-        "--gpus-per-worker",
-        type=float,
-        default=None,
-        help="GPUs per Ray actor (default 1 when the cluster has GPUs, else 0; 0.5 = two per GPU)",
-    )
+    cluster.add_arguments(p, "run")
     settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
     p.set_defaults(func=cmd_batch)

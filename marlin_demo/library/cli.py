@@ -12,6 +12,7 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.library import cluster
 
 #: index takes batch's settings; search those too (but ``--top-k`` is its own: moments to return)
 #: plus its own (``commands`` metadata ``search``).
@@ -191,16 +192,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--prune", action="store_true", help="drop the videos whose file is gone")
     p.add_argument("--fresh", action="store_true", help="discard the library's index and start over")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const="local",
-        default=None,
-        metavar="ADDRESS",
-        help="caption on Ray Data: a loopback-only local runtime, or join the cluster at ADDRESS",
-    )
-    p.add_argument("--workers", type=int, default=1, help="Ray actors, each holding one loaded variant")
-    p.add_argument("--gpus-per-worker", type=float, default=None, help="GPUs per Ray actor (as batch)")
+    cluster.add_arguments(p, "caption")
     settings_mod.add_arguments(p, only=INDEX_FLAGS)
     p.set_defaults(func=cmd_index)
 

@@ -7,6 +7,7 @@ Workers return each row as JSON text (Arrow never retypes a nested result); the 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Iterator
@@ -14,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(p: argparse.ArgumentParser, verb: str) -> None:
+    """``--ray``, ``--workers`` and ``--gpus-per-worker``: one meaning for every collection command."""
+    ray_help = f"{verb} on Ray Data: a loopback-only local runtime, or join the cluster at ADDRESS"
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS", help=ray_help)
+    workers_help = "Ray actors, each holding one loaded variant (default 1)"
+    p.add_argument("--workers", type=int, default=1, help=workers_help)
+    gpus_help = "GPUs per Ray actor (default 1 when the cluster has GPUs, else 0; 0.5 = two per GPU)"
+    p.add_argument("--gpus-per-worker", type=float, default=None, help=gpus_help)
 
 
 def start(address: str | None, workers: int) -> None:

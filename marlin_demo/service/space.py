@@ -26,10 +26,8 @@ T = TypeVar("T")
 
 MAX_GPU_S = capacity.MAX_GPU_S
 
-#: Extra seconds the first GPU call of this process asks for: Triton compiles fla's Gated DeltaNet kernels and
-#: GPTQ's Triton kernel at their first launch, about 49 s on an H200 (docs/GPU_CHECK.md, 2026-12-04; the
-#: Space's card is unmeasured), and keeps them on disk for every later call. A call sized without it was
-#: cut: a find asks for 15 s.
+#: Extra seconds for the first GPU call of this process: Triton compiles fla's and GPTQ's kernels at their
+#: first launch (49 s on an H200, docs/GPU_CHECK.md) and keeps them on disk; a find alone asks for 15 s.
 FIRST_CALL_COMPILE_S = 60
 _warm = threading.Event()
 
