@@ -176,6 +176,132 @@ def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str)
     return out
 
 
+GROUP = 128  # the seed GPTQ card: 4 bit, group 128, desc_act, sym
+
+
+# --------------------------------------------------------------------------- the random GPTQ copy
+
+
+def gptq_targets(model_dir: Path) -> list[str]:
+    """The linear modules GPTQModel quantizes in this checkpoint (its own Qwen3.5 definition).
+
+    Read from gptqmodel's ``module_tree`` for the architecture: ``name:!`` entries (norms, conv1d,
+    the Gated DeltaNet ``in_proj_a/b``) stay 16-bit, as they do when gptqmodel quantizes; so do the
+    vision tower, the embeddings and lm_head (outside the layer tree).
+    """
+    from marlin_demo.models.kernels import import_gptqmodel
+
+    import_gptqmodel()
+    from gptqmodel.models.definitions.qwen3_5 import Qwen3_5QModel
+    from safetensors import safe_open
+
+    tree = Qwen3_5QModel.module_tree
+    prefix = ".".join(tree[: tree.index("#")])
+    suffixes = [
+        f"{block}.{entry.split(':')[0]}"
+        for block, entries in tree[tree.index("#") + 1].items()
+        for entry in entries
+        if ":!" not in entry
+    ]
+    names: set[str] = set()
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as fh:
+            names.update(fh.keys())
+    out = []
+    for key in sorted(names):
+        if not key.startswith(prefix + ".") or not key.endswith(".weight"):
+            continue
+        rest = key[len(prefix) + 1 : -len(".weight")]
+        if rest.split(".", 1)[-1] in suffixes:
+            out.append(key[: -len(".weight")])
+    return out
+
+
+def pack_random_gptq(weight_shape: tuple[int, int], seed: int) -> dict[str, Any]:
+    """One linear's GPTQ v1 tensors with random int4 codes (4 bit, group 128, desc_act, sym).
+
+    v1 stores each zero point minus one (8 -> 7); desc_act orders the input columns by a permutation,
+    so ``g_idx`` (each column's group) is a shuffled, not a sorted, sequence, as in a real desc_act
+    checkpoint. The scales give weights of about the 0.02 spread of the random 16-bit model.
+    """
+    import torch
+
+    out_f, in_f = weight_shape
+    if in_f % GROUP or out_f % 8:
+        raise ValueError(f"a {out_f}x{in_f} linear does not pack into group {GROUP} int4")
+    gen = torch.Generator().manual_seed(seed)
+    qweight = torch.randint(-(2**31), 2**31 - 1, (in_f // 8, out_f), generator=gen, dtype=torch.int32)
+    qzeros = torch.full((in_f // GROUP, out_f // 8), 0x77777777, dtype=torch.int32)
+    scales = (0.0045 * (0.5 + torch.rand(in_f // GROUP, out_f, generator=gen))).to(torch.float16)
+    perm = torch.randperm(in_f, generator=gen)
+    g_idx = torch.empty(in_f, dtype=torch.int32)
+    g_idx[perm] = (torch.arange(in_f) // GROUP).to(torch.int32)
+    return {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
+
+
+def quantize_config() -> dict[str, Any]:
+    """The seed card's recipe as GPTQModel writes it for the v1 (``gptq``) checkpoint format."""
+    return {
+        "bits": 4,
+        "group_size": GROUP,
+        "desc_act": True,
+        "sym": True,
+        "lm_head": False,
+        "quant_method": "gptq",
+        "checkpoint_format": "gptq",
+        "pack_dtype": "int32",
+        "meta": {"quantizer": ["scripts/gpu_check.py random int4 packing"]},
+    }
+
+
+def build_random_gptq(src: Path, out: Path) -> dict[str, Any]:
+    """A GPTQ checkpoint of ``src`` whose quantized linears hold random int4 codes; the rest copied."""
+    import shutil
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    targets = set(gptq_targets(src))
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "params.txt":
+            shutil.copy(f, out / f.name)
+    weight_map: dict[str, str] = {}
+    n_q = 0
+    for f in sorted(src.glob("*.safetensors")):
+        tensors: dict[str, Any] = {}
+        with safe_open(str(f), framework="pt") as fh:
+            meta = fh.metadata() or {"format": "pt"}
+            for key in fh.keys():
+                module = key.removesuffix(".weight")
+                if key.endswith(".weight") and module in targets:
+                    shape = tuple(fh.get_slice(key).get_shape())
+                    packed = pack_random_gptq((int(shape[0]), int(shape[1])), seed=n_q)
+                    n_q += 1
+                    tensors.update({f"{module}.{name}": t for name, t in packed.items()})
+                else:
+                    tensors[key] = fh.get_tensor(key)
+        save_file(tensors, str(out / f.name), metadata=meta)
+        weight_map.update(dict.fromkeys(tensors, f.name))
+        del tensors
+    index = out / "model.safetensors.index.json"
+    if index.exists():
+        data = json.loads(index.read_text())
+        data["weight_map"] = weight_map
+        index.write_text(json.dumps(data, indent=2) + "\n")
+    qcfg = quantize_config()
+    (out / "quantize_config.json").write_text(json.dumps(qcfg, indent=2) + "\n")
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = qcfg
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    del torch
+    return {
+        "quantized_linears": n_q,
+        "kept_16bit": "vision tower, embeddings, lm_head, norms, in_proj_a/b, conv1d",
+    }
+
+
 def build_once(
     full: Path, tiny: Path, text: dict, vision: dict, device: str, random_gptq: bool, steps: dict, save: Any
 ) -> None:
@@ -193,9 +319,7 @@ def build_once(
     t = time.perf_counter()
     try:
         if random_gptq:  # seconds instead of minutes: a short lease measures speed, not answers
-            import cpu_check  # the sibling script's random int4 packing
-
-            steps["full_gptq"] = cpu_check.build_random_gptq(full, full / "gptq")
+            steps["full_gptq"] = build_random_gptq(full, full / "gptq")
         else:
             build_tiny_gptq(full, full / "gptq", device=device, samples=8)
         steps["full_gptq_s"] = round(time.perf_counter() - t, 2)
@@ -411,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--random-gptq",
         action="store_true",
-        help="pack the GPTQ copy with random int4 codes (as cpu_check does) instead of quantizing it",
+        help="pack the GPTQ copy with random int4 codes (as the CPU check does) instead of quantizing it",
     )
     args = parser.parse_args(argv)
     if args.apply_speeds:

@@ -27,7 +27,7 @@ def test_random_gptq_tensors_are_gptqs_v1_layout() -> None:
     group holds 128 columns and desc_act's g_idx is shuffled, not sorted."""
     import torch
 
-    t = _cpu_check().pack_random_gptq((256, 384), seed=1)
+    t = _cpu_check().gpu_check.pack_random_gptq((256, 384), seed=1)
     assert t["qweight"].shape == (48, 256) and t["qweight"].dtype == torch.int32
     assert t["qzeros"].shape == (3, 32) and t["scales"].shape == (3, 256) and t["g_idx"].shape == (384,)
     nibbles = {(int(t["qzeros"][0, 0]) >> (4 * k)) & 0xF for k in range(8)}
@@ -36,7 +36,7 @@ def test_random_gptq_tensors_are_gptqs_v1_layout() -> None:
     assert not torch.equal(t["g_idx"], torch.sort(t["g_idx"]).values)
     assert float(t["scales"].float().min()) > 0
     with pytest.raises(ValueError, match="group 128"):
-        _cpu_check().pack_random_gptq((256, 100), seed=1)
+        _cpu_check().gpu_check.pack_random_gptq((256, 100), seed=1)
 
 
 def _row(load_peak: float = 3000.0) -> dict[str, Any]:
