@@ -627,12 +627,9 @@ def run_check(args: argparse.Namespace) -> int:
         "video_tokens": clip.plan.video_tokens,
     }
     full, gptq = work / "full", work / "full" / "gptq"
-    stamp = json.dumps({"text": text, "vision": vision}, sort_keys=True)
+    stamp = gpu_check.full_stamp(text, vision, "random")
     with contextlib.redirect_stdout(sys.stderr):
-        if not (full / ".dims").exists() or (full / ".dims").read_text() != stamp:
-            import shutil
-
-            shutil.rmtree(full, ignore_errors=True)
+        if not gpu_check.reusable(full, stamp):
             t = time.perf_counter()
             paths = ensure_tiny(Path(os.environ["MARLIN_CACHE_DIR"]), with_gptq=False)
             gpu_check.build_full(paths["bf16"], full, text, vision, "cpu")

@@ -29,6 +29,7 @@ import inspect
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 import traceback
@@ -176,10 +177,24 @@ def build_full(tiny_dir: Path, out: Path, text: dict, vision: dict, device: str)
     return out
 
 
-GROUP = 128  # the seed GPTQ card: 4 bit, group 128, desc_act, sym
+def full_stamp(text: dict, vision: dict, gptq: str) -> str:
+    """What a full-size build in a --work folder was made of: its dimensions and how its GPTQ copy was made
+    (``random`` or ``quantized``). Kept in ``<full>/.dims`` once the build is complete."""
+    return json.dumps({"text": text, "vision": vision, "gptq": gptq}, sort_keys=True)
+
+
+def reusable(full: Path, stamp: str) -> bool:
+    """True when ``full`` holds a complete build of ``stamp`` (the GPU and CPU checks reuse it across runs
+    over the same --work); otherwise ``full`` is cleared for a new build."""
+    if (full / ".dims").exists() and (full / ".dims").read_text() == stamp:
+        return True
+    shutil.rmtree(full, ignore_errors=True)
+    return False
 
 
 # --------------------------------------------------------------------------- the random GPTQ copy
+
+GROUP = 128  # the seed GPTQ card: 4 bit, group 128, desc_act, sym
 
 
 def gptq_targets(model_dir: Path) -> list[str]:
@@ -256,8 +271,6 @@ def quantize_config() -> dict[str, Any]:
 
 def build_random_gptq(src: Path, out: Path) -> dict[str, Any]:
     """A GPTQ checkpoint of ``src`` whose quantized linears hold random int4 codes; the rest copied."""
-    import shutil
-
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -306,10 +319,11 @@ def build_once(
     full: Path, tiny: Path, text: dict, vision: dict, device: str, random_gptq: bool, steps: dict, save: Any
 ) -> None:
     """The full-size model and its GPTQ copy in ``full``, unless a pass before this one over the same --work
-    built them (the Space's rows, then the others: a lease pays the build once)."""
+    built the same (the Space's rows, then the others: a lease pays the build once)."""
     from marlin_demo.models.tiny import build_tiny_gptq
 
-    steps["full_reused"] = (full / ".complete").exists()
+    stamp = full_stamp(text, vision, "random" if random_gptq else "quantized")
+    steps["full_reused"] = reusable(full, stamp)
     if steps["full_reused"]:
         return
     t = time.perf_counter()
@@ -323,7 +337,7 @@ def build_once(
         else:
             build_tiny_gptq(full, full / "gptq", device=device, samples=8)
         steps["full_gptq_s"] = round(time.perf_counter() - t, 2)
-        (full / ".complete").touch()
+        (full / ".dims").write_text(stamp)
     except Exception as exc:
         steps["full_gptq_error"] = f"{type(exc).__name__}: {exc}"[:800]
 

@@ -102,7 +102,8 @@ def _check_second_pass_reuses_the_build(tmp_path: Path, env: dict[str, str]) -> 
     nothing again; with no budget left it measures nothing and says so per row."""
     gc = _gpu_check()
     again = tmp_path / "again.json"
-    args = ["--dry-run", "--out", str(again), "--work", str(tmp_path / "w"), "--budget-s", "0"]
+    work = ["--work", str(tmp_path / "w")]
+    args = ["--dry-run", "--random-gptq", "--out", str(again), *work, "--budget-s", "0"]  # as the first pass
     with pytest.MonkeyPatch.context() as mp:
         for key in ("MARLIN_CACHE_DIR", "MARLIN_GPTQ_BUILD_DIR"):
             mp.setenv(key, env.get(key, str(tmp_path / "w" / "gptq-kernels")))
