@@ -20,7 +20,6 @@ from ui_support import (
     CHROMIUM,
     EXAMPLES,
     AppServer,
-    launch_chromium,
     start_app,
     stop_app,
     zero_gpu_env,
@@ -38,27 +37,6 @@ RUN_TIMEOUT_MS = 240_000
 if not CHROMIUM.exists():
     pytest.skip("Debian chromium (/usr/bin/chromium) is not installed", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture()
-def page(browser, app_server: AppServer) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(app_server.url)
-    pg.wait_for_selector("#caption-run", timeout=60_000)
-    yield pg
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def _shot(pg, name: str) -> None:

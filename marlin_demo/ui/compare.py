@@ -17,6 +17,7 @@ from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
+    STAMP_JS,
     UIContext,
     error_html,
     example_labels,
@@ -72,6 +73,7 @@ class CompareTab:
     session_box: gr.Accordion
     start: gr.Number  # the clip's range (``one_clip``): a comparison asks about that part only
     end: gr.Number
+    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Compare fires
 
     @property
     def outputs(self) -> list[Any]:
@@ -179,6 +181,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
         acc,
         clip.start,
         clip.end,
+        clip.stamp,
     )
 
 
@@ -423,6 +426,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         rows: list[dict[str, Any]],
         start: float | None,
         end: float | None,
+        stamp: float | None,
         request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Updates]:
@@ -437,7 +441,9 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             )
             # its results are shown while its clip is (see one_clip)
             shown = (
-                while_shown(ctx, "compare", request, video, updates, {tab.summary: ""}) if video else updates
+                while_shown(ctx, "compare", request, video, stamp, updates, {tab.summary: ""})
+                if video
+                else updates
             )
             yield from with_buttons(shown, buttons)
         finally:
@@ -450,8 +456,9 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     tab.run.click(lambda: run_buttons(buttons, True), None, buttons, **PRIVATE_UI)
     running = tab.run.click(
         compare_ui,
-        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session, tab.start, tab.end],
+        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session, tab.start, tab.end, tab.stamp],
         [*tab.outputs, *buttons],
+        js=STAMP_JS,
         api_visibility="private",
         show_progress="hidden",  # the progress area (summary) and the cards say what runs
         **GPU_EVENT,

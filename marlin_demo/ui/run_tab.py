@@ -15,6 +15,7 @@ from marlin_demo import service
 from marlin_demo.results import Result
 from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.common import (
+    STAMP_JS,
     UIContext,
     example_labels,
     examples_label,
@@ -67,6 +68,7 @@ class RunTab:
     status: gr.HTML
     start: gr.Number  # the clip's range (``one_clip``): a run asks about that part only
     end: gr.Number
+    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Run or an example fires
     variant: gr.Radio
     run: gr.Button
     stop: gr.Button
@@ -88,8 +90,8 @@ class RunTab:
 
     @property
     def inputs(self) -> list[Any]:
-        """What a run reads: the example's inputs, then the clip's range."""
-        return [*self.example_inputs, self.start, self.end]
+        """What a run reads: the example's inputs, then the clip's range and its stamp."""
+        return [*self.example_inputs, self.start, self.end, self.stamp]
 
     @property
     def triggers(self) -> list[Any]:
@@ -172,7 +174,7 @@ def run_updates(
 ) -> Iterator[Updates]:
     """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
     kept for its next click. A bad clip, query or run is said once, under its input (no toast)."""
-    *own, start, end = values
+    *own, start, end, stamp = values
     asked = tab.ask(ctx, own)
     if isinstance(asked, Asked) and not example:  # an example is the whole clip
         asked = with_range(ctx, tab, asked, start, end)
@@ -192,7 +194,7 @@ def run_updates(
 
     try:
         with user_errors():
-            yield from while_shown(ctx, tab.name, request, asked.path, stages(), {tab.progress: ""})
+            yield from while_shown(ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""})
     except gr.Error as exc:
         failed = {tab.timeline: timeline.placeholder("No result."), tab.answer: ""}
         yield {**tab.cleared(), **failed, tab.status: status_html(exc.message, error=True)}
@@ -212,12 +214,15 @@ def with_range(ctx: UIContext, tab: RunTab, asked: Asked, start: Any, end: Any) 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
-    asked = tab.ask(ctx, values[:-2])  # an example is the whole clip: its range is not read
+    *own, _start, _end, stamp = values  # an example is the whole clip: its range is not read
+    asked = tab.ask(ctx, own)
     kept = kept_answer(ctx, tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
     if kept is None or not isinstance(asked, Asked):
         return waiting_updates(tab.buttons, tab.progress)
-    # the visitor just chose this clip: its own change event may come after this answer
-    ctx.results_clip.own(tab.name, session_of(request), asked.path, chosen=True)
+    # the visitor just chose this clip: its own change event may come after this answer (or, when a
+    # newer clip was chosen meanwhile, before it: then this answer is not shown)
+    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):
+        return {tab.progress: gr.skip()}
     with example_notes.replaying(kept):
         return tab.final(ctx, kept.result, asked.path, kept.cold)
 
@@ -269,6 +274,7 @@ def make(
         status=clip.status,
         start=clip.start,
         end=clip.end,
+        stamp=clip.stamp,
         variant=variant,
         run=button,
         stop=stop,
@@ -321,6 +327,7 @@ def listen(ctx: UIContext, tab: RunTab) -> None:
         lambda: tab.stopped,
         tab.answer,
         example,
+        js=STAMP_JS,
     )
     for end in ends:
         tab.after_run(ctx, end)
