@@ -15,9 +15,9 @@ from ui_support import CHROMIUM, AppServer, launch_chromium, start_app, stop_app
 
 from marlin_demo.models import compute
 from marlin_demo.settings import Settings
-from marlin_demo.ui import gradio_stubs
+from marlin_demo.ui import gradio_hooks
 
-gradio_stubs.install()  # the test processes import Gradio too: its stub rewrite skipped, as in the app
+gradio_hooks.skip_stub_rewrite()  # the test processes import Gradio too: skipped as in the app
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_DIR = ROOT.parent / "shared" / "media"  # ../shared/media, never copied into the repo

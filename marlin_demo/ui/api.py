@@ -202,7 +202,7 @@ def save_data_url(text: str, max_mb: float) -> str:
     except (binascii.Error, ValueError):
         raise gr.Error(DATA_URL_ONLY, print_exception=False) from None
     mime = header[len("data:") :].split(";", 1)[0]
-    folder = Path(gr.utils.get_upload_folder()) / f"data-url-{uuid.uuid4().hex}"
+    folder = gradio_hooks.upload_folder() / f"data-url-{uuid.uuid4().hex}"
     folder.mkdir(parents=True)
     path = folder / f"video{mimetypes.guess_extension(mime) or '.bin'}"
     path.write_bytes(data)

@@ -30,7 +30,7 @@ from marlin_demo.service import cost
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.tasks import CAPTION, TASKS, get_task
-from marlin_demo.ui import example_notes
+from marlin_demo.ui import example_notes, gradio_hooks
 from marlin_demo.video import plan_sampling
 
 log = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False
     if video is None or (isinstance(video, str) and not video.strip()):
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
     path = Path(str(video))
-    allowed = [Path(gr.utils.get_upload_folder())]
+    allowed = [gradio_hooks.upload_folder()]
     allowed += [] if uploads_only else [ctx.examples_dir, ctx.output_dir]
     if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)

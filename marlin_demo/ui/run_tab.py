@@ -77,7 +77,7 @@ class RunTab:
     notice: gr.HTML
     metrics: gr.HTML
     raw: gr.Textbox
-    examples: gr.helpers.Examples | None = None
+    examples: gr.Examples | None = None
 
     @property
     def buttons(self) -> list[Block]:
@@ -284,7 +284,7 @@ def make(
 
 def examples(
     ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]
-) -> gr.helpers.Examples | None:
+) -> gr.Examples | None:
     """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
     as Run does (``listen``). On a phone they come after the result (style.css)."""
     with gr.Column(elem_classes="mr-examples"):
