@@ -10,6 +10,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import gradio as gr
 from gradio.blocks import Block
+from gradio.helpers import Examples
 
 from marlin_demo import service
 from marlin_demo.results import Result
@@ -77,7 +78,7 @@ class RunTab:
     notice: gr.HTML
     metrics: gr.HTML
     raw: gr.Textbox
-    examples: gr.Examples | None = None
+    examples: Examples | None = None
 
     @property
     def buttons(self) -> list[Block]:
@@ -284,7 +285,7 @@ def make(
 
 def examples(
     ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]
-) -> gr.Examples | None:
+) -> Examples | None:
     """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
     as Run does (``listen``). On a phone they come after the result (style.css)."""
     with gr.Column(elem_classes="mr-examples"):
