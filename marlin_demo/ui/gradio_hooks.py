@@ -6,7 +6,7 @@ only inside its functions, so :func:`skip_stub_rewrite` can run before Gradio is
    (``gradio.component_meta.ComponentMeta``) re-parses its module's source to regenerate the stub beside
    it (``create_or_modify_pyi``), with no setting to turn it off. The wheel ships the stubs; only Gradio's
    developers need them regenerated. :func:`skip_stub_rewrite`, before Gradio is imported, makes that step
-   do nothing: 1.3 s less CPU per app start (5.2 s -> 3.8 s in the server process, docs/SPEED.md).
+   do nothing: about 1.4 s less CPU per app start, a quarter of it (docs/SPEED.md).
 2. Gradio downloads a file sent as an http(s) URL into its cache before any validator or endpoint sees it
    (``Block.async_move_resource_to_block_cache``), with no setting to turn it off:
    :func:`refuse_url_downloads` patches that method on every component to refuse a URL (:data:`NO_URLS`).
