@@ -179,7 +179,7 @@ def test_caption_checks_the_clip_stops_and_seeks(page, tmp_path: Path) -> None:
     pg.set_input_files("#clip-video input[type=file]", str(CLIP))
     pg.wait_for_selector("#clip-video video", timeout=60_000)
     pg.wait_for_selector("#clip-status .ms-ok", timeout=60_000)
-    assert "Ready: 12.0 s" in pg.inner_text("#clip-status")
+    assert "Ready: 12 s" in pg.inner_text("#clip-status")
     # before Run, how long this clip will take on this CPU (service.cost: one line, the ZeroGPU cost's too)
     assert re.search(
         r"On this CPU \((bfloat16|float32)\), a caption of this clip takes about \d+",
@@ -792,7 +792,8 @@ def test_a_double_click_on_run_runs_once_and_is_not_stopped(page) -> None:
 
 def test_a_time_range_asks_about_that_part_only(page) -> None:
     """From/To beside the clip: the line under it says what is asked and what it costs, a bad range is
-    said there before Run, and the answer's events lie inside the range, labelled as a range's."""
+    said there before Run, and the answer's events lie inside the range, labelled as a range's: every
+    line speaks of the range asked and its length, written alike, never of the whole clip's length."""
     pg = page
     _upload(pg, "#clip-video", CLIP)
     pg.wait_for_selector("#clip-status .ms-ok", timeout=60_000)
@@ -805,12 +806,16 @@ def test_a_time_range_asks_about_that_part_only(page) -> None:
     pg.fill("#clip-end input", "8")
     pg.press("#clip-end input", "Enter")
     pg.wait_for_function(
-        "document.querySelector('#clip-status .ms-ok')?.innerText.includes('asking about 3-8 s')",
+        "document.querySelector('#clip-status .ms-ok')?.innerText.includes('asking about 3–8 s (5 s long)')",
         timeout=30_000,
     )
     pg.click("#caption-run")
     _caption_done(pg)
-    assert "Asked about 3-8 s of the video" in pg.inner_text("#caption-notice")
+    notice = pg.inner_text("#caption-notice")
+    assert "Asked about 3–8 s (5 s long) of the video" in notice
+    assert "clip's" not in notice and "fit the clip" not in notice, notice  # repairs: the range's end
+    chapters = pg.inner_text("#caption-scene .mc-chapters")
+    assert "covers only 3–8 s (5 s long)" in chapters and "12 s" not in chapters, chapters
     events = pg.eval_on_selector_all(
         "#caption-timeline .mt-event", "items => items.map(i => [+i.dataset.start, +i.dataset.end])"
     )

@@ -152,7 +152,7 @@ caption_json = service.caption_json  # ``/caption``'s JSON, the CLI's too
 
 def chapters_html(result: CaptionResult) -> str:
     """The chapters a video description takes, ready to copy; or the sentence saying why there are none."""
-    ch = subtitles.chapters(result.events, result.info.duration_s)
+    ch = service.chapters_of(result)
     if not ch.lines:
         reason = html.escape(ch.reason)
         return f'<div class="mc-chapters"><div class="mc-label">Chapters</div><p>{reason}</p></div>'

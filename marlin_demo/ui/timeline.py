@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
+from marlin_demo.contract import clock, clock_span
+
 __all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "file_url", "nice_step", "placeholder", "timeline_html"]
 
 #: event colours dark enough for white 12 px labels (WCAG AA, 4.5:1 or more)
@@ -27,16 +29,6 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
         if step >= raw:
             return float(step)
     return 3600.0
-
-
-def clock(seconds: float) -> str:
-    """The page's one way to write a time: ``12.5 s`` under a minute, else ``2:07.5`` (tenths if any)."""
-    t = round(max(0.0, float(seconds)), 1)
-    if t < 60:
-        return f"{t:g} s"
-    m, sec = divmod(t, 60)
-    sec = round(sec, 1)
-    return f"{int(m)}:{sec:04.1f}" if sec % 1 else f"{int(m)}:{int(sec):02d}"
 
 
 def _label(long: str, short: str) -> str:
@@ -118,7 +110,7 @@ def timeline_html(
     lanes = _lanes(items)
     n_lanes = max(lanes, default=-1) + 1
     for (start, end, desc, idx), lane in zip(items, lanes, strict=True):
-        label = html.escape(f"{idx + 1}. {clock(start)}–{clock(end)} · {desc}")
+        label = html.escape(f"{idx + 1}. {clock_span(start, end)} · {desc}")
         attrs = (
             f'data-index="{idx}" title="{label}" aria-label="Play from {start:.1f} s: {html.escape(desc)}"'
         )
@@ -129,20 +121,20 @@ def timeline_html(
     top = 42 if reference is not None else 4
     if reference is not None:
         s, e = float(reference[0]), float(reference[1])
-        inner = _label(f"ground truth {clock(s)}–{clock(e)}", "truth")
-        rows.append(_bar("mt-ref", s, e, duration, 4, f'title="Ground truth {clock(s)}–{clock(e)}"', inner))
+        inner = _label(f"ground truth {clock_span(s, e)}", "truth")
+        rows.append(_bar("mt-ref", s, e, duration, 4, f'title="Ground truth {clock_span(s, e)}"', inner))
     best = _moments(moments)
     if best:
         span = best[0][:2]
     for k, (s, e, score) in enumerate(best[1:], 2):
         attrs = (
-            f'data-moment="{k}" title="Moment {k}: {clock(s)}–{clock(e)}, score {score:.2f}" '
+            f'data-moment="{k}" title="Moment {k}: {clock_span(s, e)}, score {score:.2f}" '
             f'aria-label="Play moment {k} from {s:.1f} s"'
         )
         rows.append(_bar("mt-moment", s, e, duration, top + 38, attrs, _label(f"#{k} {score:.2f}", f"#{k}")))
     if span is not None:
         s, e = float(span[0]), float(span[1])
-        said = f"{html.escape(span_label)} {clock(s)}–{clock(e)}"
+        said = f"{html.escape(span_label)} {clock_span(s, e)}"
         cls = f"mt-span{' mt-best' if best else ''}{_outside_label(_pct(s, duration), _pct(e, duration))}"
         attrs = f'title="{said}" aria-label="Play the span from {s:.1f} s"'
         rows.append(_bar(cls, s, e, duration, top, attrs, f"<span>{said}</span>"))
@@ -204,7 +196,7 @@ def _windows_strip(windows: Sequence[Sequence[float]], duration: float, done: in
         top = 12 * ((k - 1) % 2) if overlap else 0
         cells.append(
             f'<span class="mt-win{state}" data-window="{k}" '
-            f'title="window {k}: {clock(s)}–{clock(e)}" '
+            f'title="window {k}: {clock_span(s, e)}" '
             f'style="left:{left:.3f}%;width:{right - left:.3f}%;top:{top}px">{k}</span>'
         )
     height = 24 if overlap else 12
