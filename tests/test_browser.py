@@ -7,6 +7,7 @@ so each test selects its tab first. Waits are on page state, never fixed sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -1037,3 +1038,107 @@ def test_bad_files_are_said_once_by_the_app(page, tmp_path: Path) -> None:
         assert pg.locator("#clip-status .ms-status").count() == 1  # one sentence, never a second
         assert pg.inner_text("#clip-status .ms-error").strip() == sentence
         assert not _visible_toasts(pg), (path.name, _visible_toasts(pg))
+
+
+# ---------------------------------------------------------------------------
+# The page, round 3: whole labels and headers, the keyboard's order and focus
+# ---------------------------------------------------------------------------
+
+#: Every timeline bar whose label shows: the label inside its bar, whole (a span's label may sit beside
+#: it, ``mt-out``); the text each bar shows.
+BAR_LABELS_JS = """(root) => [...document.querySelectorAll(root + ' .mt-item')].map(item => {
+  const shown = [...item.children].filter(c => getComputedStyle(c).display !== 'none' && c.textContent);
+  const cut = !item.classList.contains('mt-out') && item.scrollWidth > item.clientWidth + 1;
+  return { text: shown.map(c => c.textContent).join(''), cut, width: item.clientWidth };
+})"""
+
+
+def _timeline_page(browser, width: int, html: str):
+    """The timeline's own HTML, CSS and script in a bare page, as Gradio runs them (``element``: its box)."""
+    from marlin_demo.ui.timeline import TIMELINE_CSS, TIMELINE_JS
+
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    pg = context.new_page()
+    pg.set_content(
+        f"<style>body {{ font-family: sans-serif; }} {TIMELINE_CSS}</style><div id='box'>{html}</div>"
+        f"<script>(() => {{ const element = document.getElementById('box'); {TIMELINE_JS} }})();</script>"
+    )
+    return context, pg
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_timeline_labels_are_whole_their_number_or_none(browser, width: int) -> None:
+    """A bar too narrow for its words shows its number, one too narrow for that shows nothing (its tooltip
+    and the line under the timeline say it): never "1…", "#…" or "gr…", at any width."""
+    from marlin_demo.results import Moment
+    from marlin_demo.ui.timeline import timeline_html
+
+    events = [(0.0, 30.0, "A person sits down.")]
+    events += [(30.0 + 0.7 * k, 30.6 + 0.7 * k, f"a short event number {k}") for k in range(3)]  # thin
+    events += [(33.0, 40.0, "The figure moves across the whole frame from the left to the right")]
+    caption = timeline_html(60.0, [{"start": a, "end": b, "description": d} for a, b, d in events])
+    moments = [Moment(40.0, 42.0, 0.9), Moment(3.0, 3.8, 0.5), Moment(20.0, 26.0, 0.3)]
+    find = timeline_html(60.0, reference=(39.0, 41.5), moments=moments, span_label="best 0.90")
+    for html in (caption, find):
+        context, pg = _timeline_page(browser, width, html)
+        try:
+            pg.wait_for_function(
+                "(r) => (" + BAR_LABELS_JS + ")(r).every(b => !b.cut)", arg="#box", timeout=10_000
+            )
+            bars = pg.evaluate(BAR_LABELS_JS, "#box")
+            assert bars and not any(b["cut"] for b in bars), bars
+            assert not any("…" in b["text"] for b in bars), bars
+        finally:
+            context.close()
+    if width == 420:  # the thin bars: a number, or nothing; the wide first one: its words
+        context, pg = _timeline_page(browser, width, caption)
+        try:
+            pg.wait_for_function("document.querySelector('.mt-fit-short, .mt-fit-none') !== null")
+            texts = [b["text"] for b in pg.evaluate(BAR_LABELS_JS, "#box")]
+            assert texts[0] == "1. A person sits down." and texts[4] == "5", texts
+            assert all(t in ("", "2", "3", "4") for t in texts[1:4]), texts
+        finally:
+            context.close()
+
+
+#: Each header of a table whose words show whole: the header's text box inside its cell.
+HEADERS_WHOLE_JS = """(sel) => [...document.querySelectorAll(sel + ' th')]
+  .filter(th => th.offsetParent !== null).map(th => { const c = th.getBoundingClientRect();
+    const t = (th.querySelector('.header') || th); const r = t.getBoundingClientRect();
+    return { text: t.innerText.trim(), whole: r.width === 0 || (r.left >= c.left - 1 && r.right <= c.right + 1
+      && t.scrollWidth <= t.clientWidth + 1) }; })"""
+
+
+def test_on_a_phone_tables_and_timeline_labels_are_whole(browser, app_server: AppServer) -> None:
+    """At 420 px: the events table's headers whole ("Start (s)" read "Star"), the timeline's labels whole
+    or a number, and Compare's agreement table inside its box (it was cut at "event")."""
+    context = browser.new_context(viewport=PHONE)
+    pg = context.new_page()
+    try:
+        pg.goto(app_server.url)
+        pg.wait_for_selector("#caption-run", timeout=60_000)
+        _example(pg, "caption", "A red ball").click()
+        _caption_done(pg)
+        pg.wait_for_selector("#caption-table th", timeout=30_000)
+        with contextlib.suppress(PlaywrightTimeout):  # the table lays out its columns after it shows
+            pg.wait_for_function(
+                f"() => ({HEADERS_WHOLE_JS})('#caption-table').every(h => h.whole)", timeout=10_000
+            )
+        headers = pg.evaluate(HEADERS_WHOLE_JS, "#caption-table")
+        assert all(h["whole"] for h in headers), headers
+        assert [h["text"].replace("\n", " ") for h in headers][:3] == ["#", "Start (s)", "End (s)"], headers
+        bars = pg.evaluate(BAR_LABELS_JS, "#caption-timeline")
+        assert bars and not any(b["cut"] or "…" in b["text"] for b in bars), bars
+        _open_tab(pg, "Compare")
+        pg.wait_for_selector("#compare-run", timeout=30_000)
+        pg.click("#compare-run")
+        pg.wait_for_selector("#compare-summary .cs-agree", timeout=RUN_TIMEOUT_MS)
+        pg.wait_for_selector("#compare-run", state="visible", timeout=RUN_TIMEOUT_MS)
+        table, box = pg.evaluate(
+            "['#compare-summary .cs-agree', '#compare-summary']"
+            ".map(s => document.querySelector(s).getBoundingClientRect().right)"
+        )
+        assert table <= box + 1, (table, box)
+        _shot(pg, "12_phone_compare_agreement")
+    finally:
+        context.close()

@@ -199,7 +199,9 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
         label="Events",
         visible="hidden",  # until a result has events (see _rows)
         elem_id="caption-table",
-        column_widths=["8%", "14%", "14%", "64%"],
+        # shares of the table's width (a px width leaves the table short of its box): wide enough for
+        # "Start" on a phone (style.css trims the cells' padding there); it was cut to "Star" at 14%
+        column_widths=["10%", "17%", "15%", "58%"],
         render=False,
     )
     files = gr.File(

@@ -32,8 +32,9 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
 
 
 def _label(long: str, short: str) -> str:
-    """A bar's label: the whole text where the bar is wide enough, else only its number (CSS container
-    query), never a word cut to "grou…"; the detail line and the tooltip say it in full."""
+    """A bar's label: the whole text where the bar is wide enough, else only its number, else nothing
+    (``TIMELINE_JS`` measures each bar), never a word cut to "grou…"; the detail line and the tooltip say
+    it in full."""
     return (
         f'<span class="mt-long">{html.escape(long)}</span><span class="mt-short">{html.escape(short)}</span>'
     )
@@ -262,6 +263,26 @@ const showDetail = (item) => {
   const line = element.querySelector('.mt-detail');
   if (line && item && item.classList.contains('mt-event')) line.textContent = item.title;
 };
+// every bar's label whole, else its number, else none (the tooltip and the detail line say it): a label
+// is never cut to "gr…"; a span's label that does not fit inside goes beside it
+const overflows = (item) => item.scrollWidth > item.clientWidth + 1;
+const fit = () => element.querySelectorAll('.mt-item').forEach((item) => {
+  if (item.clientWidth === 0) return;  // a hidden tab: measured when it is shown
+  if (item.classList.contains('mt-span')) {
+    if (!item.classList.contains('mt-out') && overflows(item)) {
+      item.classList.add('mt-out');
+      if (parseFloat(item.style.left) + parseFloat(item.style.width) > 70) item.classList.add('mt-out-left');
+    }
+    return;
+  }
+  item.classList.remove('mt-fit-short', 'mt-fit-none');
+  if (!overflows(item)) return;
+  item.classList.add('mt-fit-short');
+  if (overflows(item)) item.classList.replace('mt-fit-short', 'mt-fit-none');
+});
+new ResizeObserver(fit).observe(element);
+new MutationObserver(fit).observe(element, { childList: true, subtree: true });
+fit();
 element.addEventListener('mouseover', (ev) => showDetail(ev.target.closest('.mt-event')));
 element.addEventListener('focusin', (ev) => showDetail(ev.target.closest('.mt-event')));
 setInterval(() => {
@@ -292,13 +313,15 @@ TIMELINE_CSS = """
   border: 1px solid var(--border-color-primary); overflow: hidden; }
 .mt-item { position: absolute; height: 28px; border-radius: 7px; border: none; cursor: pointer;
   padding: 0 8px; font-size: 12px; line-height: 28px; text-align: left; overflow: hidden;
-  white-space: nowrap; text-overflow: ellipsis; color: #fff !important;
+  white-space: nowrap; text-overflow: clip; color: #fff !important;
   transition: transform .08s, box-shadow .08s; }
 .mt-item span { pointer-events: none; }
-.mt-event, .mt-moment, .mt-ref { container-type: inline-size; }
 .mt-short { display: none; }
 .mt-event > span, .mt-moment > span, .mt-span:not(.mt-out) > span { color: #fff !important; }
-@container (max-width: 64px) { .mt-long { display: none; } .mt-short { display: inline; } }
+/* TIMELINE_JS: a bar too narrow for its text shows its number, centred; too narrow for that, nothing */
+.mt-item.mt-fit-short { padding: 0 2px; text-align: center; }
+.mt-fit-short > .mt-long, .mt-fit-none > .mt-long { display: none; }
+.mt-fit-short > .mt-short { display: inline; }
 .mt-event { background: var(--mt-color); }
 .mt-item:hover, .mt-item:focus-visible { transform: translateY(-1px); box-shadow: 0 2px 8px rgba(0,0,0,.25);
   z-index: 2; }
