@@ -667,10 +667,15 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
 # ---------------------------------------------------------------------------
 
 AXE = Path(__file__).resolve().parents[1] / "node_modules" / "axe-core" / "axe.min.js"
+#: axe-core's contrast failures, and the texts whose background it could not measure (a gradient, a
+#: pseudo-element over them): those passed unseen while the selected tab's teal was 3.5:1 on the dark page.
+#: Left out: what axe measures in no page (an icon, a one-character text, the charts' SVG text).
 CONTRAST_JS = """async () => {
   const r = await axe.run(document, { runOnly: ['color-contrast'] });
-  return r.violations.flatMap(v => v.nodes.map(
-    n => n.target.join(' ') + ': ' + n.any.map(a => a.message).join('; ')));
+  const said = (n) => n.target.join(' ') + ': ' + n.any.map(a => a.message).join('; ');
+  const never = /only non-text characters|too short to determine|contains an image node/;
+  const unmeasured = r.incomplete.flatMap(v => v.nodes).filter(n => !n.any.some(a => never.test(a.message)));
+  return [...r.violations.flatMap(v => v.nodes), ...unmeasured].map(said);
 }"""
 #: switch the theme as Gradio does (``dark`` on the body) and wait for the colour transitions it starts;
 #: Chromium keeps a link's colour across that change, so links are put back fresh, as a page loaded in
@@ -956,9 +961,9 @@ def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_te
 
 
 def test_every_text_reaches_wcag_aa_contrast(browser, app_server: AppServer) -> None:
-    """axe-core's color-contrast rule over each tab with a result, Gradio's components included, in both
-    themes: the page switches theme as Gradio's ``?__theme=`` does (the ``dark`` class on the body), so
-    one set of runs serves both."""
+    """axe-core's color-contrast rule over each tab with a result, Gradio's components included (the tab
+    strip with its selected tab), in both themes: the page switches theme as Gradio's ``?__theme=`` does
+    (the ``dark`` class on the body), so one set of runs serves both. A text axe cannot measure fails."""
     if not AXE.is_file():
         pytest.skip("axe-core is not installed (bash scripts/dev.sh setup installs it with npm)")
     context = browser.new_context(viewport=DESKTOP)

@@ -335,8 +335,8 @@ TIMELINE_CSS = """
 .mt-span.mt-out > span { position: absolute; top: 0; left: calc(100% + 6px);
   color: var(--body-text-color) !important; }
 .mt-span.mt-out.mt-out-left > span { left: auto; right: calc(100% + 6px); }
-.mt-ref { background: repeating-linear-gradient(45deg, rgba(245,158,11,.25), rgba(245,158,11,.25) 6px,
-  rgba(245,158,11,.12) 6px, rgba(245,158,11,.12) 12px); color: var(--body-text-color) !important;
+/* a flat tint, no stripes: its label's contrast can be measured (a gradient hides it from the checker) */
+.mt-ref { background: rgba(245,158,11,.18); color: var(--body-text-color) !important;
   border: 1.5px dashed #f59e0b; }
 .mt-playhead { position: absolute; top: 0; bottom: 0; width: 2px; background: #ef4444; pointer-events: none;
   display: none; z-index: 4; }
