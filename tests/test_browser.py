@@ -1106,6 +1106,48 @@ def test_timeline_labels_are_whole_their_number_or_none(browser, width: int) -> 
             context.close()
 
 
+def test_run_is_two_tab_stops_from_its_tab_and_the_focus_follows_run_and_stop(page) -> None:
+    """From the tab, Tab reaches the variant (one stop for the group; the arrows pick in it), then Run.
+    Enter on Run: the focus moves to Stop, which took Run's place, and back to Run when the answer is
+    in (it fell to the page's body). The tab strip is one stop too: the arrows move along it."""
+    pg = page
+    _upload(pg, "#clip-video", CLIP)
+    pg.wait_for_selector("#clip-status .ms-ok", timeout=60_000)
+    pg.focus("#tab-caption-button")
+    stops = []
+    for _ in range(6):
+        pg.keyboard.press("Tab")
+        stops.append(pg.evaluate("document.activeElement.id || document.activeElement.value"))
+        if stops[-1] == "caption-run":
+            break
+    assert stops == ["gptq", "caption-run"], stops
+    # the variants are one group: an arrow picks the next one (and Gradio hears it), Tab leaves the group
+    pg.keyboard.press("Shift+Tab")
+    pg.keyboard.press("ArrowRight")
+    pg.wait_for_selector("#caption-variant label.selected input[value=bnb4]", state="attached")
+    pg.keyboard.press("ArrowLeft")
+    pg.wait_for_selector("#caption-variant label.selected input[value=gptq]", state="attached")
+    pg.keyboard.press("Tab")
+    assert pg.evaluate("document.activeElement.id") == "caption-run"
+    pg.evaluate(
+        "window.__focus = []; document.addEventListener('focusin', e => window.__focus.push(e.target.id))"
+    )
+    pg.keyboard.press("Enter")
+    _caption_done(pg)
+    pg.wait_for_function("document.activeElement.id === 'caption-run'", timeout=30_000)
+    assert pg.evaluate("window.__focus") == ["caption-stop", "caption-run"]
+    # the tab strip: the selected tab is its one stop; the arrows open the next tab, Home the first
+    assert pg.evaluate("[...document.querySelectorAll('#marlin-tabs [role=tab]')].map(t => t.tabIndex)") == [
+        0, -1, -1, -1, -1,
+    ]  # fmt: skip
+    pg.focus("#tab-caption-button")
+    pg.keyboard.press("ArrowRight")
+    pg.wait_for_selector("#tab-find-button[aria-selected=true]")
+    assert pg.evaluate("document.activeElement.id") == "tab-find-button"
+    pg.keyboard.press("Home")
+    pg.wait_for_selector("#tab-caption-button[aria-selected=true]")
+
+
 #: Each header of a table whose words show whole: the header's text box inside its cell.
 HEADERS_WHOLE_JS = """(sel) => [...document.querySelectorAll(sel + ' th')]
   .filter(th => th.offsetParent !== null).map(th => { const c = th.getBoundingClientRect();
