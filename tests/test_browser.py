@@ -426,6 +426,9 @@ def test_about_tab(page) -> None:
     assert "11.78" in text and "12.44" in text
     for endpoint in ("/caption", "/caption_stream", "/find", "/compare"):
         assert endpoint in text
+    # served locally (no SPACE_ID): no Space to duplicate; the settings that are this server's own instead
+    assert "Duplicate this Space" not in text and "On this Space" not in text
+    assert "--queue-size" in text
     _shot(pg, "4_about")
 
 

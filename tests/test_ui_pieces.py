@@ -250,3 +250,12 @@ def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
     parse = parse_caption("Scene: x.\nEvents:\n<0.0 - 8.0> A ball rolls.")
     notes = map_caption(parse, Window(0, 3.0, 9.0)).repairs
     assert notes == ["window 1 (3–9 s): clamped 1 event that ran past the end"], notes
+
+
+def test_about_offers_to_duplicate_the_space_only_on_a_space() -> None:
+    """Served locally, About told the visitor "On this Space, Duplicate this Space"."""
+    from marlin_demo.ui import about
+
+    here, space = about.run_yourself(on_space=False), about.run_yourself(on_space=True)
+    assert "Space" not in here.split("```")[-1] and "--queue-size" in here
+    assert "**Duplicate this Space**" in space and "--queue-size" not in space
