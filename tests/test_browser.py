@@ -1161,7 +1161,8 @@ HEADERS_WHOLE_JS = """(sel) => [...document.querySelectorAll(sel + ' th')]
 
 def test_on_a_phone_tables_and_timeline_labels_are_whole(browser, app_server: AppServer) -> None:
     """At 420 px: the events table's headers whole ("Start (s)" read "Star"), the timeline's labels whole
-    or a number, and Compare's agreement table inside its box (it was cut at "event")."""
+    or a number, the downloads' names whole, and Compare's agreement table inside its box (it was cut
+    at "event")."""
     context = browser.new_context(viewport=PHONE)
     pg = context.new_page()
     try:
@@ -1179,6 +1180,9 @@ def test_on_a_phone_tables_and_timeline_labels_are_whole(browser, app_server: Ap
         assert [h["text"].replace("\n", " ") for h in headers][:3] == ["#", "Start (s)", "End (s)"], headers
         bars = pg.evaluate(BAR_LABELS_JS, "#caption-timeline")
         assert bars and not any(b["cut"] or "…" in b["text"] for b in bars), bars
+        names = "[...document.querySelectorAll('#caption-files td.filename .stem')]"
+        pg.wait_for_function(f"{names}.length > 0", timeout=30_000)
+        assert pg.evaluate(f"{names}.every(n => n.scrollWidth <= n.clientWidth + 1)")  # "ball_rolls.eve…"
         _open_tab(pg, "Compare")
         pg.wait_for_selector("#compare-run", timeout=30_000)
         pg.click("#compare-run")
