@@ -68,11 +68,16 @@ T = TypeVar("T")
 R = TypeVar("R", bound=Result)
 
 
+def chapters_of(result: CaptionResult) -> subtitles.Chapters:
+    """A caption's chapters (``0:00 Title`` lines), or why it has none (a short video, a range asked)."""
+    return subtitles.chapters(result.events, result.info.duration_s, result.range_s)
+
+
 def caption_json(result: CaptionResult) -> dict[str, Any]:
     """A caption's JSON as the API and the CLI give it: the result plus its chapters (``0:00 Title``
     lines, or why the clip has none)."""
     data = result.to_dict()
-    data["chapters"] = subtitles.chapters(result.events, result.info.duration_s).to_dict()
+    data["chapters"] = chapters_of(result).to_dict()
     return data
 
 

@@ -23,6 +23,7 @@ import gradio as gr
 
 from marlin_demo import agreement, service, variants
 from marlin_demo import settings as settings_mod
+from marlin_demo.contract import clock, clock_part
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.longvideo import policy
 from marlin_demo.results import CaptionResult, FindResult, Result, RunInfo, memory_label
@@ -359,11 +360,11 @@ def clip_status(
             ]
     except gr.Error as exc:
         return status_html(exc.message, error=True)
-    text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
+    text = f"Ready: {clock(info.duration_s)}, {info.display_width}×{info.display_height}, {info.codec}"
     if asked is not None:
-        text += f"; asking about {asked[0]:g}-{asked[1]:g} s ({seconds:.1f} s)"
+        text += f"; asking about {clock_part(*asked)}"
     for name, n, size in split:
-        text += f"; {name} reads it as {n} windows of up to {size:g} s" if n > 1 else ""
+        text += f"; {name} reads it as {n} windows of up to {clock(size)}" if n > 1 else ""
     plan = plan_sampling(info, ctx.engine.params)
     note = cost.estimate_line(CAPTION.name, plan, seconds, s, ctx.variants[:1], ctx.engine.params)
     return status_html(text + "." + (f" {note}" if note else ""))
@@ -485,7 +486,7 @@ def notice_html(ctx: UIContext, result: Result, what: str) -> str:
         notes.append(f"<b>{html.escape(result.partial.note())}</b>")
     if result.range_s is not None:
         start, end = result.range_s
-        notes.append(f"Asked about {start:g}-{end:g} s of the video; times are the video's own.")
+        notes.append(f"Asked about {clock_part(start, end)} of the video; times are the video's own.")
     if not result.format_ok:
         trained = TRAINED_FORMS[get_task(what).result]
         notes.append(
@@ -495,7 +496,8 @@ def notice_html(ctx: UIContext, result: Result, what: str) -> str:
     if result.repaired:
         items = "".join(f"<li>{html.escape(r)}</li>" for r in result.info.repairs)
         items = items or "<li>details not recorded</li>"
-        notes.append(f"<b>Repaired.</b> The answer was adjusted to fit the clip:<ul>{items}</ul>")
+        part = "the video" if result.range_s is None else "the range asked"
+        notes.append(f"<b>Repaired.</b> The answer was adjusted to fit {part}:<ul>{items}</ul>")
     if tiny_in_use(ctx):
         notes.append(
             "<b>Tiny stand-in.</b> These words come from random weights that only learned the answer "

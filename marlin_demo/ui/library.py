@@ -167,7 +167,7 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
     return [
         (
             str(source.folder / m["thumbnail"]),
-            f"{m['video']} · {m['start']:.1f}–{m['end']:.1f} s · score {m['score']:.2f} · "
+            f"{m['video']} · {contract.clock_span(m['start'], m['end'])} · score {m['score']:.2f} · "
             f"text {m['retrieval_score']:.2f}",
         )
         for m in moments
@@ -361,9 +361,9 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         if m is None or not m.get("path"):
             return {tab.chosen: status_html("This moment's video is not available.", error=True)}
         text = (
-            f"<b>{html.escape(m['video'])}</b> · {m['start']:.1f} s → {m['end']:.1f} s · score "
-            f"{m['score']:.2f} (text {m['retrieval_score']:.2f}; caption window "
-            f"{m['window'][0]:g}–{m['window'][1]:g} s)"
+            f"<b>{html.escape(m['video'])}</b> · {contract.clock(m['start'])} → {contract.clock(m['end'])} · "
+            f"score {m['score']:.2f} (text {m['retrieval_score']:.2f}; caption window "
+            f"{contract.clock_span(*m['window'])})"
         )
         return {
             tab.player: m["path"],
