@@ -283,9 +283,7 @@ def make(
     )
 
 
-def examples(
-    ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]
-) -> Examples | None:
+def examples(ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]) -> Examples | None:
     """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
     as Run does (``listen``). On a phone they come after the result (style.css)."""
     with gr.Column(elem_classes="mr-examples"):
