@@ -20,7 +20,6 @@ from ui_support import (
     CHROMIUM,
     EXAMPLES,
     AppServer,
-    launch_chromium,
     start_app,
     stop_app,
     zero_gpu_env,
@@ -38,27 +37,6 @@ RUN_TIMEOUT_MS = 240_000
 if not CHROMIUM.exists():
     pytest.skip("Debian chromium (/usr/bin/chromium) is not installed", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture()
-def page(browser, app_server: AppServer) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(app_server.url)
-    pg.wait_for_selector("#caption-run", timeout=60_000)
-    yield pg
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def _shot(pg, name: str) -> None:
@@ -352,6 +330,28 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     assert pg.locator("#compare-summary .cs-agree tbody tr").count() == 1
     assert pg.locator("#compare-summary .cs-agree tbody td").count() == 3
     pg.wait_for_selector("#compare-plot-latency_s canvas, #compare-plot-latency_s svg", timeout=60_000)
+    # what it found in one sentence: warm speed (a cold variant timed again once loaded), the weights'
+    # memory, the agreement; and a link to the model card's published figures
+    cold = [v for v in ("gptq", "bnb4") if before[v] == "loads on first use"]
+    said = pg.inner_text("#compare-verdict")
+    pace = r"(was [\d.]+× (faster|slower) than|was about as fast as) bnb4 warm \([\d.]+ s vs [\d.]+ s"
+    assert re.search(r"^On this clip GPTQ " + pace, said), said
+    memory = r"held [^;]*memory \(weights' footprint [\d.,]+ MB vs [\d.,]+ MB\); their answers agree \d\.\d\d"
+    assert re.search(memory, said), said
+    assert "timed again, warm" in said or not cold, (cold, said)
+    # the memory chart beside latency, named by what it measures; the cost table says which rows were cold
+    pg.wait_for_selector("#compare-plot-footprint_mb canvas, #compare-plot-footprint_mb svg", timeout=60_000)
+    assert "weights' footprint" in pg.inner_text("#compare-plot-footprint_mb")
+    tops = pg.evaluate(
+        "['compare-plot-latency_s', 'compare-plot-footprint_mb'].map("
+        "i => Math.round(document.getElementById(i).getBoundingClientRect().top))"
+    )
+    assert tops[0] == tops[1], tops  # one row
+    metrics = pg.inner_text("#compare-metrics")
+    assert "Memory: weights' footprint (MB)" in metrics and "not one variant's own" in metrics, metrics
+    assert "Run (cold: loaded for this request)" in metrics, metrics
+    for v in ("gptq", "bnb4"):  # each row's first cells: the variant, then its run
+        assert f"\n{v}\n{'cold' if v in cold else 'warm'}\n" in metrics, (v, cold, metrics)
     pg.wait_for_selector("#compare-csv a", timeout=60_000)
     # the session's table holds both runs as soon as its box is shown (a table revealed in the same
     # update as its rows once stayed empty, showing column numbers, until something redrew it)
@@ -376,8 +376,8 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     try:
         pg.wait_for_function("document.documentElement.scrollWidth <= window.innerWidth", timeout=30_000)
         widths = pg.evaluate(
-            "['compare-metrics', 'compare-plot-latency_s', 'compare-scores'].map("
-            "i => document.getElementById(i).getBoundingClientRect().right)"
+            "['compare-metrics', 'compare-plot-latency_s', 'compare-plot-footprint_mb', 'compare-scores']"
+            ".map(i => document.getElementById(i).getBoundingClientRect().right)"
         )
         assert all(w <= 420 for w in widths), widths
         # the result straight after the inputs, the examples after it (as in Caption and Find)
@@ -393,6 +393,17 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     pg.wait_for_function(SESSION_HOLDS_BOTH, timeout=30_000)  # and still after the viewport change
     session = pg.inner_text("#compare-session")
     assert "ttft_s" not in session, session
+    # the verdict's link opens About at the card's published figures
+    pg.click("#compare-verdict a.cs-figures")
+    heading = pg.locator("#about-facts h3", has_text="the published figures")
+    heading.wait_for(timeout=30_000)
+    pg.wait_for_function(
+        """() => { const h = [...document.querySelectorAll('#about-facts h3')]
+             .find(e => e.textContent.includes('the published figures'));
+           const r = h && h.getBoundingClientRect(); return r && r.top >= 0 && r.top < innerHeight; }""",
+        timeout=10_000,
+    )
+    _select_tab(pg, "Compare · GPTQ vs bnb4")
 
     # Stop: the running comparison is cancelled, the page says so and is ready for the next one
     rows = pg.locator("#compare-session tbody tr").count()

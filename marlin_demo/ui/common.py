@@ -30,7 +30,7 @@ from marlin_demo.service import cost, space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
 from marlin_demo.tasks import CAPTION, FIND, TASKS, get_task
-from marlin_demo.ui import example_notes
+from marlin_demo.ui import example_notes, gradio_hooks
 from marlin_demo.video import plan_sampling
 
 log = logging.getLogger(__name__)
@@ -197,46 +197,66 @@ def kept_answer(
 
 
 class ResultsClip:
-    """Per browser session: the clip on screen (``show``), and the clip each tab's results belong to. An
-    example's click reports its clip itself (``own(chosen=True)``): its kept answer may arrive before the
-    clip's own change event, and is never wiped by it."""
+    """Per browser session: the clip on screen, and the clip each tab's results belong to.
+
+    The browser numbers each report of its clip (``STAMP_JS``: a counter per page), and the newest number
+    wins. Events reach the server in any order (an example's run can overtake the clip's own change
+    event, a queued run can start after a later upload), so arrival order cannot say which clip is on
+    screen; the browser's own order can."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self._shown: dict[str, str] = {}  # session -> the clip on screen ("" once cleared)
+        self._shown: dict[str, tuple[float, str]] = {}  # session -> (its report's number, the clip)
         self._owners: dict[str, dict[str, str]] = {}  # session -> tab -> its results' clip
         self._lock = threading.Lock()
         self.limit = limit
 
-    def show(self, session: str, clip: str | None) -> list[str]:
-        """The clip on screen is now ``clip``: the tabs whose results were another clip's (forgotten)."""
+    def seen(self, session: str, clip: str | None, stamp: float | None) -> list[str]:
+        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's
+        (forgotten, for the caller to clear); none when a newer report already came."""
         with self._lock:
-            self._shown[session] = clip or ""
-            owners = self._owners.setdefault(session, {})
-            stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
-            for tab in stale:
-                del owners[tab]
-            self._bound()
-            return stale
+            return self._seen(session, clip or "", stamp)
 
-    def own(self, tab: str, session: str, clip: str, chosen: bool = False) -> None:
-        """The tab's results now made belong to ``clip``; ``chosen``: an example's click put it on screen."""
+    def start(self, tab: str, session: str, clip: str, stamp: float | None) -> bool:
+        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's from now, if the
+        clip is still the one on screen (False: a newer clip is, and the request shows nothing)."""
         with self._lock:
+            self._seen(session, clip, stamp)
+            if not self._is_shown(session, clip):
+                return False
             self._owners.setdefault(session, {})[tab] = clip
-            if chosen:
-                self._shown[session] = clip
-            self._bound()
+            return True
 
     def shows(self, session: str, clip: str) -> bool:
         """``clip`` is still the one on screen (True before the page has said which one is)."""
         with self._lock:
-            shown = self._shown.get(session)
-        return shown is None or same_file(shown, clip)
+            return self._is_shown(session, clip)
 
-    def _bound(self) -> None:
+    def _is_shown(self, session: str, clip: str) -> bool:
+        shown = self._shown.get(session)
+        return shown is None or same_file(shown[1], clip)
+
+    def _seen(self, session: str, clip: str, stamp: float | None) -> list[str]:
+        number = -1.0 if stamp is None else float(stamp)  # unnumbered (an old page): only as a first report
+        if session in self._shown and number <= self._shown[session][0]:
+            return []
+        self._shown[session] = (number, clip)
+        owners = self._owners.setdefault(session, {})
+        stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
+        for tab in stale:
+            del owners[tab]
         while len(self._shown) > self.limit:
             self._shown.pop(next(iter(self._shown)))
         while len(self._owners) > self.limit:
             self._owners.pop(next(iter(self._owners)))
+        return stale
+
+
+STAMP_JS = """(...args) => {
+  window.__marlinClipStamp = (window.__marlinClipStamp || 0) + 1;
+  return [...args.slice(0, -1), window.__marlinClipStamp];
+}"""
+"""An event's ``js``: its last input (the clip's stamp, ``one_clip.Clip.stamp``) becomes the page's next
+number, taken in the browser as the event fires, so ``ResultsClip`` can order what reaches it."""
 
 
 def same_file(a: str | None, b: str | None) -> bool:
@@ -281,7 +301,7 @@ def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False
     if video is None or (isinstance(video, str) and not video.strip()):
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
     path = Path(str(video))
-    allowed = [Path(gr.utils.get_upload_folder())]
+    allowed = [gradio_hooks.upload_folder()]
     allowed += [] if uploads_only else [ctx.examples_dir, ctx.output_dir]
     if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)

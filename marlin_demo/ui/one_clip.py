@@ -1,6 +1,8 @@
 """The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
 upload. Results are tied to their clip (``common.ResultsClip``): a new clip clears the old one's, and a
-request whose clip left the screen shows nothing more (``while_shown``)."""
+request whose clip left the screen shows nothing more (``while_shown``). Every event that reads the clip
+also reads ``Clip.stamp``, numbered in the browser as it fires (``STAMP_JS``), so the newest report wins
+whatever order the events reach the server in."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import gradio as gr
 from gradio.blocks import Block
 from gradio.components import Component
 
-from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, STATUS_JS, UIContext, clip_status, session_of
+from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, STAMP_JS, STATUS_JS, UIContext, clip_status, session_of
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.running import Updates
 
@@ -31,6 +33,7 @@ class Clip:
     credit: gr.HTML  # an example's credit
     start: gr.Number  # the part of the clip asked about (both empty: all of it)
     end: gr.Number
+    stamp: gr.Number  # never shown: the browser's number for each report of the clip (``STAMP_JS``)
     tab: gr.State  # the id of the tab selected: what the status line prices (``common.clip_status``)
 
 
@@ -53,7 +56,8 @@ def render(ctx: UIContext) -> Clip:
                 )  # fmt: skip
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
             credit = gr.HTML("", elem_id="clip-credit")  # an example's credit_line
-    return Clip(video, status, credit, start, end, gr.State("caption"))
+    stamp = gr.Number(0, visible=False, elem_id="clip-stamp")
+    return Clip(video, status, credit, start, end, stamp, gr.State("caption"))
 
 
 def listen(
@@ -89,13 +93,13 @@ def listen(
     page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(status, inputs, clip.status, **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
-    def clear(video: str | None, request: gr.Request) -> Updates:
+    def clear(video: str | None, stamp: float | None, request: gr.Request) -> Updates:
         updates: Updates = {}
-        for tab in ctx.results_clip.show(session_of(request), video):
+        for tab in ctx.results_clip.seen(session_of(request), video, stamp):
             updates.update(tabs[tab][1]())
         return updates or {outputs[0]: gr.skip()}  # Gradio refuses an empty dict of updates
 
-    clip.video.change(clear, clip.video, outputs, **PRIVATE_UI)
+    clip.video.change(clear, [clip.video, clip.stamp], outputs, js=STAMP_JS, **PRIVATE_UI)
 
 
 def while_shown(
@@ -103,13 +107,17 @@ def while_shown(
     tab: str,
     request: gr.Request | None,
     path: str,
+    stamp: float | None,
     updates: Generator[Updates, None, None],
     gone: Updates,
 ) -> Iterator[Updates]:
-    """The request's ``updates`` while ``path`` is on screen; then ``gone``, and the request is closed."""
+    """The request's ``updates`` while ``path`` (read at ``stamp``) is on screen; then ``gone``, and the
+    request is closed. A request whose clip left before it started shows nothing and never runs."""
     session = session_of(request)
-    ctx.results_clip.own(tab, session, path)
     with contextlib.closing(updates):
+        if not ctx.results_clip.start(tab, session, path, stamp):
+            yield gone
+            return
         for update in updates:
             if not ctx.results_clip.shows(session, path):
                 yield gone
