@@ -14,7 +14,6 @@ from typing import Any
 
 import gradio as gr
 from gradio.blocks import Block
-from gradio.components import Component
 
 from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, STAMP_JS, STATUS_JS, UIContext, clip_status, session_of
 from marlin_demo.ui.credits import credit_line
@@ -65,7 +64,7 @@ def listen(
     clip: Clip,
     tabs: Mapping[str, tuple[list[Block], Callable[[], Updates]]],
     page_tabs: gr.Tabs,
-    compare_choices: Sequence[Component] = (),
+    compare_choices: Sequence[gr.components.Component] = (),
 ) -> None:
     """The credit and the status line follow the clip; ``tabs[name]`` = (the tab's outputs, what they
     show without results) replaces a tab's results when they were another clip's. The status line also
