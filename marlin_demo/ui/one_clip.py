@@ -15,7 +15,16 @@ from typing import Any
 import gradio as gr
 from gradio.blocks import Block
 
-from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, STAMP_JS, STATUS_JS, UIContext, clip_status, session_of
+from marlin_demo.ui.common import (
+    CLIP_ID,
+    PRIVATE_UI,
+    STAMP_JS,
+    STATUS_JS,
+    UIContext,
+    clip_status,
+    session_of,
+    tab_work,
+)
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.running import Updates
 
@@ -88,8 +97,14 @@ def listen(
     changes += [c.change for c in compare_choices]  # type: ignore[attr-defined]
     status = functools.partial(clip_status, ctx)
     gr.on(changes, status, inputs, clip.status, trigger_mode="always_last", **PRIVATE_UI)
+
+    def priced(video: str | None, start: Any, end: Any, tab: str | None, *choices: Any) -> Any:
+        """The line for the tab just selected; one that runs nothing on the clip (Library, About) leaves
+        it as it was, so the page above the tabs does not jump as they are switched."""
+        return gr.skip() if tab_work(ctx, tab) is None else status(video, start, end, tab, *choices)
+
     # a State set by an event does not fire its own change: the line follows the select itself
-    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(status, inputs, clip.status, **PRIVATE_UI)
+    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(priced, inputs, clip.status, **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
     def clear(video: str | None, stamp: float | None, request: gr.Request) -> Updates:
