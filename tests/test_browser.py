@@ -709,33 +709,48 @@ SHOWS = """(name) => [...document.querySelectorAll("#clip-video video")]
 
 
 # ---------------------------------------------------------------------------
-# ZeroGPU as a visitor meets it (the stand-in ``spaces`` keeps a quota): the cost said before Run, and a
-# call refused midway leaves the windows already answered on the page, labelled as a partial answer
+# ZeroGPU as a visitor meets it (the stand-in ``spaces`` keeps a quota): the cost of what the selected tab
+# would run, said before Run; a call refused midway leaves the windows already answered on the page,
+# labelled as a partial answer; the Library names the quota when its indexing is refused
 # ---------------------------------------------------------------------------
 ZERO_GPU_SETTINGS = Settings(model="tiny", caption_window_s=4.0, caption_max_new_tokens=16)
+#: what each call is charged on the stand-in (x its factor), in place of its time on this CPU
+ZERO_GPU_USED_S = 10.0
 
 
 @pytest.fixture(scope="module")
 def zero_gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     root = tmp_path_factory.mktemp("marlin-zerogpu")
-    each = space.call_seconds("caption", ZERO_GPU_SETTINGS)
+    factor = stand_in.Quota().factor
+    start = capacity.charged_s(space.call_seconds("caption", ZERO_GPU_SETTINGS), factor)  # the floor: 15 s
     env = {
         **zero_gpu_env(root / "gpu.jsonl"),
         "MARLIN_CAPTION_WINDOW_S": "4",
         "MARLIN_CACHE_EXAMPLES": "off",
-        # two caption calls' worth, and a second short of a third: the 12 s clip's third window is refused
-        "MARLIN_STAND_IN_QUOTA_S": str(2 * capacity.charged_s(each, stand_in.Quota().factor) + 1),
+        # two caption calls' use, and a second short of the third's request: the 12 s clip's third window is
+        # refused (then every caption call: the Library's indexing too)
+        "MARLIN_STAND_IN_QUOTA_S": str(start + 2 * ZERO_GPU_USED_S * factor - 1),
+        "MARLIN_STAND_IN_USED_S": str(ZERO_GPU_USED_S),
     }
-    flags = ["--variants", "bf16", "--caption-max-new-tokens", "16"]
+    flags = ["--variants", "bf16,gptq", "--caption-max-new-tokens", "16"]
     server = start_app(root / "app", *flags, extra_env=env, address_flags=False)
     yield server
     stop_app(server)
 
 
-def test_on_zero_gpu_the_cost_comes_first_and_a_refusal_keeps_the_answered_windows(
+def _clip_line(pg, says: str) -> str:
+    """The line under the clip once it says ``says`` (it follows the tab and Compare's choices)."""
+    pg.wait_for_function(
+        "(s) => document.querySelector('#clip-status .ms-ok')?.innerText.includes(s)",
+        arg=says,
+        timeout=30_000,
+    )
+    return pg.inner_text("#clip-status")
+
+
+def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_windows(
     browser, zero_gpu_server: AppServer
 ) -> None:
-    each = space.call_seconds("caption", ZERO_GPU_SETTINGS)
     factor = stand_in.Quota().factor
     context = browser.new_context(viewport=DESKTOP)
     pg = context.new_page()
@@ -743,18 +758,29 @@ def test_on_zero_gpu_the_cost_comes_first_and_a_refusal_keeps_the_answered_windo
         pg.goto(zero_gpu_server.url)
         pg.wait_for_selector("#caption-run", timeout=60_000)
         _upload(pg, "#clip-video", CLIP)
-        pg.wait_for_selector("#clip-status .ms-ok", timeout=60_000)
-        line = pg.inner_text("#clip-status")
-        # before Run: the GPU it typically uses and the most, what it asks for, and a visitor's day
-        assert "On ZeroGPU, a caption of this clip uses about " in line and " of GPU to read it" in line
-        asked = 3 * capacity.charged_s(each, factor)
-        assert f"asks ZeroGPU for up to {asked} s of GPU (3 calls of {each} s, x{factor:g}" in line, line
+        # before Run: the calls Caption would make, what each needs left to start, what it is charged
+        line = _clip_line(pg, "On ZeroGPU, a caption of this clip makes 3 GPU calls")
+        each = int(re.search(r"3 GPU calls of up to (\d+) s each", line).group(1))
+        assert f"each needs {capacity.charged_s(each, factor)} s of a visitor's daily GPU quota left" in line
+        assert "then is charged only the time it uses" in line and "16-token limit" in line, line
         assert "2 min of GPU a day without signing in, 5 min with a free account" in line
         _shot(pg, "9_zerogpu_cost")
+        # Find prices a find (its own windows), Compare one call per window per variant it runs
+        _open_tab(pg, "Find · when")
+        assert "a find of this clip makes 1 GPU call of up to" in _clip_line(pg, "a find of this clip")
+        _open_tab(pg, "Compare · GPTQ vs bnb4")
+        _clip_line(pg, "a caption of this clip makes 3 GPU calls")  # GPTQ alone: bf16 only when asked
+        pg.check("#compare-bf16 input")
+        _clip_line(pg, "a caption on 2 variants of this clip makes 6 GPU calls")
+        pg.check("#compare-task input[value=find]")
+        _clip_line(pg, "a find on 2 variants of this clip makes 2 GPU calls")
+        _open_tab(pg, "Caption · what happens")
+        _clip_line(pg, "a caption of this clip makes 3 GPU calls")
         pg.click("#caption-run")
         _caption_done(pg)
         notice = pg.inner_text("#caption-notice")
         assert "Partial answer: 2 of 3 windows answered. ZeroGPU refused" in notice, notice
+        assert "try again in 13 h 12 min" in notice, notice  # a wait, not a clock time
         # the answer's JSON download (the API's shape): the two windows answered (0-4 s, 4-8 s), and why
         link = '#caption-files td.filename[aria-label="ball_rolls.events.json"]'
         pg.wait_for_selector(link, timeout=30_000)
@@ -763,15 +789,25 @@ def test_on_zero_gpu_the_cost_comes_first_and_a_refusal_keeps_the_answered_windo
         assert [(w["start"], w["end"]) for w in got["windows"]] == [(0.0, 4.0), (4.0, 8.0)], got["windows"]
         assert got["partial"]["windows_done"] == 2 and got["partial"]["windows_total"] == 3
         assert all(e["end"] <= 8.0 for e in got["events"]), got["events"]
+        assert got["runtime"]["gpu_calls"]["asked_s"] == 2 * each  # the line's figure is what was asked
         _shot(pg, "9_zerogpu_partial")
         _shot_phone(pg, "9_zerogpu_partial_phone")
         # the Library, where no prebuilt library matches (none ships here): indexing's cost before any search
         _open_tab(pg, "Library · search all")
         pg.wait_for_selector("#library-cost .mx-note", timeout=30_000)
         note = pg.inner_text("#library-cost")
-        indexes = r"the first search indexes the \d+ example clips first, which asks ZeroGPU for up to"
+        indexes = r"the first search indexes the \d+ example clips first, which makes \d+ GPU calls of up to"
         assert re.search(indexes, note), note
-        assert "more than the whole day of a visitor who is not signed in" in note, note
+        assert "more than the 2 min of a visitor who is not signed in" in note, note
+        # the quota is spent: indexing stops at its first refused call and says so, naming the quota
+        pg.fill("#library-query textarea", "a ball rolls")
+        pg.click("#library-run")
+        pg.wait_for_selector("#library-status .ms-error", timeout=120_000)
+        said = pg.inner_text("#library-status")
+        assert "stopped after 0 of " in said and "ZeroGPU refused the next GPU call: it needs" in said, said
+        assert "of your free account's daily GPU quota left to start" in said, said
+        assert pg.inner_text("#library-headline").strip() == "", "no empty library said instead of why"
+        _shot(pg, "9_zerogpu_library_refused")
         assert zero_gpu_server.alive()
     finally:
         context.close()

@@ -92,26 +92,56 @@ def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: 
 @pytest.mark.slow
 def test_app_serves_a_caption_through_zero_gpu_calls(tmp_path: Path) -> None:
     log = tmp_path / "gpu.jsonl"
-    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": "149"}  # one caption call (99 s charged), not two
+    # 149 s left, each call charged 40 s x1.5 of use: one caption call, and then too little for the next
+    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": "149", "MARLIN_STAND_IN_USED_S": "40"}
     server = start_app(tmp_path / "app", "--variants", "bf16", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)
         result = client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
         assert result["variant"] == "bf16" and result["raw"], result
         for _ in range(2):  # the quota is spent: refused in one sentence, and the server keeps serving
-            with pytest.raises(Exception, match="ZeroGPU refused the next GPU call: it asks for") as refused:
+            with pytest.raises(Exception, match="ZeroGPU refused the next GPU call: it needs") as refused:
                 client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
         assert server.proc.poll() is None
     finally:
         stop_app(server)
-    charged = round(_entries(log)[1]["duration"] * 1.5)
-    assert f"asks for {charged} s and your free account's daily GPU quota has {149 - charged} s left" in str(
-        refused.value
-    )
     entries = _entries(log)
     assert entries[0] == {"imported": True, "torch_already_imported": False}  # app.py: spaces before torch
     calls = [e for e in entries if e.get("call")]
     assert len(calls) == 1, entries  # a 5 s clip is one window: one GPU call
+    (settled,) = [e for e in entries if e.get("settled")]
+    held = round(calls[0]["duration"] * 1.5)
+    assert (
+        settled["held"] == held and settled["charged_s"] == 60.0
+    )  # admitted on its request, charged its use
+    said = f"it needs {held} s of your free account's daily GPU quota left to start, and 89 s are left"
+    assert said in str(refused.value)
     assert len([e for e in entries if e.get("refused")]) == 2  # refused before any process started
     assert 0 < calls[0]["duration"] <= capacity.MAX_GPU_S
     assert calls[0]["child"] != calls[0]["parent"] == server.proc.pid  # ran in a forked process
+
+
+@pytest.mark.slow
+def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> None:
+    """120 s left and no account: each caption call needs more than half of that left to start (66 s x1.5
+    for a full window), yet both variants run, since ZeroGPU charges what a call used, not its request."""
+    log = tmp_path / "gpu.jsonl"
+    day = zerogpu.daily_quota_s("unauthenticated")
+    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(day), "MARLIN_STAND_IN_VISITOR": "ip"}
+    server = start_app(tmp_path / "app", "--variants", "gptq,bnb4", extra_env=env, address_flags=False)
+    try:
+        client = Client(server.url, verbose=False)
+        d = client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "caption", "", api_name="/compare")
+    finally:
+        stop_app(server)
+    assert set(d["results"]) == {"gptq", "bnb4"} and not d.get("errors"), d.get("errors")
+    entries = _entries(log)
+    calls, settled = [e for e in entries if e.get("call")], [e for e in entries if e.get("settled")]
+    assert len(calls) == len(settled) == 2 and not [e for e in entries if e.get("refused")]
+    for call, done in zip(calls, settled, strict=True):
+        held = round(call["duration"] * 1.5)  # admitted on its request: it needs this much left to start
+        assert done["held"] == held and 2 * held > day  # two requests added up are more than the day
+        assert done["charged_s"] == pytest.approx(done["took_s"] * 1.5, abs=0.01)  # charged its use
+        assert done["took_s"] < call["duration"] and done["charged_s"] < held
+    # the first call's use left room for the second's request (charged as requested, it would not have)
+    assert day - settled[0]["charged_s"] >= settled[1]["held"] > day - settled[0]["held"]

@@ -35,11 +35,11 @@ from marlin_demo.results import (
     Stage,
     WindowDone,
 )
-from marlin_demo.service import space
+from marlin_demo.service import capacity, space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task, get_task
-from marlin_demo.video import PreparedVideo
+from marlin_demo.video import PreparedVideo, VideoError, plan_sampling
 from marlin_demo.video.windows import WindowPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -56,6 +56,7 @@ __all__ = [
     "VariantStarted",
     "WarmRerun",
     "asked_range",
+    "call_share",
     "check_query",
     "compare",
     "is_cold",
@@ -116,7 +117,7 @@ def answer(
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, kind)
+        execute = _Turns(engine, ticket, kind, _share(engine, video, plans))
         asked = None if span is None or plans is None else runner.plans_range(plans)
         res = _answer_kept(engine, kind, video, plans, variant, query, on_text, on_stage, execute, asked)
         if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
@@ -172,19 +173,45 @@ def answer_plans(
     """Answer these windows of a file, chosen by the caller (a library search's best windows), in
     turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
     with scheduler_for(engine).request(len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, task)
+        execute = _Turns(engine, ticket, task, _share(engine, path, plans))
         res = _answer_kept(engine, task, path, plans, variant, query, None, None, execute, None)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
 
 
-class _Turns:
-    """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one window-sized call."""
+def call_share(
+    engine: Engine, task: str | Task, video: Video, start_s: float | None = None, end_s: float | None = None
+) -> float:
+    """What a request's ZeroGPU calls are sized by (``space.call_seconds``): the largest share of a full
+    window's prefill among its windows (a short clip: its own frames), so a page can say it before Run."""
+    plans = runner.window_plans(engine, video, get_task(task), _span(start_s, end_s))
+    return _share(engine, video, plans, always=True)
 
-    def __init__(self, engine: Engine, ticket: Ticket, task: str | Task) -> None:
+
+def _share(engine: Engine, video: Video, plans: list[WindowPlan] | None, always: bool = False) -> float:
+    """``call_share`` of windows already planned (1, a full window, off ZeroGPU unless ``always``)."""
+    if not (always or space.zero_gpu()):
+        return 1.0
+    if plans:
+        tokens = max(p.plan.video_tokens for p in plans)
+    elif isinstance(video, PreparedVideo):
+        tokens = video.plan.video_tokens
+    else:
+        try:
+            tokens = plan_sampling(engine.info(Path(video)), engine.params).video_tokens
+        except (VideoError, OSError, ValueError):  # sized as a full window; the run says what is wrong
+            return 1.0
+    return capacity.prefill_share(tokens, engine.params)
+
+
+class _Turns:
+    """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one call sized for its
+    largest window's frames (``share``)."""
+
+    def __init__(self, engine: Engine, ticket: Ticket, task: str | Task, share: float = 1.0) -> None:
         self.scheduler = scheduler_for(engine)
         self.ticket = ticket
-        self.seconds = space.call_seconds(get_task(task).name, engine.settings)
+        self.seconds = space.call_seconds(get_task(task).name, engine.settings, share)
         self.device = pick_device(engine.settings.device)
         self.calls = 0
         self.asked_s = 0

@@ -49,13 +49,15 @@ def zero_gpu() -> bool:
 
 
 def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: str = "caption") -> int:
-    """Seconds of ZeroGPU a request asks for in all: one call per window, ``runs`` variants in turn."""
+    """Seconds a request's calls ask ZeroGPU for, added up: one full window's call per window, ``runs``
+    variants in turn (each only its call's admission check; a call is charged the time it uses)."""
     return runs * capacity.request_gpu_s(task, video_s, settings, capacity.speeds()["h200"])
 
 
-def call_seconds(task: str, settings: Settings) -> int:
-    """Seconds one window's (or one short clip's) call asks for."""
-    return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"])
+def call_seconds(task: str, settings: Settings, share: float = 1.0) -> int:
+    """Seconds one window's (or one short clip's) call asks for; ``share``: its frames' share of a full
+    window's prefill (``capacity.prefill_share``)."""
+    return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"], share)
 
 
 def asked_seconds(seconds: int, device: str) -> int:

@@ -27,10 +27,10 @@ from marlin_demo.contract import clock, clock_part
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.longvideo import policy
 from marlin_demo.results import CaptionResult, FindResult, Result, RunInfo, memory_label
-from marlin_demo.service import cost
+from marlin_demo.service import cost, space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
-from marlin_demo.tasks import CAPTION, TASKS, get_task
+from marlin_demo.tasks import CAPTION, FIND, TASKS, get_task
 from marlin_demo.ui import example_notes, gradio_hooks
 from marlin_demo.video import plan_sampling
 
@@ -340,13 +340,39 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
+#: the tabs that run a model on the page's clip, and their task (Compare: the task it is set to)
+RUN_TABS = {"caption": CAPTION.name, "find": FIND.name, "compare": None}
+
+
+def tab_work(
+    ctx: UIContext, tab: str | None, compare_task: str | None = None, with_bf16: bool = False
+) -> tuple[str, list[str]] | None:
+    """What the selected tab would run on the clip: its task and variants (Compare: each of its variants,
+    one call per window each); None on a tab that runs nothing on it (Library, About)."""
+    tab = tab or "caption"  # the page opens on Caption
+    if tab not in RUN_TABS:
+        return None
+    if tab == "compare":
+        return get_task(compare_task or CAPTION.name).name, ctx.compare_variants(bool(with_bf16))
+    return str(RUN_TABS[tab]), [ctx.default_variant]
+
+
 def clip_status(
-    ctx: UIContext, video: str | None, start: float | None = None, end: float | None = None
+    ctx: UIContext,
+    video: str | None,
+    start: float | None = None,
+    end: float | None = None,
+    tab: str | None = "caption",
+    compare_task: str | None = None,
+    with_bf16: bool = False,
 ) -> str:
-    """One line as soon as a clip (or a range of it) is chosen: it will be read, and what a caption costs
-    (or why not). Only the file's facts are probed (no decoding); a range's limit is the request's."""
+    """One line as soon as a clip (or a range of it) is chosen: it will be read, and what the selected tab
+    would cost on it (``tab_work``; or why not). Only the file's facts are probed (no decoding); a
+    range's limit is the request's."""
     if not video:
         return ""
+    work = tab_work(ctx, tab, compare_task, with_bf16)
+    share = 1.0
     try:
         path = require_upload(video, ctx)
         with user_errors():
@@ -358,6 +384,8 @@ def clip_status(
                 (task.name.capitalize(), len(policy.plan_for(task, seconds, s)), task.windows(s)[0])
                 for task in TASKS.values()
             ]
+            if work is not None and space.zero_gpu():  # the calls are sized by their frames
+                share = service.call_share(ctx.engine, work[0], path, start, end)
     except gr.Error as exc:
         return status_html(exc.message, error=True)
     text = f"Ready: {clock(info.duration_s)}, {info.display_width}×{info.display_height}, {info.codec}"
@@ -365,8 +393,10 @@ def clip_status(
         text += f"; asking about {clock_part(*asked)}"
     for name, n, size in split:
         text += f"; {name} reads it as {n} windows of up to {clock(size)}" if n > 1 else ""
-    plan = plan_sampling(info, ctx.engine.params)
-    note = cost.estimate_line(CAPTION.name, plan, seconds, s, ctx.variants[:1], ctx.engine.params)
+    note = ""
+    if work is not None:
+        plan = plan_sampling(info, ctx.engine.params)
+        note = cost.estimate_line(work[0], plan, seconds, s, work[1], ctx.engine.params, share)
     return status_html(text + "." + (f" {note}" if note else ""))
 
 
