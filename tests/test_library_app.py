@@ -22,7 +22,17 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_mcp import call, text_of, with_session
-from ui_support import ARTIFACTS, CHROMIUM, EXAMPLES, AppServer, launch_chromium, start_app, stop_app
+from ui_support import (
+    ARTIFACTS,
+    CHROMIUM,
+    EXAMPLES,
+    LIBRARY_SELECTOR,
+    AppServer,
+    gradio_selectors,
+    launch_chromium,
+    start_app,
+    stop_app,
+)
 
 from marlin_demo.library import index as idx
 from marlin_demo.library.database import Store
@@ -226,6 +236,11 @@ def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer)
         assert captions and all(" s · score " in c and "text " in c for c in captions)
         assert captions[0].startswith("garden/pool.mp4")  # dog + jump + pool: the best text and a head start
         pg.wait_for_selector("#library-run", state="visible")  # Run is back: the search is over
+        # the Library's selectors into Gradio's markup (style.css) each match (the rest: test_browser.py)
+        library_selectors = [s for s in gradio_selectors() if s.startswith(LIBRARY_SELECTOR)]
+        assert library_selectors, "the Library's gallery rules are gone from style.css: update this check"
+        unmatched = pg.evaluate("(s) => s.filter(x => !document.querySelector(x))", library_selectors)
+        assert not unmatched, f"selectors into Gradio's markup that match nothing: {unmatched}"
         pg.locator("#library-moments .thumbnail-item").first.click()
         pg.wait_for_selector("#library-video video")
         assert "garden/pool.mp4" in pg.inner_text("#library-chosen")

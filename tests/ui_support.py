@@ -8,6 +8,7 @@ touches ``.gradio/`` in the repository.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -174,3 +175,55 @@ def stop_app(server: AppServer) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(server.proc.pid, signal.SIGKILL)
         server.proc.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- selectors into Gradio's markup
+UI = ROOT / "marlin_demo" / "ui"
+STYLE = UI / "style.css"
+LIBRARY_SELECTOR = "#library-"  # the Library's: checked where a library is searched (test_library_app)
+#: Our own names: the ids and classes we give components, and the classes of the HTML we write (a
+#: two-letter prefix); only the latter hold our own markup, where any element is ours.
+OWN_TOKEN = re.compile(r"^(?:#[\w-]+|\.(?:m[a-z]|c[a-z])-[\w-]+|\.dark|body|html|:root)$")
+ELEM_CLASSES = {
+    name
+    for source in UI.glob("*.py")
+    for given in re.findall(r"elem_classes=(\[[^\]]*\]|\"[^\"]*\")", source.read_text())
+    for name in re.findall(r"[\w-]+", given)
+}
+#: selectors in the page's scripts that reach Gradio's markup (ui/*.py), checked like style.css's
+SCRIPT_SELECTORS = [
+    '[role="tablist"] > [role="tab"]',  # header.py: the tab strip's keys; compare_view.py: the About link
+    '[role="tab"][data-tab-id]',
+    "fieldset input[type=radio]",  # header.py: one Tab stop per radio group
+    "#clip-video video",  # find.py, timeline.py: the player a moment seeks
+    "#clip-status .prose",  # common.py: where a refused file's sentence goes
+]
+
+
+def gradio_selectors(css: str | None = None) -> list[str]:
+    """The selectors of ``css`` that reach into Gradio's markup: any part not of our own names, unless it
+    sits inside our own HTML (after one of our classes). Pseudo-classes, ``:has()`` conditions and
+    pseudo-elements are dropped: what is checked is that the element they style exists."""
+    css = re.sub(r"/\*.*?\*/", "", STYLE.read_text() if css is None else css, flags=re.S)
+    css = re.sub(r":is\(([^,()]+)(?:,[^()]*)?\)", r"\1", css)  # :is(a, b) X: a X stands for them
+    found: list[str] = []
+    for rule in re.finditer(r"([^{}]+)\{[^{}]*\}", css):
+        for selector in rule.group(1).split(","):
+            selector = re.sub(r"^\s*@media[^{]*", "", selector).strip()
+            if not selector or selector.startswith("@") or re.fullmatch(r"[\d%, ]+|from|to", selector):
+                continue
+            plain = re.sub(r":has\((?:[^()]|\([^()]*\))*\)|::?[\w-]+(?:\([^)]*\))?", "", selector).strip()
+            plain = re.sub(r"^(?:body|html)\s+", "", plain)
+            plain = re.sub(r"^\.dark\s+", "", plain)
+            inside_ours = False
+            for compound in plain.split():
+                tokens = re.findall(r"#[\w-]+|\.[\w-]+|\[[^\]]+\]|^[a-z]+\*?|\*", compound)
+                foreign = [t for t in tokens if not OWN_TOKEN.match(t) and t not in (">", "*")]
+                ours = any(
+                    re.match(r"^\.(?:m[a-z]|c[a-z])-", t) and t[1:] not in ELEM_CLASSES for t in tokens
+                )
+                if foreign and not (inside_ours or ours):
+                    found.append(plain)
+                    break
+                inside_ours = inside_ours or ours
+    return list(dict.fromkeys(found))
