@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import stand_ins.spaces as stand_in
 from gradio_client import Client, handle_file
 from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
@@ -134,25 +136,22 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
 
 # ------------------------------------------------------------------ the start-up call, in this process
 @pytest.fixture
-def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
-    """The stand-in ``spaces`` imported here (each call forked from this process), a fresh decorated GPU
-    function and no call made yet; ``MARLIN_STAND_IN_QUOTA_S`` set by the test first, if any."""
-    import importlib
-    import threading
-
+def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> stand_in.Quota:
+    """ZeroGPU as the stand-in ``spaces`` runs it in this process (each call forked from it), no call made
+    yet, and a quota the test may set (as in test_refusals.py)."""
+    q = stand_in.Quota()
+    monkeypatch.setitem(sys.modules, "spaces", stand_in)
+    monkeypatch.setattr(stand_in, "QUOTA", q)
+    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
+    monkeypatch.setattr(space, "_warm", threading.Event())  # no call has run in this process
     monkeypatch.setenv("MARLIN_STAND_IN_GPU_LOG", str(tmp_path / "gpu.jsonl"))
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "stand_ins"))
-    for name in [m for m in sys.modules if m == "spaces" or m.startswith("spaces.")]:
-        monkeypatch.delitem(sys.modules, name)
-    module = importlib.import_module("spaces")
-    monkeypatch.setitem(sys.modules, "spaces", module)
-    monkeypatch.setattr(space, "_DECORATED", [])
-    monkeypatch.setattr(space, "_warm", threading.Event())
-    yield module
+    return q
 
 
 @pytest.mark.slow
-def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(stand_in: Any, tmp_path: Path) -> None:
+def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(
+    quota: stand_in.Quota, tmp_path: Path
+) -> None:
     from marlin_demo.engine import Engine
 
     engine = Engine(Settings(model="tiny", variants="bf16"))
@@ -168,13 +167,11 @@ def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(stand_in: Any
 
 @pytest.mark.slow
 def test_a_refused_start_up_call_is_logged_and_the_first_visitor_asks_for_the_compile(
-    stand_in: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    quota: stand_in.Quota, caplog: pytest.LogCaptureFixture
 ) -> None:
     from marlin_demo.engine import Engine
 
-    monkeypatch.setenv("MARLIN_STAND_IN_QUOTA_S", "0")
-    monkeypatch.setenv("MARLIN_STAND_IN_VISITOR", "none")  # no visitor at start-up: the Space's own limit
-    monkeypatch.setattr(stand_in, "QUOTA", stand_in._quota_from_env())
+    quota.left_s, quota.visitor = 0, "none"  # no visitor at start-up: the Space's own limit
     engine = Engine(Settings(model="tiny", variants="bf16"))
     engine.load("bf16")
     with caplog.at_level("WARNING"):
