@@ -14,6 +14,7 @@ from marlin_demo import service
 from marlin_demo.engine import Engine, graphs
 from marlin_demo.results import Done, Progress, Result
 from marlin_demo.settings import Settings
+from marlin_demo.ui import compare_view
 
 pytestmark = pytest.mark.slow
 
@@ -115,6 +116,7 @@ def test_static_step_scores_finds_streams_and_stops_as_eager(eager: Callable[[st
     reference = eager("find", "gptq")
     assert found.info.decode == "static" and found.raw == reference.raw
     assert found.moments == reference.moments  # the same scores: the logits are eager's
+    assert "decode: static" in compare_view._card("gptq", found, False, 12.0, None)  # Compare says it
     with contextlib.closing(service.stream(engine, "caption", CLIP, "gptq")) as stages:  # a Stop
         for stage in stages:
             if isinstance(stage, Progress) and stage.text:
