@@ -143,6 +143,25 @@ def test_a_variant_that_cannot_capture_decodes_eagerly_and_says_why() -> None:
         engine.caption(CLIP, "bf16")
 
 
+def test_a_step_whose_inputs_change_shape_runs_eagerly_and_says_so() -> None:
+    """A prompt without video passes no ``mm_token_type_ids`` to its decode steps, unlike the step that was
+    made: those steps run the forward eagerly on the same cache (eager's tokens) and the note counts them."""
+    import time
+
+    from marlin_demo.engine.generation import generate
+
+    loaded = Engine(SETTINGS).load("bf16")
+    inputs = loaded.processor.tokenizer("The ball rolls", return_tensors="pt")
+    runs = [
+        generate(loaded, inputs, 6, None, time.perf_counter() + 120, decode=d) for d in ("eager", "static")
+    ]
+    assert runs[1].decode == "static" and runs[1].token_ids == runs[0].token_ids
+    steps = len(runs[1].token_ids or []) - 1  # the first token comes from the prefill
+    assert (
+        runs[1].decode_note == f"{steps} decode steps ran eagerly: their inputs did not fit the captured ones"
+    )
+
+
 def test_decode_setting_is_checked_and_graphs_are_the_default_on_cuda_only() -> None:
     assert Settings().decode == "auto" and Settings().compile is False
     assert graphs.wanted("auto", "cuda") == "graphs" and graphs.wanted("auto", "cpu") == "eager"

@@ -89,7 +89,7 @@ class Engine:
         self.gpu_lock = threading.Lock()
         self.video_backend = _video_backend(settings)
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
-        #: how each variant's tokens were last decoded (``graphs.MODES``): by this process, or on ZeroGPU as
+        #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
         #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
         self.decoded: dict[str, str] = {}
         self.store = VideoStore(self.params, self.video_backend, video_cache_size, self.limits())

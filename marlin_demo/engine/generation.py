@@ -26,7 +26,7 @@ class Generation:
     token_ids: list[int] | None = None  # the new token ids (tests compare warm and cold runs with them)
     compile_s: float = 0.0  # compiling a new static-cache size before this request (MARLIN_COMPILE)
     logprobs: list[float] | None = None  # per new token, natural log-prob (find: the moment's score)
-    decode: str = "eager"  # how the decode steps ran (graphs.MODES)
+    decode: str = "eager"  # how the decode steps ran: graphs, static (uncaptured), eager or compiled
     decode_note: str = ""  # why they ran eagerly when graphs were asked for
     capture_s: float = 0.0  # capturing a new static-cache size's step in this request (inside its latency)
 
@@ -149,6 +149,9 @@ def generate(
     finished = len(new_ids) > 0 and int(new_ids[-1]) in eos_ids
     stopped_by_time = not finished and len(new_ids) < max_new_tokens and time.perf_counter() >= deadline
     state = compiled.state_of(loaded) if decode == "compiled" else graphs.state_of(loaded)
+    note = state.fallback if how.ran == "eager" and decode != "eager" else ""
+    if how.step is not None and how.step.eager_steps:
+        note = f"{how.step.eager_steps} decode steps ran eagerly: their inputs did not fit the captured ones"
     return Generation(
         text=text.strip(),
         output_tokens=len(new_ids),
@@ -159,7 +162,7 @@ def generate(
         compile_s=how.compile_s,
         logprobs=logprobs,
         decode=how.ran,
-        decode_note=state.fallback if how.ran == "eager" and decode != "eager" else "",
+        decode_note=note,
         capture_s=how.capture_s,
     )
 

@@ -28,9 +28,6 @@ log = logging.getLogger(__name__)
 
 #: MARLIN_DECODE: auto (graphs on CUDA, eager elsewhere), graphs (on a CPU: the step, uncaptured), eager
 CHOICES = ("auto", "graphs", "eager")
-#: what a result's ``info.decode`` says ran: captured graphs, the same step uncaptured, generate's eager
-#: loop, or MARLIN_COMPILE's torch.compile
-MODES = ("graphs", "static", "eager", "compiled")
 #: static caches (and their graphs) kept per variant, most recently used first; a new size evicts the oldest
 KEEP = 2
 #: forward passes before the capture: cuBLAS handles, Triton's JIT and autotuning run outside the graph
@@ -84,12 +81,6 @@ class GraphState:
     capture_s: float = 0.0
     fallback: str = ""  # non-empty: decodes eagerly, for this reason
 
-    def describe(self) -> str:
-        if self.fallback:
-            return f"eager ({self.fallback})"
-        sizes = ",".join(str(n) for n in sorted(self.steps)) or "none yet"
-        return f"static cache sizes {sizes}, {self.capture_s:.2f} s of capture"
-
 
 def state_of(loaded: Any) -> GraphState:
     """The variant's graph state, created on first use (kept on the LoadedModel, in this process)."""
@@ -110,7 +101,7 @@ class DecodeStep:
         self.inputs: dict[str, Any] | None = None
         self.output: Any = None
         self.signature: Any = None
-        self.eager_steps = 0  # steps whose inputs did not fit the buffers: run eagerly, never wrongly
+        self.eager_steps = 0  # this request's steps whose inputs did not fit the buffers: run eagerly
 
     def __call__(self, **kwargs: Any) -> Any:
         if self.inputs is None:
@@ -231,8 +222,9 @@ def prepare(
             state.fallback = f"capture failed: {type(exc).__name__}: {str(exc)[:160]}"
             state.steps.clear()
             if capture and torch.cuda.is_available():
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
+                with contextlib.suppress(Exception):  # a voided capture may fail these too: eager goes on
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
             return None, time.perf_counter() - t0
         spent = time.perf_counter() - t0
         state.capture_s += spent
@@ -242,6 +234,7 @@ def prepare(
     state.steps.move_to_end(size)
     with torch.inference_mode():
         step.cache.reset()
+    step.eager_steps = 0
     return step, spent
 
 
