@@ -18,9 +18,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_BAD_INPUT
 from marlin_demo.service import space
-from marlin_demo.ui import gradio_stubs
+from marlin_demo.ui import gradio_hooks
 
-gradio_stubs.install()  # before anything imports Gradio (``spaces`` does, on ZeroGPU)
+gradio_hooks.skip_stub_rewrite()  # before anything imports Gradio (``spaces`` does, on ZeroGPU)
 if space.zero_gpu():
     import spaces  # noqa: F401
 

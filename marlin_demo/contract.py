@@ -32,6 +32,9 @@ __all__ = [
     "Event",
     "SpanParse",
     "VideoParams",
+    "clock",
+    "clock_part",
+    "clock_span",
     "find_prompt",
     "parse_caption",
     "parse_span",
@@ -343,9 +346,32 @@ def parse_span(text: str) -> SpanParse:
 # Repair
 
 
-def _fmt_s(value: float) -> str:
-    """Seconds for notes: '10.0', '10.5', '9.97'."""
-    return f"{value:.2f}".removesuffix("0")
+def clock(seconds: float) -> str:
+    """The one way a time is written (the page, the notes, the messages): ``12.5 s`` under a minute, else
+    ``2:07.5``; tenths, a whole second without them (``9 s``, ``1:00``)."""
+    t = round(max(0.0, float(seconds)), 1)
+    if t < 60:
+        return f"{t:g} s"
+    return _minutes(t)
+
+
+def _minutes(t: float) -> str:
+    m, sec = divmod(round(t, 1), 60)
+    sec = round(sec, 1)
+    return f"{int(m)}:{sec:04.1f}" if sec % 1 else f"{int(m)}:{int(sec):02d}"
+
+
+def clock_span(start: float, end: float) -> str:
+    """A span as ``clock`` writes its times, the unit once: ``3–9 s``, ``0:55–1:10.5``."""
+    a, b = (round(max(0.0, float(t)), 1) for t in (start, end))
+    if max(a, b) < 60:
+        return f"{a:g}–{b:g} s"
+    return f"{_minutes(a)}–{_minutes(b)}"
+
+
+def clock_part(start: float, end: float) -> str:
+    """A part of a video asked about, with its length: ``3–9 s (6 s long)``, as every message says it."""
+    return f"{clock_span(start, end)} ({clock(end - start)} long)"
 
 
 def _count(n: int, noun: str) -> str:
@@ -436,10 +462,7 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
     if dur is not None:
         kept = [e for e in events if e.start < dur]
         if len(kept) < len(events):
-            notes.append(
-                f"dropped {_count(len(events) - len(kept), 'event')} starting at or after "
-                f"the clip's end ({_fmt_s(dur)} s)"
-            )
+            notes.append(f"dropped {_count(len(events) - len(kept), 'event')} starting at or after the end")
         events = kept
         clamped = 0
         out: list[Event] = []
@@ -452,7 +475,7 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
                 out.append(e)
         events = out
         if clamped:
-            notes.append(f"clamped {_count(clamped, 'event')} to the clip's {_fmt_s(dur)} s")
+            notes.append(f"clamped {_count(clamped, 'event')} that ran past the end")
 
     unique = list(dict.fromkeys(events))  # Event is frozen: equal (and hashed) by its three fields
     if len(unique) < len(events):
@@ -493,23 +516,17 @@ def repair_span(parse: SpanParse, duration: float | None) -> SpanParse:
             span = None
         else:
             if start > end:
-                notes.append(f"swapped the reversed span {_fmt_s(start)} to {_fmt_s(end)} s")
+                notes.append(f"swapped the reversed span {clock_span(start, end)}")
                 start, end = end, start
             span = (start, end)
             if dur is not None and start >= dur:
-                notes.append(
-                    f"dropped the span {_fmt_s(start)} to {_fmt_s(end)} s: it starts at or after "
-                    f"the clip's end ({_fmt_s(dur)} s)"
-                )
+                notes.append(f"dropped the span {clock_span(start, end)}: it starts at or after the end")
                 span = None
             elif dur is not None and (start < 0 or end > dur):
                 span = (max(0.0, start), min(dur, end))
-                notes.append(
-                    f"clamped the span {_fmt_s(start)} to {_fmt_s(end)} s "
-                    f"into the clip's 0 to {_fmt_s(dur)} s"
-                )
+                notes.append(f"clamped the span {clock_span(start, end)} to {clock_span(*span)}")
             if span is not None and span[0] == span[1]:
-                notes.append(f"dropped the span {_fmt_s(span[0])} to {_fmt_s(span[1])} s: it has zero length")
+                notes.append(f"dropped the span {clock_span(*span)}: it has zero length")
                 span = None
     return SpanParse(
         span=span,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marlin_demo.contract import Event
+from marlin_demo.contract import Event, clock, clock_part
 
 __all__ = ["Chapters", "chapter_time", "chapters", "format_timestamp", "to_srt", "to_webvtt"]
 
@@ -70,6 +70,8 @@ def to_srt(events: Iterable[Event | Mapping[str, Any]]) -> str:
 MIN_CHAPTERS = 3
 MIN_CHAPTER_S = 10
 TITLE_CHARS = 60
+#: a range ending this close to the video's end covers it whole (``clock`` writes both ends alike)
+PART_TOLERANCE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,23 @@ def _title(text: str) -> str:
     return line[: TITLE_CHARS + 1].rsplit(" ", 1)[0].rstrip(",;:.") + "…"
 
 
-def chapters(events: Iterable[Event | Mapping[str, Any]], duration: float) -> Chapters:
+def chapters(
+    events: Iterable[Event | Mapping[str, Any]], duration: float, part: tuple[float, float] | None = None
+) -> Chapters:
     """Chapters from the caption's events: one starts at each event that begins at least 10 s after
     the chapter before it and leaves at least 10 s before the end; the first starts at 0:00 with
-    the first event's title. Fewer than three such chapters: none, and a sentence saying why."""
+    the first event's title. Fewer than three such chapters: none, and a sentence saying why. ``part``:
+    the range asked about (``range_s``); chapters name a whole video, so a part has none, said so."""
+    if part is not None and (part[0] > 0 or part[1] < duration - PART_TOLERANCE_S):
+        return Chapters(
+            (),
+            "No chapters: they name the parts of a whole video from 0:00, and this caption covers only "
+            f"{clock_part(*part)} of it.",
+        )
     if not math.isfinite(duration) or duration < MIN_CHAPTERS * MIN_CHAPTER_S:
         return Chapters(
             (),
-            f"No chapters: this clip is {duration if math.isfinite(duration) else 0:.0f} s long, and "
+            f"No chapters: this clip is {clock(duration if math.isfinite(duration) else 0)} long, and "
             f"YouTube needs at least {MIN_CHAPTERS} chapters of {MIN_CHAPTER_S} s or more.",
         )
     cues = [(start_ms // 1000, text) for start_ms, _, text in _cues(events)]

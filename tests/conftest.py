@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_support import AppServer, start_app, stop_app
+from ui_support import CHROMIUM, AppServer, launch_chromium, start_app, stop_app
 
 from marlin_demo.models import compute
 from marlin_demo.settings import Settings
-from marlin_demo.ui import gradio_stubs
+from marlin_demo.ui import gradio_hooks
 
-gradio_stubs.install()  # the test processes import Gradio too: its stub rewrite skipped, as in the app
+gradio_hooks.skip_stub_rewrite()  # the test processes import Gradio too: skipped as in the app
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA_DIR = ROOT.parent / "shared" / "media"  # ../shared/media, never copied into the repo
@@ -36,6 +36,32 @@ def media_dir() -> Path:
 def examples_dir() -> Path:
     """The committed example clips and examples.json."""
     return EXAMPLES_DIR
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's chromium through Playwright (``ui_support.launch_chromium``), one per test file."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium (/usr/bin/chromium) is not installed")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser: Any, app_server: AppServer) -> Iterator[Any]:
+    """A fresh page (a new session) of the shared app server, desktop-sized; no JavaScript error allowed."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.goto(app_server.url)
+    pg.wait_for_selector("#caption-run", timeout=60_000)
+    yield pg
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 @pytest.fixture(scope="session")

@@ -150,8 +150,14 @@ def test_find_returns_the_result_shape_on_bnb4(client: Client) -> None:
 def test_compare_find_has_both_variants_agreement_and_scores(client: Client) -> None:
     query = "the red ball rolls across the field"
     d = client.predict(handle_file(CLIP), "find", query, api_name="/compare")
-    assert set(d) == {"task", "query", "results", "agreement", "scores"}
+    # the keys it always had, then only added ones: each variant's cold run, weights, warm figure
+    assert set(d) == {"task", "query", "results", "agreement", "scores", "cold", "footprint_mb", "warm"}
     assert d["task"] == "find" and d["query"] == query
+    assert set(d["cold"]) == set(d["footprint_mb"]) == set(d["warm"]) == {"gptq", "bnb4"}
+    assert all(mb > 0 for mb in d["footprint_mb"].values())
+    for variant, warm in d["warm"].items():  # the endpoint times nothing twice: a cold run has no figure
+        assert (warm is None) is d["cold"][variant], d
+        assert warm is None or warm["latency_s"] == d["results"][variant]["metrics"]["latency_s"]
     assert set(d["results"]) == {"gptq", "bnb4"}
     for variant, r in d["results"].items():
         _check_find(r, variant, query, CLIP_S)

@@ -8,13 +8,16 @@ import json
 import math
 from pathlib import Path
 
+import media_factory
 import pytest
 
 from marlin_demo import cli
 from marlin_demo import settings as settings_mod
+from marlin_demo.contract import VideoParams
 from marlin_demo.service import capacity, cost, space, zerogpu
 from marlin_demo.service.startup import check_limits
 from marlin_demo.settings import Settings
+from marlin_demo.video import plan_sampling, probe
 
 LOCAL = settings_mod.from_env({})
 ON_SPACE = settings_mod.from_env({"SPACE_ID": "owner/space"})
@@ -92,18 +95,40 @@ def test_gpu_request_follows_windows_and_the_note_says_it(monkeypatch: pytest.Mo
     assert space.estimate_gpu_seconds(30, s, task="caption") == each
     monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
     one = cost.request_gpu_line("caption", 30, s)  # said before every run, the card's factor counted
+    # what the call needs left to start (its request x the factor), and what it is charged: its use
     assert one.startswith(
-        f"This run asks ZeroGPU for up to {round(each * 1.5)} s of GPU (1 call of {each} s, x1.5"
+        f"This run makes 1 GPU call of up to {each} s: it needs {round(each * 1.5)} s of a visitor's daily "
+        f"GPU quota left to start ({each} s x1.5 on this card), then is charged only the time it uses"
     )
+    use = capacity.model_s("caption", s, capacity.speeds()["h200"])  # no margin: what a call uses at most
+    most = round(use * 1.5)
+    assert f"up to {most} s if the answer runs to its 768-token limit" in one and most < round(each * 1.5)
     assert (
-        "2 min of GPU a day without signing in, 5 min with a free account" in one and "cannot fit" not in one
+        "2 min of GPU a day without signing in, 5 min with a free account" in one and "sign in (" not in one
     )
     note = cost.request_gpu_line("caption", 600, s)
-    assert f"up to {10 * round(each * 1.5)} s of GPU" in note and f"10 calls of {each} s" in note
-    assert (
-        "cannot fit in the 2 min of a visitor who is not signed in" in note
-        and "time range of at most 60 s" in note
-    )
+    assert f"makes 10 GPU calls of up to {each} s each" in note
+    # nine calls charged at most their use, the tenth started on its whole request
+    assert f"its 10 calls need {round(9 * use * 1.5) + round(each * 1.5)} s of quota to all start" in note
+    # no account's day holds them: a range that fits each, and PRO's day named
+    assert "more than the 2 min of a visitor who is not signed in and the 5 min of a free account" in note
+    assert "choose a time range of at most 60 s without signing in or 3 min with a free account" in note
+    assert "(a PRO account has 40 min a day)" in note
+
+
+def test_a_call_is_sized_by_its_frames_down_to_the_floor(tmp_path: Path) -> None:
+    """A 1-second clip's call asks for less than a full window's (its prefill), never less than decoding
+    every allowed token needs; a find's lands on ``MIN_GPU_S``."""
+    clip = media_factory.make("uhd_4k", tmp_path)  # 1 s at the full pixel budget: its largest frames
+    share = capacity.prefill_share(plan_sampling(probe(clip), VideoParams()).video_tokens)
+    h200 = capacity.speeds()["h200"]
+    full = capacity.gpu_call_s("caption", ON_SPACE, h200)
+    one_second = capacity.gpu_call_s("caption", ON_SPACE, h200, share)
+    decode = capacity.max_new_tokens("caption", ON_SPACE) / h200.decode_tokens_per_s
+    assert 0 < share < 0.05
+    assert math.ceil(capacity.GPU_MARGIN * (h200.overhead_s + decode)) <= one_second < full == 66
+    assert capacity.gpu_call_s("find", ON_SPACE, h200, share) == capacity.MIN_GPU_S
+    assert capacity.prefill_share(10**9) == 1.0 and capacity.prefill_share(0) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -346,15 +371,16 @@ def test_a_call_is_sized_for_the_decoding_its_variant_runs(monkeypatch: pytest.M
     once the GPU check has measured them; until then, and for eager decoding, eager's slowest rate."""
     settings = Settings()
     h200 = capacity.speeds()["h200"]
-    eager = space.call_seconds("caption", settings, "eager")
+    eager = space.call_seconds("caption", settings, decode="eager")
     assert space.call_seconds("caption", settings) == eager == capacity.gpu_call_s("caption", settings, h200)
     if h200.graphs_decode_tokens_per_s is None:  # not measured yet: a graphs call is sized as an eager one
-        assert space.call_seconds("caption", settings, "graphs") == eager
+        assert space.call_seconds("caption", settings, decode="graphs") == eager
     measured = {"h200": dataclasses.replace(h200, graphs_decode_tokens_per_s=80.0, graphs_capture_s=1.5)}
     monkeypatch.setattr(capacity, "speeds", lambda: measured)
     fast = capacity.for_decode(measured["h200"], "graphs")
     assert fast.decode_tokens_per_s == 80.0 and fast.overhead_s == h200.overhead_s + 1.5
     expected = math.ceil(capacity.GPU_MARGIN * (h200.overhead_s + 1.5 + h200.prefill_s + 768 / 80.0))
-    assert space.call_seconds("caption", settings, "graphs") == max(capacity.MIN_GPU_S, expected) < eager
-    assert space.call_seconds("caption", settings, "eager") == eager  # a fallback's call: eager's size
+    graphs = space.call_seconds("caption", settings, decode="graphs")
+    assert graphs == max(capacity.MIN_GPU_S, expected) < eager
+    assert space.call_seconds("caption", settings, decode="eager") == eager  # a fallback's call: eager's size
     assert capacity.for_decode(measured["h200"], "static") is measured["h200"]

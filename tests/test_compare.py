@@ -1,22 +1,39 @@
-"""Agreement between variants and scores against ground truth, on hand-computed cases (no model)."""
+"""Agreement between variants and scores against ground truth, and what the Compare tab says it found, on
+hand-computed cases (no model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from marlin_demo import agreement as compare
+from marlin_demo import service
 from marlin_demo.contract import Event
-from marlin_demo.results import CaptionResult, FindResult, Metrics
+from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
+from marlin_demo.ui import about
+from marlin_demo.ui.compare import _chart_update
+from marlin_demo.ui.compare_view import (
+    CHARTS,
+    FIGURES_HEADING,
+    chart_frame,
+    cold_warm_frame,
+    metrics_frame,
+    session_rows,
+    summary_html,
+    titled,
+    verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _metrics() -> Metrics:
-    return Metrics(
+def _metrics(**changes: Any) -> Metrics:
+    base = Metrics(
         latency_s=1.0,
         ttft_s=0.5,
         output_tokens=10,
@@ -27,6 +44,7 @@ def _metrics() -> Metrics:
         load_s=0.2,
         device="cpu",
     )
+    return dataclasses.replace(base, **changes)
 
 
 def _find(variant: str, span: tuple[float, float] | None, query: str = "the ball rolls") -> FindResult:
@@ -195,3 +213,143 @@ def test_compare_payload_caption_query_is_none() -> None:
     payload = compare.compare_payload("caption", "ignored", results)
     assert payload["query"] is None
     assert json.loads(json.dumps(payload)) == payload  # plain JSON
+
+
+# --------------------------------------------------------------------------- what Compare says it found
+
+
+def _run(latency: float, reused: bool = True, **metrics: Any) -> CaptionResult:
+    """A caption answer that took ``latency`` s (load excluded), ``reused``: it reused the clip's reading."""
+    res = _caption("v", "a red ball", [(0.0, 2.0, "ball rests")])
+    res.metrics = _metrics(latency_s=latency, **metrics)
+    res.info = RunInfo(reused_prefix=reused)
+    return res
+
+
+def _comparison(
+    cold: dict[str, bool],
+    latency: dict[str, float],
+    reruns: dict[str, float] | None = None,
+    footprint: dict[str, float] | None = None,
+    reused: dict[str, bool] | None = None,
+) -> service.Comparison:
+    """gptq and bnb4 as ``service.compare`` leaves them: a process-wide peak RSS the same for both."""
+    reused = reused or {}
+    run = service.Comparison("caption", None, None, ["gptq", "bnb4"])  # type: ignore[arg-type]
+    for v in ("gptq", "bnb4"):
+        run.results[v] = _run(latency[v], reused.get(v, True), peak_memory_mb=2556.4, load_s=3.0)
+    run.cold = dict(cold)
+    run.footprint_mb = dict(footprint or {"gptq": 1200.0, "bnb4": 2000.0})
+    run.reruns = {v: _run(s) for v, s in (reruns or {}).items()}
+    return run
+
+
+def _payload(run: service.Comparison, agreement: float = 0.82) -> dict[str, Any]:
+    payload = run.payload(None)
+    payload["agreement"]["gptq|bnb4"]["rouge_l"] = agreement  # a figure the sentence must quote
+    return payload
+
+
+def test_compare_payload_only_adds_keys_for_cold_memory_and_warm_figures() -> None:
+    run = _comparison({"gptq": False, "bnb4": True}, {"gptq": 5.36, "bnb4": 23.35}, reruns={"bnb4": 4.1})
+    payload = run.payload(None)
+    before = compare.compare_payload("caption", None, run.results)
+    assert {k: payload[k] for k in before} == before  # the keys /compare had keep their values
+    assert payload["cold"] == {"gptq": False, "bnb4": True}
+    assert payload["footprint_mb"] == {"gptq": 1200.0, "bnb4": 2000.0}
+    assert payload["warm"] == {
+        "gptq": {"latency_s": 5.36, "rerun": False, "reused_prefix": True},  # its own run was warm
+        "bnb4": {"latency_s": 4.1, "rerun": True, "reused_prefix": True},  # its re-run, once loaded
+    }
+    only_cold = _comparison({"gptq": False, "bnb4": True}, {"gptq": 5.36, "bnb4": 23.35}).payload(None)
+    assert only_cold["warm"]["bnb4"] is None  # a cold run is no warm figure
+    assert json.loads(json.dumps(payload)) == payload
+
+
+def test_cost_table_shows_each_variants_own_memory_and_what_the_shared_peak_spans() -> None:
+    """The same process RSS for both variants is not either one's size: the weights' footprint is."""
+    run = _comparison({"gptq": False, "bnb4": False}, {"gptq": 1.0, "bnb4": 1.0})
+    frame = metrics_frame(run.results, run.cold, run.payload(None))
+    assert list(frame["footprint_mb"]) == [1200.0, 2000.0]
+    assert "Memory: weights' footprint (MB)" in titled(frame).columns
+    assert list(frame["peak_memory_mb"]) == [2556.4, 2556.4]
+    assert list(frame["memory"]) == ["process peak RSS (CPU)"] * 2
+    assert "Peak measured (not one variant's own)" in titled(frame).columns
+
+
+def test_memory_chart_is_drawn_beside_latency_on_a_cpu_and_names_its_measure() -> None:
+    first_row = [key for key, _ in CHARTS[:4]]
+    assert "latency_s" in first_row and "footprint_mb" in first_row
+    assert "weights' footprint" in dict(CHARTS)["footprint_mb"]
+    run = _comparison({"gptq": False, "bnb4": False}, {"gptq": 1.0, "bnb4": 1.0})
+    frame = metrics_frame(run.results, run.cold, run.payload(None))
+    chart = _chart_update(chart_frame(frame, "footprint_mb"), "footprint_mb", "cpu_peak_rss", False)
+    assert chart["visible"] and list(chart["value"]["footprint_mb"]) == [1200.0, 2000.0]
+    # the process-wide peak stays undrawn on a CPU; no run was cold: no warm chart repeating latency's
+    assert (
+        _chart_update(chart_frame(frame, "peak_memory_mb"), "peak_memory_mb", "cpu_peak_rss")["visible"]
+        is False
+    )
+    assert (
+        _chart_update(chart_frame(frame, "warm_latency_s"), "warm_latency_s", "cpu_peak_rss", False)[
+            "visible"
+        ]
+        is False
+    )
+
+
+def test_a_cold_row_says_so_and_the_warm_line_uses_its_warm_rerun() -> None:
+    run = _comparison({"gptq": False, "bnb4": True}, {"gptq": 5.36, "bnb4": 23.35}, reruns={"bnb4": 4.1})
+    payload = _payload(run)
+    frame = metrics_frame(run.results, run.cold, payload)
+    assert list(frame["run"]) == ["warm", "cold"]
+    assert "Run (cold: loaded for this request)" in titled(frame).columns
+    assert list(frame["warm_latency_s"]) == [5.36, 4.1]
+    warm_chart = _chart_update(chart_frame(frame, "warm_latency_s"), "warm_latency_s", "cpu_peak_rss", True)
+    assert warm_chart["visible"] and list(warm_chart["value"]["warm_latency_s"]) == [5.36, 4.1]
+    assert "GPTQ was 1.3× slower than bnb4 warm (5.36 s vs 4.10 s; bnb4 timed again, warm)" in verdict(
+        payload
+    )
+    # the session keeps the re-run as a warm run of its own: the cold/warm table sets them apart
+    rows = session_rows([], "clip.mp4", "caption", None, run.results, run.cold, payload, run.reruns)
+    assert [(r["variant"], r["run"]) for r in rows] == [
+        ("gptq", "warm"),
+        ("bnb4", "cold"),
+        ("bnb4", "warm re-run"),
+    ]
+    table = cold_warm_frame(rows).set_index("Variant")
+    assert table.loc["bnb4", "cold runs"] == 1 and table.loc["bnb4", "warm: mean latency (s)"] == 4.1
+
+
+def test_without_a_warm_rerun_a_cold_run_is_not_set_against_a_warm_one() -> None:
+    run = _comparison({"gptq": False, "bnb4": True}, {"gptq": 5.36, "bnb4": 23.35})
+    said = verdict(_payload(run))
+    assert "took 5.36 s and bnb4 23.35 s, but bnb4 ran cold (loaded for this request)" in said
+    assert "no warm comparison" in said and "faster" not in said and "slower" not in said
+    frame = metrics_frame(run.results, run.cold, run.payload(None))
+    assert list(chart_frame(frame, "warm_latency_s")["variant"]) == ["gptq"]  # no bar of 0 s for bnb4
+
+
+def test_verdict_says_speed_memory_and_agreement_and_links_the_published_figures() -> None:
+    run = _comparison({"gptq": False, "bnb4": False}, {"gptq": 4.0, "bnb4": 5.2})
+    payload = _payload(run)
+    assert verdict(payload) == (
+        "On this clip GPTQ was 1.3× faster than bnb4 warm (4.00 s vs 5.20 s) and held 40% less memory "
+        "(weights' footprint 1,200.0 MB vs 2,000.0 MB); their answers agree 0.82 (caption ROUGE-L, 1 = "
+        "identical)."
+    )
+    page = summary_html(payload)
+    assert 'id="compare-verdict"' in page and 'data-mr-tab="about"' in page
+    assert f'data-mr-heading="{FIGURES_HEADING}"' in page
+    # the heading the link scrolls to is the About tab's section holding the card's figures
+    assert "11.78" in about.SEED_FIGURES.split(f"### {FIGURES_HEADING}", 1)[1]
+    assert verdict({**payload, "results": {"gptq": payload["results"]["gptq"]}}) == ""  # one answer: none
+
+
+def test_verdict_says_when_one_warm_figure_reused_the_clips_reading() -> None:
+    run = _comparison(
+        {"gptq": False, "bnb4": False}, {"gptq": 4.0, "bnb4": 4.1}, reused={"gptq": True, "bnb4": False}
+    )
+    said = verdict(_payload(run))
+    assert "about as fast as bnb4 warm" in said
+    assert "GPTQ reused its earlier reading of the clip, bnb4 read it afresh" in said

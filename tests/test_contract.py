@@ -530,8 +530,8 @@ def test_repair_caption_clamps_and_drops_past_end() -> None:
     assert r.events == [Event(0.0, 4.0, "a"), Event(8.0, 10.0, "b"), Event(9.5, 10.0, "c")]
     assert r.repaired is True
     assert r.repairs == [
-        "dropped 1 event starting at or after the clip's end (10.0 s)",
-        "clamped 2 events to the clip's 10.0 s",
+        "dropped 1 event starting at or after the end",
+        "clamped 2 events that ran past the end",
     ]
     # The input is untouched.
     assert p.events[1] == Event(8.0, 12.0, "b") and p.repairs == []
@@ -546,7 +546,7 @@ def test_repair_caption_swaps_reversed() -> None:
 def test_repair_caption_reversed_past_end_is_swapped_then_clamped() -> None:
     r = repair_caption(CaptionParse("s", [Event(12.0, 8.0, "a")], True), 10.0)
     assert r.events == [Event(8.0, 10.0, "a")]
-    assert r.repairs == ["swapped start and end of 1 reversed event", "clamped 1 event to the clip's 10.0 s"]
+    assert r.repairs == ["swapped start and end of 1 reversed event", "clamped 1 event that ran past the end"]
 
 
 def test_repair_caption_drops_empty_descriptions() -> None:
@@ -619,8 +619,8 @@ def test_repair_caption_many_problems_one_note_each() -> None:
     assert r.repairs == [
         "earlier note",
         "swapped start and end of 1 reversed event",
-        "dropped 1 event starting at or after the clip's end (10.0 s)",
-        "clamped 1 event to the clip's 10.0 s",
+        "dropped 1 event starting at or after the end",
+        "clamped 1 event that ran past the end",
         "dropped 1 duplicate event",
     ]
 
@@ -666,14 +666,14 @@ def test_repair_span_untouched() -> None:
 def test_repair_span_swaps_reversed() -> None:
     r = repair_span(SpanParse((8.0, 3.0), True), 10.0)
     assert r.span == (3.0, 8.0)
-    assert r.repairs == ["swapped the reversed span 8.0 to 3.0 s"]
+    assert r.repairs == ["swapped the reversed span 8–3 s"]
     assert r.format_ok is True
 
 
 def test_repair_span_clamps() -> None:
     r = repair_span(SpanParse((8.0, 12.5), False), 10.0)
     assert r.span == (8.0, 10.0)
-    assert r.repairs == ["clamped the span 8.0 to 12.5 s into the clip's 0 to 10.0 s"]
+    assert r.repairs == ["clamped the span 8–12.5 s to 8–10 s"]
 
 
 @pytest.mark.parametrize("span", [(12.0, 15.0), (10.0, 11.0), (15.0, 12.0)])
@@ -681,13 +681,13 @@ def test_repair_span_wholly_past_end_becomes_none(span: tuple[float, float]) -> 
     r = repair_span(SpanParse(span, True), 10.0)
     assert r.span is None
     assert r.repaired is True
-    assert "starts at or after the clip's end (10.0 s)" in r.repairs[-1]
+    assert "starts at or after the end" in r.repairs[-1]
 
 
 def test_repair_span_zero_length_becomes_none() -> None:
     r = repair_span(SpanParse((5.0, 5.0), True), 10.0)
     assert r.span is None
-    assert r.repairs == ["dropped the span 5.0 to 5.0 s: it has zero length"]
+    assert r.repairs == ["dropped the span 5–5 s: it has zero length"]
 
 
 def test_repair_span_none_stays_none_without_note() -> None:

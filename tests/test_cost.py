@@ -9,7 +9,7 @@ import pytest
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import compute
-from marlin_demo.service import capacity, cost, space
+from marlin_demo.service import capacity, cost, space, zerogpu
 from marlin_demo.settings import Settings
 from marlin_demo.video import largest_window_tokens, plan_sampling, probe
 
@@ -64,16 +64,32 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(
     unmeasured = Settings(model="marlin", device="cpu", compute_dtype="float16")
     assert capacity.speed_for(unmeasured, "cpu") is None
     assert "never measured" in cost.estimate_line("find", plan, info.duration_s, unmeasured)
-    # on ZeroGPU the same line says the GPU time it typically uses and the most, then what it asks for
+    # on ZeroGPU the same line says the calls: what each needs left to start and what it is charged
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    gpu = cost.estimate_line("caption", plan, 600.0, tiny)
-    est = cost.estimate("caption", plan, 600.0, tiny, capacity.speeds()["h200"])
-    read = cost.duration_words(est.first_s)
+    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    share = capacity.prefill_share(plan.video_tokens)
+    gpu = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"], share=share)
+    each = space.call_seconds("caption", tiny, share)
     assert gpu.startswith(
-        f"On ZeroGPU, a caption of this clip uses about {read} of GPU to read it, "
-        f"and up to {cost.duration_words(est.most_s)} if every answer runs to its 768-token limit. "
+        f"On ZeroGPU, a caption of this clip makes 1 GPU call of up to {each} s: it needs "
+        f"{round(each * 1.5)} s of a visitor's daily GPU quota left to start"
     )
-    assert gpu.endswith(cost.request_gpu_line("caption", 600.0, tiny)) and est.first_s < est.most_s
+    assert gpu == cost.request_gpu_line(
+        "caption", info.duration_s, tiny, 1, share, "On ZeroGPU, a caption of this clip"
+    )
+
+
+def test_the_gpu_cost_admits_each_call_on_its_request_and_charges_its_use(tiny: Settings) -> None:
+    """ZeroGPU's rule (zerogpu.json quota_use): a call starts when its request is left, then is charged
+    what it used; so what a piece of work needs is its calls' use, the last one's request whole."""
+    one = cost.gpu_cost("caption", 1, tiny, factor=1.5)
+    two = cost.gpu_cost("caption", 2, tiny, factor=1.5)
+    assert one.start_s == two.start_s == capacity.charged_s(one.each_s, 1.5) == 99  # 66 s asked x1.5
+    assert one.needs_s == 99 and one.charged_s < 99  # a call is charged its use, not its request
+    assert two.needs_s == one.charged_s + 99 < 2 * 99  # not the two requests added up
+    assert two.fits("free") and not two.fits("unauthenticated")  # two worst-case captions: more than 2 min
+    assert cost.gpu_cost("find", 3, tiny, factor=1.5).fits("unauthenticated")  # 3 finds: 22 s to start each
+    assert cost.gpu_cost("caption", 0, tiny, factor=1.5).needs_s == 0
 
 
 @pytest.mark.parametrize(
@@ -81,4 +97,12 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(
     [(0.2, "1 s"), (12.4, "12 s"), (119, "119 s"), (130, "2 min 10 s"), (900, "15 min"), (7300, "2 h 1 min")],
 )
 def test_durations_read_as_a_wait(seconds: float, words: str) -> None:
-    assert cost.duration_words(seconds) == words
+    assert zerogpu.duration_words(seconds) == words
+
+
+@pytest.mark.parametrize(
+    ("wait", "words"),
+    [("13:12:05", "13 h 12 min"), ("0:00:56", "56 s"), ("1 day, 2:03:04", "26 h 3 min"), ("soon", "soon")],
+)
+def test_spaces_wait_reads_as_a_wait_not_a_clock_time(wait: str, words: str) -> None:
+    assert zerogpu.wait_words(wait) == words

@@ -3,13 +3,14 @@
 One table of bad files runs through the engine (what the UI and API call), the CLI (one line, non-zero
 exit) and the real server's API (gr.Error), which must keep serving afterwards. Then the server's faults
 and security (disconnects, files it must not serve, bounded load), and the modules that reach into
-Gradio (``ui.gradio_hooks``, ``ui.gradio_stubs``), each reach with a test naming it.
+Gradio (``ui.gradio_hooks``, the one module that does), each reach with a test naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,7 +32,7 @@ from marlin_demo import cli, contract
 from marlin_demo.engine import Engine, EngineError
 from marlin_demo.models import ModelLoadError
 from marlin_demo.settings import Settings
-from marlin_demo.ui import gradio_hooks, gradio_stubs
+from marlin_demo.ui import gradio_hooks
 from marlin_demo.video import VideoError
 
 pytestmark = pytest.mark.slow
@@ -295,7 +296,7 @@ def test_hook_no_url_download_gradio_still_fetches_and_the_hook_refuses_first(
         "Block.async_move_resource_to_block_cache, which the hook replaces"
     )
     # an uploaded file still passes as Gradio moves it
-    upload = Path(gr.utils.get_upload_folder()) / "probe" / "clip.mp4"
+    upload = gradio_hooks.upload_folder() / "probe" / "clip.mp4"
     upload.parent.mkdir(parents=True, exist_ok=True)
     upload.write_bytes(b"x")
     moved = asyncio.run(
@@ -360,22 +361,43 @@ def test_hook_remember_playable_probes_a_file_once_until_it_changes(
     assert getattr(processing_utils.video_is_playable, "_marlin_remembers", False)
 
 
-def test_hook_gradio_stubs_skips_the_stub_rewrite_of_a_fresh_import() -> None:
-    """``gradio_stubs``: Gradio's component metaclass still rewrites each component's ``.pyi`` through
-    ``create_or_modify_pyi`` (so the skip is needed and reached), and a process that installs the skip
-    before importing Gradio gets every component with the step skipped (too late after the import)."""
+def test_hook_skip_stub_rewrite_skips_the_stub_rewrite_of_a_fresh_import() -> None:
+    """``gradio_hooks.skip_stub_rewrite``: Gradio's component metaclass still rewrites each component's
+    ``.pyi`` through ``create_or_modify_pyi`` (so the skip is needed and reached), importing the hooks does
+    not import Gradio, and a process that skips before importing Gradio gets every component with the
+    step skipped (too late after the import)."""
     from gradio.component_meta import ComponentMeta
 
-    assert f"{gradio_stubs.STEP}(" in inspect.getsource(ComponentMeta.__new__), (
-        "gradio_stubs: Gradio's ComponentMeta no longer calls create_or_modify_pyi; drop the skip"
+    assert f"{gradio_hooks.STEP}(" in inspect.getsource(ComponentMeta.__new__), (
+        "gradio_hooks.skip_stub_rewrite: Gradio's ComponentMeta no longer calls create_or_modify_pyi; "
+        "drop the skip"
     )
     code = (
-        "from marlin_demo.ui import gradio_stubs\n"
-        "first = gradio_stubs.install()\n"
+        "import sys\n"
+        "from marlin_demo.ui import gradio_hooks\n"
+        "assert 'gradio' not in sys.modules, 'importing the hooks imported Gradio'\n"
+        "first = gradio_hooks.skip_stub_rewrite()\n"
         "import gradio as gr, gradio.component_meta as cm\n"
-        "print(first, gradio_stubs.install(), cm.create_or_modify_pyi is gradio_stubs.skipped_stub_rewrite,"
+        "skipped = cm.create_or_modify_pyi is gradio_hooks.skipped_stub_rewrite\n"
+        "print(first, gradio_hooks.skip_stub_rewrite(), skipped,"
         " isinstance(gr.Video, cm.ComponentMeta))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["True", "False", "True", "True"], proc.stdout
+
+
+def test_hook_upload_folder_follows_gradios_own_rule(tmp_path: Path) -> None:
+    """``gradio_hooks.upload_folder``: the folder Gradio stores uploads in, ``GRADIO_TEMP_DIR`` when set
+    (read by Gradio at import), so the uploads-only check accepts exactly Gradio's uploads."""
+    code = (
+        "from marlin_demo.ui import gradio_hooks\nimport gradio as gr\nprint(gradio_hooks.upload_folder())\n"
+    )
+    env = {**os.environ, "GRADIO_TEMP_DIR": str(tmp_path / "uploads")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert Path(proc.stdout.strip()) == tmp_path / "uploads", (
+        "gradio_hooks.upload_folder: Gradio no longer keeps uploads under GRADIO_TEMP_DIR"
+    )

@@ -8,6 +8,7 @@ at the top, and no function over 100 lines.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
@@ -117,3 +118,41 @@ def test_design_doc_holds_the_current_import_graph() -> None:
     design = (PACKAGE.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
     drawn = design.split("<!-- import-graph -->\n```mermaid\n", 1)[1].split("```", 1)[0]
     assert drawn.strip() == graph.strip()
+
+
+#: What only ``ui/gradio_hooks.py`` may write: Gradio's modules below its public names (its internals),
+#: private attributes of its objects, and the upload folder's own lookup. ``import gradio as gr`` and the
+#: ``Block`` and ``Examples`` classes for annotations are Gradio's public face and allowed everywhere.
+GRADIO_INTERNALS = re.compile(
+    r"from gradio\.(?!blocks import Block\b|helpers import Examples\b)\w+"
+    r"|import gradio\.\w+"
+    r"|\bgr\.(?:utils|processing_utils|component_meta|route_utils|queueing|data_classes|helpers|blocks)\b"
+    r"|\b(?:demo|blocks|queue)\._\w+"
+)
+GRADIO_ROOM = PACKAGE / "ui" / "gradio_hooks.py"
+
+
+def test_gradio_internals_rule_sees_each_kind_of_reach() -> None:
+    reaches = [
+        "from gradio.component_meta import ComponentMeta",
+        "import gradio.processing_utils",
+        "folder = gr.utils.get_upload_folder()",
+        "examples: gr.helpers.Examples",
+        "demo._queue.sleep_when_free = 1",
+    ]
+    assert all(GRADIO_INTERNALS.search(line) for line in reaches)
+    allowed = ["from gradio.blocks import Block", "from gradio.helpers import Examples", "gr.Examples(...)"]
+    assert not any(GRADIO_INTERNALS.search(line) for line in allowed)
+
+
+def test_one_module_reaches_into_gradio() -> None:
+    """Gradio's internals are reached from ``ui/gradio_hooks.py`` only, where each reach has its reason
+    and its named test (``tests/test_hardening.py``)."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != GRADIO_ROOM
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if GRADIO_INTERNALS.search(line)
+    ]
+    assert not found, "Gradio's internals outside ui/gradio_hooks.py:\n" + "\n".join(found)

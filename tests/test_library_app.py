@@ -10,6 +10,7 @@ The tiny model's answers are meaningless: only shapes, bounds and the hand-offs 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from ui_support import ARTIFACTS, CHROMIUM, EXAMPLES, AppServer, launch_chromium
 from marlin_demo.library import index as idx
 from marlin_demo.library.database import Store
 from marlin_demo.library.inputs import Item
+from marlin_demo.library.source import LibrarySource
+from marlin_demo.ui.library import cost_html
 
 pytestmark = pytest.mark.slow
 
@@ -145,6 +148,35 @@ def known_library(root: Path) -> Path:
     return root / "lib"
 
 
+def test_the_note_on_indexing_goes_once_the_library_holds_every_clip(tmp_path: Path) -> None:
+    """What building the library costs is said until it is built (or found built on disk), not after."""
+    store = Store(tmp_path / "lib")
+    items = []
+    for name in SHORT_EXAMPLES:  # each stored as the indexer stores it, with the file's own stamp
+        path = tmp_path / name
+        shutil.copy(EXAMPLES / name, path)
+        item, st = Item(id=name, video=name, path=str(path), query=None), path.stat()
+        row = {"duration_s": 5.0, "scene": "A scene.", "windows": [{"start": 0.0, "end": 5.0}], "events": []}
+        idx.store_caption(
+            store,
+            idx.Pending(item, name.encode().hex().ljust(64, "0"), st.st_size, st.st_mtime_ns, None),
+            row,
+        )
+        items.append(item)
+    store.close()
+    price = "No prebuilt library matches this model, so the first search indexes the example clips"
+    missing = [
+        *items,
+        Item(id="new.mp4", video="new.mp4", path=str(EXAMPLES / "people_meet.mp4"), query=None),
+    ]
+    before = LibrarySource(tmp_path / "lib", "bf16", missing, None, "three clips", price)
+    assert not before.indexed() and price in cost_html(before)  # one clip still to caption
+    built = LibrarySource(tmp_path / "lib", "bf16", items, None, "two clips", price)
+    assert built.indexed() and cost_html(built) == ""  # a later page load no longer says it
+    (tmp_path / "flower.mp4").write_bytes((EXAMPLES / "people_meet.mp4").read_bytes())  # changed since
+    assert not LibrarySource(tmp_path / "lib", "bf16", items, None, "two clips", price).indexed()
+
+
 @pytest.fixture(scope="module")
 def library_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     root = tmp_path_factory.mktemp("marlin-library")
@@ -162,6 +194,13 @@ def library_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServ
     )
     yield server
     stop_app(server)
+
+
+#: every time the page's clip player lands on a time (seeked does not bubble: caught on its way down)
+SEEKS_JS = """window.__clipSeeks = [];
+document.addEventListener('seeked', (e) => {
+  if (e.target.closest && e.target.closest('#clip-video')) window.__clipSeeks.push(e.target.currentTime);
+}, true);"""
 
 
 def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer) -> None:
@@ -195,9 +234,16 @@ def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer)
         pg.wait_for_function("document.documentElement.scrollWidth <= window.innerWidth", timeout=30_000)
         pg.screenshot(path=str(SHOTS / "6_library_phone.png"), full_page=True)
         pg.set_viewport_size({"width": 1400, "height": 1000})
+        start = float(re.search(r"· ([\d.]+) s →", pg.inner_text("#library-chosen")).group(1))
+        pg.evaluate(SEEKS_JS)
         pg.click("#library-open-find")
         pg.wait_for_selector("#clip-video video", timeout=60_000)
         assert pg.input_value("#find-query textarea") == "a dog jumped into the pool"
+        # Find runs on the clip with the query (its answer arrives), and the clip was at the moment first
+        pg.wait_for_selector("#find-metrics .md-card", timeout=240_000)
+        assert "“a dog jumped into the pool”" in pg.inner_text("#find-headline")
+        seeks = pg.evaluate("window.__clipSeeks")
+        assert any(abs(t - start) < 0.3 for t in seeks), (start, seeks)
         # honest states: no match in a library larger than N is said, not an error
         pg.get_by_role("tab", name="Library · search all").click()
         pg.fill("#library-query textarea", "helicopter")

@@ -1,8 +1,9 @@
 """When ZeroGPU refuses a call: one sentence for the visitor, the windows already answered kept (``partial``).
 
-The stand-in ``spaces`` (``tests/stand_ins/spaces``) keeps a visitor's quota as ``spaces`` 0.51.3 does and
-raises its very ``gr.Error`` (title and words) when a call asks for more than is left; each granted call
-runs in a forked process, as on ZeroGPU.
+The stand-in ``spaces`` (``tests/stand_ins/spaces``) keeps a visitor's quota as ZeroGPU does: a call starts
+only when its request is left (else ``spaces``' very ``gr.Error``, title and words) and is then charged the
+time it used; each granted call runs in a forked process, as on ZeroGPU. Here each call is charged its
+whole request (``Quota.used_s``) so the quota runs out at a known call.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def quota(monkeypatch: pytest.MonkeyPatch) -> stand_in.Quota:
 
 
 def charged(engine: Engine, task: str = "caption") -> int:
-    """What one window's call takes from the quota: its duration times the card's factor."""
+    """What one window's call needs left of the quota to start: its duration (the floor with these token
+    limits, whatever its frames) times the card's factor."""
     return round(space.call_seconds(task, engine.settings) * stand_in.Quota().factor)  # type: ignore[arg-type]
 
 
@@ -67,12 +69,14 @@ def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
     over = zerogpu.read_refusal(stand_in.Quota(left_s=21, visitor="ip").refusal(99))
     assert over == zerogpu.Refusal("over_quota", "", 99, 21, "13:12:05")
     said = zerogpu.refusal_sentence(over)
-    assert "99 s" in said and "21 s left" in said and "try again in 13:12:05" in said
+    assert "it needs 99 s of your daily GPU quota left to start, and 21 s are left" in said
+    assert "try again in 13 h 12 min" in said  # a wait, not a clock time
     assert "sign in to Hugging Face (5 min of GPU a day with a free account, 2 min without)" in said
     refusal = zerogpu.read_refusal(stand_in.Quota(left_s=3, visitor="free").refusal(22))
     assert refusal is not None and refusal.tier == "free"
     free = zerogpu.refusal_sentence(refusal)
-    assert "free account's daily GPU quota has 3 s left" in free and "sign in" not in free
+    assert "needs 22 s of your free account's daily GPU quota left to start, and 3 s" in free
+    assert "sign in" not in free
     assert zerogpu.read_refusal(RuntimeError("CUDA out of memory")) is None
     mislabelled = RuntimeError("GPU task aborted")
     mislabelled.title = "Something else"  # type: ignore[attr-defined]
@@ -83,11 +87,12 @@ def test_refused_midway_the_windows_answered_return_as_a_partial_answer(
     engine: Engine, quota: stand_in.Quota
 ) -> None:
     each = charged(engine)
-    quota.left_s, quota.visitor = 2 * each + 5, "free"  # two windows' calls, not three
+    # each call charged its whole request (as if it used all of it): two windows' calls, not three
+    quota.left_s, quota.visitor, quota.used_s = 2 * each + 5, "free", each / quota.factor
     res = service.run(engine, "caption", str(LONG), "bf16")
     assert isinstance(res, CaptionResult) and res.partial is not None
     assert (res.partial.windows_done, res.partial.windows_total) == (2, 3)
-    assert f"asks for {each} s" in res.partial.reason and "has 5 s left" in res.partial.reason
+    assert f"needs {each} s of your free" in res.partial.reason and "and 5 s are left" in res.partial.reason
     assert [w["end"] for w in res.windows] == [4.0, 8.0]  # nothing of the third window
     assert all(e.end <= 8.0 for e in res.events)
     d = res.to_dict()
@@ -116,7 +121,7 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(
     engine: Engine, quota: stand_in.Quota
 ) -> None:
     each = charged(engine, "find")
-    quota.left_s, quota.visitor = 2 * each, "ip"
+    quota.left_s, quota.visitor, quota.used_s = 2 * each, "ip", each / quota.factor  # two calls' worth
     events = list(service.compare(engine, "find", str(LONG), ["bf16", "gptq"], "the ball rolls"))
     out = events[-1]
     assert isinstance(out, service.Comparison)
@@ -126,6 +131,6 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(
     assert all(m.end <= 7.0 for m in first.moments)  # only the two windows searched (0-4 s, 3-7 s)
     card = compare_view._card("bf16", first, False, 12.0, None)  # the variant's card says it too
     assert "Partial answer: 2 of 4 windows answered. ZeroGPU" in card
-    assert "gptq" not in out.results and "has 0 s left" in out.errors["gptq"]
+    assert "gptq" not in out.results and "and 0 s are left" in out.errors["gptq"]
     payload = out.payload(None)
     assert payload["errors"]["gptq"] == out.errors["gptq"]

@@ -63,3 +63,31 @@ def test_compare_bad_input_fails_before_any_variant(engine: Engine) -> None:
     only_broken = list(service.compare(engine, "caption", CLIP, ["broken"]))[-1]
     with pytest.raises(EngineError, match="No variant could answer: broken"):
         only_broken.require_answer()
+
+
+def test_compare_times_cold_answers_again_warm_so_the_warm_figures_compare_like_with_like(
+    engine: Engine,
+) -> None:
+    """bnb4 loads for this request (its first run pays first-use costs beyond the load): it is timed again
+    once loaded. gptq was warm but read the clip afresh while bnb4's re-run reused its reading, so gptq is
+    timed again too. Each variant's own size is its weights' footprint, measured at its load."""
+    engine.load("gptq")
+    engine.unload("bnb4")
+    engine.prefixes.clear()
+    events = list(service.compare(engine, "find", CLIP, ["gptq", "bnb4"], "the ball rolls", warm_reruns=True))
+    run = events[-1]
+    assert isinstance(run, service.Comparison) and run.cold == {"gptq": False, "bnb4": True}
+    assert [e.variant for e in events if isinstance(e, service.WarmRerun)] == ["bnb4", "gptq"]
+    assert list(run.reruns) == ["bnb4", "gptq"]
+    payload = run.payload(None)
+    assert {v: w["rerun"] and w["reused_prefix"] for v, w in payload["warm"].items()} == {
+        "gptq": True,
+        "bnb4": True,
+    }
+    assert payload["warm"]["bnb4"]["latency_s"] == round(run.reruns["bnb4"].metrics.latency_s, 3)
+    assert payload["footprint_mb"] == {v: round(engine.loaded()[v].footprint_mb, 2) for v in ("gptq", "bnb4")}
+    # not asked (the /compare endpoint): no re-run, and a cold run has no warm figure
+    engine.unload("bnb4")
+    plain = list(service.compare(engine, "find", CLIP, ["gptq", "bnb4"], "the ball rolls"))
+    assert not any(isinstance(e, service.WarmRerun) for e in plain)
+    assert plain[-1].payload(None)["warm"]["bnb4"] is None

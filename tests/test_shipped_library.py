@@ -124,10 +124,13 @@ def test_costs_said_before_indexing_and_before_a_search(
     monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
     durations = [5.0, 70.1, 46.9]  # windows of 60 s: 1 + 2 + 1
     line = cost.index_cost_line(durations, settings)
-    each = cost.gpu_cost("caption", 1, settings).charged_s
-    assert "indexes the 3 example clips first" in line and f"up to {4 * each} s of GPU (4 calls" in line
-    assert line.endswith("more than the whole day of a visitor who is not signed in.") == (4 * each > 120)
-    find_each = cost.gpu_cost("find", 1, settings).charged_s
+    four = cost.gpu_cost("caption", 4, settings)
+    assert "indexes the 3 example clips first, which makes 4 GPU calls of up to" in line
+    assert f"each needs {four.start_s} s of a visitor's daily GPU quota left to start" in line
+    short = f"its 4 calls need {four.needs_s} s of quota to all start: more than the 2 min"
+    assert (short in line) == (four.needs_s > 120)
+    find = cost.gpu_cost("find", 3, settings)
     assert cost.search_cost_line(3, settings).startswith(
-        f"This search, find in 3 windows, asks ZeroGPU for up to {3 * find_each} s"
+        f"This search, find in 3 windows, makes 3 GPU calls of up to {find.each_s} s each: "
+        f"each needs {find.start_s} s"
     )

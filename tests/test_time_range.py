@@ -35,11 +35,11 @@ def engine(tiny_settings: Settings) -> Engine:
 @pytest.mark.parametrize(
     ("start", "end", "said"),
     [
-        (-1.0, 5.0, "starts at -1 s; a start must be 0 s or later (the video is 12.0 s long)"),
-        (5.0, 5.0, "The range 5-5 s does not end after it starts"),
-        (8.0, 3.0, "The range 8-3 s does not end after it starts"),
-        (12.0, None, "starts at 12 s, at or after the video's end: the video is 12.0 s long"),
-        (0.0, 13.0, "ends at 13 s, after the video's end: the video is 12.0 s long; end at 12.0 s at most"),
+        (-1.0, 5.0, "starts at -1 s; a start must be 0 s or later (the video is 12 s long)"),
+        (5.0, 5.0, "The range 5–5 s does not end after it starts"),
+        (8.0, 3.0, "The range 8–3 s does not end after it starts"),
+        (12.0, None, "starts at 12 s, at or after the video's end: the video is 12 s long"),
+        (0.0, 13.0, "ends at 13 s, after the video's end: the video is 12 s long; end at 12 s at most"),
         (2.0, 2.5, "is 0.50 s long; a range must be at least 1 s"),
         (0.0, float("nan"), "end must be a number of seconds"),
     ],
@@ -65,7 +65,7 @@ def test_a_range_is_planned_alone_and_the_duration_limit_applies_to_it(engine: E
         runner.window_plans(engine, LONG, "caption")
     inside = runner.window_plans(engine, LONG, "find", (40.0, 55.0))  # a 15 s range of it: accepted
     assert inside is not None and inside[0].window.start == 40.0 and inside[-1].window.end == 55.0
-    with pytest.raises(RangeError, match=r"is 30\.0 s long; at most 20 s is allowed"):
+    with pytest.raises(RangeError, match=r"0–30 s \(30 s long\) is too long: at most 20 s is allowed"):
         runner.window_plans(engine, LONG, "caption", (0.0, 30.0))
     # what the page checks (and sizes the cost by) before Run: the same rules
     assert service.asked_range(engine, CLIP, None, None) is None
@@ -79,7 +79,7 @@ def test_caption_find_and_compare_of_a_range_answer_inside_it(engine: Engine) ->
     assert isinstance(cap, CaptionResult) and cap.range_s == (6.0, 12.0)
     assert [(w["start"], w["end"]) for w in cap.windows] == [(6.0, 10.0), (10.0, 12.0)]
     assert all(6.0 <= e.start <= e.end <= 12.0 for e in cap.events)
-    assert cap.to_dict()["range"] == [6.0, 12.0] and cap.raw.startswith("[window 1/2: 6-10 s]")
+    assert cap.to_dict()["range"] == [6.0, 12.0] and cap.raw.startswith("[window 1/2: 6–10 s]")
     events = list(service.compare(engine, "find", str(CLIP), ["bf16"], "the ball", start_s=7.0, end_s=11.0))
     found = events[-1].results["bf16"]  # type: ignore[union-attr]
     assert isinstance(found, FindResult) and found.range_s == (7.0, 11.0) and found.span is not None
@@ -104,7 +104,7 @@ def test_cli_start_end_and_a_bad_range_in_one_line(capsys: pytest.CaptureFixture
     assert d["range"] == [4.0, 10.0] and 4.0 <= d["span"][0] <= d["span"][1] <= 10.0
     assert cli.main(["caption", str(CLIP), *base, "--start", "8", "--end", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: The range 8-3 s does not end after it starts")
+    assert err[-1].startswith("error: The range 8–3 s does not end after it starts")
 
 
 def test_batch_manifest_ranges_are_items_of_their_own(engine: Engine, tmp_path: Path) -> None:

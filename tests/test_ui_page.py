@@ -14,7 +14,8 @@ from marlin_demo.ui import example_notes, header, one_clip
 from marlin_demo.ui.common import ResultsClip, UIContext
 from marlin_demo.ui.compare_view import COLUMN_TITLES, SESSION_COLUMNS, titled
 
-CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CLIP = EXAMPLES / "ball_rolls.mp4"
 
 
 def test_results_belong_to_the_clip_on_screen(tmp_path: Path) -> None:
@@ -25,20 +26,43 @@ def test_results_belong_to_the_clip_on_screen(tmp_path: Path) -> None:
     copy.write_bytes(CLIP.read_bytes())
     clips = ResultsClip()
     assert clips.shows("s1", str(CLIP))  # before the page said which clip it shows
-    assert clips.show("s1", str(CLIP)) == []  # no results yet
-    clips.own("caption", "s1", str(CLIP))
-    clips.own("find", "s1", str(CLIP))
-    clips.own("find", "s2", str(CLIP))  # another visitor
-    assert clips.show("s1", str(copy)) == []  # the same file in another folder
+    assert clips.seen("s1", str(CLIP), 1) == []  # no results yet
+    assert clips.start("caption", "s1", str(CLIP), 2)
+    assert clips.start("find", "s1", str(CLIP), 3)
+    assert clips.start("find", "s2", str(CLIP), 1)  # another visitor
+    assert clips.seen("s1", str(copy), 4) == []  # the same file in another folder
     assert clips.shows("s1", str(CLIP))
-    assert sorted(clips.show("s1", "/elsewhere/other.mp4")) == ["caption", "find"]
+    assert sorted(clips.seen("s1", "/elsewhere/other.mp4", 5)) == ["caption", "find"]
     assert not clips.shows("s1", str(CLIP)) and clips.shows("s2", str(CLIP))
-    assert clips.show("s1", None) == []  # cleared: nothing left to clear
+    assert clips.seen("s1", None, 6) == []  # cleared: nothing left to clear
     assert not clips.shows("s1", "/elsewhere/other.mp4")
-    # an example's kept answer may come before its clip's change event: that event keeps it
-    clips.own("caption", "s1", str(CLIP), chosen=True)
-    assert clips.shows("s1", str(CLIP)) and clips.show("s1", str(CLIP)) == []
-    assert clips.show("s2", None) == ["find"]
+    assert clips.seen("s2", None, 2) == ["find"]
+
+
+def test_the_browsers_order_wins_over_the_servers(tmp_path: Path) -> None:
+    """Events reach the server in any order; the browser's numbers say which clip came last. These are
+    the orders a visitor met: a second example's run before its clip's change event, a run that waited
+    in the queue while the visitor uploaded another clip, an old change event arriving late."""
+    parking, ball = str(EXAMPLES / "parking_lot.mp4"), str(EXAMPLES / "ball_rolls.mp4")
+    upload = str(tmp_path / "mine.mp4")
+    Path(upload).write_bytes(b"not the same size as any example")
+    clips = ResultsClip()
+    clips.seen("s", parking, 1)
+    assert clips.start("caption", "s", parking, 2)  # the first example runs
+    # the second example: its run (number 4) reaches the server before its change event (number 3)
+    assert clips.start("caption", "s", ball, 4)
+    assert clips.seen("s", ball, 3) == []  # late and older: changes nothing, clears nothing
+    assert clips.shows("s", ball) and not clips.shows("s", parking)
+    # a run of the ball clip (number 5) waits in the queue; the visitor uploads a clip meanwhile (6)
+    assert clips.seen("s", upload, 6) == ["caption"]
+    assert not clips.start("caption", "s", ball, 5)  # when it starts, its clip is gone: nothing shown
+    assert clips.shows("s", upload)
+    # the upload's run, then an example: the example's change clears the upload's answer
+    assert clips.start("caption", "s", upload, 7)
+    assert clips.seen("s", parking, 8) == ["caption"]
+    assert clips.start("caption", "s", parking, 9)
+    # a report without a number (a page from before numbers) never overrides a numbered one
+    assert clips.seen("s", upload, None) == [] and clips.shows("s", parking)
 
 
 def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path: Path) -> None:
@@ -53,10 +77,10 @@ def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path:
         finally:
             closed.append(True)
 
-    ctx.results_clip.show("s1", str(CLIP))
-    shown = one_clip.while_shown(ctx, "find", request, str(CLIP), updates(), {"gone": True})  # type: ignore[arg-type]
+    ctx.results_clip.seen("s1", str(CLIP), 1)
+    shown = one_clip.while_shown(ctx, "find", request, str(CLIP), 2, updates(), {"gone": True})  # type: ignore[arg-type]
     assert next(shown) == {"step": 0}
-    ctx.results_clip.show("s1", "/elsewhere/other.mp4")  # the visitor chose another clip
+    ctx.results_clip.seen("s1", "/elsewhere/other.mp4", 3)  # the visitor chose another clip
     assert list(shown) == [{"gone": True}]
     assert closed == [True]  # the request was closed: its model stops
 

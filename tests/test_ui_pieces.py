@@ -203,3 +203,59 @@ def test_the_empty_timeline_shows_the_shape_of_the_result_to_come() -> None:
         assert tab.PLACEHOLDER in page
     assert "mt-ghost" not in timeline.placeholder("No result.")  # after an error: the sentence only
     assert "dashed" not in timeline.TIMELINE_CSS.split(".mt-timeline.mt-empty")[1].split("}")[0]
+
+
+def test_times_are_written_one_way_everywhere() -> None:
+    """One formatter, tenths at most: a window ending at 70.458 s read "60-70.458 s", a library caption
+    window "0–46.916 s"; the timeline, the notes and the messages now write times alike."""
+    from marlin_demo.contract import Event, clock, clock_part, clock_span, parse_caption
+    from marlin_demo.longvideo.policy import map_caption
+    from marlin_demo.results import Window
+
+    assert [clock(t) for t in (0, 9, 46.916, 59.96, 70.458, 127)] == [
+        "0 s",
+        "9 s",
+        "46.9 s",
+        "1:00",
+        "1:10.5",
+        "2:07",
+    ]
+    assert clock_span(0, 46.916) == "0–46.9 s" and clock_span(60, 70.458) == "1:00–1:10.5"
+    assert clock_span(55, 70) == "0:55–1:10"  # one unit for both ends
+    assert clock_part(3, 9) == "3–9 s (6 s long)"
+    parse = parse_caption("Scene: x.\nEvents:\n<0.0 - 30.0> A ball rolls.\n<2.0 - 3.0> It rolls.")
+    notes = map_caption(parse, Window(1, 60.0, 70.458)).repairs
+    assert notes and all(n.startswith("window 2 (1:00–1:10.5): ") for n in notes), notes
+    out = timeline.timeline_html(70.458, [Event(60.0, 70.458, "a")], windows=[(0.0, 60.0), (60.0, 70.458)])
+    assert 'title="1. 1:00–1:10.5 · a"' in out and 'title="window 2: 1:00–1:10.5"' in out
+
+
+def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
+    """A 3-9 s range of a 12 s clip said "No chapters: this clip is 12 s long" and "clamped 1 event to
+    the clip's 6.0 s" (the range cut as a clip): the chapters and the notes say the range instead."""
+    from marlin_demo.contract import Event, parse_caption
+    from marlin_demo.longvideo.policy import map_caption
+    from marlin_demo.results import CaptionResult, Metrics, RunInfo, Window
+
+    metrics = Metrics(1.0, 0.1, 10, 10.0, 100, 1.0, "cpu_peak_rss", 0.0, "cpu")
+    result = CaptionResult(
+        "gptq", "m", "s", [Event(3.0, 9.0, "a")], "raw", False, metrics, info=RunInfo(duration_s=12.0)
+    )
+    assert "this clip is 12 s long" in caption.chapters_html(result)  # the whole clip: its own length
+    result.range_s = (3.0, 9.0)
+    said = caption.chapters_html(result)
+    assert "3–9 s (6 s long)" in said and "12 s" not in said, said
+    assert caption.caption_json(result)["chapters"]["reason"] in said  # the API says the same
+    # the range answered as its own 6 s clip: the note names no 6 s "clip", only the range's end
+    parse = parse_caption("Scene: x.\nEvents:\n<0.0 - 8.0> A ball rolls.")
+    notes = map_caption(parse, Window(0, 3.0, 9.0)).repairs
+    assert notes == ["window 1 (3–9 s): clamped 1 event that ran past the end"], notes
+
+
+def test_about_offers_to_duplicate_the_space_only_on_a_space() -> None:
+    """Served locally, About told the visitor "On this Space, Duplicate this Space"."""
+    from marlin_demo.ui import about
+
+    here, space = about.run_yourself(on_space=False), about.run_yourself(on_space=True)
+    assert "Space" not in here.split("```")[-1] and "--queue-size" in here
+    assert "**Duplicate this Space**" in space and "--queue-size" not in space

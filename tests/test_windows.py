@@ -106,8 +106,8 @@ def test_map_caption_offsets_and_reports_past_the_end() -> None:
     out = map_caption(parse, w)
     assert [(e.start, e.end) for e in out.events] == [(60.0, 70.0), (115.0, 120.0)]
     assert out.repaired
-    assert any(n.startswith("window 2 (60-120 s): dropped 1 event") for n in out.repairs)
-    assert any(n.startswith("window 2 (60-120 s): clamped 1 event") for n in out.repairs)
+    assert any(n.startswith("window 2 (1:00–2:00): dropped 1 event") for n in out.repairs)
+    assert any(n.startswith("window 2 (1:00–2:00): clamped 1 event") for n in out.repairs)
 
 
 def test_one_window_mapping_equals_todays_repair() -> None:
@@ -122,7 +122,7 @@ def test_map_span_past_the_end_and_offset() -> None:
     assert map_span(SpanParse((3.0, 8.5), True), w).span == (53.0, 58.5)
     clamped = map_span(SpanParse((20.0, 45.0), True), w)
     assert clamped.span == (70.0, 80.0) and clamped.repaired
-    assert clamped.repairs[0].startswith("window 3 (50-80 s): clamped")
+    assert clamped.repairs[0].startswith("window 3 (0:50–1:20): clamped")
     dropped = map_span(SpanParse((31.0, 40.0), True), w)
     assert dropped.span is None and "starts at or after" in dropped.repairs[0]
 
@@ -145,7 +145,7 @@ def test_event_cut_by_a_boundary_becomes_one() -> None:
     merged = merge_captions([(w0, map_caption(a, w0)), (w1, map_caption(b, w1))])
     assert [(e.start, e.end) for e in merged.events] == [(0.0, 40.0), (40.0, 72.0), (72.0, 90.0)]
     assert merged.events[1].description == "The person washes the dog."  # the longer part (20 s vs 12 s)
-    assert merged.joined == ["joined an event cut by the window boundary at 60 s"]
+    assert merged.joined == ["joined an event cut by the window boundary at 1:00"]
     assert merged.scene == "A bathroom."  # the same scene twice is said once
     assert merged.to_dict()["windows"] == [
         {"start": 0.0, "end": 60.0, "scene": "A bathroom."},

@@ -19,15 +19,17 @@ import stand_ins.spaces as stand_in
 from gradio_client import Client, handle_file
 from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
+from marlin_demo import contract
 from marlin_demo.models import kernels
-from marlin_demo.service import space, startup, zerogpu
+from marlin_demo.service import capacity, space, startup, zerogpu
 from marlin_demo.settings import Settings
+from marlin_demo.video import plan_sampling, probe
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _charged(seconds: int) -> int:
-    """What the stand-in takes from its quota for a call of ``seconds`` (its card's factor, 1.5)."""
+    """What a call of ``seconds`` needs left to start on the stand-in (its card's factor, 1.5)."""
     return round(seconds * 1.5)
 
 
@@ -102,36 +104,68 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     ask for their own time only: the calls read [start-up, each, each], then the quota refuses."""
     log = tmp_path / "gpu.jsonl"
     settings = Settings(model="tiny", variants="bf16,gptq")
-    each = space.call_seconds("caption", settings)
-    start_up = space.warm_up_seconds(settings, 2)
-    quota = _charged(start_up) + 2 * _charged(each) + 1  # the start-up call and two captions, not three
-    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(quota)}
+    clip = EXAMPLES / "flower.mp4"
+    share = capacity.prefill_share(plan_sampling(probe(clip), contract.VideoParams()).video_tokens)
+    each, start_up = space.call_seconds("caption", settings, share), space.warm_up_seconds(settings, 2)
+    held = _charged(each)
+    # each call charged 40 s x1.5 of use: the start-up call and two captions, then too little for a third
+    quota = 3 * 60 + held - 1
+    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(quota), "MARLIN_STAND_IN_USED_S": "40"}
     server = start_app(tmp_path / "app", "--variants", "bf16,gptq", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)
         for _ in range(2):
-            result = client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
+            result = client.predict(handle_file(str(clip)), "bf16", api_name="/caption")
             assert result["variant"] == "bf16" and result["raw"], result
         for _ in range(2):  # the quota is spent: refused in one sentence, and the server keeps serving
-            with pytest.raises(Exception, match="ZeroGPU refused the next GPU call: it asks for") as refused:
-                client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
+            with pytest.raises(Exception, match="ZeroGPU refused the next GPU call: it needs") as refused:
+                client.predict(handle_file(str(clip)), "bf16", api_name="/caption")
         assert server.proc.poll() is None
     finally:
         stop_app(server)
-    left = quota - _charged(start_up) - 2 * _charged(each)
-    assert f"asks for {_charged(each)} s and your free account's daily GPU quota has {left} s left" in str(
-        refused.value
-    )
     entries = _entries(log)
     assert entries[0] == {"imported": True, "torch_already_imported": False}  # app.py: spaces before torch
     calls = [e for e in entries if e.get("call")]
     assert [c["duration"] for c in calls] == [start_up, each, each], entries  # no compile asked by a visitor
+    settled = [e for e in entries if e.get("settled")]
+    assert [e["held"] for e in settled] == [_charged(start_up), held, held]  # admitted on its request
+    assert all(e["charged_s"] == 60.0 for e in settled)  # charged its use
+    said = f"it needs {held} s of your free account's daily GPU quota left to start, and {held - 1} s are"
+    assert said in str(refused.value)
     assert len([e for e in entries if e.get("refused")]) == 2  # refused before any process started
     assert all(c["child"] != c["parent"] == server.proc.pid for c in calls)  # each in a forked process
     text = server.log_path.read_text()
     warmed = [line for line in text.splitlines() if "marlin_demo.engine.warmup: warm-up: " in line]
     assert [line.split("warm-up: ")[1].split(":")[0] for line in warmed] == ["bf16", "gptq"], text[-3000:]
     assert "start-up GPU call (" in text and "did not warm" not in text
+
+
+@pytest.mark.slow
+def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> None:
+    """120 s left and no account: each caption call needs more than half of that left to start (66 s x1.5
+    for a full window), yet both variants run, since ZeroGPU charges what a call used, not its request."""
+    log = tmp_path / "gpu.jsonl"
+    day = zerogpu.daily_quota_s("unauthenticated")
+    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(day), "MARLIN_STAND_IN_VISITOR": "ip"}
+    server = start_app(tmp_path / "app", "--variants", "gptq,bnb4", extra_env=env, address_flags=False)
+    try:
+        client = Client(server.url, verbose=False)
+        d = client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "caption", "", api_name="/compare")
+    finally:
+        stop_app(server)
+    assert set(d["results"]) == {"gptq", "bnb4"} and not d.get("errors"), d.get("errors")
+    entries = _entries(log)
+    (start_up, *calls), (warmed, *settled) = ([e for e in entries if e.get(k)] for k in ("call", "settled"))
+    assert start_up["duration"] == space.warm_up_seconds(Settings(model="tiny", variants="gptq,bnb4"), 2)
+    assert len(calls) == len(settled) == 2 and not [e for e in entries if e.get("refused")]
+    left = day - warmed["charged_s"]  # the stand-in charges the start-up call to the same quota
+    for call, done in zip(calls, settled, strict=True):
+        held = round(call["duration"] * 1.5)  # admitted on its request: it needs this much left to start
+        assert done["held"] == held and 2 * held > day  # two requests added up are more than the day
+        assert done["charged_s"] == pytest.approx(done["took_s"] * 1.5, abs=0.01)  # charged its use
+        assert done["took_s"] < call["duration"] and done["charged_s"] < held
+    # the first call's use left room for the second's request (charged as requested, it would not have)
+    assert left - settled[0]["charged_s"] >= settled[1]["held"] > left - settled[0]["held"]
 
 
 # ------------------------------------------------------------------ the start-up call, in this process

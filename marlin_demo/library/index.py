@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.library.database import THUMBS_DIR, Store, WindowText
-from marlin_demo.library.inputs import Item, failure, range_suffix
+from marlin_demo.library.inputs import REFUSED, Item, failure, range_suffix
 from marlin_demo.models.fingerprint import fingerprint
 from marlin_demo.settings import Settings, Variant
 
@@ -213,6 +213,8 @@ def caption_row(
     except Exception as exc:
         reason, sentence = failure(exc)
         return {"status": "error", "reason": reason, "error": sentence}
+    if result.partial is not None:  # ZeroGPU refused a later window: not this video's whole caption
+        return {"status": "error", "reason": REFUSED, "error": result.partial.reason}
     return {"status": "ok", **result.to_dict(), "duration_s": float(result.info.duration_s)}
 
 

@@ -154,12 +154,19 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
     return items
 
 
+#: the reason of a video ZeroGPU refused a call for (its sentence says what the visitor's quota allows)
+REFUSED = "gpu_refused"
+
+
 def failure(exc: BaseException) -> tuple[str, str]:
     """(reason, sentence): the sentence is what the CLI prints; the reason groups the summary."""
     from marlin_demo.models import ModelLoadError
+    from marlin_demo.service.space import GpuRefused
     from marlin_demo.video import VideoError
 
     msg = str(exc)
+    if isinstance(exc, GpuRefused):
+        return REFUSED, msg
     if isinstance(exc, ModelLoadError):
         return "model_load", msg
     if "time limit" in msg:

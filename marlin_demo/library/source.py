@@ -7,6 +7,7 @@ Apart from the page (``ui/library.py`` shows it) so that the indexing thread liv
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 from marlin_demo.library import index as idx
 from marlin_demo.library.database import THUMBS_DIR, LibraryError, Store
-from marlin_demo.library.inputs import Item
+from marlin_demo.library.inputs import REFUSED, Item, range_suffix
 
 
 @dataclass
@@ -31,12 +32,28 @@ class LibrarySource:
     label: str
     cost: str = ""  # what building it costs before the first search ("" when it is ready or shipped)
     shipped: str = ""  # what became of the shipped library of the examples
-    done: int = 0
+    done: int = 0  # videos captioned by this build
+    failed: int = 0  # videos that could not be (each one's sentence in ``failures``)
     total: int = 0
     ready: bool = False
     error: str | None = None
+    failures: list[str] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def indexed(self) -> bool:
+        """Whether the index is built, or a library on disk already holds every item as it is now (no
+        model needed to build it): what the tab's note on indexing's cost follows."""
+        if self.ready or self.items is None:
+            return self.ready
+        try:
+            store = Store(self.folder, create=False)
+        except LibraryError:
+            return False
+        try:
+            return all(_held(store, item) for item in self.items)
+        finally:
+            store.close()
 
     def allowed_paths(self) -> list[str]:
         """What the app may serve from this library: its thumbnails and its videos, nothing else."""
@@ -57,7 +74,7 @@ class LibrarySource:
         with self._cond:
             if self.ready or (self._thread is not None and self._thread.is_alive()):
                 return
-            self.error = None
+            self.error, self.done, self.failed, self.failures = None, 0, 0, []
             self._thread = threading.Thread(target=self._build, name="library-index", daemon=True)
             self._thread.start()
 
@@ -76,6 +93,7 @@ class LibrarySource:
 
     def _index(self, items: list[Item]) -> None:
         store = Store(self.folder)
+        refused: list[str] = []
         try:
             store.check_setup(idx.setup_fingerprint(self.engine.settings, self.variant))
 
@@ -83,33 +101,53 @@ class LibrarySource:
                 with self._cond:
                     self.total = len(todo)
                     self._cond.notify_all()
-                return idx.caption_local(self.engine, todo, self.variant)
+                for job, row in idx.caption_local(self.engine, todo, self.variant):
+                    yield job, row  # stored (or noted as failed) before the next is asked for
+                    with self._cond:
+                        if row.get("status") == "ok":
+                            self.done += 1
+                        else:
+                            self.failed += 1
+                            self.failures.append(str(row["error"]))
+                        self._cond.notify_all()
+                    if row.get("reason") == REFUSED:  # each later call would be refused too
+                        refused.append(str(row["error"]))
+                        return
 
-            def note(line: str) -> None:
-                with self._cond:
-                    self.done += 1
-                    self._cond.notify_all()
-
-            idx.index(store, items, captions, prune_gone=True, note=note)
+            idx.index(store, items, captions, prune_gone=True)
         finally:
             store.close()
+        if refused:  # not ready: the next search builds on, from the videos still missing
+            raise ValueError(
+                f"Indexing {self.label} stopped after {self.done} of {self.total} videos: {refused[0]}"
+            )
 
-    def progress(self) -> Iterator[tuple[int, int]]:
-        """(videos captioned, videos to caption) each time it changes, until the index is ready; a
-        failed build raises LibraryError with its sentence."""
+    def progress(self) -> Iterator[tuple[int, int, int]]:
+        """(videos captioned, videos that could not be, videos to caption) each time it changes, until the
+        index is ready; a failed build (a ZeroGPU refusal included) raises LibraryError with its sentence."""
         self.start()
-        last: tuple[int, int] | None = None
+        last: tuple[int, int, int] | None = None
 
-        def changed(seen: tuple[int, int] | None) -> bool:
-            return self.ready or self.error is not None or (self.done, self.total) != seen
+        def changed(seen: tuple[int, int, int] | None) -> bool:
+            return self.ready or self.error is not None or (self.done, self.failed, self.total) != seen
 
         while True:
             with self._cond:
                 self._cond.wait_for(functools.partial(changed, last))
-                ready, error, now = self.ready, self.error, (self.done, self.total)
+                ready, error, now = self.ready, self.error, (self.done, self.failed, self.total)
             if error is not None:
                 raise LibraryError(error)
             if ready:
                 return
             last = now
             yield now
+
+
+def _held(store: Store, item: Item) -> bool:
+    """The library holds this file, unchanged since, for this range (``index.triage`` would skip it)."""
+    row = store.by_path(item.path, range_suffix(item.start, item.end))
+    try:
+        st = os.stat(item.path)
+    except OSError:
+        return False
+    return row is not None and (row["size"], row["mtime_ns"]) == (st.st_size, st.st_mtime_ns)

@@ -12,7 +12,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from marlin_demo.contract import CaptionParse, Event, SpanParse, repair_caption, repair_span
+from marlin_demo.contract import (
+    CaptionParse,
+    Event,
+    SpanParse,
+    clock,
+    clock_part,
+    clock_span,
+    repair_caption,
+    repair_span,
+)
 from marlin_demo.results import Moment, Window
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import Task, get_task
@@ -99,7 +108,7 @@ def check_range(
 ) -> tuple[float, float]:
     """The range (start, end) in the video's seconds (None: 0, the video's end), else a ``RangeError``;
     the duration limit applies to the range asked, not to the file."""
-    whole = f"the video is {duration:.1f} s long"
+    whole = f"the video is {clock(duration)} long"
     for name, value in (("start", start), ("end", end)):
         if value is not None and not math.isfinite(value):
             raise RangeError(f"The range's {name} must be a number of seconds, got {value!r}.")
@@ -109,25 +118,26 @@ def check_range(
         raise RangeError(f"The range starts at {s:g} s; a start must be 0 s or later ({whole}).")
     if s >= duration:
         raise RangeError(
-            f"The range starts at {s:g} s, at or after the video's end: {whole}; start before it."
+            f"The range starts at {clock(s)}, at or after the video's end: {whole}; start before it."
         )
     if e > duration + END_TOLERANCE_S:
         raise RangeError(
-            f"The range ends at {e:g} s, after the video's end: {whole}; end at {duration:.1f} s at most, "
-            "or leave the end empty."
+            f"The range ends at {clock(e)}, after the video's end: {whole}; end at {clock(duration)} at "
+            "most, or leave the end empty."
         )
     e = min(e, duration)
     if e <= s:
         raise RangeError(
-            f"The range {s:g}-{e:g} s does not end after it starts: the end must be after the start."
+            f"The range {clock_span(s, e)} does not end after it starts: the end must be after the start."
         )
     if e - s < MIN_RANGE_S:
         raise RangeError(
-            f"The range {s:g}-{e:g} s is {e - s:.2f} s long; a range must be at least {MIN_RANGE_S:g} s."
+            # the typed times as typed: rounded to tenths, 3-3.96 s would read "3–4 s (1 s long)"
+            f"The range {s:g}–{e:g} s is {e - s:.2f} s long; a range must be at least {clock(MIN_RANGE_S)}."
         )
     if e - s > max_duration:
         raise RangeError(
-            f"The range {s:g}-{e:g} s is {e - s:.1f} s long; at most {max_duration:g} s is allowed: "
+            f"The range {clock_part(s, e)} is too long: at most {clock(max_duration)} is allowed: "
             "choose a shorter range."
         )
     return s, e
@@ -141,8 +151,8 @@ def range_windows(task: str | Task, start: float, end: float, settings: Settings
     except WindowLimitError:
         allowed = get_task(task).covered_s(settings.max_windows, settings)
         raise RangeError(
-            f"The range {start:g}-{end:g} s needs more than the {settings.max_windows} windows allowed; "
-            f"choose a range of at most {allowed:g} s."
+            f"The range {clock_part(start, end)} needs more than the {settings.max_windows} windows "
+            f"allowed; choose a range of at most {clock(allowed)}."
         ) from None
     return [Window(w.index, round(w.start + start, 6), round(w.end + start, 6)) for w in local]
 
@@ -153,7 +163,7 @@ def range_windows(task: str | Task, start: float, end: float, settings: Settings
 
 
 def _label(window: Window, single: bool, note: str) -> str:
-    return note if single else f"window {window.index + 1} ({window.start:g}-{window.end:g} s): {note}"
+    return note if single else f"window {window.index + 1} ({clock_span(window.start, window.end)}): {note}"
 
 
 P = TypeVar("P", CaptionParse, SpanParse)
@@ -330,7 +340,7 @@ def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCapt
                 a, b = timeline[i][0], incoming[j]
                 desc = a.description if a.end - a.start >= b.end - b.start else b.description
                 timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)
-                joined.append(f"joined an event cut by the window boundary at {window.start:g} s")
+                joined.append(f"joined an event cut by the window boundary at {clock(window.start)}")
             incoming = [e for j, e in enumerate(incoming) if j not in used_j]
         timeline.extend((e, k) for e in incoming)
     return MergedCaption(

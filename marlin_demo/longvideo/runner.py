@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from marlin_demo.contract import CaptionParse, SpanParse
+from marlin_demo.contract import CaptionParse, SpanParse, clock_span
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy
 from marlin_demo.results import (
@@ -192,7 +192,7 @@ def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[M
 def raw_text(runs: list[WindowRun], n: int) -> str:
     """Each window's answer under a header naming the window (the model's words, unchanged)."""
     return "\n\n".join(
-        f"[window {k}/{n}: {r.plan.window.start:g}-{r.plan.window.end:g} s]\n{r.result.raw}"
+        f"[window {k}/{n}: {clock_span(r.plan.window.start, r.plan.window.end)}]\n{r.result.raw}"
         for k, r in enumerate(runs, 1)
     )
 

@@ -4,7 +4,8 @@ A request is a staged stream (``results.Stage``: Prepared, Loaded, Progress, Don
 inside the engine's own run, so timings, the time limit and the caches are the same whichever caller
 asks. ``compare`` (the Compare tab and ``/compare``) runs several variants in turn: bad input fails
 before any runs; a variant's own user-facing failure is kept in ``Comparison.errors`` and does not hide
-the others; with no answer at all, ``Comparison.require_answer`` names each failure.
+the others; with no answer at all, ``Comparison.require_answer`` names each failure. Asked to
+(``warm_reruns``), it times a cold variant's answer again once loaded, so every variant has a warm figure.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from marlin_demo.results import (
     Stage,
     WindowDone,
 )
-from marlin_demo.service import space
+from marlin_demo.service import capacity, space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task, get_task
-from marlin_demo.video import PreparedVideo
+from marlin_demo.video import PreparedVideo, VideoError, plan_sampling
 from marlin_demo.video.windows import WindowPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -54,7 +55,9 @@ __all__ = [
     "Stage",
     "VariantFinished",
     "VariantStarted",
+    "WarmRerun",
     "asked_range",
+    "call_share",
     "check_query",
     "compare",
     "is_cold",
@@ -67,11 +70,16 @@ T = TypeVar("T")
 R = TypeVar("R", bound=Result)
 
 
+def chapters_of(result: CaptionResult) -> subtitles.Chapters:
+    """A caption's chapters (``0:00 Title`` lines), or why it has none (a short video, a range asked)."""
+    return subtitles.chapters(result.events, result.info.duration_s, result.range_s)
+
+
 def caption_json(result: CaptionResult) -> dict[str, Any]:
     """A caption's JSON as the API and the CLI give it: the result plus its chapters (``0:00 Title``
     lines, or why the clip has none)."""
     data = result.to_dict()
-    data["chapters"] = subtitles.chapters(result.events, result.info.duration_s).to_dict()
+    data["chapters"] = chapters_of(result).to_dict()
     return data
 
 
@@ -110,7 +118,7 @@ def answer(
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, kind, variant)
+        execute = _Turns(engine, ticket, kind, variant, _share(engine, video, plans))
         asked = None if span is None or plans is None else runner.plans_range(plans)
         res = _answer_kept(engine, kind, video, plans, variant, query, on_text, on_stage, execute, asked)
         if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
@@ -166,22 +174,51 @@ def answer_plans(
     """Answer these windows of a file, chosen by the caller (a library search's best windows), in
     turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
     with scheduler_for(engine).request(len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, task, variant)
+        execute = _Turns(engine, ticket, task, variant, _share(engine, path, plans))
         res = _answer_kept(engine, task, path, plans, variant, query, None, None, execute, None)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
 
 
-class _Turns:
-    """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one window-sized call,
-    sized for the decoding ``variant`` is known to run (``Engine.decode_expected``)."""
+def call_share(
+    engine: Engine, task: str | Task, video: Video, start_s: float | None = None, end_s: float | None = None
+) -> float:
+    """What a request's ZeroGPU calls are sized by (``space.call_seconds``): the largest share of a full
+    window's prefill among its windows (a short clip: its own frames), so a page can say it before Run."""
+    plans = runner.window_plans(engine, video, get_task(task), _span(start_s, end_s))
+    return _share(engine, video, plans, always=True)
 
-    def __init__(self, engine: Engine, ticket: Ticket, task: str | Task, variant: Variant) -> None:
+
+def _share(engine: Engine, video: Video, plans: list[WindowPlan] | None, always: bool = False) -> float:
+    """``call_share`` of windows already planned (1, a full window, off ZeroGPU unless ``always``)."""
+    if not (always or space.zero_gpu()):
+        return 1.0
+    if plans:
+        tokens = max(p.plan.video_tokens for p in plans)
+    elif isinstance(video, PreparedVideo):
+        tokens = video.plan.video_tokens
+    else:
+        try:
+            tokens = plan_sampling(engine.info(Path(video)), engine.params).video_tokens
+        except (VideoError, OSError, ValueError):  # sized as a full window; the run says what is wrong
+            return 1.0
+    return capacity.prefill_share(tokens, engine.params)
+
+
+class _Turns:
+    """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one call sized for its
+    largest window's frames (``share``) and for the decoding ``variant`` is known to run
+    (``Engine.decode_expected``)."""
+
+    def __init__(
+        self, engine: Engine, ticket: Ticket, task: str | Task, variant: Variant, share: float = 1.0
+    ) -> None:
         self.engine = engine
         self.scheduler = scheduler_for(engine)
         self.ticket = ticket
         self.task = get_task(task).name
         self.variant = variant
+        self.share = share
         self.device = pick_device(engine.settings.device)
         self.calls = 0
         self.asked_s = 0
@@ -213,7 +250,8 @@ class _Turns:
         """One ZeroGPU call of ``work`` sized for ``decode``; what the answer decoded with is remembered."""
         t0 = time.perf_counter()
         granted = True
-        asked = space.asked_seconds(space.call_seconds(self.task, self.engine.settings, decode), self.device)
+        seconds = space.call_seconds(self.task, self.engine.settings, self.share, decode)
+        asked = space.asked_seconds(seconds, self.device)
         try:
             sized = functools.partial(space.sized_work, work, decode)
             result = space.gpu_call(sized, asked, on_text, on_stage)
@@ -355,9 +393,22 @@ class VariantFinished:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class WarmRerun:
+    """``variant``'s answer is asked again, warm: its run was cold (its first-use costs are in that run's
+    latency), or it read the clip afresh where the others' warm figures reused their reading."""
+
+    variant: Variant
+
+
 @dataclass
 class Comparison:
-    """Every variant's outcome, in the order they ran."""
+    """Every variant's outcome, in the order they ran.
+
+    ``footprint_mb``: each answering variant's weights in memory (``LoadedModel.footprint_mb``, measured
+    at its load): its own size on any device, where a run's ``peak_memory_mb`` counts the whole process
+    (CPU) or every model then on the GPU. ``reruns``: the warm re-runs (``WarmRerun``) by variant, and
+    ``rerun_errors`` why one gave no answer."""
 
     task: str
     query: str | None
@@ -366,6 +417,9 @@ class Comparison:
     results: dict[str, Result] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     cold: dict[str, bool] = field(default_factory=dict)
+    footprint_mb: dict[str, float] = field(default_factory=dict)
+    reruns: dict[str, Result] = field(default_factory=dict)
+    rerun_errors: dict[str, str] = field(default_factory=dict)
 
     def require_answer(self) -> None:
         """Raise an ``EngineError`` naming each failure when no variant answered."""
@@ -374,16 +428,39 @@ class Comparison:
                 "No variant could answer: " + " | ".join(f"{v}: {e}" for v, e in self.errors.items())
             )
 
+    def warm(self, variant: str) -> Result | None:
+        """The variant's warm run: its re-run, else its own run when that was warm (None: only a cold one)."""
+        if variant in self.reruns:
+            return self.reruns[variant]
+        if variant in self.results and not self.cold.get(variant):
+            return self.results[variant]
+        return None
+
     def payload(self, example: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The ``/compare`` JSON: ``agreement.compare_payload`` of the answers, plus ``errors``
-        (``{variant: sentence}``) only when a variant failed."""
+        """The ``/compare`` JSON: ``agreement.compare_payload`` of the answers, ``errors``
+        (``{variant: sentence}``) only when a variant failed, and per variant: ``cold`` (loaded for this
+        request), ``footprint_mb`` (its weights) and ``warm`` ({latency_s, rerun, reused_prefix}, or
+        null when its only run was cold)."""
         out = agreement.compare_payload(self.task, self.query, self.results, example)
         if self.errors:
             out["errors"] = dict(self.errors)
+        out["cold"] = {v: self.cold[v] for v in self.results}
+        out["footprint_mb"] = {v: round(mb, 2) for v, mb in self.footprint_mb.items()}
+        out["warm"] = {v: _warm_figure(self.warm(v), v in self.reruns) for v in self.results}
         return out
 
 
-CompareEvent = Prepared | VariantStarted | VariantFinished | Comparison
+def _warm_figure(res: Result | None, rerun: bool) -> dict[str, Any] | None:
+    if res is None:
+        return None
+    return {
+        "latency_s": round(res.metrics.latency_s, 3),
+        "rerun": rerun,
+        "reused_prefix": res.info.reused_prefix,
+    }
+
+
+CompareEvent = Prepared | VariantStarted | VariantFinished | WarmRerun | Comparison
 
 
 def compare(
@@ -396,10 +473,12 @@ def compare(
     live: bool = False,
     start_s: float | None = None,
     end_s: float | None = None,
+    warm_reruns: bool = False,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
     """Run ``task`` on each variant in turn: Prepared, per variant Started/Finished, then the Comparison
     (contract: the module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress``
-    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``answer``."""
+    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``answer``. ``warm_reruns``: on a
+    one-window request, ``warm_reruns_for`` chooses answers to time again (each after a ``WarmRerun``)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
     plans = runner.window_plans(engine, video, task, _span(start_s, end_s))  # too many windows: refused now
@@ -413,28 +492,73 @@ def compare(
         info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
         yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
     out = Comparison(task, clean, info, list(variants))
+
+    def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
+        return _answer_one(engine, task, video, v, clean, live, start_s, end_s)
+
     for i, v in enumerate(variants):
         cold = is_cold(engine, v)
         out.cold[v] = cold
         yield VariantStarted(v, i, len(variants), cold)
         try:
-            if live:
-                res = None
-                with contextlib.closing(
-                    stream(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
-                ) as stages:
-                    for stage in stages:
-                        if isinstance(stage, Done):
-                            res = stage.result
-                        elif isinstance(stage, Loaded | Progress):
-                            yield stage
-                assert res is not None
-            else:
-                res = answer(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
+            res = yield from one(v)
         except USER_ERRORS as exc:  # one variant failing must not hide the others
             out.errors[v] = str(exc)
             yield VariantFinished(v, cold, error=str(exc))
             continue
         out.results[v] = res
+        loaded = engine.loaded().get(v)
+        if loaded is not None:
+            out.footprint_mb[v] = loaded.footprint_mb
         yield VariantFinished(v, cold, result=res)
+    # a long video is not answered twice: its figures stay as measured, marked cold
+    if warm_reruns and (plans is None or len(plans) == 1):
+        for _ in range(2):  # the cold ones; then, once, those whose reading of the clip differed
+            for v in warm_reruns_for(engine, out):
+                yield WarmRerun(v)
+                try:
+                    out.reruns[v] = yield from one(v)
+                except USER_ERRORS as exc:  # no warm figure for it: null in the payload, as for a cold run
+                    out.rerun_errors[v] = str(exc)
     yield out
+
+
+def warm_reruns_for(engine: Engine, run: Comparison) -> list[str]:
+    """The answers to time again so the warm figures compare like with like: each cold run (the variant
+    still loaded, so the re-run is warm); else, when a warm figure reused its variant's earlier reading of
+    the clip (``RunInfo.reused_prefix``) and another read it afresh, the one that read it afresh."""
+    tried = run.reruns.keys() | run.rerun_errors.keys()
+    todo = [v for v in run.results if run.cold.get(v) and v not in tried and not is_cold(engine, v)]
+    if todo:
+        return todo
+    figures = {v: w for v in run.results if (w := run.warm(v)) is not None}
+    if len({w.info.reused_prefix for w in figures.values()}) < 2:
+        return []
+    return [v for v, w in figures.items() if not w.info.reused_prefix and v not in tried]
+
+
+def _answer_one(
+    engine: Engine,
+    task: str,
+    video: Video,
+    variant: Variant,
+    query: str | None,
+    live: bool,
+    start_s: float | None,
+    end_s: float | None,
+) -> Generator[Loaded | Progress, None, Result]:
+    """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on (closing
+    this generator stops the model)."""
+    if not live:
+        return answer(engine, task, video, variant, query, start_s=start_s, end_s=end_s)
+    res = None
+    with contextlib.closing(
+        stream(engine, task, video, variant, query, start_s=start_s, end_s=end_s)
+    ) as stages:
+        for stage in stages:
+            if isinstance(stage, Done):
+                res = stage.result
+            elif isinstance(stage, Loaded | Progress):
+                yield stage
+    assert res is not None
+    return res

@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
+from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import compute
 from marlin_demo.service import zerogpu
 from marlin_demo.settings import Settings, env_name
 from marlin_demo.tasks import TASKS, get_task
+from marlin_demo.video import largest_window_tokens
 
 SPEEDS_FILE = Path(__file__).with_name("speeds.json")
 
-#: ZeroGPU: the shortest and longest duration one ``spaces.GPU`` call asks for
+#: ZeroGPU: the shortest and longest duration one ``spaces.GPU`` call asks for (``gpu_call_s`` says why
+#: the shortest is not less)
 MIN_GPU_S = 15
 MAX_GPU_S = 300
 #: a GPU call asks for this much more than the estimate (slower pages, a longer answer than typical)
@@ -202,9 +205,23 @@ def max_new_tokens(task: str, settings: Settings) -> int:
     return get_task(task).tokens(settings)
 
 
-def model_s(task: str, settings: Settings, speed: Speed) -> float:
-    """The longest one window's model work can take: prefill, every allowed token, overhead."""
-    return speed.overhead_s + speed.prefill_s + max_new_tokens(task, settings) / speed.decode_tokens_per_s
+def prefill_share(video_tokens: int, params: VideoParams | None = None) -> float:
+    """A clip's (or window's) share of the full window whose prefill the speeds table measured: its video
+    tokens over the largest window's, at most 1."""
+    return min(1.0, max(0.0, video_tokens / largest_window_tokens(params)))
+
+
+def read_s(speed: Speed, share: float = 1.0) -> float:
+    """One window's model work before its first token: overhead and the prefill of its frames (``share``
+    of a full window's, ``prefill_share``). On ZeroGPU the least one call is charged for, before the
+    card's factor."""
+    return speed.overhead_s + speed.prefill_s * share
+
+
+def model_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) -> float:
+    """The longest one window's model work can take: ``read_s``, then every allowed token. On ZeroGPU the
+    most one call is charged for, before the card's factor (it is charged the time it uses)."""
+    return read_s(speed, share) + max_new_tokens(task, settings) / speed.decode_tokens_per_s
 
 
 def window_s(task: str, settings: Settings, speed: Speed) -> float:
@@ -212,24 +229,38 @@ def window_s(task: str, settings: Settings, speed: Speed) -> float:
     return speed.prepare_s + model_s(task, settings, speed)
 
 
-def gpu_call_s(task: str, settings: Settings, speed: Speed) -> int:
+def gpu_call_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) -> int:
     """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before).
 
-    ``GPU_MARGIN`` times ``model_s`` on the measured H200 (every token at the slowest measured decode,
-    16.3 tok/s on the PyTorch linear-attention path), within [``MIN_GPU_S``, ``MAX_GPU_S``]. ``spaces``
-    multiplies it by the card's factor (1.5 on the Space's card), so only a card running a worst-case
-    window more than 1.9x slower than the H200 cuts a call short."""
-    return int(min(MAX_GPU_S, max(MIN_GPU_S, math.ceil(GPU_MARGIN * model_s(task, settings, speed)))))
+    ``GPU_MARGIN`` times ``model_s`` of the call's own frames (``share``) on the measured H200 (every token
+    at the slowest measured decode, 16.3 tok/s on the PyTorch linear-attention path), within
+    [``MIN_GPU_S``, ``MAX_GPU_S``]. ZeroGPU aborts a call that runs past it and the answer is lost, so it
+    covers the longest answer the task allows: ``spaces`` multiplies it by the card's factor (1.5 on the
+    Space's card), and only a card running a worst-case window more than 1.9x slower than the H200 cuts a
+    call short. The request is only what the call needs left of a visitor's quota to start; it is charged
+    the time it uses (``zerogpu.json`` ``quota_use``).
+
+    The least a call sensibly asks: a short clip saves its prefill and frames, not its decoding, which is
+    most of a caption's call (768 tokens at 16.3 tok/s: 47 of 52 s), so a 1-second clip's caption still
+    asks 63 s (66 s for a full window); asking less needs a lower token limit or a faster measured decode.
+    A find's call is mostly overhead and lands on the floor: ``MIN_GPU_S`` leaves room for what each
+    ZeroGPU call does before the model runs and the speeds table (one warm process) never timed: a CUDA
+    context in the call's forked process and every loaded variant's weights copied onto the card
+    (``spaces``' ``worker_init``: ``torch.init``, ``torch.move``)."""
+    asked = math.ceil(GPU_MARGIN * model_s(task, settings, speed, share))
+    return int(min(MAX_GPU_S, max(MIN_GPU_S, asked)))
 
 
-def charged_s(asked_s: float, factor: float | None = None) -> int:
-    """What a call asking for ``asked_s`` takes from a visitor's quota: times the card's factor, rounded
-    as ``spaces`` rounds it (``zerogpu.duration_factor`` when ``factor`` is None)."""
-    return round(asked_s * (zerogpu.duration_factor() if factor is None else factor))
+def charged_s(seconds: float, factor: float | None = None) -> int:
+    """``seconds`` of a ZeroGPU call as a visitor's quota counts them: times the card's factor, rounded as
+    ``spaces`` rounds it (``zerogpu.duration_factor`` when ``factor`` is None). For a call's requested
+    duration, what it needs left to start; for the time it used, what it is charged."""
+    return round(seconds * (zerogpu.duration_factor() if factor is None else factor))
 
 
 def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
-    """Whether one window's call, with the card's factor, fits a day of a visitor who is not signed in."""
+    """Whether one full window's call can start on the whole day of a visitor who is not signed in: its
+    request, with the card's factor, is the admission check."""
     return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu.daily_quota_s("unauthenticated")
 
 
@@ -255,7 +286,8 @@ def window_count(task: str, duration_s: float, settings: Settings) -> int:
 
 
 def request_gpu_s(task: str, duration_s: float, settings: Settings, speed: Speed) -> int:
-    """What a whole request asks ZeroGPU for: one call per window of the video."""
+    """The durations a whole request's calls ask for, one full window's call per window of the video,
+    added up: each is only its call's admission check, not what the call is charged."""
     return window_count(task, duration_s, settings) * gpu_call_s(task, settings, speed)
 
 

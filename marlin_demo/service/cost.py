@@ -12,6 +12,7 @@ from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.service import capacity, space, zerogpu
+from marlin_demo.service.zerogpu import duration_words
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.tasks import get_task
 from marlin_demo.video import SamplingPlan, largest_window_tokens
@@ -51,16 +52,6 @@ def estimate(
     return Estimate(first_s=first, most_s=first + decode, windows=len(windows))
 
 
-def duration_words(seconds: float) -> str:
-    """12 -> "12 s", 130 -> "2 min 10 s", 7300 -> "2 h 2 min": as a visitor reads a wait."""
-    s = max(1, round(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 and s < 600 else "")
-    return f"{s // 3600} h {s % 3600 // 60} min"
-
-
 def estimate_line(
     task: str,
     plan: SamplingPlan,
@@ -68,18 +59,19 @@ def estimate_line(
     settings: Settings,
     variants: list[Variant] | None = None,
     params: VideoParams | None = None,
+    share: float = 1.0,
 ) -> str:
     """The one line that says, before Run, what this request will cost here ('' where nothing needs saying):
-    on ZeroGPU the GPU time and what it asks of a visitor's quota, on a CPU about how long it takes for
-    each of ``variants`` in turn, on any other GPU nothing."""
+    on ZeroGPU its calls and what they ask of a visitor's quota (``share``: the calls' frames, from
+    ``service.call_share``), on a CPU about how long it takes for each of ``variants`` in turn, on any
+    other GPU nothing."""
     runs = max(1, len(variants or []))
     noun = get_task(task).noun
     who = noun if runs == 1 else f"{noun} on {runs} variants"
-    if space.zero_gpu():  # the GPU's measured speed gives the typical figure; the calls' size the most
-        gpu = capacity.speed_for(settings, "cuda")
-        est = estimate(task, plan, duration_s, settings, gpu, params) if gpu else None
-        typical = _time_sentence(f"On ZeroGPU, {who} of this clip uses", est, task, settings, runs, "of GPU ")
-        return f"{typical} {request_gpu_line(task, duration_s, settings, runs)}".strip()
+    if space.zero_gpu():
+        return request_gpu_line(
+            task, duration_s, settings, runs, share=share, what=f"On ZeroGPU, {who} of this clip"
+        )
     try:
         device = pick_device(settings.device)
     except ModelLoadError:
@@ -94,18 +86,17 @@ def estimate_line(
     return _time_sentence(f"On this CPU ({dtype}), {who} of this clip takes", est, task, settings, runs)
 
 
-def _time_sentence(
-    head: str, est: Estimate | None, task: str, settings: Settings, runs: int, unit: str = ""
-) -> str:
-    """'<head> about T <unit>to read it, and up to M if the answer runs to its N-token limit.'"""
-    if est is None:
-        return ""
-    answers = "every answer runs" if est.windows * runs > 1 else "the answer runs"
+def _time_sentence(head: str, est: Estimate, task: str, settings: Settings, runs: int) -> str:
+    """'<head> about T to read it, and up to M if the answer runs to its N-token limit.'"""
     return (
-        f"{head} about {duration_words(est.first_s * runs)} {unit}to read it, and up to "
-        f"{duration_words(est.most_s * runs)} if {answers} to its "
+        f"{head} about {duration_words(est.first_s * runs)} to read it, and up to "
+        f"{duration_words(est.most_s * runs)} if {_answers(est.windows * runs)} to its "
         f"{capacity.max_new_tokens(task, settings)}-token limit."
     )
+
+
+def _answers(n: int) -> str:
+    return "every answer runs" if n > 1 else "the answer runs"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -115,39 +106,72 @@ def _time_sentence(
 
 @dataclass(frozen=True)
 class GpuCost:
-    """ZeroGPU calls a piece of work asks for, before it runs: ``calls`` of ``each_s`` seconds, which
-    ``spaces`` multiplies by the card's ``factor``; ``charged_s`` is the most it takes from a quota."""
+    """ZeroGPU calls a piece of work makes, before it runs: ``calls`` calls of one ``task`` window each,
+    each asking ``each_s`` seconds. ZeroGPU starts a call only when its request, times the card's
+    ``factor``, is left of the visitor's quota, and then charges the time it used, times the factor: from
+    ``read_s`` (reading its frames, no answer yet) to ``use_s`` (every allowed token) per call
+    (``zerogpu.json`` ``quota_use``)."""
 
+    task: str
     calls: int
     each_s: int
+    read_s: float
+    use_s: float
     factor: float
 
     @property
-    def asked_s(self) -> int:
-        return self.calls * self.each_s
+    def start_s(self) -> int:
+        """What a visitor must have left for a call to start: its request, times the factor."""
+        return capacity.charged_s(self.each_s, self.factor)
 
     @property
     def charged_s(self) -> int:
-        return self.calls * capacity.charged_s(self.each_s, self.factor)
+        """The most the calls take from a quota: each charged its time, at most ``use_s``."""
+        return capacity.charged_s(self.calls * self.use_s, self.factor)
+
+    @property
+    def needs_s(self) -> int:
+        """The quota that lets every call start even if each runs to its token limit: the calls before
+        the last charged ``use_s`` each, the last started with its whole request left."""
+        if self.calls < 1:
+            return 0
+        return capacity.charged_s((self.calls - 1) * self.use_s, self.factor) + self.start_s
 
     def fits(self, tier: str = "unauthenticated") -> bool:
-        """Whether a visitor of ``tier`` (unauthenticated, free, pro) can pay for it in one day."""
-        return self.charged_s <= zerogpu.daily_quota_s(tier)
+        """Whether every call can start within one day of a visitor of ``tier`` (unauthenticated, free,
+        pro), whatever their answers' length."""
+        return self.needs_s <= zerogpu.daily_quota_s(tier)
 
 
-def gpu_cost(task: str, calls: int, settings: Settings, factor: float | None = None) -> GpuCost:
-    """``calls`` ZeroGPU calls of one ``task`` window each (``factor``: the card's, read from ``spaces``)."""
+def gpu_cost(
+    task: str, calls: int, settings: Settings, factor: float | None = None, share: float = 1.0
+) -> GpuCost:
+    """``calls`` ZeroGPU calls of one ``task`` window each (``share``: their frames' share of a full
+    window's prefill; ``factor``: the card's, read from ``spaces``), at the H200's measured speed."""
     f = zerogpu.duration_factor() if factor is None else factor
-    return GpuCost(max(0, calls), space.call_seconds(task, settings), f)
+    h200 = capacity.speeds()["h200"]
+    return GpuCost(
+        task,
+        max(0, calls),
+        space.call_seconds(task, settings, share),
+        capacity.read_s(h200, share),
+        capacity.model_s(task, settings, h200, share),
+        f,
+    )
 
 
 def request_gpu_cost(
-    task: str, duration_s: float, settings: Settings, runs: int = 1, factor: float | None = None
+    task: str,
+    duration_s: float,
+    settings: Settings,
+    runs: int = 1,
+    factor: float | None = None,
+    share: float = 1.0,
 ) -> GpuCost:
     """A request on ``duration_s`` seconds of video (a time range's length, when one is asked), ``runs``
     variants in turn: one call per window per variant."""
     windows = capacity.window_count(task, duration_s, settings)
-    return gpu_cost(task, windows * max(1, runs), settings, factor)
+    return gpu_cost(task, windows * max(1, runs), settings, factor, share)
 
 
 def quota_words() -> str:
@@ -160,36 +184,76 @@ def quota_words() -> str:
 
 
 def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
-    """The longest time range whose request fits a day of ``tier`` (0: not even one window does)."""
-    per_window = gpu_cost(task, max(1, runs), settings).charged_s
-    windows = zerogpu.daily_quota_s(tier) // max(1, per_window)
+    """The longest time range whose request fits a day of ``tier``, every answer to its token limit
+    (``GpuCost.fits``; 0: not even one window does)."""
+    windows = 0
+    while windows < settings.max_windows and gpu_cost(task, (windows + 1) * max(1, runs), settings).fits(
+        tier
+    ):
+        windows += 1
     return float(get_task(task).covered_s(windows, settings)) if windows >= 1 else 0.0
 
 
-def gpu_cost_line(cost: GpuCost, what: str = "This run") -> str:
-    """One line: what ``what`` asks ZeroGPU for at most (the card's factor counted) and a visitor's quota."""
-    plural = "s" if cost.calls != 1 else ""
+def gpu_cost_line(
+    cost: GpuCost, what: str, settings: Settings, reading: bool = False, quotas: bool = True
+) -> str:
+    """What ``what`` asks of a visitor's quota: each call's request (what must be left for it to start,
+    the card's factor counted) and the time it is charged, up to every token (``reading``: from reading
+    its frames, where the calls were sized by them); the daily quotas (unless a sentence after says them)."""
+    n, one = cost.calls, cost.calls == 1
+    used = f"up to {duration_words(cost.charged_s)}{'' if one else ' in all'}"
+    if reading:
+        used = f"about {duration_words(capacity.charged_s(n * cost.read_s, cost.factor))} to read, {used}"
     return (
-        f"{what} asks ZeroGPU for up to {cost.charged_s} s of GPU ({cost.calls} call{plural} of "
-        f"{cost.each_s} s, x{cost.factor:g} on this card); {quota_words()}."
+        f"{what} makes {n} GPU call{'' if one else 's'} of up to {cost.each_s} s{'' if one else ' each'}: "
+        f"{'it' if one else 'each'} needs {cost.start_s} s of a visitor's daily GPU quota left to start "
+        f"({cost.each_s} s x{cost.factor:g} on this card), then is charged only the time it uses, "
+        f"x{cost.factor:g}: {used} if {_answers(n)} to its {capacity.max_new_tokens(cost.task, settings)}"
+        f"-token limit{f'; {quota_words()}' if quotas else ''}."
     )
 
 
-def request_gpu_line(task: str, duration_s: float, settings: Settings, runs: int = 1) -> str:
-    """The line before a run on ZeroGPU: its cost, the quota, and when it cannot fit in a day without
-    signing in, the way out (sign in, or a time range that fits)."""
-    cost = request_gpu_cost(task, duration_s, settings, runs)
-    line = gpu_cost_line(cost)
+def _short_of_day(cost: GpuCost) -> str:
+    """'Then its 3 calls need 255 s of quota to all start: more than' (every answer to its limit)."""
+    calls = "its call needs" if cost.calls == 1 else f"its {cost.calls} calls need"
+    start = "to start" if cost.calls == 1 else "to all start"
+    return f"Then {calls} {cost.needs_s} s of quota {start}: more than"
+
+
+def request_gpu_line(
+    task: str,
+    duration_s: float,
+    settings: Settings,
+    runs: int = 1,
+    share: float = 1.0,
+    what: str = "This run",
+) -> str:
+    """The line before a run on ZeroGPU: its calls, what they ask of the quota, and where they may not all
+    start in the day of a visitor who is not signed in, the way out: sign in, or a time range that fits
+    (each tier's, with a PRO account's day named, when not even a free account's fits the request)."""
+    cost = request_gpu_cost(task, duration_s, settings, runs, share=share)
     if cost.fits("unauthenticated"):
-        return line
-    day = duration_words(zerogpu.daily_quota_s("unauthenticated"))
-    fits = longest_fitting_s(task, settings, runs)
-    way = f"choose a time range of at most {duration_words(fits)}" if fits > 0 else "try a shorter task"
-    free = duration_words(zerogpu.daily_quota_s("free"))
-    signin = (
-        f"sign in (a free account has {free} a day)" if cost.fits("free") else "sign in for a larger quota"
+        return gpu_cost_line(cost, what, settings, reading=True)
+    line = gpu_cost_line(cost, what, settings, reading=True, quotas=False)  # the way out names them
+    day, free = (duration_words(zerogpu.daily_quota_s(t)) for t in ("unauthenticated", "free"))
+    fits_day = longest_fitting_s(task, settings, runs)
+    short = f"{line} {_short_of_day(cost)}"
+    if cost.fits("free"):
+        way = f", or choose a time range of at most {duration_words(fits_day)}" if fits_day else ""
+        signin = f"sign in (a free account has {free} a day)"
+        return f"{short} the {day} of a visitor who is not signed in; {signin}{way}."
+    fits_free = longest_fitting_s(task, settings, runs, "free")
+    ranges = [
+        f"{duration_words(seconds)} {who}"
+        for seconds, who in ((fits_day, "without signing in"), (fits_free, "with a free account"))
+        if seconds
+    ]
+    way = f"choose a time range of at most {' or '.join(ranges)}" if ranges else "choose a shorter time range"
+    pro = duration_words(zerogpu.daily_quota_s("pro"))
+    return (
+        f"{short} the {day} of a visitor who is not signed in and the {free} of a free account; {way} "
+        f"(a PRO account has {pro} a day)."
     )
-    return f"{line[:-1]}. It cannot fit in the {day} of a visitor who is not signed in: {signin}, or {way}."
 
 
 def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str:
@@ -218,10 +282,11 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
         return cpu_work_line("caption", windows, settings, first)
     what = f"No prebuilt library matches this model, so the first search indexes the {clips} first, which"
     cost = gpu_cost("caption", windows, settings)
-    line = gpu_cost_line(cost, what)
     if cost.fits("unauthenticated"):
-        return line
-    return f"{line[:-1]}: more than the whole day of a visitor who is not signed in."
+        return gpu_cost_line(cost, what, settings)
+    day = duration_words(zerogpu.daily_quota_s("unauthenticated"))
+    line = gpu_cost_line(cost, what, settings, quotas=False)
+    return f"{line} {_short_of_day(cost)} the {day} of a visitor who is not signed in."
 
 
 def search_cost_line(find_windows: int, settings: Settings) -> str:
@@ -230,4 +295,4 @@ def search_cost_line(find_windows: int, settings: Settings) -> str:
     what = f"This search, find in {find_windows} window{'s' if find_windows != 1 else ''},"
     if not space.zero_gpu():
         return cpu_work_line("find", find_windows, settings, "This search")
-    return gpu_cost_line(gpu_cost("find", find_windows, settings), what)
+    return gpu_cost_line(gpu_cost("find", find_windows, settings), what, settings)

@@ -57,14 +57,17 @@ def zero_gpu() -> bool:
 
 
 def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task: str = "caption") -> int:
-    """Seconds of ZeroGPU a request asks for in all: one call per window, ``runs`` variants in turn."""
+    """Seconds a request's calls ask ZeroGPU for, added up: one full window's call per window, ``runs``
+    variants in turn (each only its call's admission check; a call is charged the time it uses)."""
     return runs * capacity.request_gpu_s(task, video_s, settings, capacity.speeds()["h200"])
 
 
-def call_seconds(task: str, settings: Settings, decode: str = "eager") -> int:
-    """Seconds one window's (or one short clip's) call asks for when its variant decodes in ``decode``
+def call_seconds(task: str, settings: Settings, share: float = 1.0, decode: str = "eager") -> int:
+    """Seconds one window's (or one short clip's) call asks for; ``share``: its frames' share of a full
+    window's prefill (``capacity.prefill_share``); ``decode``: how its variant decodes
     (``Engine.decode_expected``: graphs only once they are known to capture for it)."""
-    return capacity.gpu_call_s(task, settings, capacity.for_decode(capacity.speeds()["h200"], decode))
+    speed = capacity.for_decode(capacity.speeds()["h200"], decode)
+    return capacity.gpu_call_s(task, settings, speed, share)
 
 
 def asked_seconds(seconds: int, device: str) -> int:

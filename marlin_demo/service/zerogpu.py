@@ -3,6 +3,10 @@
 The facts live in ``zerogpu.json`` with their source (hub-docs ``spaces-zerogpu.md`` as of 2026-08,
 ``spaces`` 0.51), including ``spaces``' refusals word for word. The per-card duration factor changes
 with ``spaces`` releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``.
+
+How a call meets the quota (``zerogpu.json`` ``quota_use``): its requested duration times the factor is
+only the admission check (it must be at most what the visitor has left); once it ends, the visitor is
+charged the time it actually used, times the factor.
 """
 
 from __future__ import annotations
@@ -90,9 +94,9 @@ class Refusal:
 
     kind: str
     tier: str = ""  # over_quota: "free", "pro" or "" (a visitor who is not signed in)
-    requested_s: int | None = None  # the call's duration times the card's factor, as spaces charges it
+    requested_s: int | None = None  # the call's duration times the card's factor: what it needs left to start
     left_s: int | None = None
-    wait: str = ""  # "13:12:05", as spaces writes it
+    wait: str = ""  # "13:12:05", as spaces writes it (``wait_words`` says it)
 
 
 def read_refusal(exc: BaseException) -> Refusal | None:
@@ -119,23 +123,39 @@ def read_refusal(exc: BaseException) -> Refusal | None:
     return None
 
 
-def _minutes(seconds: int) -> str:
-    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
+def duration_words(seconds: float) -> str:
+    """12 -> "12 s", 130 -> "2 min 10 s", 7300 -> "2 h 1 min": as a visitor reads a wait or a quota."""
+    s = max(1, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 and s < 600 else "")
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def wait_words(wait: str) -> str:
+    """``spaces``' wait (a ``timedelta`` as text: "13:12:05", "1 day, 2:03:04") as a visitor reads a
+    wait: "13 h 12 min" (a clock time it is not); the text as it is when it is not one."""
+    found = re.fullmatch(r"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)(?:\.\d+)?", wait.strip())
+    if found is None:
+        return wait
+    days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    return duration_words(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def refusal_sentence(refusal: Refusal) -> str:
     """The one sentence a visitor reads: what ZeroGPU did, how much was left if it said so, what to do."""
-    day, free = _minutes(daily_quota_s("unauthenticated")), _minutes(daily_quota_s("free"))
+    day, free = duration_words(daily_quota_s("unauthenticated")), duration_words(daily_quota_s("free"))
     sign_in = f"sign in to Hugging Face ({free} of GPU a day with a free account, {day} without)"
-    shorter = "choose a shorter time range of the video (each window is one GPU call)"
     k = refusal.kind
-    if k == "over_quota":
-        wait = f"try again in {refusal.wait}" if refusal.wait else "try again later"
+    if k == "over_quota":  # a shorter range would not help: each of its calls needs as much left to start
+        wait = f"try again in {wait_words(refusal.wait)}" if refusal.wait else "try again later"
         who = {"free": "your free account's", "pro": "your PRO account's"}.get(refusal.tier, "your")
-        todo = f"{wait}, or {shorter}" if refusal.tier else f"{wait}, {sign_in}, or {shorter}"
+        todo = wait if refusal.tier else f"{wait}, or {sign_in}"
         return (
-            f"ZeroGPU refused the next GPU call: it asks for {refusal.requested_s} s and {who} daily "
-            f"GPU quota has {refusal.left_s} s left; {todo}."
+            f"ZeroGPU refused the next GPU call: it needs {refusal.requested_s} s of {who} daily GPU quota "
+            f"left to start, and {refusal.left_s} s are left (a call is charged only the time it uses); "
+            f"{todo}."
         )
     if k == "runs_limit":
         return (

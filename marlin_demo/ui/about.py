@@ -7,6 +7,7 @@ import os
 
 import gradio as gr
 
+from marlin_demo.service import space
 from marlin_demo.ui.common import UIContext
 from marlin_demo.ui.credits import credits_markdown
 
@@ -63,12 +64,28 @@ python app.py --model tiny        # offline stand-in: no GPU, no network
 python app.py --help              # every setting (also MARLIN_* env vars)
 ```
 Without Hub access or local weights, `python app.py` still starts: it falls back to the tiny stand-in and
-says why at the top of the page. On this Space, **Duplicate this Space** (the ⋮ menu at the top right of
-the Space's page) copies it to your own account to run on a GPU of your own, without its queue and
-limits. An example's answer is kept after its first run (`MARLIN_CACHE_EXAMPLES=eager|lazy|off` picks
-when); the Library tab's index of the examples lives under `.gradio/cached_examples` (`GRADIO_EXAMPLES_CACHE`
-moves it).
+says why at the top of the page. {where} An example's answer is kept after its first run
+(`MARLIN_CACHE_EXAMPLES=eager|lazy|off` picks when); the Library tab's index of the examples lives under
+`.gradio/cached_examples` (`GRADIO_EXAMPLES_CACHE` moves it).
 """
+
+ON_SPACE = (
+    "On this Space, **Duplicate this Space** (the ⋮ menu at the top right of the Space's page) copies it to "
+    "your own account to run on a GPU of your own, without its queue and limits."
+)
+"""Said only on a Space: elsewhere there is no Space to duplicate."""
+
+HERE = (
+    "This copy runs where `python app.py` was started: its queue and limits are the settings it was "
+    "started with (`--queue-size`, `--max-duration-s`, `--max-upload-mb`, `--request-timeout-s`), yours "
+    "to change."
+)
+"""Said where the app runs anywhere but a Space."""
+
+
+def run_yourself(on_space: bool) -> str:
+    """How to run the app, with the sentence that applies where this page is served from."""
+    return RUN_LOCALLY.format(where=ON_SPACE if on_space else HERE)
 
 
 def api_snippets(ctx: UIContext) -> str:
@@ -124,4 +141,4 @@ def render(ctx: UIContext) -> gr.Markdown:
             gr.Markdown(MODEL_FACTS + SEED_FIGURES, elem_id="about-facts")
             gr.Markdown(credits_markdown(ctx.examples, ctx.examples_dir), elem_id="about-credits")
         with gr.Column(scale=1):
-            return gr.Markdown(RUN_LOCALLY + api_snippets(ctx), elem_id="about-run")
+            return gr.Markdown(run_yourself(space.on_space()) + api_snippets(ctx), elem_id="about-run")

@@ -101,7 +101,10 @@ COMPARE_RETURNS = (
     '{"span_iou": float}} for find, one key per pair of variants}, plus "scores": {variant: {...}} against '
     'the ground truth when the clip is one of the app\'s bundled examples, and "errors": {variant: one '
     "sentence} when a variant could not load or run (the others still answer; when none answers the call "
-    "fails)."
+    'fails). Per variant that answered: "cold" (true: loaded for this request, so its latency includes '
+    'first-use costs), "footprint_mb" (its weights in memory, measured at its load: its own size, where '
+    'metrics.peak_memory_mb spans the process or the GPU) and "warm" ({"latency_s", "rerun", '
+    '"reused_prefix"}, null for a cold run).'
 )
 
 SEARCH_RETURNS = (
@@ -202,7 +205,7 @@ def save_data_url(text: str, max_mb: float) -> str:
     except (binascii.Error, ValueError):
         raise gr.Error(DATA_URL_ONLY, print_exception=False) from None
     mime = header[len("data:") :].split(";", 1)[0]
-    folder = Path(gr.utils.get_upload_folder()) / f"data-url-{uuid.uuid4().hex}"
+    folder = gradio_hooks.upload_folder() / f"data-url-{uuid.uuid4().hex}"
     folder.mkdir(parents=True)
     path = folder / f"video{mimetypes.guess_extension(mime) or '.bin'}"
     path.write_bytes(data)

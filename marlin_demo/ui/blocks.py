@@ -171,11 +171,11 @@ def build_demo(
             run.name: (run.results, run.cleared) for run in (cap, fnd)
         }
         cleared["compare"] = (list(compare_cleared()), compare_cleared)
-        one_clip.listen(ctx, clip, cleared)
+        one_clip.listen(ctx, clip, cleared, tabs, [cmp_tab.task, cmp_tab.include_bf16])
         caption.listen(ctx, cap)
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
-        library.listen(ctx, lib, tabs, clip.video, fnd.query)
+        library.listen(ctx, lib, tabs, clip, fnd.query)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)

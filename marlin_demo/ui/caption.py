@@ -152,7 +152,7 @@ caption_json = service.caption_json  # ``/caption``'s JSON, the CLI's too
 
 def chapters_html(result: CaptionResult) -> str:
     """The chapters a video description takes, ready to copy; or the sentence saying why there are none."""
-    ch = subtitles.chapters(result.events, result.info.duration_s)
+    ch = service.chapters_of(result)
     if not ch.lines:
         reason = html.escape(ch.reason)
         return f'<div class="mc-chapters"><div class="mc-label">Chapters</div><p>{reason}</p></div>'
@@ -199,7 +199,9 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
         label="Events",
         visible="hidden",  # until a result has events (see _rows)
         elem_id="caption-table",
-        column_widths=["8%", "14%", "14%", "64%"],
+        # shares of the table's width (a px width leaves the table short of its box): wide enough for
+        # "Start" on a phone (style.css trims the cells' padding there); it was cut to "Star" at 14%
+        column_widths=["10%", "17%", "15%", "58%"],
         render=False,
     )
     files = gr.File(

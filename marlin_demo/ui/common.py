@@ -23,14 +23,15 @@ import gradio as gr
 
 from marlin_demo import agreement, service, variants
 from marlin_demo import settings as settings_mod
+from marlin_demo.contract import clock, clock_part
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.longvideo import policy
 from marlin_demo.results import CaptionResult, FindResult, Result, RunInfo, memory_label
-from marlin_demo.service import cost
+from marlin_demo.service import cost, space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
-from marlin_demo.tasks import CAPTION, TASKS, get_task
-from marlin_demo.ui import example_notes
+from marlin_demo.tasks import CAPTION, FIND, TASKS, get_task
+from marlin_demo.ui import example_notes, gradio_hooks
 from marlin_demo.video import plan_sampling
 
 log = logging.getLogger(__name__)
@@ -197,46 +198,66 @@ def kept_answer(
 
 
 class ResultsClip:
-    """Per browser session: the clip on screen (``show``), and the clip each tab's results belong to. An
-    example's click reports its clip itself (``own(chosen=True)``): its kept answer may arrive before the
-    clip's own change event, and is never wiped by it."""
+    """Per browser session: the clip on screen, and the clip each tab's results belong to.
+
+    The browser numbers each report of its clip (``STAMP_JS``: a counter per page), and the newest number
+    wins. Events reach the server in any order (an example's run can overtake the clip's own change
+    event, a queued run can start after a later upload), so arrival order cannot say which clip is on
+    screen; the browser's own order can."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self._shown: dict[str, str] = {}  # session -> the clip on screen ("" once cleared)
+        self._shown: dict[str, tuple[float, str]] = {}  # session -> (its report's number, the clip)
         self._owners: dict[str, dict[str, str]] = {}  # session -> tab -> its results' clip
         self._lock = threading.Lock()
         self.limit = limit
 
-    def show(self, session: str, clip: str | None) -> list[str]:
-        """The clip on screen is now ``clip``: the tabs whose results were another clip's (forgotten)."""
+    def seen(self, session: str, clip: str | None, stamp: float | None) -> list[str]:
+        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's
+        (forgotten, for the caller to clear); none when a newer report already came."""
         with self._lock:
-            self._shown[session] = clip or ""
-            owners = self._owners.setdefault(session, {})
-            stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
-            for tab in stale:
-                del owners[tab]
-            self._bound()
-            return stale
+            return self._seen(session, clip or "", stamp)
 
-    def own(self, tab: str, session: str, clip: str, chosen: bool = False) -> None:
-        """The tab's results now made belong to ``clip``; ``chosen``: an example's click put it on screen."""
+    def start(self, tab: str, session: str, clip: str, stamp: float | None) -> bool:
+        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's from now, if the
+        clip is still the one on screen (False: a newer clip is, and the request shows nothing)."""
         with self._lock:
+            self._seen(session, clip, stamp)
+            if not self._is_shown(session, clip):
+                return False
             self._owners.setdefault(session, {})[tab] = clip
-            if chosen:
-                self._shown[session] = clip
-            self._bound()
+            return True
 
     def shows(self, session: str, clip: str) -> bool:
         """``clip`` is still the one on screen (True before the page has said which one is)."""
         with self._lock:
-            shown = self._shown.get(session)
-        return shown is None or same_file(shown, clip)
+            return self._is_shown(session, clip)
 
-    def _bound(self) -> None:
+    def _is_shown(self, session: str, clip: str) -> bool:
+        shown = self._shown.get(session)
+        return shown is None or same_file(shown[1], clip)
+
+    def _seen(self, session: str, clip: str, stamp: float | None) -> list[str]:
+        number = -1.0 if stamp is None else float(stamp)  # unnumbered (an old page): only as a first report
+        if session in self._shown and number <= self._shown[session][0]:
+            return []
+        self._shown[session] = (number, clip)
+        owners = self._owners.setdefault(session, {})
+        stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
+        for tab in stale:
+            del owners[tab]
         while len(self._shown) > self.limit:
             self._shown.pop(next(iter(self._shown)))
         while len(self._owners) > self.limit:
             self._owners.pop(next(iter(self._owners)))
+        return stale
+
+
+STAMP_JS = """(...args) => {
+  window.__marlinClipStamp = (window.__marlinClipStamp || 0) + 1;
+  return [...args.slice(0, -1), window.__marlinClipStamp];
+}"""
+"""An event's ``js``: its last input (the clip's stamp, ``one_clip.Clip.stamp``) becomes the page's next
+number, taken in the browser as the event fires, so ``ResultsClip`` can order what reaches it."""
 
 
 def same_file(a: str | None, b: str | None) -> bool:
@@ -281,7 +302,7 @@ def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False
     if video is None or (isinstance(video, str) and not video.strip()):
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
     path = Path(str(video))
-    allowed = [Path(gr.utils.get_upload_folder())]
+    allowed = [gradio_hooks.upload_folder()]
     allowed += [] if uploads_only else [ctx.examples_dir, ctx.output_dir]
     if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)
@@ -319,13 +340,39 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
+#: the tabs that run a model on the page's clip, and their task (Compare: the task it is set to)
+RUN_TABS = {"caption": CAPTION.name, "find": FIND.name, "compare": None}
+
+
+def tab_work(
+    ctx: UIContext, tab: str | None, compare_task: str | None = None, with_bf16: bool = False
+) -> tuple[str, list[str]] | None:
+    """What the selected tab would run on the clip: its task and variants (Compare: each of its variants,
+    one call per window each); None on a tab that runs nothing on it (Library, About)."""
+    tab = tab or "caption"  # the page opens on Caption
+    if tab not in RUN_TABS:
+        return None
+    if tab == "compare":
+        return get_task(compare_task or CAPTION.name).name, ctx.compare_variants(bool(with_bf16))
+    return str(RUN_TABS[tab]), [ctx.default_variant]
+
+
 def clip_status(
-    ctx: UIContext, video: str | None, start: float | None = None, end: float | None = None
+    ctx: UIContext,
+    video: str | None,
+    start: float | None = None,
+    end: float | None = None,
+    tab: str | None = "caption",
+    compare_task: str | None = None,
+    with_bf16: bool = False,
 ) -> str:
-    """One line as soon as a clip (or a range of it) is chosen: it will be read, and what a caption costs
-    (or why not). Only the file's facts are probed (no decoding); a range's limit is the request's."""
+    """One line as soon as a clip (or a range of it) is chosen: it will be read, and what the selected tab
+    would cost on it (``tab_work``; or why not). Only the file's facts are probed (no decoding); a
+    range's limit is the request's."""
     if not video:
         return ""
+    work = tab_work(ctx, tab, compare_task, with_bf16)
+    share = 1.0
     try:
         path = require_upload(video, ctx)
         with user_errors():
@@ -337,15 +384,19 @@ def clip_status(
                 (task.name.capitalize(), len(policy.plan_for(task, seconds, s)), task.windows(s)[0])
                 for task in TASKS.values()
             ]
+            if work is not None and space.zero_gpu():  # the calls are sized by their frames
+                share = service.call_share(ctx.engine, work[0], path, start, end)
     except gr.Error as exc:
         return status_html(exc.message, error=True)
-    text = f"Ready: {info.duration_s:.1f} s, {info.display_width}×{info.display_height}, {info.codec}"
+    text = f"Ready: {clock(info.duration_s)}, {info.display_width}×{info.display_height}, {info.codec}"
     if asked is not None:
-        text += f"; asking about {asked[0]:g}-{asked[1]:g} s ({seconds:.1f} s)"
+        text += f"; asking about {clock_part(*asked)}"
     for name, n, size in split:
-        text += f"; {name} reads it as {n} windows of up to {size:g} s" if n > 1 else ""
-    plan = plan_sampling(info, ctx.engine.params)
-    note = cost.estimate_line(CAPTION.name, plan, seconds, s, ctx.variants[:1], ctx.engine.params)
+        text += f"; {name} reads it as {n} windows of up to {clock(size)}" if n > 1 else ""
+    note = ""
+    if work is not None:
+        plan = plan_sampling(info, ctx.engine.params)
+        note = cost.estimate_line(work[0], plan, seconds, s, work[1], ctx.engine.params, share)
     return status_html(text + "." + (f" {note}" if note else ""))
 
 
@@ -465,7 +516,7 @@ def notice_html(ctx: UIContext, result: Result, what: str) -> str:
         notes.append(f"<b>{html.escape(result.partial.note())}</b>")
     if result.range_s is not None:
         start, end = result.range_s
-        notes.append(f"Asked about {start:g}-{end:g} s of the video; times are the video's own.")
+        notes.append(f"Asked about {clock_part(start, end)} of the video; times are the video's own.")
     if not result.format_ok:
         trained = TRAINED_FORMS[get_task(what).result]
         notes.append(
@@ -475,7 +526,8 @@ def notice_html(ctx: UIContext, result: Result, what: str) -> str:
     if result.repaired:
         items = "".join(f"<li>{html.escape(r)}</li>" for r in result.info.repairs)
         items = items or "<li>details not recorded</li>"
-        notes.append(f"<b>Repaired.</b> The answer was adjusted to fit the clip:<ul>{items}</ul>")
+        part = "the video" if result.range_s is None else "the range asked"
+        notes.append(f"<b>Repaired.</b> The answer was adjusted to fit {part}:<ul>{items}</ul>")
     if tiny_in_use(ctx):
         notes.append(
             "<b>Tiny stand-in.</b> These words come from random weights that only learned the answer "

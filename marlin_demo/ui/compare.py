@@ -17,6 +17,7 @@ from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
     PRIVATE_UI,
+    STAMP_JS,
     UIContext,
     error_html,
     example_labels,
@@ -29,7 +30,9 @@ from marlin_demo.ui.common import (
 from marlin_demo.ui.compare_view import (
     CHARTS,
     COLD_WARM_COLUMNS,
+    FIGURES_JS,
     METRIC_COLUMNS,
+    PEAK_SCOPE,
     SESSION_COLUMNS,
     TASK_CHOICES,
     cards_html,
@@ -72,6 +75,7 @@ class CompareTab:
     session_box: gr.Accordion
     start: gr.Number  # the clip's range (``one_clip``): a comparison asks about that part only
     end: gr.Number
+    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Compare fires
 
     @property
     def outputs(self) -> list[Any]:
@@ -120,7 +124,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
             with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
                 _examples(ctx, [video, task, query])
         with gr.Column(scale=8, min_width=420, elem_classes="mr-results"):
-            summary = gr.HTML("", elem_id="compare-summary")
+            summary = gr.HTML("", js_on_load=FIGURES_JS, elem_id="compare-summary")
             cards = gr.HTML(EMPTY_CARDS, js_on_load=timeline.TIMELINE_JS, elem_id="compare-cards")
     metrics_table = gr.Dataframe(
         titled(pd.DataFrame(columns=METRIC_COLUMNS)),
@@ -179,6 +183,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
         acc,
         clip.start,
         clip.end,
+        clip.stamp,
     )
 
 
@@ -206,9 +211,9 @@ def _examples(ctx: UIContext, inputs: list[Any]) -> None:
 
 
 def _plots(ctx: UIContext) -> list[gr.BarPlot]:
-    """The cost charts, three to a row, hidden until a comparison has run."""
+    """The cost charts, four to a row, hidden until a comparison has run."""
     plots = []
-    for row in (CHARTS[:3], CHARTS[3:]):
+    for row in (CHARTS[:4], CHARTS[4:]):
         with gr.Row():
             for key, title in row:
                 plots.append(
@@ -234,16 +239,21 @@ def _plots(ctx: UIContext) -> list[gr.BarPlot]:
     return plots
 
 
-def _chart_update(frame: Any, key: str, memory_kind: str = "cuda_peak_allocated") -> Any:
-    """A chart's new data with headroom; hidden when it says nothing (no load; a CPU's shared peak)."""
+def _chart_update(
+    frame: Any, key: str, memory_kind: str = "cuda_peak_allocated", any_cold: bool = True
+) -> Any:
+    """A chart's new data with headroom; hidden when it says nothing: no load, a CPU's process-wide peak,
+    a warm latency when no run was cold (it is the latency chart again), no values at all."""
     top = float(frame[key].max()) if len(frame) else 0.0
-    if key == "load_s" and top <= 0:
+    if not len(frame) or (key == "load_s" and top <= 0) or (key == "warm_latency_s" and not any_cold):
         return gr.update(visible=False)
     extra: dict[str, Any] = {}
     if key == "peak_memory_mb":
         if memory_kind != "cuda_peak_allocated":
             return gr.update(visible=False)
-        extra["title"] = f"Peak memory: {memory_label(memory_kind)} (MB)"
+        extra["title"] = (
+            f"Peak memory of the run: {memory_label(memory_kind)} (MB, {PEAK_SCOPE[memory_kind]})"
+        )
     return gr.update(value=frame, visible=True, y_lim=[0, top * CHART_HEADROOM if top > 0 else 1], **extra)
 
 
@@ -275,6 +285,7 @@ class CompareView(StageView[Updates]):
         self.truth: tuple[float, float] | None = None
         self.example: dict[str, Any] | None = None
         self.i, self.v = 0, ""  # the variant running now
+        self.rerun = False  # it runs again, warm (``service.WarmRerun``)
         self.comparison: service.Comparison | None = None
 
     def start(self) -> Updates:
@@ -285,10 +296,13 @@ class CompareView(StageView[Updates]):
         cards = cards_html(
             self.ctx, self.variants, self.results, self.cold, self.duration, self.truth, self.live
         )
-        return {
-            self.tab.summary: progress_html(self.v, self.i, len(self.variants), step, chars),
-            self.tab.cards: cards,
-        }
+        n = len(self.variants)
+        if self.rerun:  # every variant has answered: this only times one again
+            step = f"{self.v}: timing its answer again, warm (its run was not comparable) · {step}"
+            summary = progress_html(None, n, n, step, chars)
+        else:
+            summary = progress_html(self.v, self.i, n, step, chars)
+        return {self.tab.summary: summary, self.tab.cards: cards}
 
     def prepared(self, run: RunState) -> Updates | None:
         assert run.prepared is not None
@@ -318,6 +332,10 @@ class CompareView(StageView[Updates]):
             step = f"Loading {self.v} (its first use)…" if event.cold else "Starting…"
             self.progress((self.i + 0.1) / n, desc=f"{self.v}: {step} ({self.i + 1}/{n})")
             return self.show(step)
+        if isinstance(event, service.WarmRerun):
+            self.v, self.rerun = event.variant, True
+            self.progress(1.0, desc=f"{self.v}: timing its answer again, warm")
+            return self.show("Starting…")
         if isinstance(event, service.VariantFinished):
             self.live.pop(event.variant, None)
             self.results[event.variant] = event.result if event.result is not None else event.error
@@ -338,18 +356,21 @@ class CompareView(StageView[Updates]):
         run.require_answer()
         ok = run.results
         payload = run.payload(self.example)
-        frame = metrics_frame(ok, self.cold)
-        new_rows = session_rows(rows, self.path, self.task, run.query, ok, self.cold, payload)
+        frame = metrics_frame(ok, self.cold, payload)
+        new_rows = session_rows(rows, self.path, self.task, run.query, ok, self.cold, payload, run.reruns)
         has_scores = "scores" in payload
         kinds = {r.metrics.memory_kind for r in ok.values()}
         kind = kinds.pop() if len(kinds) == 1 else "mixed"
+        any_cold = any(self.cold.get(v) for v in ok)
         t = self.tab
         charts = zip(t.plots, CHARTS, strict=True)
         return {
             t.summary: summary_html(payload),
             t.cards: cards_html(self.ctx, self.variants, self.results, self.cold, self.duration, self.truth),
             t.metrics_table: gr.update(value=titled(frame), visible=True),
-            **{plot: _chart_update(chart_frame(frame, key), key, kind) for plot, (key, _) in charts},
+            **{
+                plot: _chart_update(chart_frame(frame, key), key, kind, any_cold) for plot, (key, _) in charts
+            },
             t.scores: gr.update(
                 value=scores_frame(self.task, payload) if has_scores else None, visible=has_scores
             ),
@@ -383,7 +404,7 @@ def compare_updates(
             yield view.start()
             start, end = service.asked_range(ctx.engine, path, *span) or (None, None)
             events = service.compare(
-                ctx.engine, task, path, variants, query, live=True, start_s=start, end_s=end
+                ctx.engine, task, path, variants, query, live=True, start_s=start, end_s=end, warm_reruns=True
             )
             yield from follow(events, view, ctx.settings.stream_every_s)  # closing it (Stop) stops the model
             yield view.finished(rows)
@@ -423,6 +444,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         rows: list[dict[str, Any]],
         start: float | None,
         end: float | None,
+        stamp: float | None,
         request: gr.Request,
         progress: gr.Progress = gr.Progress(),  # noqa: B008
     ) -> Iterator[Updates]:
@@ -437,7 +459,9 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             )
             # its results are shown while its clip is (see one_clip)
             shown = (
-                while_shown(ctx, "compare", request, video, updates, {tab.summary: ""}) if video else updates
+                while_shown(ctx, "compare", request, video, stamp, updates, {tab.summary: ""})
+                if video
+                else updates
             )
             yield from with_buttons(shown, buttons)
         finally:
@@ -450,8 +474,9 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     tab.run.click(lambda: run_buttons(buttons, True), None, buttons, **PRIVATE_UI)
     running = tab.run.click(
         compare_ui,
-        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session, tab.start, tab.end],
+        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session, tab.start, tab.end, tab.stamp],
         [*tab.outputs, *buttons],
+        js=STAMP_JS,
         api_visibility="private",
         show_progress="hidden",  # the progress area (summary) and the cards say what runs
         **GPU_EVENT,

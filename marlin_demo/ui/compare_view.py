@@ -16,22 +16,48 @@ from marlin_demo import variants as registry
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import CaptionResult, FindResult, memory_label
 from marlin_demo.tasks import get_task
-from marlin_demo.ui import timeline
+from marlin_demo.ui import about, timeline
 from marlin_demo.ui.common import CLIP_ID, UIContext, error_html, fmt, tiny_in_use, variant_label
 from marlin_demo.ui.timeline import clock
 
-CHART_TITLES = {
+COST_TITLES = {
     "load_s": "Load time in this request (s)",
-    "latency_s": "Latency (s)",
+    "latency_s": "Latency, load excluded (s)",
     "ttft_s": "Time to first token (s)",
     "tokens_per_s": "Tokens per second",
-    "peak_memory_mb": "Peak memory (MB)",
+    "peak_memory_mb": "Peak memory of the run (MB)",
     "output_tokens": "Output tokens",
 }
-COST_KEYS = tuple(CHART_TITLES)
-"""The cost of a run, in the order of the charts and of the table columns."""
+COST_KEYS = tuple(COST_TITLES)
+"""The cost of a run, in the order of the session's columns (and its CSV's)."""
+CHART_TITLES = {
+    "warm_latency_s": "Warm latency (s)",
+    "latency_s": COST_TITLES["latency_s"],
+    "footprint_mb": "Memory: weights' footprint (MB)",
+    "peak_memory_mb": COST_TITLES["peak_memory_mb"],
+    "load_s": COST_TITLES["load_s"],
+    "ttft_s": COST_TITLES["ttft_s"],
+    "tokens_per_s": COST_TITLES["tokens_per_s"],
+    "output_tokens": COST_TITLES["output_tokens"],
+}
 CHARTS = tuple(CHART_TITLES.items())
-METRIC_COLUMNS = ["variant", "run", *COST_KEYS, "video_tokens", "memory", "device"]
+"""The charts, four to a row: latency beside memory (the warm latency before them when a run was cold, a
+GPU's peak after them), then the rest of the cost."""
+METRIC_COLUMNS = [
+    "variant",
+    "run",
+    "latency_s",
+    "warm_latency_s",
+    "footprint_mb",
+    "load_s",
+    "ttft_s",
+    "tokens_per_s",
+    "output_tokens",
+    "peak_memory_mb",
+    "memory",
+    "video_tokens",
+    "device",
+]
 SESSION_COLUMNS = ["#", "time", "video", "task", "query", "variant", "run", *COST_KEYS, "agreement", "score"]
 COLD_WARM_COLUMNS = [
     "Variant",
@@ -40,13 +66,18 @@ COLD_WARM_COLUMNS = [
     "warm runs",
     "warm: mean latency (s)",
 ]
+#: what a run's peak memory spans (a GPU chart's title says it): not one variant's own size
+PEAK_SCOPE = {
+    "cpu_peak_rss": "the whole app, every variant and library",
+    "cuda_peak_allocated": "every model then on the GPU",
+}
 TASK_CHOICES = [("What happens (caption)", "caption"), ("When does it happen (find)", "find")]
 COLUMN_TITLES = {
     **CHART_TITLES,
     "variant": "Variant",
-    "run": "Run",
+    "run": "Run (cold: loaded for this request)",
     "video_tokens": "Video tokens",
-    "memory": "Memory measured",
+    "memory": "Peak measured (not one variant's own)",
     "device": "Device",
     "time": "Time",
     "video": "Video",
@@ -209,10 +240,123 @@ AGREEMENT_NAMES = {
 }
 
 
+#: the agreement a verdict quotes, the first the task has: find's span IoU, caption's ROUGE-L
+HEADLINE_AGREEMENT = ("span_iou", "rouge_l")
+#: a speed ratio or memory share this close to even reads "about the same"
+SAME_SPEED = 1.05
+SAME_MEMORY = 0.02
+FIGURES_HEADING = next(line[4:] for line in about.SEED_FIGURES.splitlines() if line.startswith("### "))
+"""The About tab's section with the model card's published figures (the verdict links to it)."""
+FIGURES_LINK = (
+    '<a class="cs-figures" href="#about-facts" data-mr-tab="about" '
+    f'data-mr-heading="{html.escape(FIGURES_HEADING)}">the model card\'s published figures (About)</a>'
+)
+FIGURES_JS = r"""
+element.addEventListener('click', (ev) => {
+  const link = ev.target.closest('a[data-mr-tab]');
+  if (!link || !element.contains(link)) return;
+  ev.preventDefault();
+  document.querySelector(`[role="tab"][data-tab-id="${link.dataset.mrTab}"]`)?.click();
+  const end = performance.now() + 10000;
+  const reveal = () => {  // the tab draws its contents once selected
+    const heading = [...document.querySelectorAll(`${link.getAttribute('href')} h3`)]
+      .find(h => h.textContent.includes(link.dataset.mrHeading));
+    if (heading) heading.scrollIntoView({block: 'start'});
+    else if (performance.now() < end) requestAnimationFrame(reveal);
+  };
+  requestAnimationFrame(reveal);
+});
+"""
+"""The verdict's link: the About tab selected, then scrolled to the published figures."""
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.2g}×" if ratio < 10 else f"{ratio:.0f}×"
+
+
+def _speed_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
+    """How ``a``'s warm latency compares with ``b``'s, or why there is no warm comparison."""
+    warm, cold = payload.get("warm") or {}, payload.get("cold") or {}
+    wa, wb = warm.get(a), warm.get(b)
+    name_a, name_b = registry.short(a), registry.short(b)
+    if not (wa and wb and wa["latency_s"] and wb["latency_s"]):
+        a_s, b_s = (fmt(payload["results"][v]["metrics"]["latency_s"], " s") for v in (a, b))
+        took = f"took {a_s} and {name_b} {b_s}"
+        coldest = " and ".join(registry.short(v) for v in (a, b) if cold.get(v) and not warm.get(v))
+        why = (
+            f"{coldest} ran cold (loaded for this request) with no warm re-run"
+            if coldest
+            else "no warm figure"
+        )
+        return f"{took}, but {why}: no warm comparison"
+    ratio = wb["latency_s"] / wa["latency_s"]
+    if ratio >= SAME_SPEED:
+        pace = f"was {_times(ratio)} faster than {name_b} warm"
+    elif ratio <= 1 / SAME_SPEED:
+        pace = f"was {_times(1 / ratio)} slower than {name_b} warm"
+    else:
+        pace = f"was about as fast as {name_b} warm"
+    notes = [f"{fmt(wa['latency_s'], ' s')} vs {fmt(wb['latency_s'], ' s')}"]
+    rerun = [registry.short(v) for v, w in ((a, wa), (b, wb)) if w.get("rerun")]
+    if rerun:
+        notes.append(" and ".join(rerun) + " timed again, warm")
+    if wa.get("reused_prefix") != wb.get("reused_prefix"):
+        reused, fresh = (name_a, name_b) if wa.get("reused_prefix") else (name_b, name_a)
+        notes.append(f"{reused} reused its earlier reading of the clip, {fresh} read it afresh")
+    return f"{pace} ({'; '.join(notes)})"
+
+
+def _memory_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
+    """How much memory ``a``'s weights hold beside ``b``'s (empty: a footprint is missing)."""
+    mem = payload.get("footprint_mb") or {}
+    ma, mb = mem.get(a), mem.get(b)
+    if not ma or not mb:
+        return ""
+    share = ma / mb - 1
+    if share <= -SAME_MEMORY:
+        held = f"held {-share:.0%} less memory"
+    elif share >= SAME_MEMORY:
+        held = f"held {share:.0%} more memory"
+    else:
+        held = "held about the same memory"
+    return f" and {held} (weights' footprint {ma:,.1f} MB vs {mb:,.1f} MB)"
+
+
+def _agreement_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
+    values = payload["agreement"].get(f"{a}|{b}") or {}
+    key = next((k for k in HEADLINE_AGREEMENT if k in values), next(iter(values), None))
+    if key is None:
+        return ""
+    name = AGREEMENT_NAMES.get(key, key)
+    return f"; their answers agree {values[key]:.2f} ({name}, 1 = identical)"
+
+
+def verdict(payload: Mapping[str, Any] | None) -> str:
+    """What the comparison found, a sentence per variant after the first: warm speed (a cold run timed
+    again once loaded, or said to be cold), weights' memory, and agreement. Empty: under two answers."""
+    names = list((payload or {}).get("results") or {})
+    if payload is None or len(names) < 2:
+        return ""
+    a = names[0]
+    return " ".join(
+        f"On this clip {registry.short(a)} {_speed_clause(a, b, payload)}{_memory_clause(a, b, payload)}"
+        f"{_agreement_clause(a, b, payload)}."
+        for b in names[1:]
+    )
+
+
 def summary_html(payload: Mapping[str, Any] | None) -> str:
-    """How far the variants agree: one compact table, a row per pair and a column per measure."""
+    """The verdict (with the published figures' link), then how far the variants agree: one compact table,
+    a row per pair and a column per measure."""
     if not payload:
         return ""
+    said = verdict(payload)
+    found = (
+        f'<p class="cs-verdict" id="compare-verdict">{html.escape(said)} '
+        f'<span class="cs-name">Set it beside {FIGURES_LINK}, measured by its author on one GPU.</span></p>'
+        if said
+        else ""
+    )
     pairs = list(payload["agreement"].items())
     keys = list(dict.fromkeys(k for _, values in pairs for k in values))
     if pairs and keys:
@@ -236,7 +380,8 @@ def summary_html(payload: Mapping[str, Any] | None) -> str:
             "scores against its ground truth are below.</div>"
         )
     return (
-        '<div class="cs-summary"><div class="cs-title">Agreement between the variants (1 = identical)</div>'
+        f'<div class="cs-summary">{found}'
+        '<div class="cs-title">Agreement between the variants (1 = identical)</div>'
         f"{table}{truth}</div>"
     )
 
@@ -259,18 +404,29 @@ def _cost_row(variant: str, result: CaptionResult | FindResult, cold: Mapping[st
 
 
 def metrics_frame(
-    results: Mapping[str, CaptionResult | FindResult], cold: Mapping[str, bool]
+    results: Mapping[str, CaptionResult | FindResult],
+    cold: Mapping[str, bool],
+    payload: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """One row per variant; ``results`` holds the variants that answered (no error strings)."""
-    rows = [
-        {
-            **_cost_row(v, r, cold),
-            "video_tokens": r.metrics.video_tokens,
-            "memory": memory_label(r.metrics.memory_kind),
-            "device": r.metrics.device,
-        }
-        for v, r in results.items()
-    ]
+    """One row per variant; ``results`` holds the variants that answered (no error strings). From the
+    ``payload`` (``service.Comparison.payload``): its weights' footprint and its warm latency (a cold
+    run's warm re-run; none when it has none)."""
+    payload = payload or {}
+    footprint = payload.get("footprint_mb") or {}
+    warm = payload.get("warm") or {}
+    rows = []
+    for v, r in results.items():
+        figure = warm.get(v)
+        rows.append(
+            {
+                **_cost_row(v, r, cold),
+                "warm_latency_s": figure["latency_s"] if figure else None,
+                "footprint_mb": footprint.get(v),
+                "video_tokens": r.metrics.video_tokens,
+                "memory": memory_label(r.metrics.memory_kind),
+                "device": r.metrics.device,
+            }
+        )
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
@@ -280,13 +436,13 @@ def variant_colors(names: Sequence[str]) -> dict[str, str]:
 
 
 def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
-    """One metric per variant for a bar chart: variant names as text, values as numbers (missing: 0)."""
-    return pd.DataFrame(
-        {
-            "variant": frame["variant"].astype(str),
-            key: pd.to_numeric(frame[key], errors="coerce").fillna(0.0).astype(float),
-        }
-    )
+    """One metric per variant for a bar chart: variant names as text, values as numbers (missing: 0, but a
+    variant with no warm figure or footprint has no bar: a zero would read as a measurement)."""
+    values = pd.to_numeric(frame[key], errors="coerce")
+    out = pd.DataFrame({"variant": frame["variant"].astype(str), key: values.astype(float)})
+    if key in ("warm_latency_s", "footprint_mb"):
+        return out.dropna().reset_index(drop=True)
+    return out.fillna(0.0)
 
 
 def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
@@ -339,24 +495,28 @@ def session_rows(
     results: Mapping[str, CaptionResult | FindResult],
     cold: Mapping[str, bool],
     payload: Mapping[str, Any],
+    reruns: Mapping[str, CaptionResult | FindResult] | None = None,
 ) -> list[dict]:
-    """The session table with this comparison's rows appended (one per variant that answered)."""
+    """The session table with this comparison's rows appended: one per variant that answered, then one per
+    warm re-run (``service.WarmRerun``, its run ``warm re-run``)."""
     out = list(rows)
     stamp = time.strftime("%H:%M:%S")
     n = 1 + max((int(r["#"]) for r in rows), default=0)
-    for v, r in results.items():
-        out.append(
-            {
-                "#": n,
-                "time": stamp,
-                "video": Path(video).name,
-                "task": task,
-                "query": query or "",
-                **_cost_row(v, r, cold),
-                "agreement": _agreement_text(payload),
-                "score": _main_score(task, (payload.get("scores") or {}).get(v)),
-            }
-        )
+    runs: list[tuple[str, CaptionResult | FindResult, Mapping[str, bool], str | None]]
+    runs = [(v, r, cold, None) for v, r in results.items()]
+    runs += [(v, r, {}, "warm re-run") for v, r in (reruns or {}).items()]
+    for v, r, was_cold, run in runs:
+        row = {
+            "#": n,
+            "time": stamp,
+            "video": Path(video).name,
+            "task": task,
+            "query": query or "",
+            **_cost_row(v, r, was_cold),
+            "agreement": _agreement_text(payload),
+            "score": _main_score(task, (payload.get("scores") or {}).get(v)),
+        }
+        out.append(row if run is None else {**row, "run": run})
     return out
 
 
@@ -366,7 +526,7 @@ def cold_warm_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     for v in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == v]
         cold = [r for r in mine if r["run"] == "cold"]
-        warm = [r for r in mine if r["run"] == "warm"]
+        warm = [r for r in mine if r["run"] != "cold"]  # its warm re-runs too
         cold_cost = [(r["load_s"] or 0) + (r["latency_s"] or 0) for r in cold]
         out.append(
             [

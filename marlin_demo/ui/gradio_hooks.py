@@ -1,30 +1,42 @@
-"""Where the app reaches into a loaded Gradio's internals, and why (before it loads: ``gradio_stubs``).
+"""The one module that reaches into Gradio's internals, each reach with its reason and its named test in
+``tests/test_hardening.py`` (which fails naming the reach when Gradio changes under it). It imports Gradio
+only inside its functions, so :func:`skip_stub_rewrite` can run before Gradio is first imported.
 
-1. Gradio downloads a file sent as an http(s) URL into its cache before any validator or endpoint sees it
+1. Gradio rewrites its components' ``.pyi`` stubs at every import: each component class's metaclass
+   (``gradio.component_meta.ComponentMeta``) re-parses its module's source to regenerate the stub beside
+   it (``create_or_modify_pyi``), with no setting to turn it off. The wheel ships the stubs; only Gradio's
+   developers need them regenerated. :func:`skip_stub_rewrite`, before Gradio is imported, makes that step
+   do nothing: about 1.4 s less CPU per app start, a quarter of it (docs/SPEED.md).
+2. Gradio downloads a file sent as an http(s) URL into its cache before any validator or endpoint sees it
    (``Block.async_move_resource_to_block_cache``), with no setting to turn it off:
    :func:`refuse_url_downloads` patches that method on every component to refuse a URL (:data:`NO_URLS`).
-2. Gradio's MCP bridge writes a dict result as Python's repr, so the endpoints answer it JSON text; it
+3. Gradio's MCP bridge writes a dict result as Python's repr, so the endpoints answer it JSON text; it
    calls through its own client, which sends ``x-gradio-user: mcp`` (:func:`from_mcp`).
-3. Gradio's queue looks for new work every millisecond while it has none (``Queue.sleep_when_free``
+4. Gradio's queue looks for new work every millisecond while it has none (``Queue.sleep_when_free``
    on Linux, 50 ms on Windows), about a tenth of a core on an idle server, taken from the model on a
    2-vCPU machine: :func:`quiet_queue` sets the Windows pace (a queued call starts up to that much later).
-4. ``gr.Video`` runs ``ffprobe`` on a video each time it shows it (``processing_utils.video_is_playable``):
+5. ``gr.Video`` runs ``ffprobe`` on a video each time it shows it (``processing_utils.video_is_playable``):
    72 probes of the 12 example clips, 11 of the app's 15 s start on a 2-core machine.
    :func:`remember_playable` answers a file it has probed, unchanged since, from memory.
-
-``tests/test_hardening.py`` fails naming each when Gradio changes under it.
+6. Where Gradio keeps uploads (:func:`upload_folder`): ``GRADIO_TEMP_DIR``, else its default, as Gradio
+   itself resolves it, so a check that a path is an upload follows Gradio's own rule.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import gradio as gr
-from gradio import processing_utils
-from gradio.blocks import Block
+if TYPE_CHECKING:
+    import gradio as gr
+    from gradio.blocks import Block
 
 NO_URLS = "Upload the video file itself: the server does not download URLs."
 
@@ -34,6 +46,8 @@ MCP_USER_HEADER = ("x-gradio-user", "mcp")
 
 def refuse_url_downloads(demo: gr.Blocks) -> int:
     """Every component of ``demo`` refuses a URL Gradio would download; how many were adjusted."""
+    from gradio.blocks import Block
+
     adjusted = 0
     for block in demo.blocks.values():
         if isinstance(block, Block) and not getattr(block, "_marlin_refuses_urls", False):
@@ -43,6 +57,8 @@ def refuse_url_downloads(demo: gr.Blocks) -> int:
 
 
 def _refuse_urls(block: Block) -> None:
+    import gradio as gr
+
     plain_move = block.async_move_resource_to_block_cache
 
     async def move_refusing_urls(url_or_file_path: str | Path | None) -> str | None:
@@ -73,6 +89,8 @@ def quiet_queue(demo: gr.Blocks) -> None:
 
 def remember_playable() -> None:
     """``video_is_playable`` probes a file once per (path, size, modification time) in this process."""
+    from gradio import processing_utils
+
     probe = processing_utils.video_is_playable
     if getattr(probe, "_marlin_remembers", False):
         return
@@ -97,3 +115,57 @@ def from_mcp(request: Any) -> bool:
     headers = getattr(request, "headers", None) or {}
     name, value = MCP_USER_HEADER
     return bool(headers.get(name) == value)
+
+
+#: the module and the step :func:`skip_stub_rewrite` replaces (item 1)
+MODULE = "gradio.component_meta"
+STEP = "create_or_modify_pyi"
+
+
+def skipped_stub_rewrite(*args: Any, **kwargs: Any) -> None:
+    """Stands in for Gradio's stub rewrite: the installed stubs are kept as shipped."""
+
+
+class _SkipStubRewrite(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Loads Gradio's metaclass module as usual, then swaps its stub step before any component exists."""
+
+    def __init__(self) -> None:
+        self._real: importlib.abc.Loader | None = None
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        self._real = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        assert self._real is not None
+        return self._real.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        assert self._real is not None
+        self._real.exec_module(module)
+        if hasattr(module, STEP):  # renamed by a later Gradio: nothing to skip (the test says so)
+            setattr(module, STEP, skipped_stub_rewrite)
+
+
+def skip_stub_rewrite() -> bool:
+    """Skip the stub rewrite in this process; False when Gradio was imported already (too late)."""
+    if MODULE in sys.modules:
+        return False
+    if not any(isinstance(f, _SkipStubRewrite) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SkipStubRewrite())
+    return True
+
+
+def upload_folder() -> Path:
+    """Where Gradio keeps uploads in this process (``GRADIO_TEMP_DIR``, else its default)."""
+    import gradio as gr
+
+    return Path(gr.utils.get_upload_folder())

@@ -5,6 +5,7 @@ thumbnails: the browser never names a server path. See docs/LIBRARY.md."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import html
 import json
@@ -28,6 +29,7 @@ from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
 from marlin_demo.ui.common import PRIVATE_UI, UIContext, status_html, user_errors
+from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
 
 PLAYER_ID = "library-video"
@@ -116,6 +118,7 @@ class LibraryTab:
     player: gr.Video
     chosen: gr.HTML
     open_in_find: gr.Button
+    cost: gr.HTML
     moments: gr.State
     picked: gr.State
     source: LibrarySource
@@ -131,16 +134,21 @@ def about_html(source: LibrarySource) -> str:
 
 
 def cost_html(source: LibrarySource) -> str:
-    """Under Run: whether the examples' library ships with the app, else what building it costs."""
-    notes = " ".join(html.escape(n) for n in (source.shipped, source.cost) if n)
+    """Under Run: whether the examples' library ships with the app, else what building it costs, until
+    it is built (then each search's own cost is said under the query)."""
+    price = "" if not source.cost or source.indexed() else source.cost
+    notes = " ".join(html.escape(n) for n in (source.shipped, price) if n)
     return f'<p class="mx-note">{notes}</p>' if notes else ""
 
 
-def headline_html(answer: dict[str, Any], tiny: bool) -> str:
+def headline_html(answer: dict[str, Any], tiny: bool, failures: list[str] | None = None) -> str:
+    """The answer's head: how many moments in how many videos, or why none (an empty library names
+    what kept its videos out: ``failures``, the build's sentences)."""
     lib, n = answer["library"], len(answer["moments"])
     q = html.escape(answer["query"])
     if not lib["windows"]:
-        body, cls = "The library is empty: no video has been indexed yet.", " ml-none"
+        why = f" {len(failures)} could not be indexed; the last: {failures[-1]}" if failures else ""
+        body, cls = html.escape(f"The library is empty: no video has been indexed yet.{why}"), " ml-none"
     elif not n:
         body, cls = (
             "No moment found: no caption window matches these words, or find gave no span.",
@@ -167,7 +175,7 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
     return [
         (
             str(source.folder / m["thumbnail"]),
-            f"{m['video']} · {m['start']:.1f}–{m['end']:.1f} s · score {m['score']:.2f} · "
+            f"{m['video']} · {contract.clock_span(m['start'], m['end'])} · score {m['score']:.2f} · "
             f"text {m['retrieval_score']:.2f}",
         )
         for m in moments
@@ -193,13 +201,25 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Upda
         tab.progress: progress_html(0.02, "Opening the library…"),
     }
     try:
-        for done, total in source.progress():
-            text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned…"
-            yield {tab.progress: progress_html(0.02 + 0.3 * done / max(1, total), text)}
+        for done, failed, total in source.progress():
+            yield {
+                tab.progress: progress_html(
+                    0.02 + 0.3 * (done + failed) / max(1, total), _indexing(source, done, failed, total)
+                )
+            }
+        yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
         yield from _stages(ctx, tab, clean)
     except (gr.Error, LibraryError) as exc:
         message = exc.message if isinstance(exc, gr.Error) else str(exc)
         yield {tab.progress: "", tab.headline: "", tab.status: status_html(message, error=True)}
+
+
+def _indexing(source: LibrarySource, done: int, failed: int, total: int) -> str:
+    """The bar's words while the library is built: the videos captioned, and those that could not be."""
+    text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
+    if failed:
+        text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
+    return text + "…"
 
 
 def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
@@ -246,7 +266,7 @@ def _answer_updates(ctx: UIContext, tab: LibraryTab, answer: SearchAnswer) -> Up
     moments = [{**m, "path": paths.get(m["id"], "")} for m in d["moments"]]
     return {
         tab.progress: "",
-        tab.headline: headline_html(d, ctx.engine.settings.is_tiny),
+        tab.headline: headline_html(d, ctx.engine.settings.is_tiny, tab.source.failures),
         tab.gallery: gallery_items(tab.source, moments) or None,
         tab.moments: moments,
     }
@@ -278,7 +298,8 @@ def render(ctx: UIContext) -> LibraryTab:
                 with gr.Row(elem_classes="mr-buttons"):
                     run = gr.Button("Search the library", variant="primary", elem_id="library-run")
                     stop = gr.Button("Stop", variant="stop", visible=False, elem_id="library-stop")
-                gr.HTML(cost_html(source), elem_id="library-cost")
+                # evaluated at each page load: once the index is built, building it is no longer ahead
+                cost = gr.HTML(functools.partial(cost_html, source), elem_id="library-cost")
                 progress = gr.HTML("", elem_id="library-progress")
                 headline = gr.HTML("", elem_id="library-headline")
                 gallery = gr.Gallery(
@@ -304,14 +325,16 @@ def render(ctx: UIContext) -> LibraryTab:
         player,
         chosen,
         open_in_find,
+        cost,
         gr.State([]),
         gr.State(None),
         source,
     )
 
 
-def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_query: gr.Textbox) -> None:
-    """Run/Stop, choosing a moment (plays it there), "Open in Find", and the public ``/search``."""
+def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_query: gr.Textbox) -> None:
+    """Run/Stop, choosing a moment (plays it there), "Open in Find" (the clip at the moment, Find run on
+    it with the query), and the public ``/search``."""
     buttons = [tab.run, tab.stop]
 
     def search_ui(query: str) -> Iterator[Updates]:
@@ -325,6 +348,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         tab.moments,
         tab.open_in_find,
         tab.chosen,
+        tab.cost,
         *buttons,
     ]
     wire_run_and_stop(
@@ -361,9 +385,9 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         if m is None or not m.get("path"):
             return {tab.chosen: status_html("This moment's video is not available.", error=True)}
         text = (
-            f"<b>{html.escape(m['video'])}</b> · {m['start']:.1f} s → {m['end']:.1f} s · score "
-            f"{m['score']:.2f} (text {m['retrieval_score']:.2f}; caption window "
-            f"{m['window'][0]:g}–{m['window'][1]:g} s)"
+            f"<b>{html.escape(m['video'])}</b> · {contract.clock(m['start'])} → {contract.clock(m['end'])} · "
+            f"score {m['score']:.2f} (text {m['retrieval_score']:.2f}; caption window "
+            f"{contract.clock_span(*m['window'])})"
         )
         return {
             tab.player: m["path"],
@@ -373,7 +397,8 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
         }
 
     def jump(m: dict[str, Any] | None) -> Any:
-        """The player seeks to the moment (a follow-up: it cannot ride on the value update)."""
+        """A player (this tab's, or the page's clip) seeks to the moment (a follow-up: it cannot ride on
+        the value update)."""
         return gr.skip() if not m else gr.update(playback_position=float(m["start"]))
 
     tab.gallery.select(
@@ -383,12 +408,26 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: gr.Video, find_
     def open_in_find(m: dict[str, Any] | None, query: str) -> Updates:
         if not m:
             return {}
-        return {clip: m["path"], find_query: query, tabs: gr.Tabs(selected="find")}
+        return {clip.video: m["path"], find_query: query, tabs: gr.Tabs(selected="find"), clip.tab: "find"}
 
     tab.open_in_find.click(
         open_in_find,
         [tab.picked, tab.query],
-        [clip, find_query, tabs],
+        [clip.video, find_query, tabs, clip.tab],
         api_visibility="private",
         show_progress="hidden",
-    )
+    ).then(jump, tab.picked, clip.video, **PRIVATE_UI).then(None, js=RUN_FIND_JS, **PRIVATE_UI)
+
+
+#: after "Open in Find": Find's own Run, clicked once the tab shows it and it accepts the query (the page
+#: runs it as a visitor's click would: its bar, Stop and results as always)
+RUN_FIND_JS = """() => new Promise((done) => {
+  const end = performance.now() + 30000;
+  const step = () => {
+    const run = document.querySelector('#find-run');
+    if (run && !run.disabled && run.offsetParent !== null) { run.click(); done(); }
+    else if (performance.now() > end) done();
+    else requestAnimationFrame(step);
+  };
+  step();
+})"""

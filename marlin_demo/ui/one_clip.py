@@ -1,19 +1,30 @@
 """The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
 upload. Results are tied to their clip (``common.ResultsClip``): a new clip clears the old one's, and a
-request whose clip left the screen shows nothing more (``while_shown``)."""
+request whose clip left the screen shows nothing more (``while_shown``). Every event that reads the clip
+also reads ``Clip.stamp``, numbered in the browser as it fires (``STAMP_JS``), so the newest report wins
+whatever order the events reach the server in."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 from gradio.blocks import Block
 
-from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, STATUS_JS, UIContext, clip_status, session_of
+from marlin_demo.ui.common import (
+    CLIP_ID,
+    PRIVATE_UI,
+    STAMP_JS,
+    STATUS_JS,
+    UIContext,
+    clip_status,
+    session_of,
+    tab_work,
+)
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.running import Updates
 
@@ -30,6 +41,8 @@ class Clip:
     credit: gr.HTML  # an example's credit
     start: gr.Number  # the part of the clip asked about (both empty: all of it)
     end: gr.Number
+    stamp: gr.Number  # never shown: the browser's number for each report of the clip (``STAMP_JS``)
+    tab: gr.State  # the id of the tab selected: what the status line prices (``common.clip_status``)
 
 
 def render(ctx: UIContext) -> Clip:
@@ -51,13 +64,26 @@ def render(ctx: UIContext) -> Clip:
                 )  # fmt: skip
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
             credit = gr.HTML("", elem_id="clip-credit")  # an example's credit_line
-    return Clip(video, status, credit, start, end)
+    stamp = gr.Number(0, visible=False, elem_id="clip-stamp")
+    return Clip(video, status, credit, start, end, stamp, gr.State("caption"))
 
 
-def listen(ctx: UIContext, clip: Clip, tabs: Mapping[str, tuple[list[Block], Callable[[], Updates]]]) -> None:
+def listen(
+    ctx: UIContext,
+    clip: Clip,
+    tabs: Mapping[str, tuple[list[Block], Callable[[], Updates]]],
+    page_tabs: gr.Tabs,
+    compare_choices: Sequence[gr.components.Component] = (),
+) -> None:
     """The credit and the status line follow the clip; ``tabs[name]`` = (the tab's outputs, what they
-    show without results) replaces a tab's results when they were another clip's."""
+    show without results) replaces a tab's results when they were another clip's. The status line also
+    follows the tab selected in ``page_tabs`` and Compare's task and variants (``compare_choices``:
+    ``clip_status``'s ``compare_task`` and ``with_bf16``), pricing what that tab would run."""
     clip.video.change(functools.partial(credit_line, ctx), clip.video, clip.credit, **PRIVATE_UI)
+    ids = {t.label: t.id for t in page_tabs.children if isinstance(t, gr.Tab)}
+
+    def selected(evt: gr.SelectData) -> Any:
+        return ids.get(evt.value, gr.skip())  # the tab's id, from its label (what a select event carries)
 
     # a range belongs to the clip it was set on: a new clip starts whole (and no clip, no range)
     def whole(video: str | None) -> list[Any]:
@@ -65,20 +91,29 @@ def listen(ctx: UIContext, clip: Clip, tabs: Mapping[str, tuple[list[Block], Cal
         return [gr.Number(value=None, visible=bool(video)) for _ in range(2)]
 
     clip.video.change(whole, clip.video, [clip.start, clip.end], **PRIVATE_UI)
-    # one event for the three inputs, the last change's line last (two changes' lines never cross)
-    inputs = [clip.video, clip.start, clip.end]
+    # one event for the inputs, the last change's line last (two changes' lines never cross)
+    inputs = [clip.video, clip.start, clip.end, clip.tab, *compare_choices]
     changes = [clip.video.change, clip.start.change, clip.end.change]
+    changes += [c.change for c in compare_choices]  # type: ignore[attr-defined]
     status = functools.partial(clip_status, ctx)
     gr.on(changes, status, inputs, clip.status, trigger_mode="always_last", **PRIVATE_UI)
+
+    def priced(video: str | None, start: Any, end: Any, tab: str | None, *choices: Any) -> Any:
+        """The line for the tab just selected; one that runs nothing on the clip (Library, About) leaves
+        it as it was, so the page above the tabs does not jump as they are switched."""
+        return gr.skip() if tab_work(ctx, tab) is None else status(video, start, end, tab, *choices)
+
+    # a State set by an event does not fire its own change: the line follows the select itself
+    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(priced, inputs, clip.status, **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
-    def clear(video: str | None, request: gr.Request) -> Updates:
+    def clear(video: str | None, stamp: float | None, request: gr.Request) -> Updates:
         updates: Updates = {}
-        for tab in ctx.results_clip.show(session_of(request), video):
+        for tab in ctx.results_clip.seen(session_of(request), video, stamp):
             updates.update(tabs[tab][1]())
         return updates or {outputs[0]: gr.skip()}  # Gradio refuses an empty dict of updates
 
-    clip.video.change(clear, clip.video, outputs, **PRIVATE_UI)
+    clip.video.change(clear, [clip.video, clip.stamp], outputs, js=STAMP_JS, **PRIVATE_UI)
 
 
 def while_shown(
@@ -86,13 +121,17 @@ def while_shown(
     tab: str,
     request: gr.Request | None,
     path: str,
+    stamp: float | None,
     updates: Generator[Updates, None, None],
     gone: Updates,
 ) -> Iterator[Updates]:
-    """The request's ``updates`` while ``path`` is on screen; then ``gone``, and the request is closed."""
+    """The request's ``updates`` while ``path`` (read at ``stamp``) is on screen; then ``gone``, and the
+    request is closed. A request whose clip left before it started shows nothing and never runs."""
     session = session_of(request)
-    ctx.results_clip.own(tab, session, path)
     with contextlib.closing(updates):
+        if not ctx.results_clip.start(tab, session, path, stamp):
+            yield gone
+            return
         for update in updates:
             if not ctx.results_clip.shows(session, path):
                 yield gone

@@ -10,11 +10,13 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import gradio as gr
 from gradio.blocks import Block
+from gradio.helpers import Examples
 
 from marlin_demo import service
 from marlin_demo.results import Result
 from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.common import (
+    STAMP_JS,
     UIContext,
     example_labels,
     examples_label,
@@ -67,6 +69,7 @@ class RunTab:
     status: gr.HTML
     start: gr.Number  # the clip's range (``one_clip``): a run asks about that part only
     end: gr.Number
+    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Run or an example fires
     variant: gr.Radio
     run: gr.Button
     stop: gr.Button
@@ -75,7 +78,7 @@ class RunTab:
     notice: gr.HTML
     metrics: gr.HTML
     raw: gr.Textbox
-    examples: gr.helpers.Examples | None = None
+    examples: Examples | None = None
 
     @property
     def buttons(self) -> list[Block]:
@@ -88,8 +91,8 @@ class RunTab:
 
     @property
     def inputs(self) -> list[Any]:
-        """What a run reads: the example's inputs, then the clip's range."""
-        return [*self.example_inputs, self.start, self.end]
+        """What a run reads: the example's inputs, then the clip's range and its stamp."""
+        return [*self.example_inputs, self.start, self.end, self.stamp]
 
     @property
     def triggers(self) -> list[Any]:
@@ -172,7 +175,7 @@ def run_updates(
 ) -> Iterator[Updates]:
     """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
     kept for its next click. A bad clip, query or run is said once, under its input (no toast)."""
-    *own, start, end = values
+    *own, start, end, stamp = values
     asked = tab.ask(ctx, own)
     if isinstance(asked, Asked) and not example:  # an example is the whole clip
         asked = with_range(ctx, tab, asked, start, end)
@@ -192,7 +195,7 @@ def run_updates(
 
     try:
         with user_errors():
-            yield from while_shown(ctx, tab.name, request, asked.path, stages(), {tab.progress: ""})
+            yield from while_shown(ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""})
     except gr.Error as exc:
         failed = {tab.timeline: timeline.placeholder("No result."), tab.answer: ""}
         yield {**tab.cleared(), **failed, tab.status: status_html(exc.message, error=True)}
@@ -212,12 +215,15 @@ def with_range(ctx: UIContext, tab: RunTab, asked: Asked, start: Any, end: Any) 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
-    asked = tab.ask(ctx, values[:-2])  # an example is the whole clip: its range is not read
+    *own, _start, _end, stamp = values  # an example is the whole clip: its range is not read
+    asked = tab.ask(ctx, own)
     kept = kept_answer(ctx, tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
     if kept is None or not isinstance(asked, Asked):
         return waiting_updates(tab.buttons, tab.progress)
-    # the visitor just chose this clip: its own change event may come after this answer
-    ctx.results_clip.own(tab.name, session_of(request), asked.path, chosen=True)
+    # the visitor just chose this clip: its own change event may come after this answer (or, when a
+    # newer clip was chosen meanwhile, before it: then this answer is not shown)
+    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):
+        return {tab.progress: gr.skip()}
     with example_notes.replaying(kept):
         return tab.final(ctx, kept.result, asked.path, kept.cold)
 
@@ -269,6 +275,7 @@ def make(
         status=clip.status,
         start=clip.start,
         end=clip.end,
+        stamp=clip.stamp,
         variant=variant,
         run=button,
         stop=stop,
@@ -276,9 +283,7 @@ def make(
     )
 
 
-def examples(
-    ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]
-) -> gr.helpers.Examples | None:
+def examples(ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]) -> Examples | None:
     """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
     as Run does (``listen``). On a phone they come after the result (style.css)."""
     with gr.Column(elem_classes="mr-examples"):
@@ -321,6 +326,7 @@ def listen(ctx: UIContext, tab: RunTab) -> None:
         lambda: tab.stopped,
         tab.answer,
         example,
+        js=STAMP_JS,
     )
     for end in ends:
         tab.after_run(ctx, end)

@@ -55,11 +55,14 @@ def wire_run_and_stop(
     stopped: Callable[[], str],
     stopped_target: Any,
     example: tuple[Any, Any, Any] | None = None,
+    js: str | None = None,
 ) -> list[Any]:
     """Run (streamed, with the tab's own bar) and Stop (cancels it; ``stopped()`` in ``stopped_target``).
     ``example`` = (the examples' input event, a quick first step, the run): a click shows the kept answer
-    or the wait, then runs like Run. Returns the events a follow-up step chains on."""
+    or the wait, then runs like Run. ``js`` runs in the browser before each step that reads ``inputs``
+    (``common.STAMP_JS``). Returns the events a follow-up step chains on."""
     run_options: dict[str, Any] = {
+        "js": js,
         "api_visibility": "private",
         "show_progress": "hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
         **GPU_EVENT,
@@ -70,7 +73,7 @@ def wire_run_and_stop(
     runs, ends = [main], [main]
     if example is not None:
         loaded, first_fn, example_fn = example
-        first = loaded.then(first_fn, inputs, outputs, **PRIVATE_UI)
+        first = loaded.then(first_fn, inputs, outputs, js=js, **PRIVATE_UI)
         runs.append(first.then(example_fn, inputs, outputs, **run_options))
         ends += [first, runs[-1]]
     # Stop puts the buttons back at once and cancels the run; its sentence comes in a queued

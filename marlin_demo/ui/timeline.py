@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
+from marlin_demo.contract import clock, clock_span
+
 __all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "file_url", "nice_step", "placeholder", "timeline_html"]
 
 #: event colours dark enough for white 12 px labels (WCAG AA, 4.5:1 or more)
@@ -29,19 +31,10 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
     return 3600.0
 
 
-def clock(seconds: float) -> str:
-    """The page's one way to write a time: ``12.5 s`` under a minute, else ``2:07.5`` (tenths if any)."""
-    t = round(max(0.0, float(seconds)), 1)
-    if t < 60:
-        return f"{t:g} s"
-    m, sec = divmod(t, 60)
-    sec = round(sec, 1)
-    return f"{int(m)}:{sec:04.1f}" if sec % 1 else f"{int(m)}:{int(sec):02d}"
-
-
 def _label(long: str, short: str) -> str:
-    """A bar's label: the whole text where the bar is wide enough, else only its number (CSS container
-    query), never a word cut to "grou…"; the detail line and the tooltip say it in full."""
+    """A bar's label: the whole text where the bar is wide enough, else only its number, else nothing
+    (``TIMELINE_JS`` measures each bar), never a word cut to "grou…"; the detail line and the tooltip say
+    it in full."""
     return (
         f'<span class="mt-long">{html.escape(long)}</span><span class="mt-short">{html.escape(short)}</span>'
     )
@@ -118,7 +111,7 @@ def timeline_html(
     lanes = _lanes(items)
     n_lanes = max(lanes, default=-1) + 1
     for (start, end, desc, idx), lane in zip(items, lanes, strict=True):
-        label = html.escape(f"{idx + 1}. {clock(start)}–{clock(end)} · {desc}")
+        label = html.escape(f"{idx + 1}. {clock_span(start, end)} · {desc}")
         attrs = (
             f'data-index="{idx}" title="{label}" aria-label="Play from {start:.1f} s: {html.escape(desc)}"'
         )
@@ -129,20 +122,20 @@ def timeline_html(
     top = 42 if reference is not None else 4
     if reference is not None:
         s, e = float(reference[0]), float(reference[1])
-        inner = _label(f"ground truth {clock(s)}–{clock(e)}", "truth")
-        rows.append(_bar("mt-ref", s, e, duration, 4, f'title="Ground truth {clock(s)}–{clock(e)}"', inner))
+        inner = _label(f"ground truth {clock_span(s, e)}", "truth")
+        rows.append(_bar("mt-ref", s, e, duration, 4, f'title="Ground truth {clock_span(s, e)}"', inner))
     best = _moments(moments)
     if best:
         span = best[0][:2]
     for k, (s, e, score) in enumerate(best[1:], 2):
         attrs = (
-            f'data-moment="{k}" title="Moment {k}: {clock(s)}–{clock(e)}, score {score:.2f}" '
+            f'data-moment="{k}" title="Moment {k}: {clock_span(s, e)}, score {score:.2f}" '
             f'aria-label="Play moment {k} from {s:.1f} s"'
         )
         rows.append(_bar("mt-moment", s, e, duration, top + 38, attrs, _label(f"#{k} {score:.2f}", f"#{k}")))
     if span is not None:
         s, e = float(span[0]), float(span[1])
-        said = f"{html.escape(span_label)} {clock(s)}–{clock(e)}"
+        said = f"{html.escape(span_label)} {clock_span(s, e)}"
         cls = f"mt-span{' mt-best' if best else ''}{_outside_label(_pct(s, duration), _pct(e, duration))}"
         attrs = f'title="{said}" aria-label="Play the span from {s:.1f} s"'
         rows.append(_bar(cls, s, e, duration, top, attrs, f"<span>{said}</span>"))
@@ -204,7 +197,7 @@ def _windows_strip(windows: Sequence[Sequence[float]], duration: float, done: in
         top = 12 * ((k - 1) % 2) if overlap else 0
         cells.append(
             f'<span class="mt-win{state}" data-window="{k}" '
-            f'title="window {k}: {clock(s)}–{clock(e)}" '
+            f'title="window {k}: {clock_span(s, e)}" '
             f'style="left:{left:.3f}%;width:{right - left:.3f}%;top:{top}px">{k}</span>'
         )
     height = 24 if overlap else 12
@@ -270,6 +263,26 @@ const showDetail = (item) => {
   const line = element.querySelector('.mt-detail');
   if (line && item && item.classList.contains('mt-event')) line.textContent = item.title;
 };
+// every bar's label whole, else its number, else none (the tooltip and the detail line say it): a label
+// is never cut to "gr…"; a span's label that does not fit inside goes beside it
+const overflows = (item) => item.scrollWidth > item.clientWidth + 1;
+const fit = () => element.querySelectorAll('.mt-item').forEach((item) => {
+  if (item.clientWidth === 0) return;  // a hidden tab: measured when it is shown
+  if (item.classList.contains('mt-span')) {
+    if (!item.classList.contains('mt-out') && overflows(item)) {
+      item.classList.add('mt-out');
+      if (parseFloat(item.style.left) + parseFloat(item.style.width) > 70) item.classList.add('mt-out-left');
+    }
+    return;
+  }
+  item.classList.remove('mt-fit-short', 'mt-fit-none');
+  if (!overflows(item)) return;
+  item.classList.add('mt-fit-short');
+  if (overflows(item)) item.classList.replace('mt-fit-short', 'mt-fit-none');
+});
+new ResizeObserver(fit).observe(element);
+new MutationObserver(fit).observe(element, { childList: true, subtree: true });
+fit();
 element.addEventListener('mouseover', (ev) => showDetail(ev.target.closest('.mt-event')));
 element.addEventListener('focusin', (ev) => showDetail(ev.target.closest('.mt-event')));
 setInterval(() => {
@@ -300,13 +313,15 @@ TIMELINE_CSS = """
   border: 1px solid var(--border-color-primary); overflow: hidden; }
 .mt-item { position: absolute; height: 28px; border-radius: 7px; border: none; cursor: pointer;
   padding: 0 8px; font-size: 12px; line-height: 28px; text-align: left; overflow: hidden;
-  white-space: nowrap; text-overflow: ellipsis; color: #fff !important;
+  white-space: nowrap; text-overflow: clip; color: #fff !important;
   transition: transform .08s, box-shadow .08s; }
 .mt-item span { pointer-events: none; }
-.mt-event, .mt-moment, .mt-ref { container-type: inline-size; }
 .mt-short { display: none; }
 .mt-event > span, .mt-moment > span, .mt-span:not(.mt-out) > span { color: #fff !important; }
-@container (max-width: 64px) { .mt-long { display: none; } .mt-short { display: inline; } }
+/* TIMELINE_JS: a bar too narrow for its text shows its number, centred; too narrow for that, nothing */
+.mt-item.mt-fit-short { padding: 0 2px; text-align: center; }
+.mt-fit-short > .mt-long, .mt-fit-none > .mt-long { display: none; }
+.mt-fit-short > .mt-short { display: inline; }
 .mt-event { background: var(--mt-color); }
 .mt-item:hover, .mt-item:focus-visible { transform: translateY(-1px); box-shadow: 0 2px 8px rgba(0,0,0,.25);
   z-index: 2; }
@@ -320,8 +335,8 @@ TIMELINE_CSS = """
 .mt-span.mt-out > span { position: absolute; top: 0; left: calc(100% + 6px);
   color: var(--body-text-color) !important; }
 .mt-span.mt-out.mt-out-left > span { left: auto; right: calc(100% + 6px); }
-.mt-ref { background: repeating-linear-gradient(45deg, rgba(245,158,11,.25), rgba(245,158,11,.25) 6px,
-  rgba(245,158,11,.12) 6px, rgba(245,158,11,.12) 12px); color: var(--body-text-color) !important;
+/* a flat tint, no stripes: its label's contrast can be measured (a gradient hides it from the checker) */
+.mt-ref { background: rgba(245,158,11,.18); color: var(--body-text-color) !important;
   border: 1.5px dashed #f59e0b; }
 .mt-playhead { position: absolute; top: 0; bottom: 0; width: 2px; background: #ef4444; pointer-events: none;
   display: none; z-index: 4; }

@@ -7,12 +7,18 @@ back. The real package cannot run here: it asks the platform's device service fo
 and whether torch was imported before this package, is appended as a JSON line to the file named by
 ``MARLIN_STAND_IN_GPU_LOG`` (when set), for the test to read.
 
-A visitor's daily quota is kept as ``spaces`` 0.51.3 keeps it (``zero/client.py`` ``schedule``): a call
-asks for its duration times the card's factor, and one asking for more than is left is refused with the
-very ``gr.Error`` that ``spaces`` raises (same title and words); without a visitor token the refusal is
-"Space app has reached its GPU limit". ``QUOTA`` sets it in-process; a server reads
-``MARLIN_STAND_IN_QUOTA_S`` (seconds left) and ``MARLIN_STAND_IN_VISITOR`` (``none``: no token; ``ip``: a
-token but not signed in; ``free``; ``pro``). Without them no call is refused.
+A visitor's daily quota is kept as ZeroGPU keeps it. A call's requested duration times the card's factor
+is only the admission check (``spaces`` 0.51.3 ``zero/client.py`` ``schedule``): it is held while the call
+runs, and a call asking for more than is left is refused with the very ``gr.Error`` that ``spaces`` raises
+(same title and words; without a visitor token the refusal is "Space app has reached its GPU limit"). When
+the call ends its hold is settled to the time it actually used, times the factor (hub-docs
+``spaces-zerogpu.md``: the quota consumed is the task's effective duration; ZeroGPU Explorers discussion
+#82: the requested duration only guards the start), so short calls leave the rest of the day to later ones.
+``QUOTA`` sets it in-process; a server reads ``MARLIN_STAND_IN_QUOTA_S`` (seconds left),
+``MARLIN_STAND_IN_VISITOR`` (``none``: no token; ``ip``: a token but not signed in; ``free``; ``pro``) and
+``MARLIN_STAND_IN_USED_S`` (the GPU seconds each call is charged in place of its time here: this CPU's time
+is not a GPU's, and a test that needs the quota to run out at a known call fixes it). Without a quota no
+call is refused. Each settled call is logged with what it used and was charged.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import multiprocessing
 import os
 import pickle
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -38,21 +46,36 @@ SUBSCRIBE_TO_PRO_URL = "https://huggingface.co/subscribe/pro?from=ZeroGPU"
 @dataclass
 class Quota:
     """One visitor's ZeroGPU quota: ``left_s`` (None: never refused), who asks (``visitor``: none, ip,
-    free, pro), the card's duration factor and the wait ``spaces`` names in its refusal."""
+    free, pro), the card's duration factor, the wait ``spaces`` names in its refusal, and ``used_s``: the
+    GPU seconds each call is charged in place of its own time (None: the time it took)."""
 
     left_s: float | None = None
     visitor: str = "free"
     factor: float = 1.5
     wait: timedelta = timedelta(hours=13, minutes=12, seconds=5)
+    used_s: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def schedule(self, duration: float) -> None:
-        """Charge a call of ``duration`` seconds, or raise what ``spaces`` raises when it cannot."""
+    def schedule(self, duration: float) -> int:
+        """Admit a call of ``duration`` seconds and hold its request (times the factor) while it runs,
+        or raise what ``spaces`` raises when the request is more than is left; returns what is held."""
         requested = round(duration * self.factor)
-        if self.left_s is None:
-            return
-        if requested > self.left_s:
-            raise self.refusal(requested)
-        self.left_s -= requested
+        with self._lock:
+            if self.left_s is None:
+                return requested
+            if requested > self.left_s:
+                raise self.refusal(requested)
+            self.left_s -= requested
+        return requested
+
+    def settle(self, held: int, took_s: float) -> float:
+        """The call is over: its hold is given back and the time it used, times the factor, is charged
+        (``used_s`` in place of ``took_s`` when set); returns what was charged."""
+        charged = (took_s if self.used_s is None else self.used_s) * self.factor
+        with self._lock:
+            if self.left_s is not None:
+                self.left_s += held - charged
+        return charged
 
     def refusal(self, requested: int) -> Exception:
         """``spaces``' own ``gr.Error`` for a call over the quota (an API call: no page sends the request)."""
@@ -76,7 +99,12 @@ class Quota:
 
 def _quota_from_env() -> Quota:
     left = os.environ.get("MARLIN_STAND_IN_QUOTA_S")
-    return Quota(None if left is None else float(left), os.environ.get("MARLIN_STAND_IN_VISITOR", "free"))
+    used = os.environ.get("MARLIN_STAND_IN_USED_S")
+    return Quota(
+        None if left is None else float(left),
+        os.environ.get("MARLIN_STAND_IN_VISITOR", "free"),
+        used_s=None if used is None else float(used),
+    )
 
 
 #: the quota every call is charged to (tests replace it)
@@ -135,12 +163,20 @@ def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
     def decorate(func: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
             seconds = duration(*args, **kwargs) if callable(duration) else duration
+            quota = QUOTA  # the one the call was admitted on settles it, whatever a test sets meanwhile
             try:
-                QUOTA.schedule(seconds)  # refused here, before any process starts, as spaces does
+                held = quota.schedule(seconds)  # refused here, before any process starts, as spaces does
             except Exception as exc:
                 _record({"refused": True, "duration": seconds, "message": str(exc)})
                 raise
-            yield from forked(func, args, kwargs, seconds)
+            t0 = time.monotonic()
+            try:
+                yield from forked(func, args, kwargs, seconds)
+            finally:  # ended, failed or stopped: charged the time it used
+                took = time.monotonic() - t0
+                charged = quota.settle(held, took)
+                _record({"settled": True, "duration": seconds, "held": held, "took_s": round(took, 3),
+                         "charged_s": round(charged, 3)})  # fmt: skip
 
         return call
 
