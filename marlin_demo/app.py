@@ -59,6 +59,8 @@ def build(
         preload(engine)  # on a Space the first visitor must not wait for the load
     if space.zero_gpu():
         space.gpu_function()  # ZeroGPU reports the decorated function when the app launches
+        # one GPU call before launch runs every variant, so no visitor pays the first launch's compile
+        status.warm_up_note = space.warm_up(engine)
     demo, launch_kwargs = build_demo(engine, settings, status)
     return demo, launch_kwargs, settings
 

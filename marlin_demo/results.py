@@ -212,6 +212,11 @@ class RunInfo:
     attention: str = ""
     compile: str = ""  # compiled decoding: "off", its state, or "eager (reason)"
     compile_s: float = 0.0  # compile time this variant has paid so far (never in a latency)
+    #: how the tokens were decoded: "graphs" (a captured CUDA graph per step), "static" (the same step on a
+    #: static cache, uncaptured: a CPU), "eager" (generate's own loop) or "compiled" (MARLIN_COMPILE)
+    decode: str = ""
+    decode_note: str = ""  # why graphs (or compile) were asked for and eager ran
+    capture_s: float = 0.0  # capturing a new cache size's decode step in this request (inside latency_s)
     repairs: list[str] = field(default_factory=list)
     cached_video: bool = False
     reused_prefix: bool = False

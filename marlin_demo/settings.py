@@ -95,6 +95,13 @@ class Settings:
         "turns prefix reuse off; off until measured to help",
         ("run", "bench"),
     )
+    decode: str = _setting(
+        "MARLIN_DECODE",
+        "auto",
+        "token decoding: auto (CUDA graphs on a GPU, eager on a CPU), graphs (on a CPU: the same "
+        "static-cache step, uncaptured) or eager",
+        ("run", "bench"),
+    )
     video_backend: str = _setting(
         "MARLIN_VIDEO_BACKEND",
         "auto",

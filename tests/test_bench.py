@@ -455,6 +455,8 @@ def test_bench_tiny_both_sets_three_variants_and_resume(tmp_path: Path) -> None:
         assert r["speed"]["memory_kind"] == "cpu_peak_rss" and r["speed"]["device"] == "cpu"
         assert r["speed"]["all"]["tokens_per_s"]["median"] > 0
     assert results["variants"]["bnb4"]["load"]["kernel"] == "bitsandbytes-nf4"
+    assert {results["variants"][v]["load"]["decode"] for v in variants} == {"eager"}  # a CPU's default
+    assert "(MARLIN_DECODE) | eager | eager | eager |" in (out / "summary.md").read_text()
     assert results["models"]["sources"]["gptq"]["quantized"] == "gptq"
     assert results["comparison"]["gptq_vs_bnb4"]["overall_retention"] is not None
     assert results["data"]["dir"] == str(data)

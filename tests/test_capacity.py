@@ -3,6 +3,7 @@ measured speeds (service/speeds.json), never contradict each other; contradictin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -363,3 +364,23 @@ def test_the_page_says_why_a_variant_is_not_offered() -> None:
     assert set(radios) == {"caption-variant", "find-variant"}
     for radio in radios.values():
         assert radio.info == why["bnb4"] and [c[1] for c in radio.choices] == ["gptq", "bf16"]
+
+
+def test_a_call_is_sized_for_the_decoding_its_variant_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls sized for CUDA graphs use the graphs rate plus one capture per call (its process may be fresh),
+    once the GPU check has measured them; until then, and for eager decoding, eager's slowest rate."""
+    settings = Settings()
+    h200 = capacity.speeds()["h200"]
+    eager = space.call_seconds("caption", settings, decode="eager")
+    assert space.call_seconds("caption", settings) == eager == capacity.gpu_call_s("caption", settings, h200)
+    if h200.graphs_decode_tokens_per_s is None:  # not measured yet: a graphs call is sized as an eager one
+        assert space.call_seconds("caption", settings, decode="graphs") == eager
+    measured = {"h200": dataclasses.replace(h200, graphs_decode_tokens_per_s=80.0, graphs_capture_s=1.5)}
+    monkeypatch.setattr(capacity, "speeds", lambda: measured)
+    fast = capacity.for_decode(measured["h200"], "graphs")
+    assert fast.decode_tokens_per_s == 80.0 and fast.overhead_s == h200.overhead_s + 1.5
+    expected = math.ceil(capacity.GPU_MARGIN * (h200.overhead_s + 1.5 + h200.prefill_s + 768 / 80.0))
+    graphs = space.call_seconds("caption", settings, decode="graphs")
+    assert graphs == max(capacity.MIN_GPU_S, expected) < eager
+    assert space.call_seconds("caption", settings, decode="eager") == eager  # a fallback's call: eager's size
+    assert capacity.for_decode(measured["h200"], "static") is measured["h200"]

@@ -1,37 +1,174 @@
-"""MARLIN_COMPILE: static cache + torch.compile decoding gives eager's tokens (tiny checkpoint, CPU)."""
+"""Static-cache decoding gives eager's tokens (tiny checkpoint, CPU): MARLIN_COMPILE's torch.compile, and
+MARLIN_DECODE=graphs' decode step, here uncaptured (the graph needs CUDA; the step is the same)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from marlin_demo.engine import Engine
+from marlin_demo import service
+from marlin_demo.engine import Engine, graphs
+from marlin_demo.results import Done, Progress, Result
 from marlin_demo.settings import Settings
+from marlin_demo.ui import compare_view
 
 pytestmark = pytest.mark.slow
 
 CLIP = Path(__file__).resolve().parents[1] / "examples" / "ball_rolls.mp4"
+SETTINGS = Settings(model="tiny", device="cpu", caption_max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def eager() -> Callable[[str, str], Result]:
+    """Eager decoding's answer per (task, variant), each computed once for the comparisons below."""
+    engine = Engine(SETTINGS.with_(decode="eager"))
+    done: dict[tuple[str, str], Result] = {}
+
+    def answer(task: str, variant: str) -> Result:
+        if (task, variant) not in done:
+            done[task, variant] = engine.run(
+                task, CLIP, variant, "the ball rolls" if task == "find" else None
+            )
+        return done[task, variant]
+
+    return answer
 
 
 @pytest.mark.parametrize("variant", ["bf16", "gptq", "bnb4"])
-def test_compiled_tokens_equal_eager(variant: str, tiny_settings: Settings) -> None:
-    settings = tiny_settings.with_(device="cpu", caption_max_new_tokens=12)
-    eager = Engine(settings).caption(CLIP, variant)
-    engine = Engine(settings.with_(compile=True))
+def test_compiled_tokens_equal_eager(variant: str, eager: Callable[[str, str], Result]) -> None:
+    reference = eager("caption", variant)
+    engine = Engine(SETTINGS.with_(compile=True))
     first = engine.caption(CLIP, variant)
     state = first.info.compile
     if state.startswith("eager ("):  # a variant that cannot compile says why and still answers
         assert len(state) > len("eager ()")
-        assert first.metrics.output_tokens == eager.metrics.output_tokens
+        assert first.metrics.output_tokens == reference.metrics.output_tokens
+        assert first.info.decode == "eager" and first.info.decode_note
         return
     assert state.startswith("static cache + torch.compile"), state
     assert "prefix reuse off" in state and engine.prefix_cache_len() == 0
-    assert first.raw == eager.raw
+    assert first.raw == reference.raw and first.info.decode == "compiled"
     assert first.info.compile_s > 0  # paid once, before the request
     second = engine.caption(CLIP, variant)  # same cache size: nothing compiled again
-    assert second.raw == eager.raw
+    assert second.raw == reference.raw
     assert second.info.compile_s == first.info.compile_s
+
+
+# ------------------------------------------------------------------ decoding in CUDA graphs (the step)
+#: ops that make the host wait for the device: inside a CUDA graph's capture they fail it
+SYNC_OPS = ("_local_scalar_dense", "nonzero", "is_nonzero", "equal", "item")
+
+
+@pytest.fixture
+def host_waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every op of a decode step that would make the host wait for the device (none may, for the step to
+    be captured), recorded while the step runs (on a CPU the same ops run, uncaptured)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    waits: list[str] = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func.overloadpacket.__name__ in SYNC_OPS:
+                waits.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    step = graphs.DecodeStep.__call__
+
+    def watched(self: graphs.DecodeStep, **kwargs: Any) -> Any:
+        with Watch():
+            return step(self, **kwargs)
+
+    monkeypatch.setattr(graphs.DecodeStep, "__call__", watched)
+    yield waits
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("variant", ["bf16", "gptq", "bnb4"])
+def test_static_step_tokens_equal_eager(
+    variant: str, eager: Callable[[str, str], Result], host_waits: list[str]
+) -> None:
+    reference = eager("caption", variant)
+    engine = Engine(SETTINGS.with_(decode="graphs"))  # a CPU: the step on the static cache, uncaptured
+    first = engine.caption(CLIP, variant)
+    assert first.info.decode == "static", first.info.decode_note
+    assert first.raw == reference.raw and first.metrics.output_tokens == reference.metrics.output_tokens
+    assert first.info.capture_s > 0  # a new cache size: its step made by a short generation first
+    second = engine.caption(CLIP, variant)  # the video's prefix loaded into the same static cache
+    assert second.info.reused_prefix and second.info.capture_s == 0
+    assert second.raw == reference.raw
+    assert host_waits == []  # nothing in a decode step waits for the device: CUDA can capture it
+    state = graphs.state_of(engine.load(variant))
+    assert not state.fallback and len(state.steps) == 1
+    assert engine.decode_expected(variant, "cpu") == "static"
+
+
+def test_static_step_scores_finds_streams_and_stops_as_eager(eager: Callable[[str, str], Result]) -> None:
+    """A find's answer and its score (the raw logits of each step), a streamed caption, and a Stop between
+    tokens: the next request on the same engine is eager's again (its static cache reset)."""
+    engine = Engine(SETTINGS.with_(decode="graphs"))
+    found = engine.find(CLIP, "the ball rolls", "gptq")
+    reference = eager("find", "gptq")
+    assert found.info.decode == "static" and found.raw == reference.raw
+    assert found.moments == reference.moments  # the same scores: the logits are eager's
+    assert "decode: static" in compare_view._card("gptq", found, False, 12.0, None)  # Compare says it
+    with contextlib.closing(service.stream(engine, "caption", CLIP, "gptq")) as stages:  # a Stop
+        for stage in stages:
+            if isinstance(stage, Progress) and stage.text:
+                break
+    streamed = list(service.stream(engine, "caption", CLIP, "gptq"))
+    texts = [s.text for s in streamed if isinstance(s, Progress) and s.text]
+    done = streamed[-1]
+    assert isinstance(done, Done) and done.result.raw == eager("caption", "gptq").raw
+    assert len(texts) >= 2 and texts[-1].strip() == done.result.raw  # it streamed token by token
+    assert engine.cancelled == 1
+
+
+def test_a_variant_that_cannot_capture_decodes_eagerly_and_says_why() -> None:
+    """Capturing on a machine without CUDA fails for real: the variant answers eagerly and says why; inside
+    ``graphs.required()`` (a ZeroGPU call sized for graphs) it raises before its prefill instead."""
+    engine = Engine(SETTINGS.with_(decode="graphs"))
+    loaded = engine.load("bf16")
+    step, _ = graphs.prepare(loaded, 100, 12, {}, capture=True)
+    assert step is None and graphs.state_of(loaded).fallback.startswith("capture failed: ")
+    res = engine.caption(CLIP, "bf16")
+    assert res.info.decode == "eager" and res.info.decode_note.startswith("capture failed: ")
+    assert res.raw and engine.decode_expected("bf16", "cuda") == "eager"  # its calls: sized for eager
+    with graphs.required(), pytest.raises(graphs.GraphsUnavailable, match="bf16 cannot decode in CUDA"):
+        engine.caption(CLIP, "bf16")
+
+
+def test_a_step_whose_inputs_change_shape_runs_eagerly_and_says_so() -> None:
+    """A prompt without video passes no ``mm_token_type_ids`` to its decode steps, unlike the step that was
+    made: those steps run the forward eagerly on the same cache (eager's tokens) and the note counts them."""
+    import time
+
+    from marlin_demo.engine.generation import generate
+
+    loaded = Engine(SETTINGS).load("bf16")
+    inputs = loaded.processor.tokenizer("The ball rolls", return_tensors="pt")
+    runs = [
+        generate(loaded, inputs, 6, None, time.perf_counter() + 120, decode=d) for d in ("eager", "static")
+    ]
+    assert runs[1].decode == "static" and runs[1].token_ids == runs[0].token_ids
+    steps = len(runs[1].token_ids or []) - 1  # the first token comes from the prefill
+    assert (
+        runs[1].decode_note == f"{steps} decode steps ran eagerly: their inputs did not fit the captured ones"
+    )
+
+
+def test_decode_setting_is_checked_and_graphs_are_the_default_on_cuda_only() -> None:
+    assert Settings().decode == "auto" and Settings().compile is False
+    assert graphs.wanted("auto", "cuda") == "graphs" and graphs.wanted("auto", "cpu") == "eager"
+    assert graphs.wanted("graphs", "cpu") == "static" and graphs.wanted("eager", "cuda") == "eager"
+    assert graphs.wanted("auto", "cuda", compile_on=True) == "compiled"
+    with pytest.raises(ValueError, match="MARLIN_DECODE='fast' is not one of auto, graphs, eager"):
+        Engine(SETTINGS.with_(decode="fast"))
 
 
 def test_cli_compile_flag_reports_the_compile_state(capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,7 +201,3 @@ def test_compiled_decoding_keeps_its_switches_after_the_gptq_cpu_kernel_flips_th
         assert out.shape == (1, 96)
         assert counters["inductor"]["select_algorithm_autotune"] == 0
     torch._dynamo.reset()
-
-
-def test_compile_off_by_default() -> None:
-    assert Settings().compile is False

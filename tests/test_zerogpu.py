@@ -9,19 +9,28 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import stand_ins.spaces as stand_in
 from gradio_client import Client, handle_file
 from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
+from marlin_demo import contract
 from marlin_demo.models import kernels
-from marlin_demo.service import capacity, startup, zerogpu
+from marlin_demo.service import capacity, space, startup, zerogpu
 from marlin_demo.settings import Settings
+from marlin_demo.video import plan_sampling, probe
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _charged(seconds: int) -> int:
+    """What a call of ``seconds`` needs left to start on the stand-in (its card's factor, 1.5)."""
+    return round(seconds * 1.5)
 
 
 def _entries(log: Path) -> list[dict[str, Any]]:
@@ -90,35 +99,45 @@ def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: 
 
 # --------------------------------------------------------------------------------- the app on ZeroGPU
 @pytest.mark.slow
-def test_app_serves_a_caption_through_zero_gpu_calls(tmp_path: Path) -> None:
+def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tmp_path: Path) -> None:
+    """One GPU call before launch runs every offered variant (the log says which); a visitor's calls then
+    ask for their own time only: the calls read [start-up, each, each], then the quota refuses."""
     log = tmp_path / "gpu.jsonl"
-    # 149 s left, each call charged 40 s x1.5 of use: one caption call, and then too little for the next
-    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": "149", "MARLIN_STAND_IN_USED_S": "40"}
-    server = start_app(tmp_path / "app", "--variants", "bf16", extra_env=env, address_flags=False)
+    settings = Settings(model="tiny", variants="bf16,gptq")
+    clip = EXAMPLES / "flower.mp4"
+    share = capacity.prefill_share(plan_sampling(probe(clip), contract.VideoParams()).video_tokens)
+    each, start_up = space.call_seconds("caption", settings, share), space.warm_up_seconds(settings, 2)
+    held = _charged(each)
+    # each call charged 40 s x1.5 of use: the start-up call and two captions, then too little for a third
+    quota = 3 * 60 + held - 1
+    env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(quota), "MARLIN_STAND_IN_USED_S": "40"}
+    server = start_app(tmp_path / "app", "--variants", "bf16,gptq", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)
-        result = client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
-        assert result["variant"] == "bf16" and result["raw"], result
+        for _ in range(2):
+            result = client.predict(handle_file(str(clip)), "bf16", api_name="/caption")
+            assert result["variant"] == "bf16" and result["raw"], result
         for _ in range(2):  # the quota is spent: refused in one sentence, and the server keeps serving
             with pytest.raises(Exception, match="ZeroGPU refused the next GPU call: it needs") as refused:
-                client.predict(handle_file(str(EXAMPLES / "flower.mp4")), "bf16", api_name="/caption")
+                client.predict(handle_file(str(clip)), "bf16", api_name="/caption")
         assert server.proc.poll() is None
     finally:
         stop_app(server)
     entries = _entries(log)
     assert entries[0] == {"imported": True, "torch_already_imported": False}  # app.py: spaces before torch
     calls = [e for e in entries if e.get("call")]
-    assert len(calls) == 1, entries  # a 5 s clip is one window: one GPU call
-    (settled,) = [e for e in entries if e.get("settled")]
-    held = round(calls[0]["duration"] * 1.5)
-    assert (
-        settled["held"] == held and settled["charged_s"] == 60.0
-    )  # admitted on its request, charged its use
-    said = f"it needs {held} s of your free account's daily GPU quota left to start, and 89 s are left"
+    assert [c["duration"] for c in calls] == [start_up, each, each], entries  # no compile asked by a visitor
+    settled = [e for e in entries if e.get("settled")]
+    assert [e["held"] for e in settled] == [_charged(start_up), held, held]  # admitted on its request
+    assert all(e["charged_s"] == 60.0 for e in settled)  # charged its use
+    said = f"it needs {held} s of your free account's daily GPU quota left to start, and {held - 1} s are"
     assert said in str(refused.value)
     assert len([e for e in entries if e.get("refused")]) == 2  # refused before any process started
-    assert 0 < calls[0]["duration"] <= capacity.MAX_GPU_S
-    assert calls[0]["child"] != calls[0]["parent"] == server.proc.pid  # ran in a forked process
+    assert all(c["child"] != c["parent"] == server.proc.pid for c in calls)  # each in a forked process
+    text = server.log_path.read_text()
+    warmed = [line for line in text.splitlines() if "marlin_demo.engine.warmup: warm-up: " in line]
+    assert [line.split("warm-up: ")[1].split(":")[0] for line in warmed] == ["bf16", "gptq"], text[-3000:]
+    assert "start-up GPU call (" in text and "did not warm" not in text
 
 
 @pytest.mark.slow
@@ -136,12 +155,63 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
         stop_app(server)
     assert set(d["results"]) == {"gptq", "bnb4"} and not d.get("errors"), d.get("errors")
     entries = _entries(log)
-    calls, settled = [e for e in entries if e.get("call")], [e for e in entries if e.get("settled")]
+    (start_up, *calls), (warmed, *settled) = ([e for e in entries if e.get(k)] for k in ("call", "settled"))
+    assert start_up["duration"] == space.warm_up_seconds(Settings(model="tiny", variants="gptq,bnb4"), 2)
     assert len(calls) == len(settled) == 2 and not [e for e in entries if e.get("refused")]
+    left = day - warmed["charged_s"]  # the stand-in charges the start-up call to the same quota
     for call, done in zip(calls, settled, strict=True):
         held = round(call["duration"] * 1.5)  # admitted on its request: it needs this much left to start
         assert done["held"] == held and 2 * held > day  # two requests added up are more than the day
         assert done["charged_s"] == pytest.approx(done["took_s"] * 1.5, abs=0.01)  # charged its use
         assert done["took_s"] < call["duration"] and done["charged_s"] < held
     # the first call's use left room for the second's request (charged as requested, it would not have)
-    assert day - settled[0]["charged_s"] >= settled[1]["held"] > day - settled[0]["held"]
+    assert left - settled[0]["charged_s"] >= settled[1]["held"] > left - settled[0]["held"]
+
+
+# ------------------------------------------------------------------ the start-up call, in this process
+@pytest.fixture
+def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> stand_in.Quota:
+    """ZeroGPU as the stand-in ``spaces`` runs it in this process (each call forked from it), no call made
+    yet, and a quota the test may set (as in test_refusals.py)."""
+    q = stand_in.Quota()
+    monkeypatch.setitem(sys.modules, "spaces", stand_in)
+    monkeypatch.setattr(stand_in, "QUOTA", q)
+    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
+    monkeypatch.setattr(space, "_warm", threading.Event())  # no call has run in this process
+    monkeypatch.setenv("MARLIN_STAND_IN_GPU_LOG", str(tmp_path / "gpu.jsonl"))
+    return q
+
+
+@pytest.mark.slow
+def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(
+    quota: stand_in.Quota, tmp_path: Path
+) -> None:
+    from marlin_demo.engine import Engine
+
+    engine = Engine(Settings(model="tiny", variants="bf16"))
+    engine.load("bf16")
+    seconds = space.call_seconds("caption", engine.settings)
+    assert space.asked_seconds(seconds, "cuda") > seconds  # before: room for the compile as well
+    assert space.warm_up(engine) == ""
+    assert space.asked_seconds(seconds, "cuda") == seconds  # after: the first visitor's own time only
+    assert engine.decoded == {"bf16": "eager"}  # what the call answered (a CPU: eager)
+    calls = [e for e in _entries(tmp_path / "gpu.jsonl") if e.get("call")]
+    assert [c["duration"] for c in calls] == [space.warm_up_seconds(engine.settings, 1)]
+
+
+@pytest.mark.slow
+def test_a_refused_start_up_call_is_logged_and_the_first_visitor_asks_for_the_compile(
+    quota: stand_in.Quota, caplog: pytest.LogCaptureFixture
+) -> None:
+    from marlin_demo.engine import Engine
+
+    quota.left_s, quota.visitor = 0, "none"  # no visitor at start-up: the Space's own limit
+    engine = Engine(Settings(model="tiny", variants="bf16"))
+    engine.load("bf16")
+    with caplog.at_level("WARNING"):
+        note = space.warm_up(engine)  # refused: no exception, the app goes on starting
+    assert note.startswith("The GPU warm-up at start-up did not finish (GpuRefused: ")
+    assert f"asks ZeroGPU for up to {space.FIRST_CALL_COMPILE_S} s more" in note
+    assert "did not warm every variant" in caplog.text
+    seconds = space.call_seconds("find", engine.settings)
+    assert space.asked_seconds(seconds, "cuda") > seconds  # today's behaviour: the first call asks for it

@@ -159,6 +159,7 @@ def aggregate(
                     "compute_dtype",
                     "attention",
                     "compile",
+                    "decode",
                     "device",
                     "allocated_after_load_mb",
                     "source",

@@ -43,6 +43,8 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         attention=res.info.attention,
         compile=res.info.compile,
         compile_s=res.info.compile_s,
+        decode=res.info.decode,  # graphs, static, eager or compiled: what these figures were decoded with
+        capture_s=res.info.capture_s,
         format_ok=bool(res.format_ok),
         repaired=bool(res.repaired),
         repairs=list(res.info.repairs),
@@ -92,6 +94,7 @@ def bench_variant(engine: Any, variant: str, pending: Sequence[Request], out: Pa
     t0 = time.perf_counter()
     warm = run_request(engine, first)
     load_rec["warmup_s"] = time.perf_counter() - t0
+    load_rec["decode"] = warm.get("decode") or None  # what the warm-up decoded with (graphs, eager...)
     if not warm["ok"]:
         load_rec["warmup_error"] = warm["error"]
         bar.write(f"warning: {variant}: the warm-up request failed: {warm['error']}", file=sys.stderr)

@@ -193,6 +193,7 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
         ("Computed in (MARLIN_COMPUTE_DTYPE)", _getter("load", "compute_dtype"), "str"),
         ("Attention / linear-attention path", _getter("load", "attention"), "str"),
         ("Compiled decoding (MARLIN_COMPILE)", _getter("load", "compile"), "str"),
+        ("Decoding: graphs, static, eager or compiled (MARLIN_DECODE)", _getter("load", "decode"), "str"),
         ("Device", _getter("speed", "device"), "str"),
     ]
     for task in TASKS:

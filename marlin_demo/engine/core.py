@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from marlin_demo import contract
-from marlin_demo.engine import compiled, scoring
+from marlin_demo.engine import compiled, graphs, scoring
 from marlin_demo.engine.generation import Generation, free_memory, generate, trim_heap
 from marlin_demo.engine.prefix_cache import Prefix, PrefixCache
 from marlin_demo.engine.prompt import compact_pads, encode, render_prompt
@@ -88,6 +88,10 @@ class Engine:
         self._load_lock = threading.Lock()
         self.gpu_lock = threading.Lock()
         self.video_backend = _video_backend(settings)
+        graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
+        #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
+        #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
+        self.decoded: dict[str, str] = {}
         self.store = VideoStore(self.params, self.video_backend, video_cache_size, self.limits())
         if prefix_cache_size is None:
             # an engine told to cache no video (the bench) caches no prefix either: every request is cold
@@ -168,6 +172,23 @@ class Engine:
         free_memory()
         return True
 
+    def decode_wanted(self, device: str) -> str:
+        """How requests here are asked to decode (``graphs.wanted``: MARLIN_DECODE, MARLIN_COMPILE)."""
+        return graphs.wanted(self.settings.decode, device, self.settings.compile)
+
+    def decode_expected(self, variant: Variant, device: str) -> str:
+        """What a call for ``variant`` is sized for: graphs once a run showed they capture for it, until
+        then eager's (slower) figures, so a variant that falls back never runs in a call sized for graphs."""
+        wanted = self.decode_wanted(device)
+        if wanted != "graphs":
+            return wanted
+        return "graphs" if self.decoded.get(variant) == "graphs" else "eager"
+
+    def note_decode(self, variant: Variant, mode: str) -> None:
+        """Remember how ``variant`` decoded (a ZeroGPU call's answer tells the process that made it)."""
+        if mode:
+            self.decoded[variant] = mode
+
     # ------------------------------------------------------------------ video
     def prepare(self, video: str | Path | PreparedVideo) -> PreparedVideo:
         """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
@@ -246,6 +267,7 @@ class Engine:
         if gen.stopped_by_time:
             raise EngineError(self._timeout_message())
         metrics = self._metrics(gen, loaded, prepared, t_start, latency, peak)
+        self.note_decode(variant, gen.decode)
         info = RunInfo(
             prompt=compact_pads(loaded.processor.tokenizer.decode(input_ids)),
             duration_s=prepared.info.duration_s,
@@ -256,6 +278,9 @@ class Engine:
             runtime=Runtime(device=loaded.device, compute_dtype=loaded.compute_dtype, kernel=loaded.kernel),
             compile=compiled.state_of(loaded).describe() if self.settings.compile else "off",
             compile_s=getattr(getattr(loaded, "compile_state", None), "compile_s", 0.0),
+            decode=gen.decode,
+            decode_note=gen.decode_note,
+            capture_s=gen.capture_s,
             prefill_s=prefill_s,
             first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
             cached_video=cached_video,
@@ -297,9 +322,8 @@ class Engine:
                 if "oom" in self.faults:  # the fault-injection switch (tests of this path)
                     self.faults.discard("oom")
                     raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
-                gen = generate(
-                    loaded, inputs, max_new_tokens, on_text, deadline, prefix, logprobs, self.settings.compile
-                )
+                decode = self.decode_wanted(loaded.device)
+                gen = generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix, logprobs, decode)
                 if cuda:
                     torch.cuda.synchronize()
                     peak = torch.cuda.max_memory_allocated() / 2**20

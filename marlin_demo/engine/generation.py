@@ -1,4 +1,5 @@
-"""Greedy generation on a loaded variant: the one ``generate`` call every request makes.
+"""Greedy generation on a loaded variant: the one ``generate`` call every request makes, its decode steps
+eager, in CUDA graphs (``graphs``) or compiled (``compiled``).
 
 Also the streamer that times the first token and streams text out, and giving memory back.
 """
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marlin_demo.engine import compiled, scoring
+from marlin_demo.engine import compiled, graphs, scoring
 from marlin_demo.engine.prefix_cache import Prefix
 from marlin_demo.models import LoadedModel
 
@@ -25,6 +26,9 @@ class Generation:
     token_ids: list[int] | None = None  # the new token ids (tests compare warm and cold runs with them)
     compile_s: float = 0.0  # compiling a new static-cache size before this request (MARLIN_COMPILE)
     logprobs: list[float] | None = None  # per new token, natural log-prob (find: the moment's score)
+    decode: str = "eager"  # how the decode steps ran: graphs, static (uncaptured), eager or compiled
+    decode_note: str = ""  # why they ran eagerly when graphs were asked for
+    capture_s: float = 0.0  # capturing a new static-cache size's step in this request (inside its latency)
 
 
 class Streamer:
@@ -57,6 +61,50 @@ class Streamer:
         pass
 
 
+@dataclass
+class _Decoding:
+    """How one request decodes: its generate() arguments and what ran (``Generation.decode``)."""
+
+    gen_inputs: dict[str, Any]
+    extra: dict[str, Any]
+    step: graphs.DecodeStep | None = None
+    capture_s: float = 0.0
+    compile_s: float = 0.0
+    ran: str = "eager"
+
+
+def _decoding(
+    loaded: LoadedModel,
+    inputs: Any,
+    prefix: Prefix | None,
+    max_new_tokens: int,
+    ids_kw: dict[str, Any],
+    decode: str,
+) -> _Decoding:
+    """The static cache and step (graphs), or the compiled cache (compiled), or eager's plain arguments;
+    a prefix is copied for eager decoding and loaded into the static cache for a step."""
+    prompt_len = inputs["input_ids"].shape[1]
+    if decode == "compiled":  # compiles a new cache size first: that time is kept out of latency
+        extra = compiled.prepare(loaded, prompt_len, max_new_tokens, ids_kw)
+        compile_s = extra.pop("_compile_s", 0.0)
+        ran = "compiled" if "compile_config" in extra else "eager"
+        plain = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
+        return _Decoding(plain, extra, compile_s=compile_s, ran=ran)
+    step, capture_s = None, 0.0
+    if decode in ("graphs", "static"):  # before the prefix sets its rope deltas: a capture generates
+        step, capture_s = graphs.prepare(loaded, prompt_len, max_new_tokens, ids_kw, decode == "graphs")
+        graphs.check_required(step, loaded)
+    if step is None:
+        plain = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
+        return _Decoding(plain, {}, capture_s=capture_s)
+    if prefix is None:
+        gen_inputs = {**dict(inputs), "cache": step.cache}
+    else:
+        graphs.seed(step.cache, prefix.cache)
+        gen_inputs = prefix.generate_kwargs(loaded.model, inputs, step.cache)
+    return _Decoding(gen_inputs, {}, step, capture_s, ran="graphs" if step.capture else "static")
+
+
 def generate(
     loaded: LoadedModel,
     inputs: Any,
@@ -65,25 +113,24 @@ def generate(
     deadline: float,
     prefix: Prefix | None = None,
     want_logprobs: bool = False,
-    use_compile: bool = False,
+    decode: str = "eager",
 ) -> Generation:
-    """Greedy generation; with ``prefix``, only the tokens after it are prefilled (on a copy of it)."""
+    """Greedy generation; with ``prefix``, only the tokens after it are prefilled (on a copy of it, or
+    loaded into the static cache). ``decode`` is ``graphs.wanted``'s answer for this request."""
     import torch
 
     streamer = Streamer(loaded.processor.tokenizer, on_text)
     gen_cfg = loaded.model.generation_config
-    gen_inputs = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
     ids_kw = {"eos_token_id": gen_cfg.eos_token_id, "pad_token_id": gen_cfg.pad_token_id}
-    extra = {}
-    if use_compile:  # compiles a new cache size first: that time is kept out of latency
-        extra = compiled.prepare(loaded, inputs["input_ids"].shape[1], max_new_tokens, ids_kw)
-    compile_s = extra.pop("_compile_s", 0.0)
-    deadline += compile_s  # the time limit is the request's, not the one-time compile's
+    prompt_len = inputs["input_ids"].shape[1]
+    how = _decoding(loaded, inputs, prefix, max_new_tokens, ids_kw, decode)
+    deadline += how.compile_s  # the time limit is the request's, not the one-time compile's
+    extra = dict(how.extra)
     if want_logprobs:  # the raw logits of each step (greedy choice unchanged): the find score
         extra.update(output_logits=True, return_dict_in_generate=True)
-    with torch.inference_mode():
+    with torch.inference_mode(), graphs.decoding(loaded.model, how.step):
         res = loaded.model.generate(
-            **gen_inputs,
+            **how.gen_inputs,
             **extra,
             max_new_tokens=max_new_tokens,
             do_sample=False,
@@ -95,12 +142,16 @@ def generate(
             **ids_kw,
         )
     out = res.sequences if want_logprobs else res
-    logprobs = scoring.generated_logprobs(res, inputs["input_ids"].shape[1]) if want_logprobs else None
-    new_ids = out[0, inputs["input_ids"].shape[1] :]
+    logprobs = scoring.generated_logprobs(res, prompt_len) if want_logprobs else None
+    new_ids = out[0, prompt_len:]
     text = loaded.processor.tokenizer.decode(new_ids, skip_special_tokens=True)
     eos_ids = set(eos if isinstance(eos := gen_cfg.eos_token_id, list) else [eos])
     finished = len(new_ids) > 0 and int(new_ids[-1]) in eos_ids
     stopped_by_time = not finished and len(new_ids) < max_new_tokens and time.perf_counter() >= deadline
+    state = compiled.state_of(loaded) if decode == "compiled" else graphs.state_of(loaded)
+    note = state.fallback if how.ran == "eager" and decode != "eager" else ""
+    if how.step is not None and how.step.eager_steps:
+        note = f"{how.step.eager_steps} decode steps ran eagerly: their inputs did not fit the captured ones"
     return Generation(
         text=text.strip(),
         output_tokens=len(new_ids),
@@ -108,8 +159,11 @@ def generate(
         stopped_by_time=stopped_by_time,
         first_text_at=streamer.first_text_at,
         token_ids=[int(t) for t in new_ids.tolist()],
-        compile_s=compile_s,
+        compile_s=how.compile_s,
         logprobs=logprobs,
+        decode=how.ran,
+        decode_note=note,
+        capture_s=how.capture_s,
     )
 
 

@@ -62,15 +62,16 @@ class Prefix:
     mm_types: Any = None
     tail_ok: bool = False
 
-    def generate_kwargs(self, model: Any, inputs: Any) -> dict[str, Any]:
-        """generate() arguments for the whole prompt on a copy of this state.
+    def generate_kwargs(self, model: Any, inputs: Any, cache: Any = None) -> dict[str, Any]:
+        """generate() arguments for the whole prompt on a copy of this state (``cache``: on that cache,
+        which the caller has loaded with it: a static cache).
 
         No pixels: the cache covers every video token, and generate would hand them to the first
         forward, which would look for video tokens among the new ones. ``mm_token_type_ids`` stays so
         generate sees no vision token follows the cached part and uses the stored rope deltas.
         """
         kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids") if k in inputs}
-        kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache)
+        kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache) if cache is None else cache
         model.model.rope_deltas = self.rope_deltas.clone()
         return kwargs
 

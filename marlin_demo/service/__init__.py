@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from marlin_demo import agreement, contract, subtitles
-from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError
+from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError, graphs
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.models import pick_device
 from marlin_demo.results import (
@@ -117,7 +118,7 @@ def answer(
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
     with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, kind, _share(engine, video, plans))
+        execute = _Turns(engine, ticket, kind, variant, _share(engine, video, plans))
         asked = None if span is None or plans is None else runner.plans_range(plans)
         res = _answer_kept(engine, kind, video, plans, variant, query, on_text, on_stage, execute, asked)
         if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
@@ -173,7 +174,7 @@ def answer_plans(
     """Answer these windows of a file, chosen by the caller (a library search's best windows), in
     turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
     with scheduler_for(engine).request(len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, task, _share(engine, path, plans))
+        execute = _Turns(engine, ticket, task, variant, _share(engine, path, plans))
         res = _answer_kept(engine, task, path, plans, variant, query, None, None, execute, None)
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
@@ -206,12 +207,18 @@ def _share(engine: Engine, video: Video, plans: list[WindowPlan] | None, always:
 
 class _Turns:
     """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one call sized for its
-    largest window's frames (``share``)."""
+    largest window's frames (``share``) and for the decoding ``variant`` is known to run
+    (``Engine.decode_expected``)."""
 
-    def __init__(self, engine: Engine, ticket: Ticket, task: str | Task, share: float = 1.0) -> None:
+    def __init__(
+        self, engine: Engine, ticket: Ticket, task: str | Task, variant: Variant, share: float = 1.0
+    ) -> None:
+        self.engine = engine
         self.scheduler = scheduler_for(engine)
         self.ticket = ticket
-        self.seconds = space.call_seconds(get_task(task).name, engine.settings, share)
+        self.task = get_task(task).name
+        self.variant = variant
+        self.share = share
         self.device = pick_device(engine.settings.device)
         self.calls = 0
         self.asked_s = 0
@@ -226,19 +233,39 @@ class _Turns:
         with self.scheduler.turn(self.ticket):
             if not space.zero_gpu():
                 return work(on_text, on_stage)
-            t0 = time.perf_counter()
-            granted = True
-            asked = space.asked_seconds(self.seconds, self.device)
+            decode = self.engine.decode_expected(self.variant, self.device)
             try:
-                return space.gpu_call(work, asked, on_text, on_stage)
-            except space.GpuRefused:
-                granted = False  # refused before it started: nothing asked of the quota
-                raise
-            finally:
-                if granted:
-                    self.calls += 1
-                    self.asked_s += asked
-                    self.used_s += time.perf_counter() - t0
+                return self._call(work, decode, on_text, on_stage)
+            except graphs.GraphsUnavailable:  # it no longer captures: asked again, sized for eager
+                self.engine.note_decode(self.variant, "eager")
+                return self._call(work, "eager", on_text, on_stage)
+
+    def _call(
+        self,
+        work: Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T],
+        decode: str,
+        on_text: Callable[[str], None] | None,
+        on_stage: Callable[[Any], None] | None,
+    ) -> T:
+        """One ZeroGPU call of ``work`` sized for ``decode``; what the answer decoded with is remembered."""
+        t0 = time.perf_counter()
+        granted = True
+        seconds = space.call_seconds(self.task, self.engine.settings, self.share, decode)
+        asked = space.asked_seconds(seconds, self.device)
+        try:
+            sized = functools.partial(space.sized_work, work, decode)
+            result = space.gpu_call(sized, asked, on_text, on_stage)
+        except space.GpuRefused:
+            granted = False  # refused before it started: nothing asked of the quota
+            raise
+        finally:
+            if granted:
+                self.calls += 1
+                self.asked_s += asked
+                self.used_s += time.perf_counter() - t0
+        info = getattr(result, "info", None)
+        self.engine.note_decode(self.variant, getattr(info, "decode", ""))
+        return result
 
     def report(self, res: R) -> R:
         """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""

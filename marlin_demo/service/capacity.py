@@ -51,6 +51,10 @@ class Speed:
     threads: int = 0
     #: per variant, a CPU entry's measured figures (``peak_mb``, ``window_peak_mb``...) or its ``error``
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: decoding in CUDA graphs (the GPU check's graphs rows): the slowest rate, and the longest capture,
+    #: which every call pays (its process may be fresh); None until measured: sized as eager decoding
+    graphs_decode_tokens_per_s: float | None = None
+    graphs_capture_s: float = 0.0
 
     @property
     def compute_dtype(self) -> str:
@@ -126,6 +130,19 @@ def scaled(speed: Speed, factor: float) -> Speed:
         name=f"{speed.name} x{factor:.2g}",
         decode_tokens_per_s=speed.decode_tokens_per_s * factor,
         prefill_s=speed.prefill_s / factor,
+    )
+
+
+def for_decode(speed: Speed, decode: str) -> Speed:
+    """``speed`` for calls whose variant decodes in ``decode``: graphs' measured rate plus one capture per
+    call; eager's figures for any other mode, and for graphs until the GPU check has measured them."""
+    if decode != "graphs" or not speed.graphs_decode_tokens_per_s:
+        return speed
+    return dataclasses.replace(
+        speed,
+        name=f"{speed.name} graphs",
+        decode_tokens_per_s=speed.graphs_decode_tokens_per_s,
+        overhead_s=speed.overhead_s + speed.graphs_capture_s,
     )
 
 

@@ -2,21 +2,28 @@
 
 A ``spaces.GPU`` call asking for too little is killed, one asking for much more lowers the visitor's
 queue priority: so each window is its own call (``gpu_call``) sized from the measured speeds
-(``capacity``), the page streams between calls and a Stop between them holds no GPU. Each call runs in
-a forked process. Off ZeroGPU nothing here imports ``spaces`` (``app.py`` imports it before CUDA).
+(``capacity``) for the decoding its variant will run, the page streams between calls and a Stop between
+them holds no GPU. Each call runs in a process forked from the app's (``spaces`` 0.51.3 keeps it for the
+next call only when that call is scheduled on the same idle GPU), so a CUDA graph lives at most as long
+as that process: each call captures what it needs and is sized for it. Before launch, one call warms
+every variant up (``warm_up``), so no visitor's call pays the first launch's compile. Off ZeroGPU
+nothing here imports ``spaces`` (``app.py`` imports it before CUDA).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import math
 import os
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
-from marlin_demo.engine import EngineError
+from marlin_demo.engine import Engine, EngineError, graphs, warmup
+from marlin_demo.models import pick_device
 from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings
 
@@ -26,8 +33,9 @@ T = TypeVar("T")
 
 MAX_GPU_S = capacity.MAX_GPU_S
 
-#: Extra seconds for the first GPU call of this process: Triton compiles fla's and GPTQ's kernels at their
-#: first launch (49 s on an H200, docs/GPU_CHECK.md) and keeps them on disk; a find alone asks for 15 s.
+#: Seconds for Triton's first-launch compile of fla's and GPTQ's kernels (49 s on an H200, docs/GPU_CHECK.md),
+#: which then stay on disk: the start-up call (``warm_up``) asks for them; only when it failed does the
+#: first visitor's call ask for them instead (a find alone asks for 15 s).
 FIRST_CALL_COMPILE_S = 60
 _warm = threading.Event()
 
@@ -54,16 +62,18 @@ def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task
     return runs * capacity.request_gpu_s(task, video_s, settings, capacity.speeds()["h200"])
 
 
-def call_seconds(task: str, settings: Settings, share: float = 1.0) -> int:
+def call_seconds(task: str, settings: Settings, share: float = 1.0, decode: str = "eager") -> int:
     """Seconds one window's (or one short clip's) call asks for; ``share``: its frames' share of a full
-    window's prefill (``capacity.prefill_share``)."""
-    return capacity.gpu_call_s(task, settings, capacity.speeds()["h200"], share)
+    window's prefill (``capacity.prefill_share``); ``decode``: how its variant decodes
+    (``Engine.decode_expected``: graphs only once they are known to capture for it)."""
+    speed = capacity.for_decode(capacity.speeds()["h200"], decode)
+    return capacity.gpu_call_s(task, settings, speed, share)
 
 
 def asked_seconds(seconds: int, device: str) -> int:
-    """What a call sized for ``seconds`` asks for: until one call has run here, room for the first launch's
-    compile as well (on CUDA only: a CPU launches no Triton kernel), as far as a visitor's day without an
-    account allows, so the first visitor after a restart is not refused for it."""
+    """What a call sized for ``seconds`` asks for: until the start-up call (or any call) has run here, room
+    for the first launch's compile as well (on CUDA only: a CPU launches no Triton kernel), as far as a
+    visitor's day without an account allows, so the first visitor after a restart is not refused for it."""
     if device != "cuda" or _warm.is_set():
         return seconds
     day = int(zerogpu.daily_quota_s("unauthenticated") / zerogpu.duration_factor())
@@ -80,6 +90,13 @@ class GpuRefused(EngineError):
 
 
 Work = Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T]
+
+
+def sized_work(work: Work[T], decode: str, on_text: Any, on_stage: Any) -> T:
+    """``work`` inside a call sized for ``decode``: sized for graphs, a variant that cannot capture raises
+    ``graphs.GraphsUnavailable`` (its caller asks again, sized for eager) instead of decoding eagerly."""
+    with graphs.required() if decode == "graphs" else contextlib.nullcontext():
+        return work(on_text, on_stage)
 
 
 def gpu_call(
@@ -104,6 +121,8 @@ def gpu_call(
                     on_stage(value)
                 elif kind == "done":
                     result = value
+                elif kind == "error":  # the call's own exception, as it was raised there
+                    raise value
     except Exception as exc:
         refusal = zerogpu.read_refusal(exc)
         if refusal is None:
@@ -134,7 +153,8 @@ def _call_seconds(work: Work[Any], seconds: int) -> int:
 
 def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
     """Inside the GPU call (ZeroGPU's forked process): ``work`` in a thread, its callbacks turned into
-    items: ("text", t), ("stage", s), ("done", r)."""
+    items: ("text", t), ("stage", s), ("done", r), or ("error", exc): an exception raised out of the call
+    would reach the app as ``spaces``' "ZeroGPU worker error" naming only its class, not its sentence."""
     items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def target() -> None:
@@ -146,8 +166,57 @@ def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
     threading.Thread(target=target, daemon=True, name="marlin-gpu-call").start()
     while True:
         kind, value = items.get()
-        if kind == "error":
-            raise value
         yield kind, value
-        if kind == "done":
+        if kind in ("done", "error"):
             return
+
+
+# --------------------------------------------------------------------------- the start-up call
+
+
+def warm_up_seconds(settings: Settings, variants: int) -> int:
+    """What the start-up call asks for: the first launch's compile, then per variant one full window's
+    model work at ``warmup.TOKENS`` tokens (eager figures: nothing has captured yet), within one call's
+    longest."""
+    speed = capacity.speeds()["h200"]
+    one = capacity.model_s("caption", settings.with_(caption_max_new_tokens=warmup.TOKENS), speed)
+    return int(min(MAX_GPU_S, math.ceil(FIRST_CALL_COMPILE_S + variants * capacity.GPU_MARGIN * one)))
+
+
+def warm_up(engine: Engine) -> str:
+    """The start-up call, before launch: every loaded variant once on ``warmup``'s clip, so Triton's
+    kernels are compiled and on disk before any visitor's call. Returns "" when it ran, else the sentence
+    the page shows; a refused or failed call is logged and never stops the app (the first visitor's call
+    then asks for the compile, as before)."""
+    variants = [v for v in engine.variants if engine.is_loaded(v)]
+    if not variants:
+        return ""
+    seconds = warm_up_seconds(engine.settings, len(variants))
+    # built here: the call's forked process finds it built, and no GPU time is spent on it
+    warmup.warm_clip(pick_device(engine.settings.device))
+    try:
+        done: list[warmup.Warmed] = gpu_call(
+            functools.partial(_warm_up_work, engine, tuple(variants)), seconds, None, None
+        )
+        failed = [w.line() for w in done if w.error]
+    except Exception as exc:  # refused, the call's process died...: the app starts all the same
+        failed = [f"{type(exc).__name__}: {exc}"]
+    finally:
+        warmup.clear()
+    if failed:
+        _warm.clear()  # the first visitor's call asks for the compile, as it did before the start-up call
+        log.warning("the start-up GPU call (%s s) did not warm every variant: %s", seconds, "; ".join(failed))
+        return (
+            f"The GPU warm-up at start-up did not finish ({'; '.join(failed)[:300]}), so the first GPU "
+            f"call after this restart asks ZeroGPU for up to {FIRST_CALL_COMPILE_S} s more, for the kernels' "
+            "compile."
+        )
+    for w in done:
+        engine.note_decode(w.variant, w.decode)
+    log.info("start-up GPU call (%s s asked) warmed %s", seconds, "; ".join(w.line() for w in done))
+    return ""
+
+
+def _warm_up_work(engine: Engine, variants: tuple[str, ...], on_text: Any, on_stage: Any) -> list[Any]:
+    """The start-up call's work (module-level: the call takes it pickled, the engine by reference)."""
+    return warmup.run(engine, variants)

@@ -37,6 +37,9 @@ class ModelStatus:
     #: {variant: why it is not offered on this machine} (``capacity.withheld``: it fails on this CPU or
     #: does not fit in its memory)
     withheld: dict[str, str] = field(default_factory=dict)
+    #: on ZeroGPU, why the start-up GPU call did not warm every variant ("" when it did, or did not run):
+    #: the page says so, as the first visitor's call then asks for the compile
+    warm_up_note: str = ""
 
     @property
     def fell_back(self) -> bool:

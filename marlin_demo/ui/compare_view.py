@@ -165,7 +165,8 @@ def _card(
         load = f"load {fmt(m.load_s, ' s')} (this request)" if cold else "no load (already loaded)"
         stats = (
             f'<div class="cc-stats">latency {fmt(m.latency_s, " s")} · first token {fmt(m.ttft_s, " s")} · '
-            f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}</div>"
+            f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}"
+            f" · decode: {html.escape(result.info.decode or '–')}</div>"
         )
         flags = [result.partial.note()] if result.partial is not None else []
         if not result.format_ok:

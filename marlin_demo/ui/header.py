@@ -76,6 +76,8 @@ def banners_html(ctx: UIContext) -> str:
             'random weights, answers are meaningless.</b> <span class="mh-more">For real answers start with '
             "<code>--model marlin</code> (the default) where the Hub or local weights are.</span></div>"
         )
+    if status.warm_up_note:  # ZeroGPU's start-up call failed: the first visitor's call pays the compile
+        out.append(f'<div class="mh-banner mh-warn" role="status">{html.escape(status.warm_up_note)}</div>')
     for variant, message in ctx.engine.load_errors().items():
         out.append(
             f'<div class="mh-banner mh-danger" role="alert"><b>{html.escape(variant)} could not be loaded.'

@@ -40,6 +40,7 @@ from marlin_demo.video.info import (
 )
 from marlin_demo.video.pipeline import prepare, sample
 from marlin_demo.video.sampling import SamplingPlan, largest_window_tokens, plan_sampling
+from marlin_demo.video.synthetic import full_window_clip, synthetic_clip
 
 __all__ = [
     "ALLOWED",
@@ -62,11 +63,13 @@ __all__ = [
     "fast_supported",
     "ffmpeg_available",
     "frame_pts",
+    "full_window_clip",
     "largest_window_tokens",
     "pick_backend",
     "plan_sampling",
     "prepare",
     "probe",
     "sample",
+    "synthetic_clip",
     "validate",
 ]

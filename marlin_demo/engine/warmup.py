@@ -1,0 +1,75 @@
+"""Every offered variant run once on a synthetic clip: what ZeroGPU's start-up call does before the app
+launches, so that no visitor's call pays the first launch's compile (Triton's JIT, the graphs' capture).
+
+On CUDA the clip is a full window (the frame and pixel budgets: the largest prefill a visitor's call
+reaches, and the same static-cache size as a full window's caption), so the kernels a visitor's call
+launches are compiled and on disk. On a CPU nothing compiles at first launch: a short clip is enough
+to run the same steps (the ZeroGPU stand-in's tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marlin_demo.engine.core import USER_ERRORS, Engine
+from marlin_demo.models import pick_device
+from marlin_demo.tasks import get_task
+from marlin_demo.video import PreparedVideo, full_window_clip, synthetic_clip
+
+log = logging.getLogger(__name__)
+
+#: tokens each variant generates: enough decode steps to capture and replay its graph
+TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """One variant's warm-up run: how long it took, how it decoded, or why it failed."""
+
+    variant: str
+    seconds: float
+    decode: str = ""
+    capture_s: float = 0.0
+    error: str = ""
+
+    def line(self) -> str:
+        """ "gptq: 3.1 s, graphs (capture 0.4 s)" or "gptq failed: why"."""
+        if self.error:
+            return f"{self.variant} failed: {self.error}"
+        return f"{self.variant}: {self.seconds:.1f} s, {self.decode} (capture {self.capture_s:.2f} s)"
+
+
+@functools.lru_cache(maxsize=1)
+def warm_clip(device: str) -> PreparedVideo:
+    """The warm-up's clip: a full window on CUDA, 2 s on a CPU. Kept once built: the caller builds it
+    before its GPU call, whose forked process then finds it built (``clear`` when done)."""
+    return full_window_clip() if device == "cuda" else synthetic_clip(2.0, 64, 64)
+
+
+def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
+    """Each of ``variants`` once on the warm-up clip with the caption prompt (a failure is kept, not
+    raised); the prefix states of the synthetic clip are dropped afterwards, as no visitor asks about it."""
+    prompt = get_task("caption").ask(None, engine.settings)[1]
+    clip = warm_clip(pick_device(engine.settings.device))
+    out: list[Warmed] = []
+    for variant in variants:
+        t0 = time.perf_counter()
+        try:
+            done = engine.run_clip(clip, variant, prompt, TOKENS)
+        except USER_ERRORS as exc:
+            out.append(Warmed(variant, time.perf_counter() - t0, error=str(exc)))
+            continue
+        out.append(Warmed(variant, time.perf_counter() - t0, done.gen.decode, done.gen.capture_s))
+        log.info("warm-up: %s", out[-1].line())
+    with engine.gpu_lock:
+        engine.prefixes.clear()
+    return out
+
+
+def clear() -> None:
+    """Forget the warm-up's clip (its frames: 144 MB for a full window)."""
+    warm_clip.cache_clear()

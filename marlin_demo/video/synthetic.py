@@ -1,0 +1,58 @@
+"""Synthetic clips planned exactly as a decoded file would be (no file, no decoder): what the GPU check
+measures on and what ZeroGPU's start-up call warms the kernels with."""
+
+from __future__ import annotations
+
+import math
+
+from marlin_demo import contract
+from marlin_demo.video.decode import PreparedVideo, _resize
+from marlin_demo.video.info import VideoInfo
+from marlin_demo.video.sampling import plan_sampling
+
+
+def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -> PreparedVideo:
+    """A square moving across a dark frame, ``seconds`` long at ``width`` x ``height``."""
+    import numpy as np
+    import torch
+
+    total = int(seconds * fps)
+    info = VideoInfo(
+        path="synthetic.mp4",
+        size_bytes=0,
+        container="synthetic",
+        duration_s=seconds,
+        fps=fps,
+        num_frames=total,
+        width=width,
+        height=height,
+        display_width=width,
+        display_height=height,
+        rotation=0,
+        codec="synthetic",
+        audio_streams=0,
+        video_streams=1,
+    )
+    plan = plan_sampling(info, contract.VideoParams())
+    frames = np.zeros((plan.nframes, 3, height, width), dtype=np.uint8)
+    side = max(4, min(64, width // 4, height // 4))
+    for k, idx in enumerate(plan.indices):
+        x = int((width - side) * idx / max(total - 1, 1))
+        frames[k, 0] = 40
+        frames[k, :, height // 2 - side // 2 : height // 2 + side // 2, x : x + side] = 220
+    resized = _resize(torch.from_numpy(frames), plan.height, plan.width)
+    meta = {
+        "fps": fps,
+        "frames_indices": plan.indices,
+        "total_num_frames": total,
+        "video_backend": "synthetic",
+    }
+    return PreparedVideo(frames=resized, metadata=meta, plan=plan, info=info)
+
+
+def full_window_clip(params: contract.VideoParams | None = None) -> PreparedVideo:
+    """The largest window the model is given: the frame budget at the pixel budget (a square of exactly
+    ``max_pixels``), so its prefill has ``largest_window_tokens()`` video tokens."""
+    p = params or contract.VideoParams()
+    side = math.isqrt(p.max_pixels) // p.factor * p.factor
+    return synthetic_clip(p.max_frames / p.fps, side, side)
