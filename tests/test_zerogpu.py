@@ -127,6 +127,8 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     assert entries[0] == {"imported": True, "torch_already_imported": False}  # app.py: spaces before torch
     calls = [e for e in entries if e.get("call")]
     assert [c["duration"] for c in calls] == [start_up, each, each], entries  # no compile asked by a visitor
+    # each visitor call saw the visitor's request, as spaces reads it (the start-up call had none)
+    assert [e["visitor_request"] for e in entries if "visitor_request" in e][:3] == [False, True, True], entries
     settled = [e for e in entries if e.get("settled")]
     assert [e["held"] for e in settled] == [_charged(start_up), held, held]  # admitted on its request
     assert all(e["charged_s"] == 60.0 for e in settled)  # charged its use
@@ -158,6 +160,8 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
     (start_up, *calls), (warmed, *settled) = ([e for e in entries if e.get(k)] for k in ("call", "settled"))
     assert start_up["duration"] == space.warm_up_seconds(Settings(model="tiny", variants="gptq,bnb4"), 2)
     assert len(calls) == len(settled) == 2 and not [e for e in entries if e.get("refused")]
+    # each visitor call saw the visitor's request, as spaces reads it: the start-up call had none
+    assert [e["visitor_request"] for e in entries if "visitor_request" in e] == [False, True, True], entries
     left = day - warmed["charged_s"]  # the stand-in charges the start-up call to the same quota
     for call, done in zip(calls, settled, strict=True):
         held = round(call["duration"] * 1.5)  # admitted on its request: it needs this much left to start

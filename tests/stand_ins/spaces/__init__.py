@@ -157,12 +157,21 @@ def forked(
         proc.join()
 
 
+def _request_in_context() -> bool:
+    """Whether this thread sees the Gradio request that ``spaces`` charges a call to."""
+    context = sys.modules.get("gradio.context")
+    return context is not None and context.LocalContext.request.get(None) is not None
+
+
 def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
     """``spaces.GPU`` and ``spaces.GPU(duration=...)``: each call of a generator function in a fork."""
 
     def decorate(func: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         def call(*args: Any, **kwargs: Any) -> Iterator[Any]:
             seconds = duration(*args, **kwargs) if callable(duration) else duration
+            # spaces finds the visitor (whose quota a call is charged to) in Gradio's request context
+            # variable, read in the calling thread (spaces.utils.gradio_request_var)
+            _record({"visitor_request": _request_in_context()})
             quota = QUOTA  # the one the call was admitted on settles it, whatever a test sets meanwhile
             try:
                 held = quota.schedule(seconds)  # refused here, before any process starts, as spaces does
