@@ -128,7 +128,8 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     calls = [e for e in entries if e.get("call")]
     assert [c["duration"] for c in calls] == [start_up, each, each], entries  # no compile asked by a visitor
     # each visitor call saw the visitor's request, as spaces reads it (the start-up call had none)
-    assert [e["visitor_request"] for e in entries if "visitor_request" in e][:3] == [False, True, True], entries
+    seen = [e["visitor_request"] for e in entries if "visitor_request" in e]
+    assert seen[:3] == [False, True, True], entries
     settled = [e for e in entries if e.get("settled")]
     assert [e["held"] for e in settled] == [_charged(start_up), held, held]  # admitted on its request
     assert all(e["charged_s"] == 60.0 for e in settled)  # charged its use
