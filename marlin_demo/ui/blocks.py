@@ -31,7 +31,13 @@ from marlin_demo.ui import (
     one_clip,
     timeline,
 )
-from marlin_demo.ui.common import UIContext, available_examples, cache_mode_from_env, default_output_dir
+from marlin_demo.ui.common import (
+    PRIVATE_UI,
+    UIContext,
+    available_examples,
+    cache_mode_from_env,
+    default_output_dir,
+)
 from marlin_demo.ui.running import Updates
 
 TITLE = "Marlin-2B · what happens, and when"
@@ -176,6 +182,8 @@ def build_demo(
         find.listen(ctx, fnd)
         compare.listen(ctx, cmp_tab)
         library.listen(ctx, lib, tabs, clip, fnd.query)
+        # a private load step (a callable value would be a public endpoint of its own)
+        demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)

@@ -5,7 +5,6 @@ thumbnails: the browser never names a server path. See docs/LIBRARY.md."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import html
 import json
@@ -298,8 +297,8 @@ def render(ctx: UIContext) -> LibraryTab:
                 with gr.Row(elem_classes="mr-buttons"):
                     run = gr.Button("Search the library", variant="primary", elem_id="library-run")
                     stop = gr.Button("Stop", variant="stop", visible=False, elem_id="library-stop")
-                # evaluated at each page load: once the index is built, building it is no longer ahead
-                cost = gr.HTML(functools.partial(cost_html, source), elem_id="library-cost")
+                # said again at each page load (blocks.py): once the index is built, building it is not ahead
+                cost = gr.HTML(cost_html(source), elem_id="library-cost")
                 progress = gr.HTML("", elem_id="library-progress")
                 headline = gr.HTML("", elem_id="library-headline")
                 gallery = gr.Gallery(
