@@ -18,17 +18,14 @@ from typing import Any
 from marlin_demo import settings as settings_mod
 from marlin_demo import variants
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from marlin_demo.results import CaptionResult, Done, Progress
-from marlin_demo.tasks import TASKS
+from marlin_demo.results import Done, Progress
+from marlin_demo.tasks import TASKS, get_task
+from marlin_demo.tasks.registry import seconds
 
 TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
 # Subcommands that live in their own modules register themselves through `register(subparsers)`.
 PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize", "marlin_demo.batch", "marlin_demo.library")
-
-
-def _fmt_time(seconds: float) -> str:
-    return f"{seconds:6.1f}s"
 
 
 def format_metrics(m: dict[str, Any]) -> str:
@@ -63,56 +60,18 @@ def _asked(result: Any) -> list[str]:
     """The range asked about and a partial answer's label, when there are any."""
     lines = []
     if result.range_s is not None:
-        lines.append(f"Range: {_fmt_time(result.range_s[0])} - {_fmt_time(result.range_s[1])} of the video")
+        lines.append(f"Range: {seconds(result.range_s[0])} - {seconds(result.range_s[1])} of the video")
     if result.partial is not None:
         lines.append(result.partial.note())
     return lines
 
 
-def format_caption(result: Any, title: str = "Caption") -> str:
+def format_answer(result: Any, task: str) -> str:
+    """The readable answer: the task, variant and model, the range asked and a partial answer's label, what
+    the task's answer says (its ``text``), then its cost."""
     d = result.to_dict()
-    lines = [
-        f"{title} · {d['variant']} · {d['model']}",
-        *_asked(result),
-        "",
-        f"Scene: {d['scene'] or '(none)'}",
-        "",
-        "Events:",
-    ]
-    if not d["events"]:
-        lines.append("  (no timed events could be read from the answer)")
-    for e in d["events"]:
-        lines.append(f"  {_fmt_time(e['start'])} - {_fmt_time(e['end'])}  {e['description']}")
-    if len(d["windows"]) > 1:
-        lines += ["", f"Windows ({len(d['windows'])}, each answered as its own clip):"]
-        for w in d["windows"]:
-            lines.append(f"  {_fmt_time(w['start'])} - {_fmt_time(w['end'])}  {w['scene'] or '(no scene)'}")
-    if not result.format_ok:
-        lines += ["", "The answer was not in Marlin's Scene/Events format; shown as far as it could be read."]
-    if d["repaired"]:
-        lines += ["", "Repaired: " + "; ".join(result.info.repairs)]
-    lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
-    return "\n".join(lines)
-
-
-def format_find(result: Any, title: str = "Find") -> str:
-    d = result.to_dict()
-    lines = [f"{title} · {d['variant']} · {d['model']}", *_asked(result), f"Query: {d['query']}"]
-    if d["span"] is None:
-        lines.append(f"No span: the answer did not give a usable time range (raw: {d['raw']!r}).")
-    else:
-        s, e = d["span"]
-        lines.append(f"Span: {s:.1f} s - {e:.1f} s")
-        if not d["format_ok"]:
-            lines.append("The answer was not in the trained 'From <start> to <end>.' format; read leniently.")
-    if d["moments"]:
-        lines.append("Moments (best first, score = the model's confidence in the times, 0-1):")
-        for m in d["moments"]:
-            lines.append(f"  {_fmt_time(m['start'])} - {_fmt_time(m['end'])}  score {m['score']:.3f}")
-    if len(result.info.windows) > 1:
-        lines.append(f"Searched {len(result.info.windows)} windows, each as its own clip.")
-    if result.repaired:
-        lines.append("Repaired: " + "; ".join(result.info.repairs))
+    head = f"{task.capitalize()} · {d['variant']} · {d['model']}"
+    lines = [head, *_asked(result), *get_task(task).answer.text(result)]
     lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
     return "\n".join(lines)
 
@@ -144,12 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("video")
         if task.query:
             p.add_argument("query")
-        if task.result is CaptionResult:
-            p.add_argument(
-                "--chapters",
-                action="store_true",
-                help="print YouTube chapters (0:00 Title lines) to paste into a video description",
-            )
+        for flag, about in task.answer.formats:  # its other outputs (caption: --chapters)
+            p.add_argument(f"--{flag}", action="store_true", help=about)
         _add_model_args(p)
         p.set_defaults(func=cmd_task)
     p = sub.add_parser("tiny", help="build the offline tiny checkpoint (and its GPTQ copy)")
@@ -185,7 +140,6 @@ def _engine(args: argparse.Namespace) -> Any:
 
 def cmd_task(args: argparse.Namespace) -> int:
     """A task's sub-command: the request's answer, readable, as JSON or as chapters."""
-    from marlin_demo import service
     from marlin_demo.engine import USER_ERRORS
     from marlin_demo.models import ModelLoadError
 
@@ -202,19 +156,19 @@ def cmd_task(args: argparse.Namespace) -> int:
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, ModelLoadError) else EXIT_BAD_INPUT
+    answer = get_task(args.command).answer
+    chosen = [flag for flag, _ in answer.formats if getattr(args, flag)]
     if args.json:
-        data = service.caption_json(result) if isinstance(result, CaptionResult) else result.to_dict()
-        print(json.dumps(data, ensure_ascii=False, indent=2))
-    elif getattr(args, "chapters", False):
-        chapters = service.caption_json(result)["chapters"]
-        if not chapters["lines"]:  # the clip cannot have chapters: say why, on stderr
-            print(chapters["reason"], file=sys.stderr)
-        print("\n".join(chapters["lines"]))
+        print(json.dumps(answer.to_json(result), ensure_ascii=False, indent=2))
+    elif chosen:
+        out, note = answer.formatted(result, chosen[0])
+        if note:  # e.g. why the clip cannot have chapters, on stderr
+            print(note, file=sys.stderr)
+        print(out)
     else:
         if engine.settings.is_tiny:
             print(TINY_NOTE)
-        fmt = format_caption if isinstance(result, CaptionResult) else format_find
-        print(fmt(result, args.command.capitalize()))
+        print(format_answer(result, args.command))
     return EXIT_OK
 
 

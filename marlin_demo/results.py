@@ -1,12 +1,13 @@
 """The plain data every layer passes around: a video's facts and sampling plan, windows and moments,
-metrics, the caption/find results and the stages of a request. One shape feeds the UI, the API, the CLI
-and the benchmark; nothing here imports torch or any other module of the package but ``contract``."""
+metrics, what every result has (``Result``), the caption/find results and the stages of a request. One shape
+feeds the UI, the API, the CLI and the benchmark; what each kind of answer does is its ``tasks.Answer``'s.
+Nothing here imports torch or any other module of the package but ``contract``."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from marlin_demo.contract import Event
 
@@ -281,7 +282,20 @@ class FindResult:
         return _result_dict(self, head, {}, {"moments": moments})
 
 
-Result = CaptionResult | FindResult
+class Result(Protocol):
+    """What every task's result has, whatever its answer says (``tasks.Answer`` builds and reads the rest)."""
+
+    variant: str
+    model: str
+    raw: str
+    metrics: Metrics
+    format_ok: bool
+    repaired: bool
+    info: RunInfo
+    partial: Partial | None
+    range_s: tuple[float, float] | None
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def _range(span: tuple[float, float] | None) -> list[float] | None:
@@ -353,7 +367,7 @@ class WindowDone:
 
     window: int
     windows: int
-    result: CaptionResult | FindResult
+    result: Result
 
 
 Stage = Prepared | Loaded | Progress | WindowDone | Done

@@ -15,6 +15,7 @@ from marlin_demo import agreement as compare
 from marlin_demo import service
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
+from marlin_demo.tasks import CAPTION, FIND
 from marlin_demo.ui import about
 from marlin_demo.ui.compare import _chart_update
 from marlin_demo.ui.compare_view import (
@@ -172,20 +173,20 @@ def test_real_examples_json_matches_its_clips() -> None:
 
 def test_find_score_against_truth() -> None:
     # [2, 8] vs [4, 10] -> IoU 0.5: passes R1@0.3 and R1@0.5, fails R1@0.7
-    got = compare.score_against_truth("find", _find("gptq", (4.0, 10.0)), EXAMPLE, "The ball rolls.")
+    got = FIND.answer.score(_find("gptq", (4.0, 10.0)), EXAMPLE, "The ball rolls.")
     assert got["miou"] == pytest.approx(0.5)
     assert got["r1@0.3"] == 1.0 and got["r1@0.5"] == 1.0 and got["r1@0.7"] == 0.0
     assert got["parse_rate"] == 1.0 and got["n"] == 1 and got["ref_span"] == [2.0, 8.0]
 
 
 def test_find_score_uses_result_query_and_unknown_query_gives_empty() -> None:
-    assert compare.score_against_truth("find", _find("gptq", None), EXAMPLE)["miou"] == 0.0
-    assert compare.score_against_truth("find", _find("gptq", (2.0, 8.0), "a dog barks"), EXAMPLE) == {}
+    assert FIND.answer.score(_find("gptq", None), EXAMPLE, None)["miou"] == 0.0
+    assert FIND.answer.score(_find("gptq", (2.0, 8.0), "a dog barks"), EXAMPLE, None) == {}
 
 
 def test_caption_score_against_truth() -> None:
     result = _caption("gptq", "red ball", [(0.0, 1.0, "ball rests")])
-    got = compare.score_against_truth("caption", result, EXAMPLE)
+    got = CAPTION.answer.score(result, EXAMPLE, None)
     assert got["rouge_l"] == pytest.approx(1.0)
     assert got["keyword_coverage"] == pytest.approx(1.0)
     assert got["mean_matched_iou"] == pytest.approx(0.5)  # (0,1) vs (0,2)

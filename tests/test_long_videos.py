@@ -23,14 +23,16 @@ from typing import Any
 import pytest
 
 from marlin_demo import bench, cli, contract, service
-from marlin_demo.bench import longrecords, longset
-from marlin_demo.bench.longrecords import record_moments, window_cost
+from marlin_demo.bench import longset
+from marlin_demo.bench.longrecords import window_cost
 from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.datasets import Example, Query, load_dataset
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, WindowDone
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import FIND
+from marlin_demo.tasks.find import record_moments
 from marlin_demo.ui.caption import stream_message
 from marlin_demo.video import probe
 
@@ -132,7 +134,7 @@ def test_aggregate_scores_the_best_moment_and_the_top_five() -> None:
     assert sp["windows"]["mean"] == 5.0
     assert sp["latency_per_window_s"]["median"] == pytest.approx(2.0)
     assert sp["decode_per_window_s"]["median"] == pytest.approx(0.5)
-    assert [r[0] for r in bench.QUALITY_ROWS].count("find") >= 6
+    assert [r[0] for r in bench.quality_rows()].count("find") >= 6
 
 
 def test_record_moments_and_window_cost_of_short_and_old_records() -> None:
@@ -272,9 +274,8 @@ def test_long_find_moments_and_second_query_reuses_every_window(
     else:
         assert d["span"] is None
 
-    # the bench's record of it: windows answered, the moments as answered
-    rec = longrecords.record_fields(first)
-    assert rec == {"windows": n, "moments": d["moments"]}
+    # the bench's record of it: the moments as answered
+    assert FIND.answer.record(first)["moments"] == d["moments"]
     # every window's frames and video prefill were reused: only the new query's text was prefilled
     assert len(second.info.windows) == n
     assert all(w.cached_video and w.reused_prefix for w in second.info.windows)
@@ -359,11 +360,11 @@ def test_readable_output_shows_windows_and_moments(
 ) -> None:
     done = caption_stages[-1]
     assert isinstance(done, Done)
-    text = cli.format_caption(done.result)
+    text = cli.format_answer(done.result, "caption")
     assert "Windows (3, each answered as its own clip):" in text
     assert "   0.0s -   60.0s" in text
     found = finds[0]
-    text = cli.format_find(found)
+    text = cli.format_answer(found, "find")
     assert "Searched 6 windows" in text
     assert text.count("  score ") == len(found.moments)
 
@@ -390,7 +391,7 @@ def test_compare_prepares_a_long_video_per_window(long_clip: Path, tiny_settings
 def test_each_window_is_parsed_once_however_many_follow(
     engine: Engine, long_clip: Path, monkeypatch: pytest.MonkeyPatch, task: str, parser: str
 ) -> None:
-    """Each finished window's answer is parsed, mapped (and for find scored) once; later windows only
+    """Each finished window's answer is parsed (and for find scored) once; later windows only map and
     merge again (it was re-parsed at every later window: n^2 parses on a long video)."""
     calls: list[str] = []
     real = getattr(contract, parser)
@@ -407,20 +408,6 @@ def test_each_window_is_parsed_once_however_many_follow(
     assert len(calls) == len(done)  # one parse per window, not 1 + 2 + ... + n
     final = stages[-1]
     assert isinstance(final, Done) and final.result.raw == done[-1].result.raw
-
-
-def test_mapping_what_the_engine_repaired_equals_repairing_in_the_mapping() -> None:
-    """The runner hands ``map_*`` a window's answer as the engine repaired it (against the window's end,
-    ``repair=None``): events, span and window-labelled notes are those of repairing while mapping."""
-    w = policy.Window(1, 60.0, 120.0)
-    parse = contract.parse_caption("Scene: A field.\nEvents:\n<0.0 - 10.0> A ball.\n<55.0 - 70.0> It stops.")
-    engine_side = contract.repair_caption(parse, w.end - 58.5)
-    assert policy.map_caption(engine_side, w, offset=58.5, repair=None) == policy.map_caption(
-        parse, w, offset=58.5
-    )
-    span = contract.SpanParse((50.0, 70.0), True)
-    fixed = contract.repair_span(span, w.end - 60.0)
-    assert policy.map_span(fixed, w, repair=None) == policy.map_span(span, w)
 
 
 @slow

@@ -208,9 +208,9 @@ def test_the_empty_timeline_shows_the_shape_of_the_result_to_come() -> None:
 def test_times_are_written_one_way_everywhere() -> None:
     """One formatter, tenths at most: a window ending at 70.458 s read "60-70.458 s", a library caption
     window "0–46.916 s"; the timeline, the notes and the messages now write times alike."""
-    from marlin_demo.contract import Event, clock, clock_part, clock_span, parse_caption
-    from marlin_demo.longvideo.policy import map_caption
+    from marlin_demo.contract import Event, clock, clock_part, clock_span, parse_caption, repair_caption
     from marlin_demo.results import Window
+    from marlin_demo.tasks.caption import map_caption
 
     assert [clock(t) for t in (0, 9, 46.916, 59.96, 70.458, 127)] == [
         "0 s",
@@ -224,7 +224,8 @@ def test_times_are_written_one_way_everywhere() -> None:
     assert clock_span(55, 70) == "0:55–1:10"  # one unit for both ends
     assert clock_part(3, 9) == "3–9 s (6 s long)"
     parse = parse_caption("Scene: x.\nEvents:\n<0.0 - 30.0> A ball rolls.\n<2.0 - 3.0> It rolls.")
-    notes = map_caption(parse, Window(1, 60.0, 70.458)).repairs
+    window = Window(1, 60.0, 70.458)
+    notes = map_caption(repair_caption(parse, window.duration), window).repairs  # as the engine repaired it
     assert notes and all(n.startswith("window 2 (1:00–1:10.5): ") for n in notes), notes
     out = timeline.timeline_html(70.458, [Event(60.0, 70.458, "a")], windows=[(0.0, 60.0), (60.0, 70.458)])
     assert 'title="1. 1:00–1:10.5 · a"' in out and 'title="window 2: 1:00–1:10.5"' in out
@@ -233,9 +234,9 @@ def test_times_are_written_one_way_everywhere() -> None:
 def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
     """A 3-9 s range of a 12 s clip said "No chapters: this clip is 12 s long" and "clamped 1 event to
     the clip's 6.0 s" (the range cut as a clip): the chapters and the notes say the range instead."""
-    from marlin_demo.contract import Event, parse_caption
-    from marlin_demo.longvideo.policy import map_caption
+    from marlin_demo.contract import Event, parse_caption, repair_caption
     from marlin_demo.results import CaptionResult, Metrics, RunInfo, Window
+    from marlin_demo.tasks.caption import map_caption
 
     metrics = Metrics(1.0, 0.1, 10, 10.0, 100, 1.0, "cpu_peak_rss", 0.0, "cpu")
     result = CaptionResult(
@@ -248,7 +249,7 @@ def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
     assert caption.caption_json(result)["chapters"]["reason"] in said  # the API says the same
     # the range answered as its own 6 s clip: the note names no 6 s "clip", only the range's end
     parse = parse_caption("Scene: x.\nEvents:\n<0.0 - 8.0> A ball rolls.")
-    notes = map_caption(parse, Window(0, 3.0, 9.0)).repairs
+    notes = map_caption(repair_caption(parse, 6.0), Window(0, 3.0, 9.0)).repairs  # as the engine repaired it
     assert notes == ["window 1 (3–9 s): clamped 1 event that ran past the end"], notes
 
 

@@ -22,19 +22,10 @@ from marlin_demo.contract import CaptionParse, Event, SpanParse
 from marlin_demo.engine import Engine
 from marlin_demo.engine.scoring import span_score
 from marlin_demo.longvideo import policy, runner
-from marlin_demo.longvideo.policy import (
-    Window,
-    WindowLimitError,
-    best_span,
-    description_similarity,
-    map_caption,
-    map_span,
-    merge_captions,
-    merge_moments,
-    plan_for,
-    plan_windows,
-)
+from marlin_demo.longvideo.policy import Window, WindowLimitError, plan_for, plan_windows
 from marlin_demo.settings import Settings
+from marlin_demo.tasks.caption import description_similarity, map_caption, merge_captions
+from marlin_demo.tasks.find import best_span, map_span, merge_moments
 from marlin_demo.video import frame_pts, plan_sampling, probe, sample
 from marlin_demo.video import windows as video_windows
 from marlin_demo.video.decode import _decode_torchcodec, _resize
@@ -103,27 +94,20 @@ def test_map_caption_offsets_and_reports_past_the_end() -> None:
     parse = contract.parse_caption(
         "Scene: A field.\n\nEvents:\n<0.0 - 10.0> A ball rolls.\n<55.0 - 70.0> It stops.\n<65.0 - 66.0> Gone."
     )
-    out = map_caption(parse, w)
+    out = map_caption(contract.repair_caption(parse, w.duration), w)  # as the engine repaired it
     assert [(e.start, e.end) for e in out.events] == [(60.0, 70.0), (115.0, 120.0)]
     assert out.repaired
     assert any(n.startswith("window 2 (1:00–2:00): dropped 1 event") for n in out.repairs)
     assert any(n.startswith("window 2 (1:00–2:00): clamped 1 event") for n in out.repairs)
 
 
-def test_one_window_mapping_equals_todays_repair() -> None:
-    parse = contract.parse_caption("Scene: x.\nEvents:\n<0.0 - 99.0> A thing.")
-    today = contract.repair_caption(parse, 12.0)
-    mapped = map_caption(parse, Window(0, 0.0, 12.0), single=True)
-    assert mapped.events == today.events and mapped.repairs == today.repairs
-
-
 def test_map_span_past_the_end_and_offset() -> None:
     w = Window(2, 50.0, 80.0)
     assert map_span(SpanParse((3.0, 8.5), True), w).span == (53.0, 58.5)
-    clamped = map_span(SpanParse((20.0, 45.0), True), w)
+    clamped = map_span(contract.repair_span(SpanParse((20.0, 45.0), True), w.duration), w)
     assert clamped.span == (70.0, 80.0) and clamped.repaired
     assert clamped.repairs[0].startswith("window 3 (0:50–1:20): clamped")
-    dropped = map_span(SpanParse((31.0, 40.0), True), w)
+    dropped = map_span(contract.repair_span(SpanParse((31.0, 40.0), True), w.duration), w)
     assert dropped.span is None and "starts at or after" in dropped.repairs[0]
 
 
@@ -147,7 +131,7 @@ def test_event_cut_by_a_boundary_becomes_one() -> None:
     assert merged.events[1].description == "The person washes the dog."  # the longer part (20 s vs 12 s)
     assert merged.joined == ["joined an event cut by the window boundary at 1:00"]
     assert merged.scene == "A bathroom."  # the same scene twice is said once
-    assert merged.to_dict()["windows"] == [
+    assert merged.windows == [
         {"start": 0.0, "end": 60.0, "scene": "A bathroom."},
         {"start": 60.0, "end": 120.0, "scene": "A bathroom"},
     ]
@@ -160,7 +144,7 @@ def test_different_events_at_a_boundary_stay_apart() -> None:
     merged = merge_captions([(w0, map_caption(a, w0)), (w1, map_caption(b, w1))])
     assert len(merged.events) == 2 and merged.joined == []
     assert merged.scene == "Field. Night."
-    assert merged.repaired and merged.repairs == ["clamped 1 event"]  # repairs stay reported
+    assert merged.repaired and merged.repairs == ["window 1 (0:00–1:00): clamped 1 event"]  # still reported
 
 
 def test_similarity_rule() -> None:

@@ -17,16 +17,16 @@ from marlin_demo.bench.aggregate import aggregate, stats
 from marlin_demo.bench.cli import cmd_bench, register
 from marlin_demo.bench.environment import fingerprint
 from marlin_demo.bench.matrix import DEFAULT_DATA
-from marlin_demo.bench.quality import QUALITY_ROWS
+from marlin_demo.bench.quality import quality_rows
 from marlin_demo.bench.records import append_jsonl, read_jsonl
 
 __all__ = [
     "DEFAULT_DATA",
-    "QUALITY_ROWS",
     "aggregate",
     "append_jsonl",
     "cmd_bench",
     "fingerprint",
+    "quality_rows",
     "read_jsonl",
     "register",
     "stats",

@@ -250,6 +250,10 @@ def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
             lambda v: _ratio(_get(v, "quality", "overall"), base_overall),
             "pct",
         ),
-        ("caption_score", "Caption score (ROUGE-L)", _getter("quality", "caption", "rouge_l"), "q"),
-        ("keyword_coverage", "Keyword coverage", _getter("quality", "caption", "keyword_coverage"), "q"),
+        *(
+            (f.seed, f.label, _getter("quality", name, f.key), "q")
+            for name, task in TASKS.items()
+            for f in task.answer.figures
+            if f.seed
+        ),
     ]

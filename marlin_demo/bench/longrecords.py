@@ -10,26 +10,6 @@ from typing import Any
 WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "decode_per_window_s")
 
 
-def record_fields(result: Any) -> dict[str, Any]:
-    """The long-video fields of one request's record (a ``CaptionResult`` or ``FindResult``)."""
-    info = result.info
-    out: dict[str, Any] = {"windows": max(1, len(info.windows))}
-    moments = getattr(result, "moments", None)
-    if moments is not None:
-        out["moments"] = result.to_dict()["moments"]
-    return out
-
-
-def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
-    """The record's moments as (start, end), best first; without moments (an older record, or an
-    answer the score could not rate) its span alone, so R5 never misses what R1 counts."""
-    moments = record.get("moments") or []
-    if not moments:
-        span = record.get("span")
-        return [] if span is None else [(float(span[0]), float(span[1]))]
-    return [(float(m["start"]), float(m["end"])) for m in moments]
-
-
 def window_cost(record: dict[str, Any]) -> dict[str, float | None]:
     """Windows answered, and the request's latency and video read + sample time divided by them.
 

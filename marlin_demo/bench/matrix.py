@@ -44,16 +44,22 @@ def record_key(rec: dict[str, Any]) -> tuple[str, str, str, str | None, int]:
     return (rec["variant"], rec["task"], rec["video"], rec.get("query"), int(rec["repeat"]))
 
 
+def asks(example: Example, task: str) -> list[Query | None]:
+    """What a task asks of one example: each of its queries (a task that takes one), else one request
+    where the example has events to score against."""
+    if get_task(task).query:
+        return list(example.queries)
+    return [None] if example.has_caption_truth else []
+
+
 def plan_requests(
     examples: Sequence[Example], variant: str, tasks: Sequence[str], repeats: int
 ) -> list[Request]:
     """Repeats are whole passes over the data (not back-to-back copies of one request)."""
-    out: list[Request] = []
-    for rep in range(repeats):
-        for ex in examples:
-            for name in (t for t in TASKS if t in tasks):  # a task with a query: each of the example's
-                if get_task(name).query:
-                    out.extend(Request(variant, name, ex, q, rep) for q in ex.queries)
-                elif ex.has_caption_truth:  # else once, where the example has events to score against
-                    out.append(Request(variant, name, ex, None, rep))
-    return out
+    return [
+        Request(variant, name, ex, q, rep)
+        for rep in range(repeats)
+        for ex in examples
+        for name in (t for t in TASKS if t in tasks)
+        for q in asks(ex, name)
+    ]

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants as registry
-from marlin_demo.bench.longrecords import record_fields
 from marlin_demo.bench.matrix import Request
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, append_jsonl
-from marlin_demo.results import CaptionResult
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import get_task
 
 
 def run_request(engine: Any, req: Request) -> dict[str, Any]:
@@ -50,12 +49,9 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         repairs=list(res.info.repairs),
         raw=res.raw,
         time=_now(),
-        **record_fields(res),  # windows, find's moments (long videos)
+        windows=max(1, len(res.info.windows)),  # a long video's windows answered
+        **get_task(req.task).answer.record(res),  # what the answer said (caption: events; find: the span)
     )
-    if isinstance(res, CaptionResult):  # the caption task's result
-        rec.update(scene=res.scene, events=[e.to_dict() for e in res.events])
-    else:
-        rec["span"] = None if res.span is None else [float(res.span[0]), float(res.span[1])]
     return rec
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from marlin_demo import variants
 from marlin_demo.bench.aggregate import _get, _memory_label
-from marlin_demo.bench.quality import QUALITY_ROWS
+from marlin_demo.bench.quality import quality_rows
 from marlin_demo.tasks import TASKS
 
 
@@ -59,7 +59,9 @@ def _quality_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
 
     names = list(per)
     qdefs = [
-        d for d in QUALITY_ROWS if d[1] != "format_rate" and any(_get(per[n], "quality", d[0]) for n in names)
+        d
+        for d in quality_rows()
+        if d[1] != "format_rate" and any(_get(per[n], "quality", d[0]) for n in names)
     ]
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     labels = [lbl.split(" (")[0] for _, _, lbl in qdefs] + ["Overall"]
@@ -144,11 +146,7 @@ def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequ
         return
     groups = list(sets.values())
     fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups) + 1, 8), dpi=100, squeeze=False)
-    parts = [
-        ("find", "miou", "Find mIoU"),
-        ("caption", "rouge_l", "ROUGE-L"),
-        ("caption", "event_f1", "Event F1"),
-    ]
+    parts = [(name, f.key, f.short) for name, task in TASKS.items() for f in task.answer.figures if f.short]
     for col, group in enumerate(groups):
         per = group["variants"]
         rows = [

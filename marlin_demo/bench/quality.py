@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from marlin_demo.agreement import agreement as pair_agreement
-from marlin_demo.bench.longrecords import record_moments
-from marlin_demo.contract import Event
+from marlin_demo.bench.matrix import asks
 from marlin_demo.datasets import Example
-from marlin_demo.metrics import best_iou, caption_scores, moment_scores, precision_recall_f1
+from marlin_demo.tasks import TASKS, get_task
 
 
 def _scored(
@@ -21,31 +20,15 @@ def _scored(
     return next((r for r in recs if r.get("ok")), recs[0] if recs else None)
 
 
-QUALITY_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("find", "miou", "Find mIoU"),
-    ("find", "r1@0.3", "Find R1@0.3"),
-    ("find", "r1@0.5", "Find R1@0.5"),
-    ("find", "r1@0.7", "Find R1@0.7"),
-    ("find", "r5@0.5", "Find R5@0.5 (any of the top 5 moments)"),
-    ("find", "occurrence_recall@0.5", "Find occurrences found (true spans matched at IoU 0.5)"),
-    ("find", "parse_rate", "Find parse rate (a span was read)"),
-    ("find", "format_rate", "Find format rate ('From X to Y.')"),
-    ("caption", "rouge_l", "Caption score (ROUGE-L)"),
-    ("caption", "keyword_coverage", "Keyword coverage"),
-    ("caption", "event_mean_iou", "Event mean matched IoU"),
-    ("caption", "event_precision", "Event precision"),
-    ("caption", "event_recall", "Event recall"),
-    ("caption", "event_f1", "Event F1"),
-    ("caption", "parse_rate", "Caption parse rate (>= 1 event read)"),
-    ("caption", "format_rate", "Caption format rate (Scene/Events)"),
-)
-OVERALL_PARTS = (
-    ("find", "miou"),
-    ("find", "r1@0.5"),
-    ("caption", "rouge_l"),
-    ("caption", "keyword_coverage"),
-    ("caption", "event_f1"),
-)
+def quality_rows() -> list[tuple[str, str, str]]:
+    """(task, key, label) of every quality figure, the tasks in the registry's order."""
+    return [(name, f.key, f.label) for name, task in TASKS.items() for f in task.answer.figures]
+
+
+def _asked(examples: Sequence[Example], tasks: Sequence[str]) -> dict[str, list[tuple[Example, Any]]]:
+    """Per task run (registry order): the (example, query) pairs it asks (``matrix.asks``), when any."""
+    out = {name: [(ex, q) for ex in examples for q in asks(ex, name)] for name in TASKS if name in tasks}
+    return {name: pairs for name, pairs in out.items() if pairs}
 
 
 def quality(
@@ -55,90 +38,15 @@ def quality(
     tasks: Sequence[str],
     repeats: int,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Scores against ground truth, and one row per scored item (results.json ``items``)."""
+    """Scores against ground truth (each task's answer type scores its own), and one row per scored item
+    (results.json ``items``); ``overall`` is the mean of the figures marked for it."""
     items: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
-    if "find" in tasks and any(ex.queries for ex in examples):
-        preds, refs, fmt, ranked = [], [], [], []
-        for ex in examples:
-            for q in ex.queries:
-                rec = _scored(idx, variant, "find", ex.name, q.query, repeats)
-                ok = bool(rec and rec.get("ok"))
-                span = rec.get("span") if ok else None
-                preds.append(span)
-                refs.append(q.spans)  # every true span (a long video's query can recur)
-                ranked.append(record_moments(rec) if ok else [])
-                fmt.append(ok and bool(rec.get("format_ok")))
-                items.append(
-                    {
-                        "variant": variant,
-                        "task": "find",
-                        "video": ex.name,
-                        "query": q.query,
-                        "reference": list(q.span),
-                        "references": [list(s) for s in q.spans],
-                        "span": span,
-                        "moments": ranked[-1],
-                        "iou": best_iou(span, q.spans),
-                        "format_ok": fmt[-1],
-                        "ok": ok,
-                    }
-                )
-        g = moment_scores(preds, ranked, refs)  # one true span each: the same as grounding_scores
-        g["format_rate"] = sum(fmt) / len(fmt)
-        out["find"] = g
-    caption_examples = [ex for ex in examples if ex.has_caption_truth]
-    if "caption" in tasks and caption_examples:
-        rl, kw, fmt, parsed, rep = [], [], [], [], []
-        tp = n_pred = n_ref = 0
-        matched: list[float] = []
-        for ex in caption_examples:
-            rec = _scored(idx, variant, "caption", ex.name, None, repeats)
-            ok = bool(rec and rec.get("ok"))
-            scene = rec.get("scene", "") if ok else ""
-            events = [Event.from_dict(e) for e in rec.get("events", [])] if ok else []
-            sc = caption_scores(scene, events, ex.scene, ex.events)
-            rl.append(sc["rouge_l"])
-            kw.append(sc["keyword_coverage"])
-            fmt.append(ok and bool(rec.get("format_ok")))
-            parsed.append(bool(events))
-            rep.append(ok and bool(rec.get("repaired")))
-            n_pred += sc["n_pred"]
-            n_ref += sc["n_ref"]
-            tp_ex = round(sc["recall"] * sc["n_ref"]) if sc["n_ref"] else 0
-            tp += tp_ex
-            if tp_ex:
-                matched.extend([sc["mean_matched_iou"]] * tp_ex)
-            items.append(
-                {
-                    "variant": variant,
-                    "task": "caption",
-                    "video": ex.name,
-                    "ok": ok,
-                    **{k: sc[k] for k in ("rouge_l", "keyword_coverage")},
-                    **{f"event_{k}": sc[k] for k in ("precision", "recall", "f1")},
-                    "event_mean_iou": sc["mean_matched_iou"],
-                    **{k: sc[k] for k in ("n_pred", "n_ref")},
-                    "format_ok": fmt[-1],
-                }
-            )
-        precision, recall, f1 = precision_recall_f1(tp, n_pred, n_ref)
-        n = len(caption_examples)
-        out["caption"] = {
-            "rouge_l": statistics.fmean(rl),
-            "keyword_coverage": statistics.fmean(kw),
-            "event_mean_iou": statistics.fmean(matched) if matched else 0.0,
-            "event_precision": precision,
-            "event_recall": recall,
-            "event_f1": f1,
-            "parse_rate": sum(parsed) / n,
-            "format_rate": sum(fmt) / n,
-            "repaired_rate": sum(rep) / n,
-            "n": n,
-            "n_pred_events": n_pred,
-            "n_ref_events": n_ref,
-        }
-    parts = [out[t][k] for t, k in OVERALL_PARTS if t in out]
+    for name, pairs in _asked(examples, tasks).items():
+        rows = [(ex, q, _scored(idx, variant, name, ex.name, q and q.query, repeats)) for ex, q in pairs]
+        out[name], scored = get_task(name).answer.quality(rows)
+        items += [{"variant": variant, "task": name, **item} for item in scored]
+    parts = [out[t][f.key] for t in list(out) for f in get_task(t).answer.figures if f.overall]
     out["overall"] = statistics.fmean(parts) if parts else None
     return out, items
 
@@ -152,24 +60,18 @@ def agreement(
     repeats: int,
 ) -> dict[str, Any]:
     """How close a variant's answers are to the reference variant's (bf16), request by request."""
-    asked: dict[str, list[tuple[str, str | None]]] = {
-        "find": [(ex.name, q.query) for ex in examples for q in ex.queries],
-        "caption": [(ex.name, None) for ex in examples if ex.has_caption_truth],
-    }
     out: dict[str, Any] = {}
-    for task, keys in asked.items():
-        if task not in tasks:
-            continue
-        pairs = []
-        for name, query in keys:
-            a = _scored(idx, variant, task, name, query, repeats)
-            b = _scored(idx, reference, task, name, query, repeats)
+    for task, pairs in _asked(examples, tasks).items():
+        matched = []
+        for ex, q in pairs:
+            a = _scored(idx, variant, task, ex.name, q and q.query, repeats)
+            b = _scored(idx, reference, task, ex.name, q and q.query, repeats)
             if a and a.get("ok") and b and b.get("ok"):
-                pairs.append((pair_agreement(task, {"a": a, "b": b})["a|b"], a.get("raw") == b.get("raw")))
-        if pairs:
-            out[task] = {k: statistics.fmean(p[k] for p, _ in pairs) for k in pairs[0][0]}
-            out[task]["same_answer_rate"] = sum(same for _, same in pairs) / len(pairs)
-            out[task]["n"] = len(pairs)
+                matched.append((pair_agreement(task, {"a": a, "b": b})["a|b"], a.get("raw") == b.get("raw")))
+        if matched:
+            out[task] = {k: statistics.fmean(p[k] for p, _ in matched) for k in matched[0][0]}
+            out[task]["same_answer_rate"] = sum(same for _, same in matched) / len(matched)
+            out[task]["n"] = len(matched)
     return out
 
 
@@ -182,7 +84,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def retention(q: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     """quantized score / reference score for every quality metric (None where the reference is 0)."""
     out: dict[str, Any] = {}
-    for task, key, _ in QUALITY_ROWS:
+    for task, key, _ in quality_rows():
         if task in q and task in ref:
             out.setdefault(task, {})[key] = _ratio(q[task].get(key), ref[task].get(key))
     out["overall"] = _ratio(q.get("overall"), ref.get("overall"))

@@ -16,7 +16,7 @@ from marlin_demo.bench.aggregate import _get, _getter, _rel, _seed_rows, aggrega
 from marlin_demo.bench.environment import environment
 from marlin_demo.bench.matrix import SCHEMA
 from marlin_demo.bench.plots import write_plots
-from marlin_demo.bench.quality import QUALITY_ROWS
+from marlin_demo.bench.quality import quality_rows
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, read_jsonl
 from marlin_demo.datasets import Example, summarize
 from marlin_demo.settings import Settings
@@ -244,10 +244,10 @@ def _quality_section(per: dict[str, Any], rel: bool) -> list[str]:
 
 
 def _quality_rows(per: dict[str, Any]) -> list[Row]:
-    """The QUALITY_ROWS of the tasks some variant was scored on (a find-only run has no caption rows)."""
+    """The quality rows of the tasks some variant was scored on (a find-only run has no caption rows)."""
     return [
         (label, _getter("quality", task, key), "q")
-        for task, key, label in QUALITY_ROWS
+        for task, key, label in quality_rows()
         if any(_get(v, "quality", task) for v in per.values())
     ]
 
@@ -258,17 +258,15 @@ def _agreement_section(per: dict[str, Any]) -> list[str]:
     if not sub:
         return []
     get = functools.partial(_getter, "agreement_with_bf16")
-    rows: list[Row] = [
-        ("Find span IoU vs bf16", get("find", "span_iou"), "q"),
-        ("Find: same answer as bf16", get("find", "same_answer_rate"), "pct"),
-        ("Caption event IoU vs bf16", get("caption", "event_iou"), "q"),
-        ("Caption event F1 vs bf16", get("caption", "event_f1"), "q"),
-        ("Caption ROUGE-L vs bf16", get("caption", "rouge_l"), "q"),
-        ("Caption: same answer as bf16", get("caption", "same_answer_rate"), "pct"),
-    ]
+    rows: list[Row] = []
+    for name, task in TASKS.items():  # each answer type's measures, then how often the answers were equal
+        rows += [
+            (f"{name.title()} {label} vs bf16", get(name, key), "q") for key, label in task.answer.measures
+        ]
+        rows.append((f"{name.title()}: same answer as bf16", get(name, "same_answer_rate"), "pct"))
     rows += [
         (f"Retention: {label}", _getter("retention_vs_bf16", task, key), "pct")
-        for task, key, label in QUALITY_ROWS
+        for task, key, label in quality_rows()
         if any(_get(v, "retention_vs_bf16", task) for v in sub.values())
     ]
     rows.append(("Retention: overall score", _getter("retention_vs_bf16", "overall"), "pct"))

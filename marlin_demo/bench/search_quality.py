@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.bench.longset import LONG_SET, resolve_data
@@ -92,8 +92,7 @@ def exhaustive(
 
     moments: list[dict[str, Any]] = []
     for name, path in paths.items():
-        result = service.run(engine, "find", path, variant, query)
-        assert isinstance(result, FindResult)
+        result = cast(FindResult, service.run(engine, "find", path, variant, query))
         moments += [{"video": name, "start": m.start, "end": m.end, "score": m.score} for m in result.moments]
     moments.sort(key=lambda m: (-m["score"], m["video"], m["start"]))
     return moments[:top_k]

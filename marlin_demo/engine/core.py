@@ -30,7 +30,6 @@ from marlin_demo.results import (
     FindResult,
     Loaded,
     Metrics,
-    Moment,
     Prepared,
     Result,
     RunInfo,
@@ -40,6 +39,7 @@ from marlin_demo.results import (
 )
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.tasks import Task, get_task
+from marlin_demo.tasks.registry import Made
 from marlin_demo.variants import unknown as unknown_variant
 from marlin_demo.video import Backend, Limits, PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan
@@ -399,25 +399,20 @@ class Engine:
         duration) and scored; a bad query fails before any model is loaded."""
         entry = get_task(task)
         clean, prompt = entry.ask(query, self.settings)
+        answer = entry.answer
         run = self.run_clip(
             video, variant, prompt, entry.tokens(self.settings), on_text, on_stage, cached=cached,
-            logprobs=entry.scored,
+            logprobs=answer.logprobs,
         )  # fmt: skip
-        parsed = entry.parse(run.gen.text)
-        fixed = entry.repair(parsed, run.prepared.info.duration_s if length is None else length)
+        duration = run.prepared.info.duration_s
+        fixed = entry.repair(entry.parse(run.gen.text), duration if length is None else length)
         run.info.repairs = list(fixed.repairs)
-        common: dict[str, Any] = dict(
-            variant=variant, model=self.model_label, raw=run.gen.text, metrics=run.metrics,
-            format_ok=parsed.format_ok, repaired=fixed.repaired, info=run.info,
+        score = self.score(run.gen, variant) if answer.logprobs else None  # a scored answer's confidence
+        made = Made(
+            variant, self.model_label, run.gen.text, run.metrics, run.info, clean or "", self.settings,
+            duration, score,
         )  # fmt: skip
-        if entry.scored:  # a span, scored by the model's own token probabilities
-            score = self.score(run.gen, variant)
-            moments = (
-                [] if fixed.span is None or score is None else [Moment(fixed.span[0], fixed.span[1], score)]
-            )
-            return FindResult(query=clean or "", span=fixed.span, moments=moments, **common)
-        whole = [{"start": 0.0, "end": run.prepared.info.duration_s, "scene": fixed.scene}]
-        return CaptionResult(scene=fixed.scene, events=list(fixed.events), windows=whole, **common)
+        return answer.build(fixed, made)
 
     def caption(self, video: str | Path | PreparedVideo, variant: Variant, **kw: Any) -> CaptionResult:
         """``run`` of the caption task: scene paragraph plus timed events of one clip."""

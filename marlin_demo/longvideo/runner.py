@@ -15,25 +15,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from marlin_demo.contract import CaptionParse, SpanParse, clock_span
+from marlin_demo.contract import clock_span
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy
 from marlin_demo.results import (
-    CaptionResult,
-    FindResult,
     Loaded,
     Metrics,
     Prepared,
     Progress,
     Result,
-    RunInfo,
     Stage,
     VideoInfo,
-    Window,
     WindowDone,
 )
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task, get_task
+from marlin_demo.tasks.registry import Made
 from marlin_demo.video import PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan, plan_window
 
@@ -157,13 +154,16 @@ def _clip_work(
     )
 
 
-def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[Metrics, RunInfo]:
-    """The request's metrics and run details from its windows' (latency from ``started``)."""
+def combined(
+    engine: Engine, variant: Variant, query: str, runs: list[WindowRun], n: int, whole: VideoInfo
+) -> Made:
+    """What the windows answered so far share: each one's words under a header naming its window (the
+    model's words, unchanged), the request's metrics (latency from its start) and run details."""
     ms = [r.result.metrics for r in runs]
     tokens = sum(m.output_tokens for m in ms)
     decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)
     metrics = Metrics(
-        latency_s=time.perf_counter() - started,
+        latency_s=time.perf_counter() - runs[0].started,
         ttft_s=ms[0].ttft_s,
         output_tokens=tokens,
         tokens_per_s=tokens / decode_time if decode_time > 0 else None,
@@ -186,87 +186,11 @@ def combined(runs: list[WindowRun], whole: VideoInfo, started: float) -> tuple[M
         reused_prefix=all(i.reused_prefix for i in infos),
         windows=infos,
     )
-    return metrics, info
-
-
-def raw_text(runs: list[WindowRun], n: int) -> str:
-    """Each window's answer under a header naming the window (the model's words, unchanged)."""
-    return "\n\n".join(
+    raw = "\n\n".join(
         f"[window {k}/{n}: {clock_span(r.plan.window.start, r.plan.window.end)}]\n{r.result.raw}"
         for k, r in enumerate(runs, 1)
     )
-
-
-def caption_part(r: WindowRun) -> tuple[Window, CaptionParse]:
-    """One finished window's caption, as the engine repaired it, shifted to global time."""
-    res = r.result
-    assert isinstance(res, CaptionResult)
-    fixed = CaptionParse(res.scene, list(res.events), res.format_ok, res.repaired, list(res.info.repairs))
-    return r.plan.window, policy.map_caption(fixed, r.plan.window, offset=r.plan.offset_s, repair=None)
-
-
-def caption_result(
-    engine: Engine,
-    variant: Variant,
-    runs: list[WindowRun],
-    parts: list[tuple[Window, CaptionParse]],
-    n: int,
-    whole: VideoInfo,
-    started: float,
-) -> CaptionResult:
-    """The windows answered so far (``parts``: their mapped captions) as one caption on one timeline."""
-    merged = policy.merge_captions(parts)
-    metrics, info = combined(runs, whole, started)
-    info.repairs = [*merged.repairs, *merged.joined]
-    return CaptionResult(
-        variant=variant,
-        model=engine.model_label,
-        scene=merged.scene,
-        events=list(merged.events),
-        raw=raw_text(runs, n),
-        repaired=merged.repaired,
-        metrics=metrics,
-        format_ok=merged.format_ok,
-        info=info,
-        windows=list(merged.windows),
-    )
-
-
-def find_answer(r: WindowRun) -> tuple[Window, SpanParse, float | None]:
-    """One finished window's span, as the engine repaired and scored it, shifted to global time."""
-    res = r.result
-    assert isinstance(res, FindResult)
-    fixed = SpanParse(res.span, res.format_ok, res.repaired, list(res.info.repairs))
-    mapped = policy.map_span(fixed, r.plan.window, offset=r.plan.offset_s, repair=None)
-    return r.plan.window, mapped, res.moments[0].score if res.moments else None
-
-
-def find_result(
-    engine: Engine,
-    variant: Variant,
-    query: str,
-    runs: list[WindowRun],
-    answers: list[tuple[Window, SpanParse, float | None]],
-    n: int,
-    whole: VideoInfo,
-    started: float,
-) -> FindResult:
-    """The windows searched so far (``answers``: their mapped, scored spans) as one answer."""
-    moments = policy.merge_moments(answers, max(1, engine.settings.top_k))
-    metrics, info = combined(runs, whole, started)
-    info.repairs = [note for _, p, _ in answers for note in p.repairs]
-    return FindResult(
-        variant=variant,
-        model=engine.model_label,
-        query=query,
-        span=policy.best_span(moments),
-        format_ok=all(p.format_ok for _, p, _ in answers),
-        raw=raw_text(runs, n),
-        metrics=metrics,
-        repaired=any(p.repaired for _, p, _ in answers),
-        info=info,
-        moments=moments,
-    )
+    return Made(variant, engine.model_label, raw, metrics, info, query, engine.settings)
 
 
 def answer(
@@ -304,18 +228,12 @@ def answer(
         return res
     n, path = len(plans), Path(str(video))
     runs: list[WindowRun] = []
-    parts: list[tuple[Window, CaptionParse]] = []
-    answers: list[tuple[Window, SpanParse, float | None]] = []
     result: Result | None = None
     whole = engine.info(path, whole=False)
     for wr in run_windows(engine, entry, path, plans, variant, query, on_text, on_stage, execute):
         runs.append(wr)  # each window is parsed, repaired (and scored) once; only the merge is redone
-        if entry.scored:  # spans merged into moments, else events into one timeline
-            answers.append(find_answer(wr))
-            result = find_result(engine, variant, clean or "", runs, answers, n, whole, wr.started)
-        else:
-            parts.append(caption_part(wr))
-            result = caption_result(engine, variant, runs, parts, n, whole, wr.started)
+        made = combined(engine, variant, clean or "", runs, n, whole)
+        result = entry.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
         result.range_s = span
         if on_stage is not None:
             on_stage(WindowDone(len(runs), n, result))

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from marlin_demo import agreement, contract, subtitles
+from marlin_demo import agreement, contract
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError, graphs
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.models import pick_device
 from marlin_demo.results import (
-    CaptionResult,
     Done,
     Loaded,
     Partial,
@@ -68,19 +67,6 @@ __all__ = [
 Video = str | Path | PreparedVideo
 T = TypeVar("T")
 R = TypeVar("R", bound=Result)
-
-
-def chapters_of(result: CaptionResult) -> subtitles.Chapters:
-    """A caption's chapters (``0:00 Title`` lines), or why it has none (a short video, a range asked)."""
-    return subtitles.chapters(result.events, result.info.duration_s, result.range_s)
-
-
-def caption_json(result: CaptionResult) -> dict[str, Any]:
-    """A caption's JSON as the API and the CLI give it: the result plus its chapters (``0:00 Title``
-    lines, or why the clip has none)."""
-    data = result.to_dict()
-    data["chapters"] = chapters_of(result).to_dict()
-    return data
 
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from marlin_demo import service
 from marlin_demo.engine import Engine
@@ -50,6 +51,4 @@ def find_in_windows(
     if not bounds:
         raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
     plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(bounds)]
-    result = service.answer_plans(engine, "find", p, plans, variant, query, stop)
-    assert isinstance(result, FindResult)
-    return result
+    return cast(FindResult, service.answer_plans(engine, "find", p, plans, variant, query, stop))

@@ -27,7 +27,6 @@ import httpx
 
 from marlin_demo import contract, service, tasks
 from marlin_demo.library.search import DEFAULT_TOP_K
-from marlin_demo.results import CaptionResult, FindResult, Result
 from marlin_demo.tasks import Task
 from marlin_demo.ui import gradio_hooks
 from marlin_demo.ui.caption import StreamMessages
@@ -67,33 +66,6 @@ VIDEO_NOTE = (
     "The video goes as a file (gradio_client: handle_file('clip.mp4')) or as text (see its argument)."
 )
 QUERY_ARG = 'The event in plain words, e.g. "a person opens the door" (not empty).'
-
-#: what each task's endpoint says it does (a registered task without an entry here: its ``help``)
-SUMMARIES = {
-    tasks.CAPTION: "Describe what happens in a video: a scene paragraph and its events with start and end "
-    "times.",
-    tasks.FIND: "Find when a described event happens in a video: one start-end span in seconds.",
-}
-
-#: per result type: the endpoint's JSON (and ``Returns:``); a task answering like caption or find shares it
-RETURNS: dict[type[Result], str] = {
-    CaptionResult: (
-        'JSON {"variant": str, "model": str, "scene": str, "events": [{"start": float, "end": float, '
-        '"description": str}], "raw": str, "repaired": bool, "metrics": {"latency_s": float, "ttft_s": '
-        'float, "output_tokens": int, "tokens_per_s": float, "video_tokens": int, "peak_memory_mb": '
-        'float, "memory_kind": str, "load_s": float|null, "device": str}, "windows": [{"start": float, '
-        '"end": float, "scene": str}], "chapters": {...}}. Times are seconds from the start of the clip '
-        'and lie inside it; "raw" is exactly what the model wrote; "repaired" is true when events were '
-        "clamped into the clip or de-duplicated."
-    ),
-    FindResult: (
-        'JSON {"variant": str, "model": str, "query": str, "span": [start, end] or null, "format_ok": '
-        'bool, "raw": str, "metrics": {...as for caption}, "moments": [{"start": float, "end": float, '
-        '"score": float}]}. The span is in seconds from the start of the clip and lies inside it; null '
-        'when the answer gave no usable span; "format_ok" says the answer was in the trained "From '
-        '<start> to <end>." form.'
-    ),
-}
 
 COMPARE_RETURNS = (
     'JSON {"task": str, "query": str or null, "results": {variant: the task\'s JSON}, "agreement": '
@@ -144,18 +116,7 @@ def long_video_note(ctx: UIContext, task: Task) -> str:
     head = (
         f"Long videos: a video longer than {length:g} s is answered in windows of {length:g} s{overlapping} "
     )
-    if task.scored:
-        return (
-            f'{head}({windowed}). The JSON\'s "moments" are every place the event was found, best first, at '
-            f"most {ctx.engine.settings.top_k}, duplicates merged; score (0-1) is the model's own token "
-            'probability for the times, for ranking; "span" is the best moment (for a short video '
-            '"moments" holds its one scored span).'
-        )
-    return (
-        f'{head}({windowed}); the events are on one timeline and the JSON\'s "windows": [{{"start": float, '
-        '"end": float, "scene": str}] are the windows answered with each one\'s scene (one entry '
-        '[0, duration] for a short video); "scene" is their scenes in order.'
-    )
+    return f"{head}({windowed}){task.answer.windows_note(ctx.engine.settings)}"
 
 
 def variant_arg(ctx: UIContext) -> str:
@@ -250,10 +211,7 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
         with api_errors():
             path, v = video_file(video, ctx, request), pick_variant(variant, ctx)
             result = service.run(ctx.engine, task.name, path, v, query, start_s=start, end_s=end)
-            return reply(
-                service.caption_json(result) if isinstance(result, CaptionResult) else result.to_dict(),
-                request,
-            )
+            return reply(task.answer.to_json(result), request)
 
     default = ctx.default_variant
     endpoint: Callable[..., dict[str, Any]]
@@ -283,9 +241,9 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
 
         endpoint = tells
     args = {"video": VIDEO_ARG, **({"query": QUERY_ARG} if task.query else {}), "variant": variant_arg(ctx)}
-    summary = SUMMARIES.get(task, task.help[:1].upper() + task.help[1:] + ".")
+    summary = task.summary or task.help[:1].upper() + task.help[1:] + "."
     about = f"{summary} {VIDEO_NOTE} {long_video_note(ctx, task)} {limits_text(ctx)}"
-    return named(endpoint, task.name, docstring(about, {**args, **RANGE_ARGS}, RETURNS[task.result]), ctx)
+    return named(endpoint, task.name, docstring(about, {**args, **RANGE_ARGS}, task.answer.returns), ctx)
 
 
 def named(fn: Callable[..., Any], name: str, doc: str, ctx: UIContext) -> Callable[..., Any]:

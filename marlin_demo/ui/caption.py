@@ -6,13 +6,15 @@ from __future__ import annotations
 import contextlib
 import html
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gradio as gr
 
-from marlin_demo import service, subtitles
+from marlin_demo import subtitles
 from marlin_demo.contract import Event
 from marlin_demo.results import CaptionResult, Result, Window
+from marlin_demo.tasks import CAPTION
+from marlin_demo.tasks.caption import chapters_of
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, UIContext, clip_stem, session_of, write_json
 from marlin_demo.ui.one_clip import Clip
@@ -147,12 +149,12 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
     return [str(f) for f in files]
 
 
-caption_json = service.caption_json  # ``/caption``'s JSON, the CLI's too
+caption_json = CAPTION.answer.to_json  # ``/caption``'s JSON, the CLI's too
 
 
 def chapters_html(result: CaptionResult) -> str:
     """The chapters a video description takes, ready to copy; or the sentence saying why there are none."""
-    ch = service.chapters_of(result)
+    ch = chapters_of(result)
     if not ch.lines:
         reason = html.escape(ch.reason)
         return f'<div class="mc-chapters"><div class="mc-label">Chapters</div><p>{reason}</p></div>'
@@ -287,11 +289,11 @@ class CaptionView(RunView):
     def window_done(self, run: RunState, merged: Result) -> Updates | None:
         """Window k is answered: its events join the timeline when window k+1 starts; the table and
         downloads hold windows 1..k at once (a caption stopped later keeps them)."""
-        assert isinstance(merged, CaptionResult)
-        self.events = list(merged.events)
+        caption = cast(CaptionResult, merged)
+        self.events = list(caption.events)
         if run.window is not None and run.windows is not None and run.window >= run.windows:
             return None  # the last window: the finished result follows at once
-        return {self.tab.table: _rows(self.events), self.tab.files: _downloads(self.ctx, merged, self.path)}
+        return {self.tab.table: _rows(self.events), self.tab.files: _downloads(self.ctx, caption, self.path)}
 
     def writing(self, run: RunState) -> Updates:
         if run.windowed:
@@ -310,8 +312,7 @@ class StreamMessages(StageView[dict[str, Any]]):
     window_starts = writing
 
     def done(self, run: RunState, result: Result) -> dict[str, Any]:
-        assert isinstance(result, CaptionResult)
-        return stream_message(result.raw, result)
+        return stream_message(result.raw, cast(CaptionResult, result))
 
 
 def listen(ctx: UIContext, tab: CaptionTab) -> None:

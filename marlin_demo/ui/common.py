@@ -26,7 +26,7 @@ from marlin_demo import settings as settings_mod
 from marlin_demo.contract import clock, clock_part
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.longvideo import policy
-from marlin_demo.results import CaptionResult, FindResult, Result, RunInfo, memory_label
+from marlin_demo.results import Result, RunInfo, memory_label
 from marlin_demo.service import cost, space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
@@ -505,10 +505,6 @@ def metrics_html(
     return f'<div class="md-metrics"><div class="md-run">{run}</div><div class="md-grid">{body}</div></div>'
 
 
-#: the format each kind of answer was trained in, named in the note on an answer that is not in it
-TRAINED_FORMS = {CaptionResult: "Scene / Events", FindResult: "“From <start> to <end>.”"}
-
-
 def notice_html(ctx: UIContext, result: Result, what: str) -> str:
     """Honest notes: a partial answer, the range asked, stand-in weights, an off-format answer, repairs."""
     notes: list[str] = []
@@ -518,7 +514,7 @@ def notice_html(ctx: UIContext, result: Result, what: str) -> str:
         start, end = result.range_s
         notes.append(f"Asked about {clock_part(start, end)} of the video; times are the video's own.")
     if not result.format_ok:
-        trained = TRAINED_FORMS[get_task(what).result]
+        trained = get_task(what).answer.form  # the format its answer was trained in
         notes.append(
             f"<b>Not in Marlin's format.</b> The answer did not follow the trained {html.escape(trained)} "
             "format; it is shown as far as it could be read."

@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from marlin_demo import agreement, service
+from marlin_demo import service
 from marlin_demo.results import memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import timeline
@@ -309,8 +309,7 @@ class CompareView(StageView[Updates]):
         self.duration = run.prepared.video.duration_s
         self.example = self.ctx.ground_truth(self.path)
         clean = service.check_query(self.ctx.engine, self.task, self.query)
-        example, scored = self.example, get_task(self.task).scored
-        self.truth = agreement.truth_span(example, clean) if (example and scored) else None
+        self.truth = None if self.example is None else get_task(self.task).answer.truth(self.example, clean)
         return None
 
     def loaded(self, run: RunState) -> Updates | None:

@@ -14,7 +14,7 @@ import pandas as pd
 from marlin_demo import service
 from marlin_demo import variants as registry
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import CaptionResult, FindResult, memory_label
+from marlin_demo.results import CaptionResult, FindResult, Result, memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import about, timeline
 from marlin_demo.ui.common import CLIP_ID, UIContext, error_html, fmt, tiny_in_use, variant_label
@@ -394,7 +394,7 @@ def _agreement_cell(value: float | None) -> str:
     return f'<td><span class="cs-val">{value:.2f}</span>{bar}</td>'
 
 
-def _cost_row(variant: str, result: CaptionResult | FindResult, cold: Mapping[str, bool]) -> dict[str, Any]:
+def _cost_row(variant: str, result: Result, cold: Mapping[str, bool]) -> dict[str, Any]:
     """The variant, whether its run was cold, and the cost keys: the part both tables share."""
     m = result.metrics.to_dict()
     was_cold = bool(cold.get(variant))
@@ -404,7 +404,7 @@ def _cost_row(variant: str, result: CaptionResult | FindResult, cold: Mapping[st
 
 
 def metrics_frame(
-    results: Mapping[str, CaptionResult | FindResult],
+    results: Mapping[str, Result],
     cold: Mapping[str, bool],
     payload: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
@@ -446,38 +446,17 @@ def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
-    """Each variant's scores against the ground truth: find's span measures, or caption's."""
-    if get_task(task).scored:
-        cols = ["variant", "IoU vs truth", "R1@0.3", "R1@0.5", "R1@0.7", "truth span (s)"]
-        keys = ["miou", "r1@0.3", "r1@0.5", "r1@0.7"]
-
-        def last(s: Mapping[str, Any]) -> str:
-            return "–" if not s.get("ref_span") else f"{s['ref_span'][0]:.1f}–{s['ref_span'][1]:.1f}"
-
-    else:
-        cols = [
-            "variant",
-            "ROUGE-L",
-            "keyword coverage",
-            "event F1",
-            "matched-event IoU",
-            "events (pred/ref)",
-        ]
-        keys = ["rouge_l", "keyword_coverage", "f1", "mean_matched_iou"]
-
-        def last(s: Mapping[str, Any]) -> str:
-            return f"{s.get('n_pred')}/{s.get('n_ref')}"
-
-    scores = (payload.get("scores") or {}).items()
-    rows = [[v, *(s.get(k) for k in keys), last(s)] for v, s in scores if s]
-    return pd.DataFrame(rows, columns=cols).round(3)
+    """Each variant's scores against the ground truth, in its answer's columns (find's span measures, or
+    caption's)."""
+    answer = get_task(task).answer
+    rows = [[v, *answer.score_row(s)] for v, s in (payload.get("scores") or {}).items() if s]
+    return pd.DataFrame(rows, columns=["variant", *answer.score_titles]).round(3)
 
 
 def _main_score(task: str, scores: Mapping[str, Any] | None) -> float | None:
-    if not scores:
-        return None
-    value = scores.get("miou") if get_task(task).scored else scores.get("rouge_l")
-    return None if value is None else round(float(value), 3)
+    """The first of the answer's score columns (find: IoU; caption: ROUGE-L)."""
+    row = get_task(task).answer.score_row(scores) if scores else []
+    return None if not row or row[0] is None else round(float(row[0]), 3)
 
 
 def _agreement_text(payload: Mapping[str, Any]) -> str:
@@ -492,17 +471,17 @@ def session_rows(
     video: str,
     task: str,
     query: str | None,
-    results: Mapping[str, CaptionResult | FindResult],
+    results: Mapping[str, Result],
     cold: Mapping[str, bool],
     payload: Mapping[str, Any],
-    reruns: Mapping[str, CaptionResult | FindResult] | None = None,
+    reruns: Mapping[str, Result] | None = None,
 ) -> list[dict]:
     """The session table with this comparison's rows appended: one per variant that answered, then one per
     warm re-run (``service.WarmRerun``, its run ``warm re-run``)."""
     out = list(rows)
     stamp = time.strftime("%H:%M:%S")
     n = 1 + max((int(r["#"]) for r in rows), default=0)
-    runs: list[tuple[str, CaptionResult | FindResult, Mapping[str, bool], str | None]]
+    runs: list[tuple[str, Result, Mapping[str, bool], str | None]]
     runs = [(v, r, cold, None) for v, r in results.items()]
     runs += [(v, r, {}, "warm re-run") for v, r in (reruns or {}).items()]
     for v, r, was_cold, run in runs:

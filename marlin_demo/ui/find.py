@@ -10,10 +10,11 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import agreement, service
+from marlin_demo import service
 from marlin_demo.longvideo import policy
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
+from marlin_demo.tasks.find import truth_span
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.common import (
     CLIP_ID,
@@ -102,7 +103,7 @@ class FindTab(RunTab):
         """Every output of a finished find (also what the cached examples store); the player jumps to the
         best moment's start (``jump_to``); every moment is cut as a clip to download."""
         example = ctx.ground_truth(video)
-        truth = None if example is None else agreement.truth_span(example, result.query)
+        truth = None if example is None else truth_span(example, result.query)
         duration = result.info.duration_s
         clips: list[str | None] = []
         problems = ""

@@ -1,0 +1,8 @@
+"""The registry of tasks (``registry``) and the two the model was trained on, each with its answer type
+(``caption``, ``find``), registered in this order."""
+
+from marlin_demo.tasks.caption import CAPTION
+from marlin_demo.tasks.find import FIND
+from marlin_demo.tasks.registry import TASKS, Task, get_task, known, register_task, unregister_task
+
+__all__ = ["CAPTION", "FIND", "TASKS", "Task", "get_task", "known", "register_task", "unregister_task"]

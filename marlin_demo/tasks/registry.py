@@ -1,0 +1,218 @@
+"""The tasks Marlin answers, as data: one ``Task`` entry per task in one registry, each with its ``Answer``:
+what its answers do (built, merged across windows, printed, compared, scored, described, benched).
+
+Layers read a task's entry and ask its answer instead of comparing the task's name or the result's type, so
+a new task is one ``register_task`` call (and, when it answers in a shape of its own, one ``Answer``
+subclass). Pure: nothing here imports torch or any layer above ``results``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marlin_demo import contract
+from marlin_demo.results import Metrics, Result, RunInfo, Window
+from marlin_demo.settings import Settings
+
+
+@dataclass
+class Made:
+    """What an answer has whatever it says (who gave it, the model's words, the cost, the run's details);
+    for one clip (``build``) also its duration and the model's confidence in a scored answer."""
+
+    variant: str
+    model: str
+    raw: str
+    metrics: Metrics
+    info: RunInfo
+    query: str  # the cleaned query ('' for a task that takes none)
+    settings: Settings
+    duration_s: float = 0.0
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A quality figure of the bench: its key and label; part of the overall score or not; its name on the
+    per-set plot and its key on the seed card ('': not there)."""
+
+    key: str
+    label: str
+    overall: bool = False
+    short: str = ""
+    seed: str = ""
+
+
+class Answer:
+    """What one kind of answer does. ``agree`` and ``score`` read results or their ``to_dict()`` shapes
+    (stored bench records) alike, through ``value``."""
+
+    form = "answer"  # the format it was trained in (the note on an answer not in it names it)
+    returns = "JSON: the answer, as the CLI's --json prints it."  # its API endpoint's ``Returns:``
+    logprobs = False  # the engine keeps each token's log-probability (the model's confidence scores it)
+    figures: tuple[Figure, ...] = ()  # the bench's quality figures (``quality``'s keys), in order
+    measures: tuple[tuple[str, str], ...] = ()  # ``agree``'s keys and the bench report's names for them
+    formats: tuple[tuple[str, str], ...] = ()  # the CLI's other outputs: a flag and its help (``formatted``)
+    score_titles: tuple[str, ...] = ()  # Compare's columns of ``score_row`` (the first: the main score)
+
+    def build(self, fixed: Any, made: Made) -> Result:
+        """One clip's result from its repaired parse."""
+        raise NotImplementedError
+
+    def merge(self, windows: Sequence[tuple[Result, Window, float]], made: Made) -> Result:
+        """One result of the windows answered so far: each one's result (in window time), its window and the
+        video time of its first frame, in order; ``made``: what they share."""
+        raise NotImplementedError
+
+    def text(self, result: Result) -> list[str]:
+        """The CLI's readable lines of the answer (under its title, above its cost)."""
+        raise NotImplementedError
+
+    def to_json(self, result: Result) -> dict[str, Any]:
+        """The JSON the API, MCP and the CLI's ``--json`` give."""
+        return result.to_dict()
+
+    def formatted(self, result: Result, flag: str) -> tuple[str, str]:
+        """A ``formats`` output: (stdout, a note for stderr or '')."""
+        raise NotImplementedError
+
+    def agree(self, a: Any, b: Any, min_iou: float) -> dict[str, float]:
+        """How far two variants' answers agree (1 = the same)."""
+        return {}
+
+    def truth(self, example: Mapping[str, Any], query: str | None) -> Any:
+        """The example's reference answer, if it has one."""
+        return None
+
+    def score(self, result: Any, example: Mapping[str, Any], query: str | None) -> dict[str, Any]:
+        """Scores against an example's ground truth ({}: nothing to score against)."""
+        return {}
+
+    def score_row(self, scores: Mapping[str, Any]) -> list[Any]:
+        """``score``'s figures in the columns of ``score_titles``."""
+        return []
+
+    def windows_note(self, settings: Settings) -> str:
+        """The end of the API's sentence on long videos: what the JSON says of the windows."""
+        return "; each window is answered in turn."
+
+    def record(self, result: Result) -> dict[str, Any]:
+        """What the bench keeps of the answer in its request's record."""
+        return {}
+
+    def quality(self, asked: Sequence[tuple[Any, Any, dict[str, Any] | None]]) -> tuple[dict[str, Any], list]:
+        """The bench's figures over (example, query, the scored record or None), and an item per request."""
+        return {}, []
+
+
+def value(result: Any, name: str, default: Any = None) -> Any:
+    """A field of a result object or of its ``to_dict()`` shape."""
+    return result.get(name, default) if isinstance(result, Mapping) else getattr(result, name, default)
+
+
+def shift(t: float, off: float, window: Window) -> float:
+    """A window-time ``t`` shifted by ``off`` to global time, kept inside ``window``."""
+    return min(max(round(off + t, 6), window.start), window.end)
+
+
+def seconds(t: float) -> str:
+    """A time as the CLI's readable answers write it (aligned in columns)."""
+    return f"{t:6.1f}s"
+
+
+def label(window: Window, note: str) -> str:
+    """A window's note, naming the window."""
+    return f"window {window.index + 1} ({contract.clock_span(window.start, window.end)}): {note}"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: everything a layer reads instead of comparing the task's name."""
+
+    name: str
+    #: one line saying what it answers (the CLI's help)
+    help: str
+    #: the exact prompt, given the cleaned query ('' for a task that takes none)
+    prompt: Callable[[str], str]
+    #: the model's raw text -> its parse (``contract.parse_caption`` / ``parse_span``)
+    parse: Callable[[str], Any]
+    #: (parse, the clip's duration) -> the parse repaired, its notes saying how
+    repair: Callable[[Any, float | None], Any]
+    #: what its answers do: built, merged across windows, printed, compared, scored
+    answer: Answer
+    #: the ``Settings`` field of its answer's token limit (what sizes a window's time and GPU call)
+    max_new_tokens: str
+    #: the ``Settings`` field of its window length: a longer video is answered window by window
+    window_s: str
+    #: the ``Settings`` field of the overlap of consecutive windows (None: windows do not overlap)
+    overlap_s: str | None = None
+    #: whether a request names what to look for (a query, cleaned by ``contract.sanitize_query``)
+    query: bool = False
+    #: how a line names one request ("a caption of this clip takes ...")
+    noun: str = ""
+    #: how the limits line names its requests ("captions up to 30 min")
+    plural: str = ""
+    #: what its API endpoint says it does ('': its ``help``)
+    summary: str = ""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled by name (ZeroGPU pickles a GPU call's arguments): its functions are lambdas
+        return get_task, (self.name,)
+
+    def tokens(self, settings: Settings) -> int:
+        """The token limit of one answer under ``settings``."""
+        return int(getattr(settings, self.max_new_tokens))
+
+    def windows(self, settings: Settings) -> tuple[float, float]:
+        """(length, overlap) of its windows under ``settings``."""
+        overlap = 0.0 if self.overlap_s is None else float(getattr(settings, self.overlap_s))
+        return float(getattr(settings, self.window_s)), overlap
+
+    def covered_s(self, windows: int, settings: Settings) -> float:
+        """The longest video ``windows`` windows cover (a longer one needs more)."""
+        length, overlap = self.windows(settings)
+        return (windows - 1) * (length - overlap) + length
+
+    def ask(self, query: str | None, settings: Settings) -> tuple[str | None, str]:
+        """The cleaned query (None for a task without one) and the exact prompt; a bad query: ValueError."""
+        if not self.query:
+            return None, self.prompt("")
+        if query is None:
+            raise ValueError(f"The {self.name} task needs a query: describe what to look for.")
+        clean = contract.sanitize_query(query, settings.max_query_chars)
+        return clean, self.prompt(clean)
+
+
+_TASKS: dict[str, Task] = {}
+
+#: the known tasks by name, in the order they were registered (a read-only view of the registry)
+TASKS: Mapping[str, Task] = _TASKS
+
+
+def register_task(task: Task) -> Task:
+    """Add (or replace) a task; every layer reads it from here on."""
+    _TASKS[task.name] = task
+    return task
+
+
+def unregister_task(name: str) -> None:
+    """Remove a task (tests that registered one of their own)."""
+    _TASKS.pop(name, None)
+
+
+def known() -> str:
+    """The known tasks' names as a sentence's end: "caption or find"."""
+    names = list(_TASKS)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def get_task(task: str | Task) -> Task:
+    """The entry of a task name (an entry as it is); an unknown name is a ValueError naming the known."""
+    if isinstance(task, Task):
+        return task
+    entry = _TASKS.get(task) if isinstance(task, str) else None
+    if entry is None:
+        raise ValueError(f"Unknown task {task!r}: choose {known()}.")
+    return entry
