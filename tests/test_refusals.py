@@ -129,7 +129,7 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(
     assert isinstance(first, FindResult) and first.partial is not None
     assert (first.partial.windows_done, first.partial.windows_total) == (2, 4)
     assert all(m.end <= 7.0 for m in first.moments)  # only the two windows searched (0-4 s, 3-7 s)
-    card = compare_view._card("bf16", first, False, 12.0, None)  # the variant's card says it too
+    card = compare_view._card("bf16", first, False, 12.0, None, compare_view.find_card)  # it says it too
     assert "Partial answer: 2 of 4 windows answered. ZeroGPU" in card
     assert "gptq" not in out.results and "and 0 s are left" in out.errors["gptq"]
     payload = out.payload(None)

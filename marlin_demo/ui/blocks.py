@@ -9,12 +9,12 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gradio as gr
 from gradio.blocks import Block
 
-from marlin_demo import service
+from marlin_demo import service, tasks
 from marlin_demo.engine import Engine
 from marlin_demo.service import space
 from marlin_demo.service.startup import ModelStatus
@@ -22,14 +22,15 @@ from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
     about,
     api,
-    caption,
     compare,
     find,
     gradio_hooks,
     header,
     library,
     one_clip,
+    run_tab,
     timeline,
+    views,
 )
 from marlin_demo.ui.common import (
     PRIVATE_UI,
@@ -50,11 +51,6 @@ HEAD = (
     '<meta name="description" content="Marlin-2B: video captions with timed events, and temporal grounding. '
     'Compare GPTQ and bnb4 4-bit variants.">'
 )
-
-
-def page() -> gr.Column:
-    """A run tab's one column: on a phone its parts are reordered inside it (style.css)."""
-    return gr.Column(elem_classes="mr-page")
 
 
 def theme() -> gr.themes.Base:
@@ -104,7 +100,10 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
     def run() -> None:
         for example in ctx.examples:
             path = str(ctx.clip(example))
-            jobs = [("caption", None)] + [("find", q["query"]) for q in (example.get("queries") or [])[:1]]
+            first = [q["query"] for q in (example.get("queries") or [])[:1]]  # a task with a query: the first
+            jobs = [
+                (task.name, q) for task in tasks.TASKS.values() for q in (first if task.query else [None])
+            ]
             for task, query in jobs:
                 key = ctx.answers.key(task, example, ctx.default_variant, query)
                 if ctx.answers.get(key) is not None:
@@ -158,11 +157,8 @@ def build_demo(
         clip = one_clip.render(ctx)  # above the tabs: the clip Caption, Find and Compare share
         # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
         with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap") as tabs:
-            with gr.Tab("Caption · what happens", id="caption", elem_id="tab-caption"), page():
-                cap = caption.render(ctx, clip)
-            with gr.Tab("Find · when", id="find", elem_id="tab-find"), page():
-                fnd = find.render(ctx, clip)
-            with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"), page():
+            runs = views.render(ctx, clip)  # a tab per task: Caption, Find (and any task registered)
+            with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"), run_tab.page():
                 cmp_tab = compare.render(ctx, clip)
             with gr.Tab("Library · search all", id="library", elem_id="tab-library"):
                 lib = library.render(ctx)
@@ -170,18 +166,17 @@ def build_demo(
                 about.render(ctx)
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
         # (components set once per result, not per streamed token)
-        header.listen(ctx, demo, head, after=[cap.metrics, fnd.metrics, cmp_tab.metrics_table])
+        header.listen(ctx, demo, head, after=[*(run.metrics for run in runs.values()), cmp_tab.metrics_table])
         # a new clip clears, in every tab, the results that were another clip's
         compare_cleared = functools.partial(compare.cleared_outputs, cmp_tab)
         cleared: dict[str, tuple[list[Block], Callable[[], Updates]]] = {
-            run.name: (run.results, run.cleared) for run in (cap, fnd)
+            run.name: (run.results, run.cleared) for run in runs.values()
         }
         cleared["compare"] = (list(compare_cleared()), compare_cleared)
         one_clip.listen(ctx, clip, cleared, tabs, [cmp_tab.task, cmp_tab.include_bf16])
-        caption.listen(ctx, cap)
-        find.listen(ctx, fnd)
+        views.listen(ctx, runs)
         compare.listen(ctx, cmp_tab)
-        library.listen(ctx, lib, tabs, clip, fnd.query)
+        library.listen(ctx, lib, tabs, clip, cast(find.FindTab, runs["find"]).query)
         # a private load step (a callable value would be a public endpoint of its own)
         demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools

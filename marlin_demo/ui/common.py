@@ -30,7 +30,7 @@ from marlin_demo.results import Result, RunInfo, memory_label
 from marlin_demo.service import cost, space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
-from marlin_demo.tasks import CAPTION, FIND, TASKS, get_task
+from marlin_demo.tasks import CAPTION, TASKS, get_task
 from marlin_demo.ui import example_notes, gradio_hooks
 from marlin_demo.video import plan_sampling
 
@@ -340,21 +340,15 @@ def pick_variant(variant: str | None, ctx: UIContext) -> str:
     return variant
 
 
-#: the tabs that run a model on the page's clip, and their task (Compare: the task it is set to)
-RUN_TABS = {"caption": CAPTION.name, "find": FIND.name, "compare": None}
-
-
 def tab_work(
     ctx: UIContext, tab: str | None, compare_task: str | None = None, with_bf16: bool = False
 ) -> tuple[str, list[str]] | None:
     """What the selected tab would run on the clip: its task and variants (Compare: each of its variants,
     one call per window each); None on a tab that runs nothing on it (Library, About)."""
     tab = tab or "caption"  # the page opens on Caption
-    if tab not in RUN_TABS:
-        return None
     if tab == "compare":
         return get_task(compare_task or CAPTION.name).name, ctx.compare_variants(bool(with_bf16))
-    return str(RUN_TABS[tab]), [ctx.default_variant]
+    return (tab, [ctx.default_variant]) if tab in TASKS else None  # a task's tab (its id) runs that task
 
 
 def clip_status(

@@ -12,7 +12,7 @@ import pandas as pd
 
 from marlin_demo import service
 from marlin_demo.results import memory_label
-from marlin_demo.tasks import get_task
+from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.ui import timeline
 from marlin_demo.ui.common import (
     GPU_EVENT,
@@ -34,7 +34,6 @@ from marlin_demo.ui.compare_view import (
     METRIC_COLUMNS,
     PEAK_SCOPE,
     SESSION_COLUMNS,
-    TASK_CHOICES,
     cards_html,
     chart_frame,
     cold_warm_frame,
@@ -49,6 +48,7 @@ from marlin_demo.ui.compare_view import (
 )
 from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import RunState, StageView, Updates, follow, run_buttons, with_buttons
+from marlin_demo.ui.views import view_of
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
 #: the charts' y axis ends this far above the tallest bar
@@ -98,7 +98,8 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
     video = clip.video
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=4, min_width=300, elem_classes="mr-inputs"):
-            task = gr.Radio(TASK_CHOICES, value="caption", label="Task", elem_id="compare-task")
+            choices = [(view_of(name).choice, name) for name in TASKS]
+            task = gr.Radio(choices, value="caption", label="Task", elem_id="compare-task")
             query = gr.Textbox(
                 "",
                 label="Event to find",
@@ -282,7 +283,8 @@ class CompareView(StageView[Updates]):
         self.cold: dict[str, bool] = {}
         self.live: dict[str, str] = {}
         self.duration: float = 0.0
-        self.truth: tuple[float, float] | None = None
+        self.truth: Any = None  # the example's reference answer (find: the true span), if any
+        self.card = view_of(task).card  # a variant's answer, as the task's view draws it
         self.example: dict[str, Any] | None = None
         self.i, self.v = 0, ""  # the variant running now
         self.rerun = False  # it runs again, warm (``service.WarmRerun``)
@@ -294,7 +296,7 @@ class CompareView(StageView[Updates]):
     def show(self, step: str, chars: int = 0) -> Updates:
         """The progress area at ``step`` of the running variant, and the cards."""
         cards = cards_html(
-            self.ctx, self.variants, self.results, self.cold, self.duration, self.truth, self.live
+            self.ctx, self.card, self.variants, self.results, self.cold, self.duration, self.truth, self.live
         )
         n = len(self.variants)
         if self.rerun:  # every variant has answered: this only times one again
@@ -345,7 +347,15 @@ class CompareView(StageView[Updates]):
     def stopped_cards(self) -> str:
         """The cards after Stop: the writing variant stopped there, the ones after it never ran."""
         return cards_html(
-            self.ctx, self.variants, self.results, self.cold, self.duration, self.truth, self.live, True
+            self.ctx,
+            self.card,
+            self.variants,
+            self.results,
+            self.cold,
+            self.duration,
+            self.truth,
+            self.live,
+            True,
         )
 
     def finished(self, rows: list[dict[str, Any]]) -> Updates:
@@ -365,7 +375,9 @@ class CompareView(StageView[Updates]):
         charts = zip(t.plots, CHARTS, strict=True)
         return {
             t.summary: summary_html(payload),
-            t.cards: cards_html(self.ctx, self.variants, self.results, self.cold, self.duration, self.truth),
+            t.cards: cards_html(
+                self.ctx, self.card, self.variants, self.results, self.cold, self.duration, self.truth
+            ),
             t.metrics_table: gr.update(value=titled(frame), visible=True),
             **{
                 plot: _chart_update(chart_frame(frame, key), key, kind, any_cold) for plot, (key, _) in charts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import html
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import pandas as pd
 from marlin_demo import service
 from marlin_demo import variants as registry
 from marlin_demo.metrics import temporal_iou
-from marlin_demo.results import CaptionResult, FindResult, Result, memory_label
+from marlin_demo.results import Result, memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import about, timeline
 from marlin_demo.ui.common import CLIP_ID, UIContext, error_html, fmt, tiny_in_use, variant_label
@@ -71,7 +71,6 @@ PEAK_SCOPE = {
     "cpu_peak_rss": "the whole app, every variant and library",
     "cuda_peak_allocated": "every model then on the GPU",
 }
-TASK_CHOICES = [("What happens (caption)", "caption"), ("When does it happen (find)", "find")]
 COLUMN_TITLES = {
     **CHART_TITLES,
     "variant": "Variant",
@@ -104,12 +103,48 @@ def _badge(cold: bool | None, will_load: bool) -> str:
     return '<span class="md-badge md-warm" title="was already loaded">warm</span>'
 
 
+def caption_card(result: Any, duration: float, truth: Any, variant: str) -> str:
+    """A caption's scene, its events on a timeline and as a list."""
+    events = (
+        "".join(
+            f"<li><b>{clock(e.start)}–{clock(e.end)}</b> {html.escape(e.description)}</li>"
+            for e in result.events
+        )
+        or "<li><i>no timed events could be read</i></li>"
+    )
+    return (
+        f'<p class="cc-scene">{html.escape(result.scene) or "<i>no scene paragraph</i>"}</p>'
+        f"{timeline.timeline_html(duration, result.events, player=f'#{CLIP_ID}')}"
+        f'<ul class="cc-events">{events}</ul>'
+    )
+
+
+def find_card(result: Any, duration: float, truth: tuple[float, float] | None, variant: str) -> str:
+    """A find's span (and the example's true span, with their IoU) on a timeline."""
+    if result.span is None:
+        span = '<p class="cc-span cc-none">No span: the answer gave no usable time range.</p>'
+    else:
+        span = f'<p class="cc-span">{clock(result.span[0])} → {clock(result.span[1])}</p>'
+    if truth is not None:
+        iou = temporal_iou(result.span, truth)
+        gt = f"ground truth {clock(truth[0])}–{clock(truth[1])} · IoU {iou:.2f}"
+        span += f'<p class="cc-truth">{gt}</p>'
+    return span + timeline.timeline_html(
+        duration, span=result.span, reference=truth, player=f"#{CLIP_ID}", span_label=variant
+    )
+
+
+#: one variant's answer in its card: (result, the clip's duration, the example's truth, variant) -> HTML
+Card = Callable[[Result, float, Any, str], str]
+
+
 def _card(
     variant: str,
     result: Any,
     cold: bool | None,
     duration: float,
-    truth: tuple[float, float] | None,
+    truth: Any,
+    card: Card,
     live: str | None = None,
     will_load: bool = False,
     stopped: bool = False,
@@ -122,31 +157,8 @@ def _card(
         badge = '<span class="md-badge cc-queued">not run</span>'
     if isinstance(result, str):  # an error message for this variant
         body = error_html(result)
-    elif isinstance(result, CaptionResult):
-        events = (
-            "".join(
-                f"<li><b>{clock(e.start)}–{clock(e.end)}</b> {html.escape(e.description)}</li>"
-                for e in result.events
-            )
-            or "<li><i>no timed events could be read</i></li>"
-        )
-        body = (
-            f'<p class="cc-scene">{html.escape(result.scene) or "<i>no scene paragraph</i>"}</p>'
-            f"{timeline.timeline_html(duration, result.events, player=f'#{CLIP_ID}')}"
-            f'<ul class="cc-events">{events}</ul>'
-        )
-    elif isinstance(result, FindResult):
-        if result.span is None:
-            span = '<p class="cc-span cc-none">No span: the answer gave no usable time range.</p>'
-        else:
-            span = f'<p class="cc-span">{clock(result.span[0])} → {clock(result.span[1])}</p>'
-        if truth is not None:
-            iou = temporal_iou(result.span, truth)
-            gt = f"ground truth {clock(truth[0])}–{clock(truth[1])} · IoU {iou:.2f}"
-            span += f'<p class="cc-truth">{gt}</p>'
-        body = span + timeline.timeline_html(
-            duration, span=result.span, reference=truth, player=f"#{CLIP_ID}", span_label=variant
-        )
+    elif result is not None:  # the answer as the task's view draws it
+        body = card(result, duration, truth, variant)
     elif live is not None:
         text = f"<pre>{html.escape(live)}</pre>" if live else ""
         state = "stopped here" if stopped else "writing…"
@@ -160,7 +172,7 @@ def _card(
         }
         body = f'<p class="cc-wait">{waits[stopped, cold is not None]}</p>'
     stats = ""
-    if isinstance(result, CaptionResult | FindResult):
+    if result is not None and not isinstance(result, str):
         m = result.metrics
         load = f"load {fmt(m.load_s, ' s')} (this request)" if cold else "no load (already loaded)"
         stats = (
@@ -186,15 +198,17 @@ def _card(
 
 def cards_html(
     ctx: UIContext,
+    card: Card,
     variants: Sequence[str],
     results: Mapping[str, Any],
     cold: Mapping[str, bool],
     duration: float,
-    truth: tuple[float, float] | None,
+    truth: Any,
     live: Mapping[str, str] | None = None,
     stopped: bool = False,
 ) -> str:
-    """A column per variant; one not started yet says whether it will load (or, ``stopped``, never ran)."""
+    """A column per variant (``card``: its answer, as its task's view draws it); one not started yet says
+    whether it will load (or, ``stopped``, never ran)."""
     live = live or {}
     cols = "".join(
         _card(
@@ -203,6 +217,7 @@ def cards_html(
             cold.get(v),
             duration,
             truth,
+            card,
             live=live.get(v),
             will_load=service.is_cold(ctx.engine, v),
             stopped=stopped,

@@ -1,9 +1,12 @@
-"""Caption's and Find's one skeleton: a task run on the page's clip, an example's kept answer, the wiring;
-the tabs subclass ``RunTab`` and ``RunView`` with only what is theirs."""
+"""Every task's tab has one skeleton: a task run on the page's clip, an example's kept answer, the wiring;
+Caption and Find subclass ``RunTab`` and ``RunView`` with only what is theirs, and a task without a view of
+its own gets ``AnswerTab``: its answer's text and JSON (``ui.views`` finds each task's view by its name)."""
 
 from __future__ import annotations
 
 import functools
+import html
+import json
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -14,6 +17,7 @@ from gradio.helpers import Examples
 
 from marlin_demo import service
 from marlin_demo.results import Result
+from marlin_demo.tasks import Task, get_task
 from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.common import (
     STAMP_JS,
@@ -27,6 +31,7 @@ from marlin_demo.ui.common import (
     pick_variant,
     require_upload,
     session_of,
+    short_name,
     status_html,
     user_errors,
 )
@@ -36,6 +41,7 @@ from marlin_demo.ui.running import (
     RunState,
     Updates,
     follow,
+    scroll_mark,
     waiting_updates,
     wire_run_and_stop,
     with_buttons,
@@ -168,6 +174,9 @@ class RunView(BarView):
     def done(self, run: RunState, result: Result) -> Updates:
         self.result, self.cold = result, run.cold
         return self.tab.final(self.ctx, result, self.path, run.cold)
+
+    def writing(self, run: RunState) -> Updates:
+        return {self.tab.raw: run.text, **super().writing(run)}
 
 
 def run_updates(
@@ -330,3 +339,90 @@ def listen(ctx: UIContext, tab: RunTab) -> None:
     )
     for end in ends:
         tab.after_run(ctx, end)
+
+
+def page() -> gr.Column:
+    """A tab's one column: on a phone its parts are reordered inside it (style.css)."""
+    return gr.Column(elem_classes="mr-page")
+
+
+def answer_html(task: Task, result: Result) -> str:
+    """An answer as a task without a view of its own shows it: its text (as the CLI prints it), its JSON."""
+    text = "\n".join(task.answer.text(result)).strip("\n")
+    data = json.dumps(task.answer.to_json(result), ensure_ascii=False, indent=2)
+    return (
+        f'<div class="mg-answer"{scroll_mark()}><pre>{html.escape(text)}</pre>'
+        f"<details open><summary>JSON</summary><pre>{html.escape(data)}</pre></details></div>"
+    )
+
+
+@dataclass(kw_only=True)
+class AnswerTab(RunTab):
+    """The tab of a task without a view of its own (``render_answer`` makes one per task): the clip, its
+    query when the task takes one, a variant; the answer's text and JSON."""
+
+    placeholder = "This task's answer has no timeline: its text and JSON appear above."
+    ghost = ()
+    stopped = '<div class="mg-answer"><p>Stopped before the answer was finished. Run it again.</p></div>'
+    shown: gr.HTML
+    query: gr.Textbox | None = None
+
+    @property
+    def answer(self) -> gr.HTML:
+        return self.shown
+
+    @property
+    def asks(self) -> list[Any]:
+        return [] if self.query is None else [self.query]
+
+    @property
+    def example_inputs(self) -> list[Any]:
+        return [self.video, *self.asks, self.variant]
+
+    @property
+    def triggers(self) -> list[Any]:
+        return [self.run.click, *(q.submit for q in self.asks)]
+
+    def cleared(self) -> Updates:
+        return {**super().cleared(), self.shown: ""}
+
+    def ask(self, ctx: UIContext, values: Sequence[Any]) -> Asked | Updates:
+        video, *query, variant = values
+        asked = super().ask(ctx, [video, variant])
+        if not isinstance(asked, Asked) or not query:
+            return asked
+        try:
+            with user_errors():
+                return asked._replace(query=service.check_query(ctx.engine, self.name, query[0]))
+        except gr.Error as exc:
+            return {self.status: status_html(exc.message, error=True)}
+
+    def view(self, ctx: UIContext, asked: Asked) -> RunView:
+        budget = max(1, get_task(self.name).tokens(ctx.settings)) * 4  # ~characters per token
+        return RunView(ctx, self, asked, written=lambda text: min(1.0, len(text) / budget))
+
+    def final(self, ctx: UIContext, result: Result, path: str, cold: bool) -> Updates:
+        return {**self.answered(ctx, result, cold), self.shown: answer_html(get_task(self.name), result)}
+
+
+def render_answer(ctx: UIContext, clip: Clip, task: Task) -> AnswerTab:
+    """Lay out a task's generic tab (inside the caller's ``gr.Tab``): its own ``AnswerTab`` class, named."""
+    kind = type(f"{task.name.title()}Tab", (AnswerTab,), {"name": task.name})
+    shared = shared_outputs(kind, raw_lines=4)
+    shown = gr.HTML("", elem_id=f"{task.name}-answer", render=False)
+    with gr.Row(equal_height=False, elem_classes="mr-tab"):
+        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
+            query = gr.Textbox(label="What to look for", elem_id=f"{task.name}-query") if task.query else None
+            tab: AnswerTab = make(ctx, kind, clip, f"Run {task.name}", shown=shown, query=query, **shared)
+            rows: list[tuple[list[Any], str]] = []
+            for e in ctx.examples:  # a task with a query: the example's first one
+                asks = [[q["query"]] for q in (e.get("queries") or [])[:1]] if task.query else [[]]
+                label = f"▶ {e.get('title') or short_name(e)}"
+                rows += [([str(ctx.clip(e)), *q, ctx.default_variant], label) for q in asks]
+            tab.examples = examples(ctx, tab, rows)
+        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
+            for part in (tab.progress, shown, tab.notice, tab.metrics, tab.timeline):
+                part.render()
+            with gr.Accordion("Raw model output", open=False, elem_id=f"{task.name}-raw-acc"):
+                tab.raw.render()
+    return tab

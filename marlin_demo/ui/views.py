@@ -1,0 +1,73 @@
+"""The page's view of each task, found by the task's name (never by its answer's type): its tab's title and
+layout (Caption's and Find's own modules, on ``run_tab``'s skeleton), its choice and card on the Compare tab.
+A task without a view of its own gets the generic one: its answer's text and JSON (``run_tab.AnswerTab``).
+``render`` builds every task's tab, in the registry's order."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from marlin_demo.tasks import TASKS, Task, get_task
+from marlin_demo.ui import caption, compare_view, find, run_tab
+from marlin_demo.ui.common import UIContext
+from marlin_demo.ui.compare_view import Card
+from marlin_demo.ui.one_clip import Clip
+from marlin_demo.ui.run_tab import RunTab
+
+
+@dataclass(frozen=True)
+class View:
+    """How the page shows one task: its tab's label, layout and wiring; its Compare choice and card."""
+
+    title: str
+    choice: str
+    render: Callable[[UIContext, Clip], Any]
+    listen: Callable[[UIContext, Any], None]
+    card: Card
+
+
+VIEWS: dict[str, View] = {
+    "caption": View(
+        "Caption · what happens",
+        "What happens (caption)",
+        caption.render,
+        caption.listen,
+        compare_view.caption_card,
+    ),
+    "find": View(
+        "Find · when", "When does it happen (find)", find.render, find.listen, compare_view.find_card
+    ),
+}
+
+
+def view_of(task: str | Task) -> View:
+    """The task's own view, else the generic one (its answer's text and JSON, in its tab and its cards)."""
+    entry = get_task(task)
+    return VIEWS.get(entry.name) or View(
+        entry.name.capitalize(),
+        f"{entry.help[:1].upper()}{entry.help[1:]} ({entry.name})",
+        functools.partial(run_tab.render_answer, task=entry),
+        run_tab.listen,
+        lambda result, *_: run_tab.answer_html(entry, result),
+    )
+
+
+def render(ctx: UIContext, clip: Clip) -> dict[str, RunTab]:
+    """A tab per task (inside the caller's ``gr.Tabs``) in the registry's order, each laid out by its view."""
+    tabs = {}
+    for name in TASKS:
+        view = view_of(name)
+        with gr.Tab(view.title, id=name, elem_id=f"tab-{name}"), run_tab.page():
+            tabs[name] = view.render(ctx, clip)
+    return tabs
+
+
+def listen(ctx: UIContext, tabs: dict[str, RunTab]) -> None:
+    """Wire each task's tab as its view does."""
+    for name, tab in tabs.items():
+        view_of(name).listen(ctx, tab)
