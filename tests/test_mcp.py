@@ -29,17 +29,14 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.types import CallToolResult, TextContent
 from result_shapes import API_CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
-from test_tasks import DESCRIBE
-from ui_support import EXAMPLES, AppServer, free_port
+from ui_support import EXAMPLES, AppServer
 
 from marlin_demo import settings as settings_mod
-from marlin_demo import tasks, video
-from marlin_demo.engine import Engine
-from marlin_demo.settings import Settings
+from marlin_demo import video
 from marlin_demo.tasks import TASKS
 from marlin_demo.ui import api
 from marlin_demo.ui.api import DATA_URL_ONLY, NO_URLS
-from marlin_demo.ui.blocks import build_demo, mcp_on
+from marlin_demo.ui.blocks import mcp_on
 from marlin_demo.ui.common import NOT_UPLOADED
 
 pytestmark = pytest.mark.slow
@@ -360,27 +357,3 @@ def test_the_sse_transport_serves_the_same_tools_and_rules(app_server: AppServer
     assert set(json_of(found)) == FIND_KEYS
     # the same file named through another host name is another host: refused, nothing fetched
     assert error_of(refused) == NO_URLS
-
-
-def test_a_registered_task_is_an_endpoint_and_a_tool(
-    tiny_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A third task registered in ``tasks`` (test_tasks' free-form description) is an API endpoint and an
-    MCP tool with no other change: the app built with it answers it over gradio_client and lists it."""
-    monkeypatch.setenv("MARLIN_CACHE_EXAMPLES", "off")
-    tasks.register_task(DESCRIBE)
-    settings = tiny_settings.with_(output_dir=str(tmp_path / "out"), caption_max_new_tokens=8)
-    demo, launch = build_demo(Engine(settings), settings)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch)
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        tools = {t.name: t for t in with_session(url, lambda s: s.list_tools()).tools}
-        assert list(tools)[:3] == ["caption", "find", "describe"]
-        assert list(tools["describe"].inputSchema["properties"]) == ["video", "variant", "start", "end"]
-        assert tools["describe"].description.startswith("A free-form detailed caption of a video.")
-        d = Client(url, verbose=False).predict(handle_file(CLIP), "bf16", api_name="/describe")
-        assert set(d) == API_CAPTION_KEYS and d["variant"] == "bf16"
-    finally:
-        demo.close()
-        tasks.unregister_task(DESCRIBE.name)
