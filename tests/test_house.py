@@ -2,7 +2,7 @@
 
 ``lint-imports`` (CI) checks the layers; this file checks what its contracts cannot say: no import
 cycle anywhere in the package (a package's ``__init__`` and its own modules included), few modules
-at the top, and no function over 100 lines.
+at the top, no function over 100 lines, and no branch on a result's type outside the answer types.
 """
 
 from __future__ import annotations
@@ -156,3 +156,52 @@ def test_one_module_reaches_into_gradio() -> None:
         if GRADIO_INTERNALS.search(line)
     ]
     assert not found, "Gradio's internals outside ui/gradio_hooks.py:\n" + "\n".join(found)
+
+
+#: What only an answer type and the registry (``marlin_demo/tasks/``) may write: a branch on the kind of a
+#: result (an ``isinstance`` or ``is`` test of a result class, a ``.scored`` test, a dict or ``match`` keyed
+#: by one, ``type(...)`` compared). Every other layer asks the task's answer type (docs/DESIGN.md).
+RESULT_CLASSES = sorted(re.findall(r"^class (\w+Result)\b", (PACKAGE / "results.py").read_text(), re.M))
+ANSWER_TYPE_BRANCH = re.compile(
+    rf"isinstance\([^)]*\b(?:{'|'.join(RESULT_CLASSES)})\b"
+    rf"|\bis (?:not )?(?:{'|'.join(RESULT_CLASSES)})\b"
+    rf"|[{{,]\s*(?:{'|'.join(RESULT_CLASSES)})\s*:|^\s*(?:{'|'.join(RESULT_CLASSES)})\s*:"
+    rf"|\bcase (?:{'|'.join(RESULT_CLASSES)})\("
+    r"|\.scored\b|\btype\([^)]*\)\s*(?:is|==|!=|in)\b"
+)
+ANSWER_TYPES = PACKAGE / "tasks"
+
+
+def test_answer_type_rule_sees_each_kind_of_branch() -> None:
+    assert RESULT_CLASSES == ["CaptionResult", "FindResult"]
+    branches = [
+        "if isinstance(result, CaptionResult):",
+        "elif isinstance(res, CaptionResult | FindResult):",
+        "if task.result is FindResult:",
+        "if entry.scored:",
+        "RETURNS = {CaptionResult: 'x', FindResult: 'y'}",
+        "    FindResult: _span_agreement,",
+        "case FindResult(span=s):",
+        "if type(result) is FindResult:",
+    ]
+    assert [b for b in branches if not ANSWER_TYPE_BRANCH.search(b)] == []
+    allowed = [
+        "def find(self, video: str) -> FindResult:",
+        "result = cast(FindResult, merged)",
+        "results: Mapping[str, Result],",
+        "if view.result is not None:",
+    ]
+    assert [a for a in allowed if ANSWER_TYPE_BRANCH.search(a)] == []
+
+
+def test_no_branch_on_an_answers_type_outside_the_answer_types() -> None:
+    """The engine, runner, CLI, API, Compare, the page and the bench ask the task (``tasks.Answer``); only
+    ``marlin_demo/tasks/`` knows what kind of result it made."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if ANSWER_TYPES not in path.parents
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if ANSWER_TYPE_BRANCH.search(line)
+    ]
+    assert not found, "A branch on a result's type outside marlin_demo/tasks/:\n" + "\n".join(found)
