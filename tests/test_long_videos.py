@@ -24,7 +24,7 @@ import pytest
 
 from marlin_demo import bench, cli, contract, service
 from marlin_demo.bench import longset
-from marlin_demo.bench.longrecords import window_cost
+from marlin_demo.bench.aggregate import window_cost
 from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.datasets import Example, Query, load_dataset
 from marlin_demo.engine import Engine

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marlin_demo import variants as registry
-from marlin_demo.bench.longrecords import WINDOW_COST_KEYS, window_cost
 from marlin_demo.bench.matrix import Request, plan_requests, record_key
 from marlin_demo.bench.quality import _ratio, agreement, quality, retention
 from marlin_demo.datasets import Example, example_sets, set_label, summarize
@@ -40,6 +39,22 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
         "stdev": sd,
         "p25": p25,
         "p75": p75,
+    }
+
+
+WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "decode_per_window_s")
+
+
+def window_cost(record: dict[str, Any]) -> dict[str, float | None]:
+    """Windows answered, and the request's latency and video read + sample time divided by them (the
+    bench's engine keeps no prefix cache, so there is no prefill time to divide)."""
+    n = max(1, int(record.get("windows") or 1))
+    latency = (record.get("metrics") or {}).get("latency_s")
+    decode = record.get("decode_s")
+    return {
+        "windows": float(n),
+        "latency_per_window_s": None if latency is None else float(latency) / n,
+        "decode_per_window_s": None if decode is None else float(decode) / n,
     }
 
 

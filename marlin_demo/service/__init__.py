@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from marlin_demo import agreement, contract
+from marlin_demo import agreement
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError, graphs
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.models import pick_device
@@ -71,8 +71,7 @@ R = TypeVar("R", bound=Result)
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
     """The cleaned query of a task that takes one (else None); an unknown task or bad query: ValueError."""
-    entry = get_task(task)
-    return contract.sanitize_query(query or "", engine.settings.max_query_chars) if entry.query else None
+    return get_task(task).ask(query or "", engine.settings)[0]
 
 
 def is_cold(engine: Engine, variant: Variant) -> bool:

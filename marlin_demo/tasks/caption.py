@@ -14,17 +14,7 @@ from marlin_demo import contract, metrics, subtitles
 from marlin_demo.contract import CaptionParse, Event
 from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.settings import Settings
-from marlin_demo.tasks.registry import (
-    Answer,
-    Figure,
-    Made,
-    Task,
-    label,
-    register_task,
-    seconds,
-    shift,
-    value,
-)
+from marlin_demo.tasks.registry import Answer, Figure, Made, Task, label, register_task, seconds, shift, value
 
 BOUNDARY_TOL_S = 1.0  # an event "touches" a window boundary within this many seconds
 SIMILAR_DESCRIPTION = 0.6  # description similarity (see description_similarity) to join a cut event
@@ -105,45 +95,37 @@ def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCapt
     Works on any prefix of the windows, so a stream can re-merge as each window finishes.
     """
     timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
-    repairs: list[str] = []
     joined: list[str] = []
-    for k, (window, parse) in enumerate(windows):
-        repairs.extend(parse.repairs)
-        incoming = list(parse.events)
-        if k > 0:
-            prev = windows[k - 1][0]
-            tails = [
-                i
-                for i, (e, src) in enumerate(timeline)
-                if src == k - 1 and e.end >= prev.end - BOUNDARY_TOL_S
-            ]
-            heads = [j for j, e in enumerate(incoming) if e.start <= window.start + BOUNDARY_TOL_S]
-            pairs = []
-            for i in tails:
-                for j in heads:
-                    a, b = timeline[i][0], incoming[j]
-                    sim = description_similarity(a.description, b.description)
-                    if b.start <= a.end + BOUNDARY_TOL_S and sim >= SIMILAR_DESCRIPTION:
-                        pairs.append((-sim, i, j))
-            used_i: set[int] = set()
-            used_j: set[int] = set()
-            for _, i, j in sorted(pairs):
-                if i in used_i or j in used_j:
-                    continue
-                used_i.add(i)
-                used_j.add(j)
-                a, b = timeline[i][0], incoming[j]
-                desc = a.description if a.end - a.start >= b.end - b.start else b.description
-                timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)
-                joined.append(f"joined an event cut by the window boundary at {contract.clock(window.start)}")
-            incoming = [e for j, e in enumerate(incoming) if j not in used_j]
-        timeline.extend((e, k) for e in incoming)
+    for k, (window, parse) in enumerate(windows):  # (the first window has no tails to join)
+        incoming, edge = list(parse.events), windows[k - 1][0].end - BOUNDARY_TOL_S
+        tails = [i for i, (e, src) in enumerate(timeline) if src == k - 1 and e.end >= edge]
+        heads = [j for j, e in enumerate(incoming) if e.start <= window.start + BOUNDARY_TOL_S]
+        pairs = [
+            (-sim, i, j)
+            for i in tails
+            for j in heads
+            if (sim := description_similarity(timeline[i][0].description, incoming[j].description))
+            >= SIMILAR_DESCRIPTION
+            and incoming[j].start <= timeline[i][0].end + BOUNDARY_TOL_S
+        ]
+        used_i: set[int] = set()
+        used_j: set[int] = set()
+        for _, i, j in sorted(pairs):
+            if i in used_i or j in used_j:
+                continue
+            used_i.add(i)
+            used_j.add(j)
+            a, b = timeline[i][0], incoming[j]
+            desc = a.description if a.end - a.start >= b.end - b.start else b.description
+            timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)
+            joined.append(f"joined an event cut by the window boundary at {contract.clock(window.start)}")
+        timeline.extend((e, k) for j, e in enumerate(incoming) if j not in used_j)
     return MergedCaption(
         scene=_join_scenes([p.scene for _, p in windows]),
         events=[e for e, _ in timeline],
         format_ok=all(p.format_ok for _, p in windows),
         repaired=any(p.repaired for _, p in windows),
-        repairs=repairs,
+        repairs=[note for _, p in windows for note in p.repairs],
         windows=[{"start": w.start, "end": w.end, "scene": p.scene} for w, p in windows],
         joined=joined,
     )
@@ -178,7 +160,6 @@ class CaptionAnswer(Answer):
     )
     measures = (("event_iou", "event IoU"), ("event_f1", "event F1"), ("rouge_l", "ROUGE-L"))
     formats = (("chapters", "print YouTube chapters (0:00 Title lines) to paste into a video description"),)
-    score_titles = ("ROUGE-L", "keyword coverage", "event F1", "matched-event IoU", "events (pred/ref)")
 
     def build(self, fixed: CaptionParse, made: Made) -> CaptionResult:
         whole = [{"start": 0.0, "end": made.duration_s, "scene": fixed.scene}]
@@ -250,9 +231,12 @@ class CaptionAnswer(Answer):
             str(value(result, "scene", "") or ""), _events(result), ref_scene, ref_events
         )
 
-    def score_row(self, scores: Mapping[str, Any]) -> list[Any]:
-        keys = ("rouge_l", "keyword_coverage", "f1", "mean_matched_iou")
-        return [*(scores.get(k) for k in keys), f"{scores.get('n_pred')}/{scores.get('n_ref')}"]
+    def score_row(self, scores: Mapping[str, Any]) -> dict[str, Any]:
+        titles = {"rouge_l": "ROUGE-L", "keyword_coverage": "keyword coverage", "f1": "event F1"}
+        row = {
+            title: scores.get(k) for k, title in {**titles, "mean_matched_iou": "matched-event IoU"}.items()
+        }
+        return {**row, "events (pred/ref)": f"{scores.get('n_pred')}/{scores.get('n_ref')}"}
 
     def windows_note(self, settings: Settings) -> str:
         return (

@@ -13,20 +13,11 @@ from marlin_demo import contract, metrics
 from marlin_demo.contract import SpanParse
 from marlin_demo.results import FindResult, Moment, Result, Window
 from marlin_demo.settings import Settings
-from marlin_demo.tasks.registry import (
-    Answer,
-    Figure,
-    Made,
-    Task,
-    label,
-    register_task,
-    seconds,
-    shift,
-    value,
-)
+from marlin_demo.tasks.registry import Answer, Figure, Made, Task, label, register_task, seconds, shift, value
 
 DEDUP_IOU = 0.5  # public Marlin CLI: hits with IoU >= 0.5 ...
 DEDUP_START_S = 5.0  # ... or starts within 5 s are one moment
+RECALLS = ("r1@0.3", "r1@0.5", "r1@0.7")  # the share of answers at IoU 0.3, 0.5, 0.7 or more
 
 
 # Mapping one window's span to the video's timeline, and merging windows into moments
@@ -129,7 +120,6 @@ class FindAnswer(Answer):
         Figure("format_rate", "Find format rate ('From X to Y.')"),
     )
     measures = (("span_iou", "span IoU"),)
-    score_titles = ("IoU vs truth", "R1@0.3", "R1@0.5", "R1@0.7", "truth span (s)")
 
     def build(self, fixed: SpanParse, made: Made) -> FindResult:
         span, score = fixed.span, made.score
@@ -190,10 +180,13 @@ class FindAnswer(Answer):
         scores["ref_span"] = [ref[0], ref[1]]
         return scores
 
-    def score_row(self, scores: Mapping[str, Any]) -> list[Any]:
+    def score_row(self, scores: Mapping[str, Any]) -> dict[str, Any]:
         ref = scores.get("ref_span")
-        truth = "–" if not ref else f"{ref[0]:.1f}–{ref[1]:.1f}"
-        return [*(scores.get(k) for k in ("miou", "r1@0.3", "r1@0.5", "r1@0.7")), truth]
+        row = {
+            "IoU vs truth": scores.get("miou"),
+            **{k.upper(): scores.get(k) for k in ("r1@0.3", "r1@0.5", "r1@0.7")},
+        }
+        return {**row, "truth span (s)": "–" if not ref else f"{ref[0]:.1f}–{ref[1]:.1f}"}
 
     def windows_note(self, settings: Settings) -> str:
         return (

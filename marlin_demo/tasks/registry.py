@@ -55,7 +55,6 @@ class Answer:
     figures: tuple[Figure, ...] = ()  # the bench's quality figures (``quality``'s keys), in order
     measures: tuple[tuple[str, str], ...] = ()  # ``agree``'s keys and the bench report's names for them
     formats: tuple[tuple[str, str], ...] = ()  # the CLI's other outputs: a flag and its help (``formatted``)
-    score_titles: tuple[str, ...] = ()  # Compare's columns of ``score_row`` (the first: the main score)
 
     def build(self, fixed: Any, made: Made) -> Result:
         """One clip's result from its repaired parse."""
@@ -90,9 +89,9 @@ class Answer:
         """Scores against an example's ground truth ({}: nothing to score against)."""
         return {}
 
-    def score_row(self, scores: Mapping[str, Any]) -> list[Any]:
-        """``score``'s figures in the columns of ``score_titles``."""
-        return []
+    def score_row(self, scores: Mapping[str, Any]) -> dict[str, Any]:
+        """``score``'s figures as Compare's table shows them, by column title (the first: the main score)."""
+        return {}
 
     def windows_note(self, settings: Settings) -> str:
         """The end of the API's sentence on long videos: what the JSON says of the windows."""

@@ -300,7 +300,7 @@ class CaptionView(RunView):
             stage = f"{self.v} is writing (window {run.window} of {run.windows})…"
         else:
             stage = f"{self.v} is writing…"
-        return {self.tab.scene: live_html(run.text, stage), self.tab.raw: run.text, **super().writing(run)}
+        return {self.tab.scene: live_html(run.text, stage), **super().writing(run)}  # (and the raw text)
 
 
 class StreamMessages(StageView[dict[str, Any]]):
@@ -313,8 +313,3 @@ class StreamMessages(StageView[dict[str, Any]]):
 
     def done(self, run: RunState, result: Result) -> dict[str, Any]:
         return stream_message(result.raw, cast(CaptionResult, result))
-
-
-def listen(ctx: UIContext, tab: CaptionTab) -> None:
-    """Wire the UI streaming event (the public ``/caption`` and ``/caption_stream`` are ``ui.api``'s)."""
-    run_tab.listen(ctx, tab)

@@ -293,11 +293,14 @@ class CompareView(StageView[Updates]):
     def start(self) -> Updates:
         return {self.tab.summary: progress_html(None, 0, len(self.variants), "Reading the video…")}
 
+    def cards(self, live: dict[str, str] | None = None, stopped: bool = False) -> str:
+        """A card per variant, its answer drawn by the task's view (``live``: the texts being written)."""
+        args = (self.variants, self.results, self.cold, self.duration, self.truth, live, stopped)
+        return cards_html(self.ctx, self.card, *args)
+
     def show(self, step: str, chars: int = 0) -> Updates:
         """The progress area at ``step`` of the running variant, and the cards."""
-        cards = cards_html(
-            self.ctx, self.card, self.variants, self.results, self.cold, self.duration, self.truth, self.live
-        )
+        cards = self.cards(self.live)
         n = len(self.variants)
         if self.rerun:  # every variant has answered: this only times one again
             step = f"{self.v}: timing its answer again, warm (its run was not comparable) · {step}"
@@ -346,17 +349,7 @@ class CompareView(StageView[Updates]):
 
     def stopped_cards(self) -> str:
         """The cards after Stop: the writing variant stopped there, the ones after it never ran."""
-        return cards_html(
-            self.ctx,
-            self.card,
-            self.variants,
-            self.results,
-            self.cold,
-            self.duration,
-            self.truth,
-            self.live,
-            True,
-        )
+        return self.cards(self.live, stopped=True)
 
     def finished(self, rows: list[dict[str, Any]]) -> Updates:
         """Every output once the comparison is over; the session's runs grow by its rows."""
@@ -375,9 +368,7 @@ class CompareView(StageView[Updates]):
         charts = zip(t.plots, CHARTS, strict=True)
         return {
             t.summary: summary_html(payload),
-            t.cards: cards_html(
-                self.ctx, self.card, self.variants, self.results, self.cold, self.duration, self.truth
-            ),
+            t.cards: self.cards(),
             t.metrics_table: gr.update(value=titled(frame), visible=True),
             **{
                 plot: _chart_update(chart_frame(frame, key), key, kind, any_cold) for plot, (key, _) in charts

@@ -464,14 +464,14 @@ def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
     """Each variant's scores against the ground truth, in its answer's columns (find's span measures, or
     caption's)."""
     answer = get_task(task).answer
-    rows = [[v, *answer.score_row(s)] for v, s in (payload.get("scores") or {}).items() if s]
-    return pd.DataFrame(rows, columns=["variant", *answer.score_titles]).round(3)
+    rows = [{"variant": v, **answer.score_row(s)} for v, s in (payload.get("scores") or {}).items() if s]
+    return pd.DataFrame(rows, columns=["variant", *answer.score_row({})]).round(3)
 
 
 def _main_score(task: str, scores: Mapping[str, Any] | None) -> float | None:
     """The first of the answer's score columns (find: IoU; caption: ROUGE-L)."""
-    row = get_task(task).answer.score_row(scores) if scores else []
-    return None if not row or row[0] is None else round(float(row[0]), 3)
+    value = next(iter(get_task(task).answer.score_row(scores).values()), None) if scores else None
+    return None if value is None else round(float(value), 3)
 
 
 def _agreement_text(payload: Mapping[str, Any]) -> str:

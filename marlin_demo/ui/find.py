@@ -268,9 +268,6 @@ class FindView(RunView):
         assert run.prepared is not None
         return self.bar(0.2, f"Reading the video ({run.prepared.plan.video_tokens} video tokens)…")
 
-    def writing(self, run: RunState) -> Updates:
-        return {self.tab.raw: run.text, **super().writing(run)}
-
 
 def listen(ctx: UIContext, tab: FindTab) -> None:
     """Wire the UI event (``run_tab.listen``), the player's jump, and the query's suggestions and hint."""

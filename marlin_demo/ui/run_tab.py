@@ -350,9 +350,10 @@ def answer_html(task: Task, result: Result) -> str:
     """An answer as a task without a view of its own shows it: its text (as the CLI prints it), its JSON."""
     text = "\n".join(task.answer.text(result)).strip("\n")
     data = json.dumps(task.answer.to_json(result), ensure_ascii=False, indent=2)
+    pre = '<pre style="white-space: pre-wrap">'  # long lines wrap in the answer's column
     return (
-        f'<div class="mg-answer"{scroll_mark()}><pre>{html.escape(text)}</pre>'
-        f"<details open><summary>JSON</summary><pre>{html.escape(data)}</pre></details></div>"
+        f'<div class="mg-answer"{scroll_mark()}>{pre}{html.escape(text)}</pre>'
+        f"<details open><summary>JSON</summary>{pre}{html.escape(data)}</pre></details></div>"
     )
 
 
@@ -372,16 +373,12 @@ class AnswerTab(RunTab):
         return self.shown
 
     @property
-    def asks(self) -> list[Any]:
-        return [] if self.query is None else [self.query]
-
-    @property
     def example_inputs(self) -> list[Any]:
-        return [self.video, *self.asks, self.variant]
+        return [self.video, *([] if self.query is None else [self.query]), self.variant]
 
     @property
     def triggers(self) -> list[Any]:
-        return [self.run.click, *(q.submit for q in self.asks)]
+        return [self.run.click, *([] if self.query is None else [self.query.submit])]
 
     def cleared(self) -> Updates:
         return {**super().cleared(), self.shown: ""}
@@ -398,8 +395,7 @@ class AnswerTab(RunTab):
             return {self.status: status_html(exc.message, error=True)}
 
     def view(self, ctx: UIContext, asked: Asked) -> RunView:
-        budget = max(1, get_task(self.name).tokens(ctx.settings)) * 4  # ~characters per token
-        return RunView(ctx, self, asked, written=lambda text: min(1.0, len(text) / budget))
+        return RunView(ctx, self, asked, written=lambda text: 0.5)  # halfway while it is written
 
     def final(self, ctx: UIContext, result: Result, path: str, cold: bool) -> Updates:
         return {**self.answered(ctx, result, cold), self.shown: answer_html(get_task(self.name), result)}

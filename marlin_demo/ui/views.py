@@ -1,7 +1,7 @@
 """The page's view of each task, found by the task's name (never by its answer's type): its tab's title and
 layout (Caption's and Find's own modules, on ``run_tab``'s skeleton), its choice and card on the Compare tab.
 A task without a view of its own gets the generic one: its answer's text and JSON (``run_tab.AnswerTab``).
-``render`` builds every task's tab, in the registry's order."""
+``render`` builds every task's tab, in the registry's order (each wired by its view's ``listen``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import gradio as gr
 from marlin_demo.tasks import TASKS, Task, get_task
 from marlin_demo.ui import caption, compare_view, find, run_tab
 from marlin_demo.ui.common import UIContext
-from marlin_demo.ui.compare_view import Card
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import RunTab
 
@@ -28,21 +27,15 @@ class View:
     choice: str
     render: Callable[[UIContext, Clip], Any]
     listen: Callable[[UIContext, Any], None]
-    card: Card
+    card: compare_view.Card
 
 
 VIEWS: dict[str, View] = {
-    "caption": View(
-        "Caption · what happens",
-        "What happens (caption)",
-        caption.render,
-        caption.listen,
-        compare_view.caption_card,
-    ),
-    "find": View(
-        "Find · when", "When does it happen (find)", find.render, find.listen, compare_view.find_card
-    ),
-}
+    "caption": View("Caption · what happens", "What happens (caption)", caption.render, run_tab.listen,
+                    compare_view.caption_card),
+    "find": View("Find · when", "When does it happen (find)", find.render, find.listen,
+                 compare_view.find_card),
+}  # fmt: skip
 
 
 def view_of(task: str | Task) -> View:
@@ -65,9 +58,3 @@ def render(ctx: UIContext, clip: Clip) -> dict[str, RunTab]:
         with gr.Tab(view.title, id=name, elem_id=f"tab-{name}"), run_tab.page():
             tabs[name] = view.render(ctx, clip)
     return tabs
-
-
-def listen(ctx: UIContext, tabs: dict[str, RunTab]) -> None:
-    """Wire each task's tab as its view does."""
-    for name, tab in tabs.items():
-        view_of(name).listen(ctx, tab)
