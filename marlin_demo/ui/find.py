@@ -4,13 +4,11 @@ No span is drawn that the model did not give; ``/find`` returns ``FindResult.to_
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from marlin_demo import service
 from marlin_demo.longvideo import policy
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
@@ -24,7 +22,6 @@ from marlin_demo.ui.common import (
     error_html,
     short_name,
     status_html,
-    user_errors,
 )
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView
@@ -57,14 +54,6 @@ class FindTab(RunTab):
     jump_to: gr.Number
 
     @property
-    def example_inputs(self) -> list[Any]:
-        return [self.video, self.query, self.variant]
-
-    @property
-    def triggers(self) -> list[Any]:
-        return [self.run.click, self.query.submit]
-
-    @property
     def answer(self) -> gr.HTML:
         return self.headline
 
@@ -78,17 +67,6 @@ class FindTab(RunTab):
 
     def cleared(self) -> Updates:
         return {**super().cleared(), self.headline: "", self.jump_to: None}
-
-    def ask(self, ctx: UIContext, values: Sequence[Any]) -> Asked | Updates:
-        video, query, variant = values
-        asked = super().ask(ctx, [video, variant])
-        if not isinstance(asked, Asked):
-            return asked
-        try:
-            with user_errors():
-                return asked._replace(query=service.check_query(ctx.engine, self.name, query))
-        except gr.Error as exc:
-            return {self.query_status: status_html(exc.message, error=True)}
 
     def view(self, ctx: UIContext, asked: Asked) -> FindView:
         return FindView(ctx, self, asked)

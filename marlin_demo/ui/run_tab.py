@@ -85,6 +85,8 @@ class RunTab:
     metrics: gr.HTML
     raw: gr.Textbox
     examples: Examples | None = None
+    query: gr.Textbox | None = None  # a task that takes a query: where it is typed
+    query_status: gr.HTML | None = None  # and where a bad one is said (None: under the clip)
 
     @property
     def buttons(self) -> list[Block]:
@@ -93,7 +95,7 @@ class RunTab:
     @property
     def example_inputs(self) -> list[Any]:
         """What an example fills, in ``ask``'s order."""
-        return [self.video, self.variant]
+        return [self.video, *([] if self.query is None else [self.query]), self.variant]
 
     @property
     def inputs(self) -> list[Any]:
@@ -102,7 +104,7 @@ class RunTab:
 
     @property
     def triggers(self) -> list[Any]:
-        return [self.run.click]
+        return [self.run.click, *([] if self.query is None else [self.query.submit])]
 
     @property
     def results(self) -> list[Block]:
@@ -126,11 +128,16 @@ class RunTab:
 
     def ask(self, ctx: UIContext, values: Sequence[Any]) -> Asked | Updates:
         """The request the inputs make, or what says (under its input) why there is none."""
-        video, variant = values
+        video, *query, variant = values
         try:
-            return Asked(require_upload(video, ctx), pick_variant(variant, ctx))
+            asked = Asked(require_upload(video, ctx), pick_variant(variant, ctx))
         except gr.Error as exc:
             return {self.status: status_html(exc.message, error=True)}
+        try:
+            with user_errors():
+                return asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
+        except gr.Error as exc:
+            return {self.query_status or self.status: status_html(exc.message, error=True)}
 
     def view(self, ctx: UIContext, asked: Asked) -> RunView:
         raise NotImplementedError
@@ -359,40 +366,20 @@ def answer_html(task: Task, result: Result) -> str:
 
 @dataclass(kw_only=True)
 class AnswerTab(RunTab):
-    """The tab of a task without a view of its own (``render_answer`` makes one per task): the clip, its
-    query when the task takes one, a variant; the answer's text and JSON."""
+    """The tab of a task without a view of its own (``render_answer`` makes one per task): the answer's
+    text and JSON."""
 
     placeholder = "This task's answer has no timeline: its text and JSON appear above."
     ghost = ()
     stopped = '<div class="mg-answer"><p>Stopped before the answer was finished. Run it again.</p></div>'
     shown: gr.HTML
-    query: gr.Textbox | None = None
 
     @property
     def answer(self) -> gr.HTML:
         return self.shown
 
-    @property
-    def example_inputs(self) -> list[Any]:
-        return [self.video, *([] if self.query is None else [self.query]), self.variant]
-
-    @property
-    def triggers(self) -> list[Any]:
-        return [self.run.click, *([] if self.query is None else [self.query.submit])]
-
     def cleared(self) -> Updates:
         return {**super().cleared(), self.shown: ""}
-
-    def ask(self, ctx: UIContext, values: Sequence[Any]) -> Asked | Updates:
-        video, *query, variant = values
-        asked = super().ask(ctx, [video, variant])
-        if not isinstance(asked, Asked) or not query:
-            return asked
-        try:
-            with user_errors():
-                return asked._replace(query=service.check_query(ctx.engine, self.name, query[0]))
-        except gr.Error as exc:
-            return {self.status: status_html(exc.message, error=True)}
 
     def view(self, ctx: UIContext, asked: Asked) -> RunView:
         return RunView(ctx, self, asked, written=lambda text: 0.5)  # halfway while it is written
