@@ -218,11 +218,7 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
             tab = run_tab.make(
                 ctx, CaptionTab, clip, "Caption this video", scene=scene, table=table, files=files, **shared
             )
-            rows = [
-                ([str(ctx.clip(e)), ctx.default_variant], f"▶ {e.get('title') or e['video']}")
-                for e in ctx.examples
-            ]
-            tab.examples = run_tab.examples(ctx, tab, rows)
+            tab.examples = run_tab.examples(ctx, tab)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             for part in (tab.progress, tab.timeline, scene, tab.notice):
                 part.render()

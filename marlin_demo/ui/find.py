@@ -20,7 +20,6 @@ from marlin_demo.ui.common import (
     UIContext,
     clip_stem,
     error_html,
-    short_name,
     status_html,
 )
 from marlin_demo.ui.one_clip import Clip
@@ -190,15 +189,7 @@ def render(ctx: UIContext, clip: Clip) -> FindTab:
                 headline=headline,
                 jump_to=gr.Number(None, visible=False),  # not a State: read by the page's seek step
             )
-            rows = [
-                (
-                    [str(ctx.clip(e)), q["query"], ctx.default_variant],
-                    f"▶ {e.get('title') or short_name(e)} · “{q['query']}”",
-                )
-                for e in ctx.examples
-                for q in (e.get("queries") or [])[:1]
-            ]
-            tab.examples = run_tab.examples(ctx, tab, rows)
+            tab.examples = run_tab.examples(ctx, tab)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             for part in (tab.progress, headline, tab.timeline, tab.notice, tab.metrics):
                 part.render()

@@ -299,9 +299,16 @@ def make(
     )
 
 
-def examples(ctx: UIContext, tab: RunTab, rows: Sequence[tuple[list[Any], str]]) -> Examples | None:
-    """The tab's examples (``rows``: the inputs' values, the label): a click fills the inputs, then runs
-    as Run does (``listen``). On a phone they come after the result (style.css)."""
+def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
+    """The tab's examples, a clip each (with its first query when the tab takes one): a click fills the
+    inputs, then runs as Run does (``listen``). On a phone they come after the result (style.css)."""
+    rows: list[tuple[list[Any], str]] = []
+    for e in ctx.examples:
+        clip, title, asks = str(ctx.clip(e)), f"▶ {e.get('title') or short_name(e)}", e.get("queries") or []
+        if tab.query is None:
+            rows.append(([clip, ctx.default_variant], title))
+        else:
+            rows += [([clip, q["query"], ctx.default_variant], f"{title} · “{q['query']}”") for q in asks[:1]]
     with gr.Column(elem_classes="mr-examples"):
         if not rows:
             return None
@@ -397,12 +404,7 @@ def render_answer(ctx: UIContext, clip: Clip, task: Task) -> AnswerTab:
         with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
             query = gr.Textbox(label="What to look for", elem_id=f"{task.name}-query") if task.query else None
             tab: AnswerTab = make(ctx, kind, clip, f"Run {task.name}", shown=shown, query=query, **shared)
-            rows: list[tuple[list[Any], str]] = []
-            for e in ctx.examples:  # a task with a query: the example's first one
-                asks = [[q["query"]] for q in (e.get("queries") or [])[:1]] if task.query else [[]]
-                label = f"▶ {e.get('title') or short_name(e)}"
-                rows += [([str(ctx.clip(e)), *q, ctx.default_variant], label) for q in asks]
-            tab.examples = examples(ctx, tab, rows)
+            tab.examples = examples(ctx, tab)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             for part in (tab.progress, shown, tab.notice, tab.metrics, tab.timeline):
                 part.render()
