@@ -10,7 +10,7 @@ import pytest
 
 from marlin_demo.service.startup import start_engine
 from marlin_demo.settings import Settings
-from marlin_demo.ui.common import UIContext, available_examples
+from marlin_demo.ui.context import UIContext, available_examples
 from marlin_demo.ui.credits import credit_line, credit_text, credits_markdown
 
 
@@ -61,7 +61,7 @@ def test_credit_line_for_a_copied_example_and_none_for_other_clips(
 
 def _clip_names() -> list[str]:
     """The example clips, read at collection time so each is its own test (its duration shows)."""
-    from marlin_demo.ui.common import EXAMPLES_JSON
+    from marlin_demo.ui.context import EXAMPLES_JSON
 
     return [str(e["video"]) for e in available_examples(EXAMPLES_JSON)] if EXAMPLES_JSON.is_file() else []
 
@@ -96,7 +96,7 @@ def test_every_example_clip_runs_on_the_tiny_model(
 
 def test_example_cache_is_lazy_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eager caching runs every example at start-up (minutes on a CPU): only on request."""
-    from marlin_demo.ui.common import CACHE_ENV, cache_mode_from_env
+    from marlin_demo.ui.context import CACHE_ENV, cache_mode_from_env
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     assert cache_mode_from_env(on_space=False) == cache_mode_from_env(on_space=True) == "lazy"

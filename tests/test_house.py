@@ -205,3 +205,13 @@ def test_no_branch_on_an_answers_type_outside_the_answer_types() -> None:
         if ANSWER_TYPE_BRANCH.search(line)
     ]
     assert not found, "A branch on a result's type outside marlin_demo/tasks/:\n" + "\n".join(found)
+
+
+#: a module named for no concern gathers unrelated names (ui/common.py held 34 before it was split)
+CATCH_ALL_NAMES = {"common.py", "utils.py", "helpers.py", "misc.py", "util.py"}
+
+
+def test_no_catch_all_module() -> None:
+    """Every module is named for its one concern: none called common, utils, helpers or misc."""
+    found = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name in CATCH_ALL_NAMES)
+    assert not found, f"catch-all modules: {found}; split them by concern"

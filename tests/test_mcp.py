@@ -37,7 +37,7 @@ from marlin_demo.tasks import TASKS
 from marlin_demo.ui import api
 from marlin_demo.ui.api import DATA_URL_ONLY, NO_URLS
 from marlin_demo.ui.blocks import mcp_on
-from marlin_demo.ui.common import NOT_UPLOADED
+from marlin_demo.ui.inputs import NOT_UPLOADED
 
 pytestmark = pytest.mark.slow
 

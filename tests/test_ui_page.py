@@ -11,8 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from marlin_demo.ui import example_notes, header, one_clip
-from marlin_demo.ui.common import ResultsClip, UIContext
+from marlin_demo.ui.clip_owner import ResultsClip
 from marlin_demo.ui.compare_view import COLUMN_TITLES, SESSION_COLUMNS, titled
+from marlin_demo.ui.context import UIContext
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CLIP = EXAMPLES / "ball_rolls.mp4"

@@ -13,8 +13,9 @@ from typing import Any
 
 from marlin_demo.results import Done, Loaded, Moment, Progress, RunInfo, Stage
 from marlin_demo.ui import caption, find, timeline
-from marlin_demo.ui.common import UIContext, clip_status, status_html
+from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.running import BarView, RunState, StageView, follow, progress_html, throttled
+from marlin_demo.ui.status import clip_status, status_html
 from marlin_demo.video import VideoInfo
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -196,7 +196,7 @@ SCRIPT_SELECTORS = [
     '[role="tab"][data-tab-id]',
     "fieldset input[type=radio]",  # header.py: one Tab stop per radio group
     "#clip-video video",  # find.py, timeline.py: the player a moment seeks
-    "#clip-status .prose",  # common.py: where a refused file's sentence goes
+    "#clip-status .prose",  # status.py: where a refused file's sentence goes
 ]
 
 

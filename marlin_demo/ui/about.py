@@ -8,7 +8,7 @@ import os
 import gradio as gr
 
 from marlin_demo.service import space
-from marlin_demo.ui.common import UIContext
+from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.credits import credits_markdown
 
 SEED_SOURCE = "https://huggingface.co/NemoStation/Marlin-2B-GPTQ"

@@ -30,15 +30,8 @@ from marlin_demo.library.search import DEFAULT_TOP_K
 from marlin_demo.tasks import Task
 from marlin_demo.ui import gradio_hooks
 from marlin_demo.ui.caption import StreamMessages
-from marlin_demo.ui.common import (
-    GPU_EVENT,
-    NOT_UPLOADED,
-    UIContext,
-    pick_variant,
-    require_upload,
-    user_errors,
-    variant_label,
-)
+from marlin_demo.ui.context import GPU_EVENT, UIContext, variant_label
+from marlin_demo.ui.inputs import NOT_UPLOADED, pick_variant, require_upload, user_errors
 from marlin_demo.ui.library import LibraryTab, public_answer, run_search
 from marlin_demo.ui.running import follow
 

@@ -32,7 +32,7 @@ from marlin_demo.ui import (
     timeline,
     views,
 )
-from marlin_demo.ui.common import (
+from marlin_demo.ui.context import (
     PRIVATE_UI,
     UIContext,
     available_examples,

@@ -16,7 +16,9 @@ from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.tasks import CAPTION
 from marlin_demo.tasks.caption import chapters_of
 from marlin_demo.ui import run_tab, timeline
-from marlin_demo.ui.common import CLIP_ID, PRIVATE_UI, UIContext, clip_stem, session_of, write_json
+from marlin_demo.ui.clip_owner import clip_stem
+from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext, write_json
+from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView
 from marlin_demo.ui.running import RunState, StageView, Updates, scroll_mark

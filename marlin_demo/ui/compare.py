@@ -14,19 +14,7 @@ from marlin_demo import service
 from marlin_demo.results import memory_label
 from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.ui import timeline
-from marlin_demo.ui.common import (
-    GPU_EVENT,
-    PRIVATE_UI,
-    STAMP_JS,
-    UIContext,
-    error_html,
-    example_labels,
-    require_upload,
-    session_of,
-    short_name,
-    user_errors,
-    variant_label,
-)
+from marlin_demo.ui.clip_owner import STAMP_JS
 from marlin_demo.ui.compare_view import (
     CHARTS,
     COLD_WARM_COLUMNS,
@@ -46,8 +34,12 @@ from marlin_demo.ui.compare_view import (
     variant_colors,
     write_session_csv,
 )
+from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI, UIContext, variant_label
+from marlin_demo.ui.example_list import example_labels, short_name
+from marlin_demo.ui.inputs import require_upload, session_of, user_errors
 from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import RunState, StageView, Updates, follow, run_buttons, with_buttons
+from marlin_demo.ui.status import error_html
 from marlin_demo.ui.views import view_of
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'

@@ -17,7 +17,8 @@ from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import Result, memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import about, timeline
-from marlin_demo.ui.common import CLIP_ID, UIContext, error_html, fmt, tiny_in_use, variant_label
+from marlin_demo.ui.context import CLIP_ID, UIContext, fmt, tiny_in_use, variant_label
+from marlin_demo.ui.status import error_html
 from marlin_demo.ui.timeline import clock
 
 COST_TITLES = {

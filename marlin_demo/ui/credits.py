@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.settings import EXAMPLES_DIR
-from marlin_demo.ui.common import UIContext
+from marlin_demo.ui.context import UIContext
 
 CREDITS_HEADING = "### Example clips: credits"
 

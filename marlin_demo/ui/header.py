@@ -11,7 +11,7 @@ import gradio as gr
 from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.service import capacity
 from marlin_demo.service.startup import FALLBACK_FIX
-from marlin_demo.ui.common import PRIVATE_UI, UIContext, tiny_in_use, variant_label
+from marlin_demo.ui.context import PRIVATE_UI, UIContext, tiny_in_use, variant_label
 from marlin_demo.ui.running import PAGE_JS
 
 LOGO = (

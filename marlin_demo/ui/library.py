@@ -27,9 +27,11 @@ from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
-from marlin_demo.ui.common import PRIVATE_UI, UIContext, status_html, user_errors
+from marlin_demo.ui.context import PRIVATE_UI, UIContext
+from marlin_demo.ui.inputs import user_errors
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
+from marlin_demo.ui.status import status_html
 
 PLAYER_ID = "library-video"
 CSS = """

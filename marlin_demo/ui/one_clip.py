@@ -1,5 +1,5 @@
 """The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
-upload. Results are tied to their clip (``common.ResultsClip``): a new clip clears the old one's, and a
+upload. Results are tied to their clip (``clip_owner.ResultsClip``): a new clip clears the old one's, and a
 request whose clip left the screen shows nothing more (``while_shown``). Every event that reads the clip
 also reads ``Clip.stamp``, numbered in the browser as it fires (``STAMP_JS``), so the newest report wins
 whatever order the events reach the server in."""
@@ -15,18 +15,12 @@ from typing import Any
 import gradio as gr
 from gradio.blocks import Block
 
-from marlin_demo.ui.common import (
-    CLIP_ID,
-    PRIVATE_UI,
-    STAMP_JS,
-    STATUS_JS,
-    UIContext,
-    clip_status,
-    session_of,
-    tab_work,
-)
+from marlin_demo.ui.clip_owner import STAMP_JS
+from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
 from marlin_demo.ui.credits import credit_line
+from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.running import Updates
+from marlin_demo.ui.status import STATUS_JS, clip_status, tab_work
 
 HINT = (
     "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
@@ -42,7 +36,7 @@ class Clip:
     start: gr.Number  # the part of the clip asked about (both empty: all of it)
     end: gr.Number
     stamp: gr.Number  # never shown: the browser's number for each report of the clip (``STAMP_JS``)
-    tab: gr.State  # the id of the tab selected: what the status line prices (``common.clip_status``)
+    tab: gr.State  # the id of the tab selected: what the status line prices (``status.clip_status``)
 
 
 def render(ctx: UIContext) -> Clip:

@@ -19,22 +19,10 @@ from marlin_demo import service
 from marlin_demo.results import Result
 from marlin_demo.tasks import Task, get_task
 from marlin_demo.ui import example_notes, timeline
-from marlin_demo.ui.common import (
-    STAMP_JS,
-    UIContext,
-    example_labels,
-    examples_label,
-    examples_note,
-    kept_answer,
-    metrics_html,
-    notice_html,
-    pick_variant,
-    require_upload,
-    session_of,
-    short_name,
-    status_html,
-    user_errors,
-)
+from marlin_demo.ui.clip_owner import STAMP_JS
+from marlin_demo.ui.context import UIContext
+from marlin_demo.ui.example_list import example_labels, examples_label, examples_note, kept_answer, short_name
+from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
 from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import (
     BarView,
@@ -46,6 +34,7 @@ from marlin_demo.ui.running import (
     wire_run_and_stop,
     with_buttons,
 )
+from marlin_demo.ui.status import metrics_html, notice_html, status_html
 
 
 class Asked(NamedTuple):

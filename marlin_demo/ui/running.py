@@ -16,7 +16,7 @@ import gradio as gr
 from gradio.blocks import Block
 
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
-from marlin_demo.ui.common import GPU_EVENT, PRIVATE_UI
+from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI
 
 Updates = dict[Block, Any]
 """What a listener yields: the components it changes, each with its new value or ``gr.update``."""
@@ -60,7 +60,7 @@ def wire_run_and_stop(
     """Run (streamed, with the tab's own bar) and Stop (cancels it; ``stopped()`` in ``stopped_target``).
     ``example`` = (the examples' input event, a quick first step, the run): a click shows the kept answer
     or the wait, then runs like Run. ``js`` runs in the browser before each step that reads ``inputs``
-    (``common.STAMP_JS``). Returns the events a follow-up step chains on."""
+    (``clip_owner.STAMP_JS``). Returns the events a follow-up step chains on."""
     run_options: dict[str, Any] = {
         "js": js,
         "api_visibility": "private",

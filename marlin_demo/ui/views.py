@@ -14,7 +14,7 @@ import gradio as gr
 
 from marlin_demo.tasks import TASKS, Task, get_task
 from marlin_demo.ui import caption, compare_view, find, run_tab
-from marlin_demo.ui.common import UIContext
+from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import RunTab
 

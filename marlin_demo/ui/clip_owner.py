@@ -1,0 +1,93 @@
+"""Which clip each tab's results belong to, per browser session (``ResultsClip``), and the browser's
+numbering of its reports of the clip (``STAMP_JS``): the one rule behind "the answer on screen is the clip on
+screen's" (``one_clip`` wires it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+
+
+class ResultsClip:
+    """Per browser session: the clip on screen, and the clip each tab's results belong to.
+
+    The browser numbers each report of its clip (``STAMP_JS``: a counter per page), and the newest number
+    wins. Events reach the server in any order (an example's run can overtake the clip's own change
+    event, a queued run can start after a later upload), so arrival order cannot say which clip is on
+    screen; the browser's own order can."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._shown: dict[str, tuple[float, str]] = {}  # session -> (its report's number, the clip)
+        self._owners: dict[str, dict[str, str]] = {}  # session -> tab -> its results' clip
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def seen(self, session: str, clip: str | None, stamp: float | None) -> list[str]:
+        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's
+        (forgotten, for the caller to clear); none when a newer report already came."""
+        with self._lock:
+            return self._seen(session, clip or "", stamp)
+
+    def start(self, tab: str, session: str, clip: str, stamp: float | None) -> bool:
+        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's from now, if the
+        clip is still the one on screen (False: a newer clip is, and the request shows nothing)."""
+        with self._lock:
+            self._seen(session, clip, stamp)
+            if not self._is_shown(session, clip):
+                return False
+            self._owners.setdefault(session, {})[tab] = clip
+            return True
+
+    def shows(self, session: str, clip: str) -> bool:
+        """``clip`` is still the one on screen (True before the page has said which one is)."""
+        with self._lock:
+            return self._is_shown(session, clip)
+
+    def _is_shown(self, session: str, clip: str) -> bool:
+        shown = self._shown.get(session)
+        return shown is None or same_file(shown[1], clip)
+
+    def _seen(self, session: str, clip: str, stamp: float | None) -> list[str]:
+        number = -1.0 if stamp is None else float(stamp)  # unnumbered (an old page): only as a first report
+        if session in self._shown and number <= self._shown[session][0]:
+            return []
+        self._shown[session] = (number, clip)
+        owners = self._owners.setdefault(session, {})
+        stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
+        for tab in stale:
+            del owners[tab]
+        while len(self._shown) > self.limit:
+            self._shown.pop(next(iter(self._shown)))
+        while len(self._owners) > self.limit:
+            self._owners.pop(next(iter(self._owners)))
+        return stale
+
+
+STAMP_JS = """(...args) => {
+  window.__marlinClipStamp = (window.__marlinClipStamp || 0) + 1;
+  return [...args.slice(0, -1), window.__marlinClipStamp];
+}"""
+
+
+"""An event's ``js``: its last input (the clip's stamp, ``one_clip.Clip.stamp``) becomes the page's next
+number, taken in the browser as the event fires, so ``ResultsClip`` can order what reaches it."""
+
+
+def same_file(a: str | None, b: str | None) -> bool:
+    """The same clip, whatever folder Gradio copied it to (name and size; no hashing on each change)."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    try:
+        return os.path.basename(a) == os.path.basename(b) and os.path.getsize(a) == os.path.getsize(b)
+    except OSError:
+        return False
+
+
+def clip_stem(video: str | os.PathLike[str] | None) -> str:
+    """A file-name stem from the clip's name (downloads are named after the clip)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(video or "")).stem).strip("._")
+    return stem[:60] or "clip"

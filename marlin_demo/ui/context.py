@@ -1,0 +1,170 @@
+"""What every tab is handed: the app's context (engine, settings, examples, output folders) and the
+event options the tabs share."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from marlin_demo import agreement, variants
+from marlin_demo import settings as settings_mod
+from marlin_demo.engine import Engine
+from marlin_demo.results import RunInfo
+from marlin_demo.service.startup import ModelStatus
+from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE, Settings
+from marlin_demo.ui import example_notes
+from marlin_demo.ui.clip_owner import ResultsClip
+
+log = logging.getLogger(__name__)
+
+
+EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
+
+
+#: model-running events: no Gradio limit, so every request reaches the service, whose scheduler takes
+#: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
+GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
+
+
+CLIP_ID = "clip-video"
+
+
+"""The page's one video (every run tab's clip, and the player their timelines seek)."""
+
+
+PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden", "queue": False}
+
+
+"""A quick UI-only step: not in the API, no progress shown, not queued."""
+
+
+CacheMode = Literal["eager", "lazy", "off"]
+
+
+CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
+
+
+variant_label = variants.label  # the name a visitor reads for a variant
+
+
+@dataclass
+class UIContext:
+    """Everything a tab needs: the engine, the settings, where outputs go, the examples."""
+
+    engine: Engine
+    settings: Settings
+    status: ModelStatus
+    output_dir: Path
+    cache_mode: CacheMode = "eager"
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    examples_dir: Path = EXAMPLES_DIR
+    #: per (variant, video path): the first token's time when the video was last read in full,
+    #: so a later question that reuses that reading can say what it saved
+    first_reads: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: the examples' finished answers (made live the first time; see ``example_notes``)
+    answers: example_notes.ExampleAnswers = field(default_factory=example_notes.ExampleAnswers)
+    #: per session: the clip on screen and the clip each tab's results belong to (see ``ResultsClip``)
+    results_clip: ResultsClip = field(default_factory=lambda: ResultsClip())
+
+    @property
+    def variants(self) -> list[str]:
+        return self.engine.variants
+
+    @property
+    def default_variant(self) -> str:
+        return self.variants[0]
+
+    def variant_choices(self) -> list[tuple[str, str]]:
+        return [(variant_label(v), v) for v in self.variants]
+
+    def clip(self, example: Mapping[str, Any]) -> Path:
+        return self.examples_dir / str(example["video"])
+
+    def ground_truth(self, video: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+        """The example this clip is (see ``compare.ground_truth_for``), or None."""
+        return agreement.ground_truth_for(video, self.examples_dir / EXAMPLES_FILE)
+
+    def new_run_dir(self, kind: str) -> Path:
+        """A fresh folder for one request's downloads; old ones are pruned."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        folder = self.output_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:8]}"
+        folder.mkdir()
+        for old in sorted(p for p in self.output_dir.iterdir() if p.is_dir())[:-200]:  # the newest 200 stay
+            shutil.rmtree(old, ignore_errors=True)
+        return folder
+
+    def compare_variants(self, include_bf16: bool = False) -> list[str]:
+        """bnb4 and GPTQ (and any extra variants); bf16 only when asked."""
+        chosen = [v for v in self.variants if v != "bf16"]
+        if include_bf16 and "bf16" in self.variants:
+            chosen.append("bf16")
+        return chosen
+
+    def reuse_note(self, variant: str, info: RunInfo, ttft_s: float | None) -> str:
+        """A sentence when this request reused an earlier reading of the video; full readings are kept."""
+        key = (variant, str(getattr(info.video, "path", "") or ""))
+        if not info.reused_prefix:
+            if ttft_s is not None and key[1]:
+                self.first_reads[key] = ttft_s
+                while len(self.first_reads) > 256:
+                    self.first_reads.pop(next(iter(self.first_reads)))
+            if info.cached_video:
+                return "Its frames were already decoded for an earlier question: none were decoded again."
+            return ""
+        earlier = self.first_reads.get(key)
+        saved = (
+            f"first token in {fmt(ttft_s, ' s')} instead of {fmt(earlier, ' s')} when it was first read"
+            if earlier is not None
+            else f"first token in {fmt(ttft_s, ' s')}, without reading the video again"
+        )
+        return (
+            f"This video was already read by {variant} for an earlier question: its frames and the "
+            f"model's reading of them (the video prefill) were reused, so only the question was new: {saved}."
+        )
+
+
+def default_output_dir(settings: Settings) -> Path:
+    """MARLIN_OUTPUT_DIR, else a folder in the system temp dir (served to the browser, so not the repo)."""
+    if settings.output_dir:
+        return Path(settings.output_dir).expanduser().resolve()
+    return Path(tempfile.gettempdir()) / "marlin-demo-outputs"
+
+
+def cache_mode_from_env(on_space: bool) -> CacheMode:
+    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere: eager answering of the 24
+    examples on a busy 2-core CPU (tiny stand-in) took until 707 s, and a visitor's request waits behind."""
+    raw = settings_mod.env_value("cache_examples").lower()
+    if raw in ("eager", "lazy", "off"):
+        return raw  # type: ignore[return-value]
+    if raw:
+        raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
+    del on_space  # the same default on a Space and locally (see above)
+    return "lazy"
+
+
+def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
+    """Ground-truth entries whose clip is present (the examples are optional and rendered separately)."""
+    folder = examples_json.parent
+    return [e for e in agreement.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_in_use(ctx: UIContext) -> bool:
+    return ctx.engine.settings.is_tiny
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}{unit}"
