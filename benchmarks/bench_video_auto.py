@@ -68,15 +68,15 @@ def make(root: Path, name: str, source: Path, seconds: int = 20) -> Path:
 
 
 def measure(path: Path, reps: int) -> dict[str, Any]:
-    from marlin_demo import video as V
+    from marlin_demo import video
 
-    limits = V.Limits(max_file_mb=1e6, max_duration_s=1e6, max_width=10**5, max_height=10**5)
+    limits = video.Limits(max_file_mb=1e6, max_duration_s=1e6, max_width=10**5, max_height=10**5)
     times: dict[str, list[float]] = {"reference": [], "fast": []}
     got: dict[str, Any] = {}
     for rep in range(reps):
         for backend in ("reference", "fast") if rep % 2 == 0 else ("fast", "reference"):
             t0 = time.perf_counter()
-            pv = V.prepare(path, limits=limits, backend=backend)  # type: ignore[arg-type]
+            pv = video.prepare(path, limits=limits, backend=backend)  # type: ignore[arg-type]
             times[backend].append(time.perf_counter() - t0)
             got.setdefault(backend, pv)
     ref, fast = got["reference"], got["fast"]
@@ -90,11 +90,11 @@ def measure(path: Path, reps: int) -> dict[str, Any]:
     )
     pts_err = None
     if fast.frame_pts is not None:
-        all_pts = V.frame_pts(path, info.stream_index)
+        all_pts = video.frame_pts(path, info.stream_index)
         pts_err = max(abs(a - all_pts[i]) for a, i in zip(fast.frame_pts, plan.indices, strict=True))
     diff = (fast.frames.int() - ref.frames.int()).abs().float()
     med = {k: statistics.median(v) for k, v in times.items()}
-    auto = V.pick_backend(info, plan)
+    auto = video.pick_backend(info, plan)
     faster = "fast" if med["fast"] < med["reference"] else "reference"
     return {
         "clip": path.name,

@@ -214,7 +214,7 @@ def cmd_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_app(argv: Sequence[str]) -> int:
-    from marlin_demo.app import main as app_main
+    from marlin_demo.app import main as app_main  # alias: this module has its own main()
 
     app_main(argv, prog="marlin-demo app")
     return EXIT_OK

@@ -18,7 +18,7 @@ import pytest
 from media_factory import examples_subset
 
 from marlin_demo import bench, cli
-from marlin_demo.bench import cli as bench_cli
+from marlin_demo.bench.cli import data_folder
 from marlin_demo.bench.longset import resolve_data
 from marlin_demo.contract import Event
 from marlin_demo.engine import EngineError
@@ -484,6 +484,6 @@ def test_bench_tiny_both_sets_three_variants_and_resume(tmp_path: Path) -> None:
 def test_bench_reads_the_examples_unless_told_otherwise(tmp_path: Path) -> None:
     """Without ``--data`` bench reads the app's examples, as the README runs it; ``long`` names the
     long-video set; anything else is a folder."""
-    assert bench_cli.data_folder(None) == bench.DEFAULT_DATA == EXAMPLES
-    assert bench_cli.data_folder("long") == resolve_data("long") is not None
-    assert bench_cli.data_folder(str(tmp_path)) == tmp_path
+    assert data_folder(None) == bench.DEFAULT_DATA == EXAMPLES
+    assert data_folder("long") == resolve_data("long") is not None
+    assert data_folder(str(tmp_path)) == tmp_path

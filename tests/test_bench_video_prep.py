@@ -12,7 +12,7 @@ import pytest
 from media_factory import ffmpeg
 from script_loader import load_script
 
-from marlin_demo import video as V
+from marlin_demo import video
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def _bench(name: str = "bench_video_prep") -> object:
 
 
 def test_measure_windows_reports_one_scan(tmp_path: Path) -> None:
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     clip = tmp_path / "long.mp4"
     ffmpeg("-f", "lavfi", "-i", "testsrc2=size=160x90:rate=10:duration=130", "-c:v", "libx264",
@@ -35,7 +35,7 @@ def test_measure_windows_reports_one_scan(tmp_path: Path) -> None:
 
 
 def test_av1_drop_modes_give_the_same_frames_from_fewer_pictures(tmp_path: Path) -> None:
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     clip = tmp_path / "av1.mkv"
     ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x180:rate=30:duration=4", "-c:v", "libsvtav1", "-preset",
@@ -44,4 +44,4 @@ def test_av1_drop_modes_give_the_same_frames_from_fewer_pictures(tmp_path: Path)
     assert r["same_frames"]
     n = r["pictures_decoded"]
     assert n["partial"] < n["whole"] < n["none"], n
-    assert V.fast.FAST_DROP_AV1 == frozenset({"libdav1d"})  # the app's setting is restored
+    assert video.fast.FAST_DROP_AV1 == frozenset({"libdav1d"})  # the app's setting is restored

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import stand_ins.spaces as stand_in
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from stand_ins.spaces import Quota
 from ui_support import (
     ARTIFACTS,
     CHROMIUM,
@@ -724,7 +724,7 @@ ZERO_GPU_USED_S = 10.0
 @pytest.fixture(scope="module")
 def zero_gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     root = tmp_path_factory.mktemp("marlin-zerogpu")
-    factor = stand_in.Quota().factor
+    factor = Quota().factor
     start = capacity.charged_s(space.call_seconds("caption", ZERO_GPU_SETTINGS), factor)  # the floor: 15 s
     env = {
         **zero_gpu_env(root / "gpu.jsonl"),
@@ -755,7 +755,7 @@ def _clip_line(pg, says: str) -> str:
 def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_windows(
     browser, zero_gpu_server: AppServer
 ) -> None:
-    factor = stand_in.Quota().factor
+    factor = Quota().factor
     context = browser.new_context(viewport=DESKTOP)
     pg = context.new_page()
     try:

@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from marlin_demo.library import database
-from marlin_demo.library import index as idx
+from marlin_demo.library import database, index
 from marlin_demo.library.cli import format_answer
 from marlin_demo.library.database import DB_FILE, LibraryError, Store, match_expression
 from marlin_demo.library.inputs import Item, collect
@@ -56,13 +55,13 @@ def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The same CLI (``marlin_demo.cli.main``) in this process: its exit code, stdout and stderr. The
     SIGTERM handler ``index`` sets is put back."""
-    from marlin_demo import cli as main_cli
+    from marlin_demo.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     handler = signal.getsignal(signal.SIGTERM)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main_cli.main(list(args))
+            code = main(list(args))
     except SystemExit as exc:  # argparse refused the arguments
         code = exc.code if isinstance(exc.code, int) else 2
     finally:
@@ -143,8 +142,8 @@ def write_known(store: Store, name: str, windows: list[tuple[float, float, str, 
             for i, d in enumerate(descs)
         ],
     }
-    job = idx.Pending(item, digest, 1, 1, None)
-    idx.store_caption(store, job, row)
+    job = index.Pending(item, digest, 1, 1, None)
+    index.store_caption(store, job, row)
     return job.vid
 
 
@@ -342,13 +341,13 @@ def test_rerun_add_change_move_prune(tmp_path: Path, engine: Any) -> None:
     store = Store(tmp_path / "lib")
     captioned: list[str] = []
 
-    def captions(todo: list[idx.Pending]) -> Any:
-        captioned.extend(shown for shown in (idx.shown_name(j.item) for j in todo))
-        return idx.caption_local(engine, todo, VARIANT)
+    def captions(todo: list[index.Pending]) -> Any:
+        captioned.extend(shown for shown in (index.shown_name(j.item) for j in todo))
+        return index.caption_local(engine, todo, VARIANT)
 
     def run(prune: bool = False) -> dict[str, Any]:
         captioned.clear()
-        return idx.index(store, collect(str(src), "caption"), captions, prune_gone=prune).to_dict(store)
+        return index.index(store, collect(str(src), "caption"), captions, prune_gone=prune).to_dict(store)
 
     first = run()
     assert (first["added"], first["videos"]) == (2, 2) and sorted(captioned) == ["a.webm", "b.webm"]
@@ -387,7 +386,7 @@ def test_two_ranges_of_one_video_are_two_entries(tmp_path: Path, engine: Any) ->
     manifest.write_text("video,start,end\nlong.mp4,0,8\nlong.mp4,8,16\n")
     store = Store(tmp_path / "lib")
     items = collect(str(manifest), "caption")
-    first = idx.index(store, items, lambda todo: idx.caption_local(engine, todo, VARIANT)).to_dict(store)
+    first = index.index(store, items, lambda todo: index.caption_local(engine, todo, VARIANT)).to_dict(store)
     assert (first["added"], first["videos"], first["failed"]) == (2, 2, 0), first
     entries = {v["name"]: v for v in store.videos()}
     assert sorted(entries) == ["long.mp4@0-8", "long.mp4@8-16"]
@@ -395,7 +394,7 @@ def test_two_ranges_of_one_video_are_two_entries(tmp_path: Path, engine: Any) ->
     for name, (lo, hi) in (("long.mp4@0-8", (0, 8)), ("long.mp4@8-16", (8, 16))):
         windows = store.windows_of(entries[name]["id"])
         assert windows and all(lo <= w["start"] < w["end"] <= hi + 0.01 for w in windows), windows
-    again = idx.index(store, items, lambda todo: idx.caption_local(engine, todo, VARIANT)).to_dict(store)
+    again = index.index(store, items, lambda todo: index.caption_local(engine, todo, VARIANT)).to_dict(store)
     assert (again["unchanged"], again["added"], again["videos"]) == (2, 0, 2)
 
 
@@ -487,18 +486,18 @@ def test_digest_is_not_read_again_for_an_unchanged_stamp(
     store = Store(tmp_path / "lib")
     items = collect(str(clip.parent), "caption")
     row = {"duration_s": 10.0, "scene": "s", "windows": [], "events": []}
-    idx.index(store, items, lambda todo: iter([(j, {"status": "ok", **row}) for j in todo]))
+    index.index(store, items, lambda todo: iter([(j, {"status": "ok", **row}) for j in todo]))
     import marlin_demo.video.digest as digest
 
     def boom(path: Any) -> str:
         raise AssertionError("hashed again")
 
     monkeypatch.setattr(digest, "file_digest", boom)
-    again = idx.index(store, items, lambda todo: iter(()))
+    again = index.index(store, items, lambda todo: iter(()))
     assert again.unchanged == ["a.mp4"]
     os.utime(clip, ns=(1, 1))  # a new stamp: hashed again (here: the patched hash says so)
     with pytest.raises(AssertionError, match="hashed again"):
-        idx.index(store, items, lambda todo: iter(()))
+        index.index(store, items, lambda todo: iter(()))
 
 
 def test_frequent_words_score_but_do_not_pick_candidates(

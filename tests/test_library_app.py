@@ -34,7 +34,7 @@ from ui_support import (
     stop_app,
 )
 
-from marlin_demo.library import index as idx
+from marlin_demo.library import index
 from marlin_demo.library.database import Store
 from marlin_demo.library.inputs import Item
 from marlin_demo.library.source import LibrarySource
@@ -153,7 +153,9 @@ def known_library(root: Path) -> Path:
             "events": [{"start": 1.0, "end": 3.0, "description": event}],
         }
         item = Item(id=name, video=name, path=str(path), query=None)
-        idx.store_caption(store, idx.Pending(item, name.encode().hex().ljust(64, "0")[:64], 1, 1, None), row)
+        index.store_caption(
+            store, index.Pending(item, name.encode().hex().ljust(64, "0")[:64], 1, 1, None), row
+        )
     store.close()
     return root / "lib"
 
@@ -167,9 +169,9 @@ def test_the_note_on_indexing_goes_once_the_library_holds_every_clip(tmp_path: P
         shutil.copy(EXAMPLES / name, path)
         item, st = Item(id=name, video=name, path=str(path), query=None), path.stat()
         row = {"duration_s": 5.0, "scene": "A scene.", "windows": [{"start": 0.0, "end": 5.0}], "events": []}
-        idx.store_caption(
+        index.store_caption(
             store,
-            idx.Pending(item, name.encode().hex().ljust(64, "0"), st.st_size, st.st_mtime_ns, None),
+            index.Pending(item, name.encode().hex().ljust(64, "0"), st.st_size, st.st_mtime_ns, None),
             row,
         )
         items.append(item)

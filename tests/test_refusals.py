@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import stand_ins.spaces as stand_in
+import stand_ins.spaces
 from result_shapes import PARTIAL_KEYS
+from stand_ins.spaces import Quota
 
 from marlin_demo import service
 from marlin_demo.engine import USER_ERRORS, Engine
@@ -41,11 +42,11 @@ def engine(tiny_settings: Settings) -> Engine:
 
 
 @pytest.fixture
-def quota(monkeypatch: pytest.MonkeyPatch) -> stand_in.Quota:
+def quota(monkeypatch: pytest.MonkeyPatch) -> Quota:
     """ZeroGPU as the stand-in ``spaces`` runs it, with a quota the test sets."""
-    q = stand_in.Quota()
-    monkeypatch.setitem(sys.modules, "spaces", stand_in)
-    monkeypatch.setattr(stand_in, "QUOTA", q)
+    q = Quota()
+    monkeypatch.setitem(sys.modules, "spaces", stand_ins.spaces)
+    monkeypatch.setattr(stand_ins.spaces, "QUOTA", q)
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
     monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
     return q
@@ -54,7 +55,7 @@ def quota(monkeypatch: pytest.MonkeyPatch) -> stand_in.Quota:
 def charged(engine: Engine, task: str = "caption") -> int:
     """What one window's call needs left of the quota to start: its duration (the floor with these token
     limits, whatever its frames) times the card's factor."""
-    return round(space.call_seconds(task, engine.settings) * stand_in.Quota().factor)  # type: ignore[arg-type]
+    return round(space.call_seconds(task, engine.settings) * Quota().factor)  # type: ignore[arg-type]
 
 
 def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
@@ -66,13 +67,13 @@ def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
             assert refusal is not None and refusal.kind == kind, kind
             sentence = zerogpu.refusal_sentence(refusal)
             assert sentence.startswith("ZeroGPU") and sentence.endswith(".") and sentence.count(". ") == 0
-    over = zerogpu.read_refusal(stand_in.Quota(left_s=21, visitor="ip").refusal(99))
+    over = zerogpu.read_refusal(Quota(left_s=21, visitor="ip").refusal(99))
     assert over == zerogpu.Refusal("over_quota", "", 99, 21, "13:12:05")
     said = zerogpu.refusal_sentence(over)
     assert "it needs 99 s of your daily GPU quota left to start, and 21 s are left" in said
     assert "try again in 13 h 12 min" in said  # a wait, not a clock time
     assert "sign in to Hugging Face (5 min of GPU a day with a free account, 2 min without)" in said
-    refusal = zerogpu.read_refusal(stand_in.Quota(left_s=3, visitor="free").refusal(22))
+    refusal = zerogpu.read_refusal(Quota(left_s=3, visitor="free").refusal(22))
     assert refusal is not None and refusal.tier == "free"
     free = zerogpu.refusal_sentence(refusal)
     assert "needs 22 s of your free account's daily GPU quota left to start, and 3 s" in free
@@ -83,9 +84,7 @@ def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
     assert zerogpu.read_refusal(mislabelled) is None
 
 
-def test_refused_midway_the_windows_answered_return_as_a_partial_answer(
-    engine: Engine, quota: stand_in.Quota
-) -> None:
+def test_refused_midway_the_windows_answered_return_as_a_partial_answer(engine: Engine, quota: Quota) -> None:
     each = charged(engine)
     # each call charged its whole request (as if it used all of it): two windows' calls, not three
     quota.left_s, quota.visitor, quota.used_s = 2 * each + 5, "free", each / quota.factor
@@ -102,7 +101,7 @@ def test_refused_midway_the_windows_answered_return_as_a_partial_answer(
 
 
 def test_refused_before_any_window_is_the_error_and_the_service_keeps_serving(
-    engine: Engine, quota: stand_in.Quota
+    engine: Engine, quota: Quota
 ) -> None:
     quota.left_s, quota.visitor = 0, "none"  # no visitor token: spaces names the Space's limit
     with pytest.raises(space.GpuRefused) as refused:
@@ -117,9 +116,7 @@ def test_refused_before_any_window_is_the_error_and_the_service_keeps_serving(
     assert again.partial is None and again.to_dict()["partial"] is None
 
 
-def test_compare_keeps_each_variants_partial_answer_or_its_sentence(
-    engine: Engine, quota: stand_in.Quota
-) -> None:
+def test_compare_keeps_each_variants_partial_answer_or_its_sentence(engine: Engine, quota: Quota) -> None:
     each = charged(engine, "find")
     quota.left_s, quota.visitor, quota.used_s = 2 * each, "ip", each / quota.factor  # two calls' worth
     events = list(service.compare(engine, "find", str(LONG), ["bf16", "gptq"], "the ball rolls"))

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from marlin_demo import cli
-from marlin_demo.library import index as idx
-from marlin_demo.library import shipped
+from marlin_demo.library import index, shipped
 from marlin_demo.library.database import DB_FILE, Store
 from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import search_windows
@@ -57,7 +56,7 @@ def items(examples: Path) -> list[Item]:
     return [Item(id=n, video=n, path=str((examples / n).resolve()), query=None) for n in CLIPS]
 
 
-def never(todo: list[idx.Pending]) -> Iterator[tuple[idx.Pending, dict[str, Any]]]:
+def never(todo: list[index.Pending]) -> Iterator[tuple[index.Pending, dict[str, Any]]]:
     assert not todo, f"captioned again: {[j.item.id for j in todo]}"
     return iter(())
 
@@ -73,8 +72,8 @@ def test_a_matching_shipped_library_is_found_and_loaded_without_captioning(
     assert found.sentence() == "The prebuilt library of the examples is used."
     store = Store(dest)
     try:
-        store.check_setup(idx.setup_fingerprint(settings, VARIANT))  # the app's own check passes
-        summary = idx.index(store, items(built["examples"]), never, prune_gone=True)
+        store.check_setup(index.setup_fingerprint(settings, VARIANT))  # the app's own check passes
+        summary = index.index(store, items(built["examples"]), never, prune_gone=True)
         assert sorted(summary.moved) == sorted(CLIPS) and not summary.added and not summary.failures
         assert {v["path"] for v in store.videos()} == {it.path for it in items(built["examples"])}
         assert store.counts() == (2, 2) and (dest / "thumbs").is_dir()

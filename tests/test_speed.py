@@ -18,8 +18,7 @@ import pytest
 import torch
 from media_factory import ffmpeg, run_ffmpeg
 
-from marlin_demo import contract
-from marlin_demo import video as V
+from marlin_demo import contract, video
 from marlin_demo.contract import VideoParams
 from marlin_demo.engine import Engine, EngineError, video_store
 from marlin_demo.engine.prefix_cache import PrefixCache
@@ -38,7 +37,7 @@ MAX_MEAN = 0.35
 MAX_FRAME_MEAN = 0.5
 MAX_P99 = 6
 
-needs_ffmpeg = pytest.mark.skipif(not V.ffmpeg_available(), reason="the ffmpeg binary is not on PATH")
+needs_ffmpeg = pytest.mark.skipif(not video.ffmpeg_available(), reason="the ffmpeg binary is not on PATH")
 
 
 def example(name: str) -> Path:
@@ -63,7 +62,7 @@ def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def gop_clips(gen_dir: Path) -> dict[str, Path]:
     """Short clips with many keyframes (so the fast path splits and seeks), B-frames, open GOPs, HEVC."""
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     src = "testsrc2=size=480x272:rate=30:duration=8"
     out = {
@@ -86,7 +85,7 @@ def gop_clips(gen_dir: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def rotated(gen_dir: Path) -> dict[int, Path]:
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     plain = gen_dir / "plain.mp4"
     ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x240:rate=10:duration=3", "-c:v", "libx264",
@@ -97,29 +96,29 @@ def rotated(gen_dir: Path) -> dict[int, Path]:
         res = run_ffmpeg("-display_rotation", str(deg), "-i", str(plain), "-c", "copy", str(path))
         if res.returncode != 0:
             ffmpeg("-i", str(plain), "-c", "copy", "-metadata:s:v", f"rotate={deg}", str(path))
-        if V.probe(path).rotation == 0:
+        if video.probe(path).rotation == 0:
             pytest.skip("this ffmpeg could not write a display rotation")
         out[deg] = path
     return out
 
 
-def check_fast(path: Path) -> tuple[V.PreparedVideo, V.PreparedVideo]:
+def check_fast(path: Path) -> tuple[video.PreparedVideo, video.PreparedVideo]:
     """The fast path against the reference on one file: same plan and frames, pixels within tolerance."""
-    info = V.probe(path)
-    plan = V.plan_sampling(info, PARAMS)
-    ref = V.sample(path, plan, backend="reference", info=info)
-    fast = V.sample(path, plan, backend="fast", info=info)
+    info = video.probe(path)
+    plan = video.plan_sampling(info, PARAMS)
+    ref = video.sample(path, plan, backend="reference", info=info)
+    fast = video.sample(path, plan, backend="fast", info=info)
     assert fast.plan is plan  # the plan (indices, size, tokens) is the reference's, untouched
     assert fast.frames.shape == ref.frames.shape == (plan.nframes, 3, plan.height, plan.width)
     assert fast.frames.dtype == torch.uint8
     strip = {k: v for k, v in fast.metadata.items() if k != "video_backend"}
     assert strip == {k: v for k, v in ref.metadata.items() if k != "video_backend"}
-    if not V.fast_supported(info):  # >8-bit: the reference decode, exactly
+    if not video.fast_supported(info):  # >8-bit: the reference decode, exactly
         assert fast.backend == ref.backend and torch.equal(fast.frames, ref.frames)
         return ref, fast
     assert fast.backend == "fast"
     # the same source frames: each returned frame's pts is the pts torchcodec's index points at
-    all_pts = V.frame_pts(path, info.stream_index)
+    all_pts = video.frame_pts(path, info.stream_index)
     assert fast.frame_pts == pytest.approx([all_pts[i] for i in plan.indices], abs=1e-6)
     diff = (fast.frames.int() - ref.frames.int()).abs().float()
     assert diff.mean() <= MAX_MEAN, f"{path.name}: mean |diff| {diff.mean():.3f}"
@@ -145,11 +144,11 @@ def test_fast_path_shared_media(media_dir: Path, name: str) -> None:
 
 def test_fast_path_leaves_10bit_to_the_reference(media_dir: Path) -> None:
     path = media(media_dir, "h264_10bits.mp4")
-    info = V.probe(path)
-    assert not V.fast_supported(info)
+    info = video.probe(path)
+    assert not video.fast_supported(info)
     _, fast = check_fast(path)
     assert fast.backend == "torchcodec" and fast.frame_pts is None
-    assert V.pick_backend(info, fast.plan) == "reference"
+    assert video.pick_backend(info, fast.plan) == "reference"
 
 
 @needs_ffmpeg
@@ -171,12 +170,12 @@ def test_skipping_unplanned_nonreference_pictures_changes_no_pixel(
     """H.264 pictures nothing references are not decoded unless planned, and no returned frame changes."""
     monkeypatch.setenv("MARLIN_DECODE_THREADS", threads)
     for name in ("bframes", "opengop", "big"):
-        info = V.probe(gop_clips[name])
-        plan = V.plan_sampling(info, PARAMS)
-        skipped = V.sample(gop_clips[name], plan, backend="fast", info=info)
+        info = video.probe(gop_clips[name])
+        plan = video.plan_sampling(info, PARAMS)
+        skipped = video.sample(gop_clips[name], plan, backend="fast", info=info)
         with monkeypatch.context() as m:
-            m.setattr(V.fast, "FAST_SKIP_NONREF", frozenset())
-            full = V.sample(gop_clips[name], plan, backend="fast", info=info)
+            m.setattr(video.fast, "FAST_SKIP_NONREF", frozenset())
+            full = video.sample(gop_clips[name], plan, backend="fast", info=info)
         assert skipped.backend == full.backend == "fast"
         assert torch.equal(skipped.frames, full.frames), name
         assert skipped.frame_pts == full.frame_pts
@@ -197,21 +196,21 @@ def test_fast_path_rotation(rotated: dict[int, Path]) -> None:
 
 def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     path = example("ball_rolls.mp4")
-    info = V.probe(path)
-    plan = V.plan_sampling(info, PARAMS)
+    info = video.probe(path)
+    plan = video.plan_sampling(info, PARAMS)
 
     def broken(*_args: object, **_kw: object) -> None:
         raise RuntimeError("simulated decoder failure")
 
-    monkeypatch.setattr(V.pipeline, "_decode_fast", broken)
-    prepared = V.sample(path, plan, backend="fast", info=info)
+    monkeypatch.setattr(video.pipeline, "_decode_fast", broken)
+    prepared = video.sample(path, plan, backend="fast", info=info)
     assert prepared.backend == "torchcodec"
-    assert torch.equal(prepared.frames, V.sample(path, plan, info=info).frames)
+    assert torch.equal(prepared.frames, video.sample(path, plan, info=info).frames)
 
 
 def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packets without unique pts: one sequential decode that counts frames, like the PyAV fallback."""
-    monkeypatch.setattr(V.fast, "_packet_index", lambda *_a: None)
+    monkeypatch.setattr(video.fast, "_packet_index", lambda *_a: None)
     check_fast(example("people_meet.mp4"))
 
 
@@ -232,20 +231,23 @@ def test_segments_cover_every_frame_from_a_keyframe() -> None:
 
 def test_pick_backend(gop_clips: dict[str, Path], media_dir: Path) -> None:
     """auto = the fast path on every 8-bit source (measured faster: docs/VIDEO_PREP.md), reference above."""
-    small = V.probe(example("ball_rolls.mp4"))  # 480x270 upscaled to 512x288: fast too (measured ~2x)
-    assert V.pick_backend(small, V.plan_sampling(small, PARAMS)) == "fast"
-    big = V.probe(gop_clips["big"])  # 1280x720 shrunk to 576x320
-    assert V.pick_backend(big, V.plan_sampling(big, PARAMS)) == "fast"
-    ten = V.probe(media(media_dir, "h264_10bits.mp4"))
-    assert V.pick_backend(ten, V.plan_sampling(ten, PARAMS)) == "reference"
+    small = video.probe(example("ball_rolls.mp4"))  # 480x270 upscaled to 512x288: fast too (measured ~2x)
+    assert video.pick_backend(small, video.plan_sampling(small, PARAMS)) == "fast"
+    big = video.probe(gop_clips["big"])  # 1280x720 shrunk to 576x320
+    assert video.pick_backend(big, video.plan_sampling(big, PARAMS)) == "fast"
+    ten = video.probe(media(media_dir, "h264_10bits.mp4"))
+    assert video.pick_backend(ten, video.plan_sampling(ten, PARAMS)) == "reference"
 
 
 def test_sample_auto_means_the_per_clip_choice(gop_clips: dict[str, Path], media_dir: Path) -> None:
     """backend="auto" in video.sample means what MARLIN_VIDEO_BACKEND=auto means: pick_backend's choice."""
-    ten = V.probe(media(media_dir, "h264_10bits.mp4"))
-    assert V.sample(ten.path, V.plan_sampling(ten, PARAMS), "auto", ten).backend in ("torchcodec", "pyav")
-    big = V.probe(gop_clips["big"])
-    assert V.sample(gop_clips["big"], V.plan_sampling(big, PARAMS), "auto", big).backend == "fast"
+    ten = video.probe(media(media_dir, "h264_10bits.mp4"))
+    assert video.sample(ten.path, video.plan_sampling(ten, PARAMS), "auto", ten).backend in (
+        "torchcodec",
+        "pyav",
+    )
+    big = video.probe(gop_clips["big"])
+    assert video.sample(gop_clips["big"], video.plan_sampling(big, PARAMS), "auto", big).backend == "fast"
 
 
 # ---------------------------------------------------------------------------
@@ -259,7 +261,7 @@ def test_video_cache_bounds_and_no_second_decode(
     calls = {"sample": 0, "digest": 0}
     real_sample, real_digest = video_store.sample, video_store.file_digest
 
-    def counting_sample(*a: object, **kw: object) -> V.PreparedVideo:
+    def counting_sample(*a: object, **kw: object) -> video.PreparedVideo:
         calls["sample"] += 1
         return real_sample(*a, **kw)  # type: ignore[arg-type]
 

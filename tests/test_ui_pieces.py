@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.results import Done, Loaded, Moment, Progress, RunInfo, Stage
+from marlin_demo.tasks import CAPTION
 from marlin_demo.ui import caption, find, timeline
 from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.running import BarView, RunState, StageView, follow, progress_html, throttled
@@ -247,7 +248,7 @@ def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
     result.range_s = (3.0, 9.0)
     said = caption.chapters_html(result)
     assert "3–9 s (6 s long)" in said and "12 s" not in said, said
-    assert caption.caption_json(result)["chapters"]["reason"] in said  # the API says the same
+    assert CAPTION.answer.to_json(result)["chapters"]["reason"] in said  # the API says the same
     # the range answered as its own 6 s clip: the note names no 6 s "clip", only the range's end
     parse = parse_caption("Scene: x.\nEvents:\n<0.0 - 8.0> A ball rolls.")
     notes = map_caption(repair_caption(parse, 6.0), Window(0, 3.0, 9.0)).repairs  # as the engine repaired it

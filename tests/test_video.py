@@ -15,7 +15,7 @@ import pytest
 import torch
 from media_factory import run_ffmpeg
 
-from marlin_demo import video as V
+from marlin_demo import video
 from marlin_demo.contract import VideoParams
 from marlin_demo.video import Limits, VideoError, export_clip, plan_sampling, probe, sample, validate
 
@@ -50,7 +50,7 @@ MEDIA = {
 }
 PARAMS = VideoParams()
 
-needs_ffmpeg = pytest.mark.skipif(not V.ffmpeg_available(), reason="the ffmpeg binary is not on PATH")
+needs_ffmpeg = pytest.mark.skipif(not video.ffmpeg_available(), reason="the ffmpeg binary is not on PATH")
 
 
 def media_file(media_dir: Path, name: str) -> Path:
@@ -78,7 +78,7 @@ def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _testsrc(out: Path, size: str, rate: int, seconds: float, *extra: str) -> Path:
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     if not out.exists():
         res = run_ffmpeg(
@@ -166,7 +166,7 @@ def test_probe_without_torchcodec_agrees(media_dir: Path, name: str, monkeypatch
     """The PyAV packet scan gives the same frame count, fps and duration as torchcodec's exact scan."""
     path = media_file(media_dir, name)
     with_tc = probe(path)
-    monkeypatch.setattr(V.info, "_torchcodec_metadata", lambda _path: None)
+    monkeypatch.setattr(video.info, "_torchcodec_metadata", lambda _path: None)
     without = probe(path)
     assert without.metadata_source == "pyav"
     assert without.num_frames == with_tc.num_frames
@@ -203,14 +203,14 @@ def _make_bad(kind: str, tmp_path: Path) -> Path:
     elif kind == "random":
         path.write_bytes(random.Random(1234).randbytes(20000))
     elif kind == "mp3":
-        if not V.ffmpeg_available():
+        if not video.ffmpeg_available():
             pytest.skip("the ffmpeg binary is not on PATH")
         path = tmp_path / "tone.mp3"
         res = run_ffmpeg("-f", "lavfi", "-i", "sine=frequency=440:duration=2", str(path))
         assert res.returncode == 0, res.stderr
     elif kind == "truncated":
         # moov at the end (no faststart): cutting the file loses the index entirely.
-        if not V.ffmpeg_available():
+        if not video.ffmpeg_available():
             pytest.skip("the ffmpeg binary is not on PATH")
         full = tmp_path / "full.mp4"
         res = run_ffmpeg("-i", str(example_file("ball_rolls.mp4")), "-c", "copy", str(full))
@@ -268,7 +268,7 @@ def test_zero_duration_message(monkeypatch: pytest.MonkeyPatch) -> None:
         num_frames_from_content=None,
         num_frames_from_header=0,
     )
-    monkeypatch.setattr(V.info, "_torchcodec_metadata", lambda _path: fake)
+    monkeypatch.setattr(video.info, "_torchcodec_metadata", lambda _path: fake)
     with pytest.raises(VideoError, match=r"zero duration"):
         probe(example_file("ball_rolls.mp4"))
 
@@ -342,7 +342,7 @@ def qwen_fetch(path: Path, monkeypatch: pytest.MonkeyPatch, **extra: object) -> 
     return frames, metadata
 
 
-def check_parity(path: Path, monkeypatch: pytest.MonkeyPatch, **qwen_range: float) -> V.PreparedVideo:
+def check_parity(path: Path, monkeypatch: pytest.MonkeyPatch, **qwen_range: float) -> video.PreparedVideo:
     ref_frames, ref_meta = qwen_fetch(path, monkeypatch, **qwen_range)
     info = probe(path)
     assert info.metadata_source == "torchcodec"
@@ -446,7 +446,7 @@ def test_processor_sees_uint8_and_float_alike() -> None:
 # ---------------------------------------------------------------------------
 
 
-def _pyav_vs_torchcodec(path: Path) -> tuple[V.PreparedVideo, V.PreparedVideo]:
+def _pyav_vs_torchcodec(path: Path) -> tuple[video.PreparedVideo, video.PreparedVideo]:
     info = probe(path)
     plan = plan_sampling(info, PARAMS)
     ref = sample(path, plan, backend="torchcodec", info=info)
@@ -481,7 +481,7 @@ def test_auto_falls_back_to_pyav(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_args: object) -> None:
         raise RuntimeError("Could not load libtorchcodec: libavutil.so.59 not found")
 
-    monkeypatch.setattr(V.pipeline, "_decode_torchcodec", broken)
+    monkeypatch.setattr(video.pipeline, "_decode_torchcodec", broken)
     prepared = sample(path, plan, info=info)
     assert prepared.metadata["video_backend"] == "pyav"
     assert prepared.frames.shape == (plan.nframes, 3, plan.height, plan.width)
@@ -493,7 +493,7 @@ def test_auto_falls_back_to_pyav(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_auto_uses_pyav_when_probe_could_not_use_torchcodec(monkeypatch: pytest.MonkeyPatch) -> None:
     path = example_file("lamp_on_off.mp4")
-    monkeypatch.setattr(V.info, "_torchcodec_metadata", lambda _path: None)
+    monkeypatch.setattr(video.info, "_torchcodec_metadata", lambda _path: None)
     info = probe(path)
     assert info.metadata_source == "pyav"
     prepared = sample(path, plan_sampling(info, PARAMS), info=info)
@@ -508,12 +508,12 @@ def test_plan_rejects_a_pixel_budget_below_the_minimum() -> None:
 
 def test_prepare_is_validate_plan_sample() -> None:
     path = example_file("people_meet.mp4")
-    prepared = V.prepare(path, PARAMS, Limits())
+    prepared = video.prepare(path, PARAMS, Limits())
     assert prepared.info == probe(path)
     assert prepared.plan == plan_sampling(prepared.info, PARAMS)
     assert prepared.frames.shape[0] == prepared.plan.nframes == 28
     with pytest.raises(VideoError, match="at most 5 s"):
-        V.prepare(path, PARAMS, Limits(max_duration_s=5))
+        video.prepare(path, PARAMS, Limits(max_duration_s=5))
 
 
 # ---------------------------------------------------------------------------
@@ -557,7 +557,7 @@ def test_export_clip_rotated_comes_out_upright(rotated_90: Path, tmp_path: Path)
 
 
 def test_export_clip_without_ffmpeg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(V.export.shutil, "which", lambda _name: None)
-    assert not V.ffmpeg_available()
+    monkeypatch.setattr(video.export.shutil, "which", lambda _name: None)
+    assert not video.ffmpeg_available()
     with pytest.raises(RuntimeError, match="ffmpeg was not found"):
         export_clip(example_file("ball_rolls.mp4"), 0, 1, tmp_path / "x.mp4")

@@ -20,7 +20,7 @@ import pytest
 import torch
 from media_factory import ffmpeg, run_ffmpeg
 
-from marlin_demo import video as V
+from marlin_demo import video
 from marlin_demo.contract import VideoParams
 
 PARAMS = VideoParams()
@@ -84,7 +84,7 @@ REFERENCE_ONLY = {"hevc_10bit", "h264_interlaced"}
 
 @pytest.fixture(scope="session")
 def codec_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     root = tmp_path_factory.mktemp("codecs")
     out = {}
@@ -97,12 +97,12 @@ def codec_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _exact_plan_and_frames(path: Path, fast: V.PreparedVideo, ref: V.PreparedVideo) -> None:
+def _exact_plan_and_frames(path: Path, fast: video.PreparedVideo, ref: video.PreparedVideo) -> None:
     plan = fast.plan
     assert fast.frames.shape == ref.frames.shape == (plan.nframes, 3, plan.height, plan.width)
     strip = {k: v for k, v in fast.metadata.items() if k != "video_backend"}
     assert strip == {k: v for k, v in ref.metadata.items() if k != "video_backend"}
-    all_pts = V.frame_pts(path, fast.info.stream_index)
+    all_pts = video.frame_pts(path, fast.info.stream_index)
     assert fast.frame_pts == pytest.approx([all_pts[i] for i in plan.indices], abs=1e-9)  # pts error 0
     diff = (fast.frames.int() - ref.frames.int()).abs().float()
     assert diff.mean() <= 0.35, f"{path.name}: mean |diff| {diff.mean():.3f}"
@@ -118,20 +118,20 @@ def test_fast_path_per_codec(
 ) -> None:
     monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
     path = codec_clips[name]
-    info = V.probe(path)
-    plan = V.plan_sampling(info, PARAMS)
-    ref = V.sample(path, plan, backend="reference", info=info)
-    fast = V.sample(path, plan, backend="fast", info=info)
+    info = video.probe(path)
+    plan = video.plan_sampling(info, PARAMS)
+    ref = video.sample(path, plan, backend="reference", info=info)
+    fast = video.sample(path, plan, backend="fast", info=info)
     if name in REFERENCE_ONLY:  # above 8 bits or interlaced: the fast path is the reference decode
-        assert not V.fast_supported(info) and fast.backend == ref.backend == "torchcodec"
+        assert not video.fast_supported(info) and fast.backend == ref.backend == "torchcodec"
         assert torch.equal(fast.frames, ref.frames)
         return
     assert fast.backend == "fast"
     _exact_plan_and_frames(path, fast, ref)
     with monkeypatch.context() as m:  # the same decode with every picture decoded
-        m.setattr(V.fast, "FAST_SKIP_NONREF", frozenset())
-        m.setattr(V.fast, "FAST_DROP_AV1", frozenset())
-        full = V.sample(path, plan, backend="fast", info=info)
+        m.setattr(video.fast, "FAST_SKIP_NONREF", frozenset())
+        m.setattr(video.fast, "FAST_DROP_AV1", frozenset())
+        full = video.sample(path, plan, backend="fast", info=info)
     assert torch.equal(fast.frames, full.frames) and fast.frame_pts == full.frame_pts
     assert fast.frames_decoded is not None and full.frames_decoded is not None
     if name in SKIPS:
@@ -149,12 +149,12 @@ def test_hevc_skip_only_where_no_higher_sub_layer_exists(codec_clips: dict[str, 
     def rule_per_packet(name: str) -> tuple[bool, list[int | None], list[bool]]:
         with av.open(str(codec_clips[name])) as c:
             stream = c.streams.video[0]
-            rule = V.fast._nonref_rule(stream.codec_context)
+            rule = video.fast._nonref_rule(stream.codec_context)
             if rule is None:
                 return False, [], []
             size = (stream.codec_context.extradata[21] & 3) + 1
             packets = [p for p in c.demux(stream) if p.size]
-            tids = [V.fast._hevc_temporal_id(bytes(p), size) for p in packets]
+            tids = [video.fast._hevc_temporal_id(bytes(p), size) for p in packets]
             return True, tids, [rule(p) for p in packets]
 
     for name in ("hevc_b", "h264_high_b3"):
@@ -247,16 +247,16 @@ def test_av1_reader_keeps_what_it_cannot_read() -> None:
 def test_auto_rule_per_kind_of_clip(codec_clips: dict[str, Path]) -> None:
     """auto = fast on every 8-bit source, whatever the codec, size or rate; reference above 8 bits."""
     for name, path in codec_clips.items():
-        info = V.probe(path)
+        info = video.probe(path)
         want = "reference" if name in REFERENCE_ONLY else "fast"
-        assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == want, name
-    base = V.probe(codec_clips["h264_high_b3"])
+        assert video.pick_backend(info, video.plan_sampling(info, PARAMS)) == want, name
+    base = video.probe(codec_clips["h264_high_b3"])
     for width, height, fps in [(480, 270, 10.0), (640, 360, 30.0), (1920, 1080, 30.0), (1920, 1080, 60.0),
                                (1080, 1920, 60.0), (3840, 2160, 30.0)]:  # fmt: skip
         info = dataclasses.replace(base, width=width, height=height, fps=fps)
-        assert V.pick_backend(info, V.plan_sampling(info, PARAMS)) == "fast", (width, height, fps)
+        assert video.pick_backend(info, video.plan_sampling(info, PARAMS)) == "fast", (width, height, fps)
         assert (
-            V.pick_backend(dataclasses.replace(info, bit_depth=10), V.plan_sampling(info, PARAMS))
+            video.pick_backend(dataclasses.replace(info, bit_depth=10), video.plan_sampling(info, PARAMS))
             == "reference"
         )
 
@@ -264,21 +264,21 @@ def test_auto_rule_per_kind_of_clip(codec_clips: dict[str, Path]) -> None:
 def test_a_clip_cut_without_re_encoding_is_read_like_the_reference(tmp_path: Path) -> None:
     """``ffmpeg -ss 1.3 -c copy`` keeps the frames from the keyframe before the cut, hidden by an
     edit list: not a truncated file, and its frames are numbered from the cut, as torchcodec does."""
-    if not V.ffmpeg_available():
+    if not video.ffmpeg_available():
         pytest.skip("the ffmpeg binary is not on PATH")
     full, cut = tmp_path / "full.mp4", tmp_path / "cut.mp4"
     ffmpeg("-f", "lavfi", "-i", "testsrc2=size=320x180:rate=30:duration=6", *ENCODES["h264_high_b3"],
            "-pix_fmt", "yuv420p", "-movflags", "+faststart", str(full))  # fmt: skip
     ffmpeg("-ss", "1.3", "-i", str(full), "-c", "copy", str(cut))
-    info = V.probe(cut)
-    assert info.num_frames == len(V.frame_pts(cut)) == 141 and V.frame_pts(cut)[0] == 0.0
-    plan = V.plan_sampling(info, PARAMS)
-    ref = V.sample(cut, plan, backend="reference", info=info)
-    fast = V.sample(cut, plan, backend="fast", info=info)
+    info = video.probe(cut)
+    assert info.num_frames == len(video.frame_pts(cut)) == 141 and video.frame_pts(cut)[0] == 0.0
+    plan = video.plan_sampling(info, PARAMS)
+    ref = video.sample(cut, plan, backend="reference", info=info)
+    fast = video.sample(cut, plan, backend="fast", info=info)
     _exact_plan_and_frames(cut, fast, ref)
     assert fast.frames_decoded is not None and fast.frames_decoded < info.num_frames  # indexed, skipping
     # a file cut short still reads as truncated: its frames stop before the header's duration
     short = tmp_path / "short.mp4"
     short.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
-    with pytest.raises(V.VideoError, match="looks truncated"):
-        V.probe(short)
+    with pytest.raises(video.VideoError, match="looks truncated"):
+        video.probe(short)

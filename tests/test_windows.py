@@ -26,8 +26,7 @@ from marlin_demo.longvideo.policy import Window, WindowLimitError, plan_for, pla
 from marlin_demo.settings import Settings
 from marlin_demo.tasks.caption import description_similarity, map_caption, merge_captions
 from marlin_demo.tasks.find import best_span, map_span, merge_moments
-from marlin_demo.video import frame_pts, plan_sampling, probe, sample
-from marlin_demo.video import windows as video_windows
+from marlin_demo.video import frame_pts, plan_sampling, probe, sample, windows
 from marlin_demo.video.decode import _decode_torchcodec, _resize
 from marlin_demo.video.windows import decode_windows, plan_window, window_backend
 
@@ -295,14 +294,14 @@ def test_second_question_on_a_long_video_decodes_nothing(
 ) -> None:
     """The engine decodes a long video's windows in one scan, once: the second find decodes 0 pictures."""
     decoded: list[int] = []
-    real_run = video_windows._decode_run
+    real_run = windows._decode_run
 
     def counting_run(*args: Any, **kwargs: Any) -> int:
         n = real_run(*args, **kwargs)
         decoded.append(n)
         return n
 
-    monkeypatch.setattr(video_windows, "_decode_run", counting_run)
+    monkeypatch.setattr(windows, "_decode_run", counting_run)
     eng = Engine(tiny_settings.with_(video_backend="fast"))
     plans = runner.window_plans(eng, bclip, "find")
     assert plans is not None and len(plans) == 3
@@ -321,7 +320,7 @@ def test_fast_windows_fall_back_to_the_scan(clip: Path, monkeypatch: pytest.Monk
     def broken(*_a: Any, **_kw: Any) -> int:
         raise RuntimeError("seek missed")
 
-    monkeypatch.setattr(video_windows, "_decode_run", broken)
+    monkeypatch.setattr(windows, "_decode_run", broken)
     info = probe(clip)
     plans = [plan_window(info, w) for w in plan_for("find", info.duration_s, D)][:1]
     got = list(decode_windows(str(clip), plans, backend="fast"))

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import stand_ins.spaces as stand_in
+import stand_ins.spaces
 from gradio_client import Client, handle_file
+from stand_ins.spaces import Quota
 from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
 from marlin_demo import contract
@@ -175,12 +176,12 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
 
 # ------------------------------------------------------------------ the start-up call, in this process
 @pytest.fixture
-def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> stand_in.Quota:
+def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Quota:
     """ZeroGPU as the stand-in ``spaces`` runs it in this process (each call forked from it), no call made
     yet, and a quota the test may set (as in test_refusals.py)."""
-    q = stand_in.Quota()
-    monkeypatch.setitem(sys.modules, "spaces", stand_in)
-    monkeypatch.setattr(stand_in, "QUOTA", q)
+    q = Quota()
+    monkeypatch.setitem(sys.modules, "spaces", stand_ins.spaces)
+    monkeypatch.setattr(stand_ins.spaces, "QUOTA", q)
     monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
     monkeypatch.setattr(space, "_warm", threading.Event())  # no call has run in this process
     monkeypatch.setenv("MARLIN_STAND_IN_GPU_LOG", str(tmp_path / "gpu.jsonl"))
@@ -188,9 +189,7 @@ def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> stand_in.Quota:
 
 
 @pytest.mark.slow
-def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(
-    quota: stand_in.Quota, tmp_path: Path
-) -> None:
+def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(quota: Quota, tmp_path: Path) -> None:
     from marlin_demo.engine import Engine
 
     engine = Engine(Settings(model="tiny", variants="bf16"))
@@ -206,7 +205,7 @@ def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(
 
 @pytest.mark.slow
 def test_a_refused_start_up_call_is_logged_and_the_first_visitor_asks_for_the_compile(
-    quota: stand_in.Quota, caplog: pytest.LogCaptureFixture
+    quota: Quota, caplog: pytest.LogCaptureFixture
 ) -> None:
     from marlin_demo.engine import Engine
 

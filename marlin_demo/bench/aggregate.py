@@ -1,6 +1,6 @@
 """Every figure of results.json from the records (pure: records + ground truth -> figures).
 
-Per variant: speed, quality, stability; per example set; the headline pair (``registry.HEADLINE``,
+Per variant: speed, quality, stability; per example set; the headline pair (``variants.HEADLINE``,
 GPTQ vs bnb4).
 """
 
@@ -12,11 +12,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from marlin_demo import variants as registry
 from marlin_demo.bench.matrix import Request, plan_requests, record_key
 from marlin_demo.bench.quality import _ratio, agreement, quality, retention
 from marlin_demo.datasets import Example, example_sets, set_label, summarize
 from marlin_demo.tasks import TASKS
+from marlin_demo.variants import HEADLINE
 
 
 def stats(values: Iterable[float | None]) -> dict[str, float] | None:
@@ -203,7 +203,7 @@ def aggregate(
             per[v]["agreement_with_" + reference] = agreement(examples, idx, v, reference, tasks, repeats)
             per[v]["retention_vs_" + reference] = retention(per[v]["quality"], per[reference]["quality"])
     comparison: dict[str, Any] = {}
-    a, b = registry.HEADLINE  # the JSON key names the pair: gptq_vs_bnb4
+    a, b = HEADLINE  # the JSON key names the pair: gptq_vs_bnb4
     if a in per and b in per:
         comparison[f"{a}_vs_{b}"] = {
             name: _rel(get(per[a]), get(per[b]))
@@ -252,7 +252,7 @@ def _memory_label(per: dict[str, Any]) -> str:
 
 def _seed_rows(per: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
     """(key, label, getter, format) rows of the seed card's table, in its order."""
-    base = registry.HEADLINE[1]  # retention is against the headline's 4-bit baseline (bnb4)
+    base = HEADLINE[1]  # retention is against the headline's 4-bit baseline (bnb4)
     base_overall = _get(per.get(base), "quality", "overall")
     latency = functools.partial(_getter, "speed", "all", "latency_s")
     return [

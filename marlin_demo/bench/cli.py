@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo import variants as registry
 from marlin_demo.bench import measure
 from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
@@ -37,6 +36,7 @@ from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_diges
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
 from marlin_demo.service.startup import check_limits
 from marlin_demo.tasks import TASKS
+from marlin_demo.variants import kinds
 
 
 def parse_list(text: str, what: str, allowed: Sequence[str] | None = None, hint: str = "") -> list[str]:
@@ -77,7 +77,7 @@ def _bench(args: argparse.Namespace) -> int:
     need = missing_extra("bench", "bench")  # its plots: said before any model work, not after it
     if need:
         raise BenchError(need)
-    allowed = [*(k.name for k in registry.kinds()), *extra]
+    allowed = [*(k.name for k in kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
     tasks = parse_list(args.tasks, "tasks", list(TASKS))
     settings = settings.with_(variants=",".join(variants))

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from marlin_demo import variants as registry
 from marlin_demo.bench.matrix import Request
 from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, append_jsonl
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import get_task
+from marlin_demo.variants import kind_of
 
 
 def run_request(engine: Any, req: Request) -> dict[str, Any]:
@@ -119,7 +119,7 @@ def preimport_backends(variants: Sequence[str], settings: Settings) -> dict[str,
     extra = settings.extra_variant_dirs
     kinds = set()
     for v in variants:
-        kind = registry.kind_of(v)
+        kind = kind_of(v)
         if v in extra:
             if (extra[v] / "quantize_config.json").exists():
                 kinds.add("gptqmodel")

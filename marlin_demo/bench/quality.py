@@ -6,7 +6,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from marlin_demo.agreement import agreement as pair_agreement
+from marlin_demo.agreement import (
+    agreement as pair_agreement,  # alias: this module defines its own agreement()
+)
 from marlin_demo.bench.matrix import asks
 from marlin_demo.datasets import Example
 from marlin_demo.tasks import TASKS, get_task

@@ -23,7 +23,7 @@ from marlin_demo import settings as settings_mod
 from marlin_demo.bench.longset import LONG_SET, resolve_data
 from marlin_demo.datasets import DatasetError, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_OK
-from marlin_demo.library import index as idx
+from marlin_demo.library import index
 from marlin_demo.library.database import LibraryError, Store
 from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import search
@@ -110,11 +110,13 @@ def build_library(
 ) -> dict[str, Any]:
     """Index the collection (incremental: a rerun captions nothing it already holds)."""
     store = Store(folder)
-    store.check_setup(idx.setup_fingerprint(engine.settings, variant))
+    store.check_setup(index.setup_fingerprint(engine.settings, variant))
     items = [Item(id=e["video"], video=e["video"], path=str((data_dir / e["video"]).resolve()), query=None)
              for e in examples]  # fmt: skip
     t0 = time.perf_counter()
-    summary = idx.index(store, items, lambda todo: idx.caption_local(engine, todo, variant), prune_gone=True)
+    summary = index.index(
+        store, items, lambda todo: index.caption_local(engine, todo, variant), prune_gone=True
+    )
     out = {**summary.to_dict(store), "index_s": round(time.perf_counter() - t0, 2)}
     store.close()
     if out["failed"]:

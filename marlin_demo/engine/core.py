@@ -40,7 +40,7 @@ from marlin_demo.results import (
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.tasks import Task, get_task
 from marlin_demo.tasks.registry import Made
-from marlin_demo.variants import unknown as unknown_variant
+from marlin_demo.variants import unknown
 from marlin_demo.video import Backend, Limits, PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan
 
@@ -138,7 +138,7 @@ class Engine:
     def load(self, variant: Variant) -> LoadedModel:
         """Load once; a failure is remembered so the UI can show it and retry is explicit."""
         if variant not in self.variants:
-            raise EngineError(unknown_variant(variant, self.variants))
+            raise EngineError(unknown(variant, self.variants))
         with self._load_lock:
             if variant in self._models:
                 return self._models[variant]

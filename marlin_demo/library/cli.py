@@ -57,7 +57,7 @@ def _local_captions(settings: Any, variant: str) -> Any:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from marlin_demo.library import index as idx
+    from marlin_demo.library import index
     from marlin_demo.library.database import LibraryError, Store
     from marlin_demo.library.inputs import InputError, collect
     from marlin_demo.service.startup import check_limits
@@ -74,7 +74,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             Store.wipe(args.library)
         store = Store(args.library)
         variant = args.variant or store.meta().get("setup", {}).get("variant") or "gptq"
-        store.check_setup(idx.setup_fingerprint(settings, variant))
+        store.check_setup(index.setup_fingerprint(settings, variant))
     except (InputError, LibraryError, ValueError) as exc:
         return _err(str(exc))
     if args.ray is None:
@@ -85,7 +85,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         def captions(todo: list[Any]) -> Iterator[Any]:
             if not todo:
                 return iter(())
-            return idx.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
+            return index.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
 
     signal.signal(signal.SIGTERM, _sigterm)
 
@@ -94,7 +94,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            summary = idx.index(store, items, captions, prune_gone=args.prune, note=note)
+            summary = index.index(store, items, captions, prune_gone=args.prune, note=note)
     except _LoadFailed as exc:
         return _err(str(exc), EXIT_FAILED)
     out = summary.to_dict(store)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.library import index as idx
+from marlin_demo.library import index
 from marlin_demo.library.database import DB_FILE, THUMBS_DIR, LibraryError, Store
 from marlin_demo.settings import Settings, Variant
 
@@ -92,7 +92,7 @@ def check(folder: Path, settings: Settings, variant: Variant) -> ShippedCheck:
     finally:
         store.close()
     out.found = True
-    here = idx.setup_fingerprint(settings, variant)
+    here = index.setup_fingerprint(settings, variant)
     for diff in _differences(built, here):
         (out.refused if diff.split(":", 1)[0] in MUST_MATCH else out.reported).append(diff)
     return out
@@ -125,7 +125,7 @@ def install(shipped: Path, dest: Path, settings: Settings, variant: Variant) -> 
             db.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('setup', ?), ('shipped', ?)",
                 (
-                    json.dumps(idx.setup_fingerprint(settings, variant)),
+                    json.dumps(index.setup_fingerprint(settings, variant)),
                     json.dumps({"setup": built, "reported": found.reported, "from": str(shipped)}),
                 ),
             )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.library import index as idx
+from marlin_demo.library import index
 from marlin_demo.library.database import THUMBS_DIR, LibraryError, Store
 from marlin_demo.library.inputs import REFUSED, Item, range_suffix
 
@@ -95,13 +95,13 @@ class LibrarySource:
         store = Store(self.folder)
         refused: list[str] = []
         try:
-            store.check_setup(idx.setup_fingerprint(self.engine.settings, self.variant))
+            store.check_setup(index.setup_fingerprint(self.engine.settings, self.variant))
 
-            def captions(todo: list[idx.Pending]) -> Iterator[tuple[idx.Pending, dict[str, Any]]]:
+            def captions(todo: list[index.Pending]) -> Iterator[tuple[index.Pending, dict[str, Any]]]:
                 with self._cond:
                     self.total = len(todo)
                     self._cond.notify_all()
-                for job, row in idx.caption_local(self.engine, todo, self.variant):
+                for job, row in index.caption_local(self.engine, todo, self.variant):
                     yield job, row  # stored (or noted as failed) before the next is asked for
                     with self._cond:
                         if row.get("status") == "ok":
@@ -114,7 +114,7 @@ class LibrarySource:
                         refused.append(str(row["error"]))
                         return
 
-            idx.index(store, items, captions, prune_gone=True)
+            index.index(store, items, captions, prune_gone=True)
         finally:
             store.close()
         if refused:  # not ready: the next search builds on, from the videos still missing

@@ -118,7 +118,7 @@ def stream_message(
         "done": True,
         "text": text,
         "first_text_s": None if first is None else round(first, 3),
-        "result": caption_json(result),
+        "result": CAPTION.answer.to_json(result),
     }
 
 
@@ -137,7 +137,7 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
     """The caption as JSON (with its chapters), WebVTT, SRT and YouTube chapters, named after the clip."""
     folder = ctx.new_run_dir("caption")
     stem = clip_stem(video)
-    data = caption_json(result)
+    data = CAPTION.answer.to_json(result)  # ``/caption``'s JSON, the CLI's too
     texts = {  # an empty one is not written (SRT without cues, no chapters)
         "vtt": subtitles.to_webvtt(result.events),
         "srt": subtitles.to_srt(result.events),
@@ -149,9 +149,6 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
             files.append(folder / f"{stem}.{ext}")
             files[-1].write_text(text, encoding="utf-8")
     return [str(f) for f in files]
-
-
-caption_json = CAPTION.answer.to_json  # ``/caption``'s JSON, the CLI's too
 
 
 def chapters_html(result: CaptionResult) -> str:

@@ -12,7 +12,6 @@ from typing import Any
 import pandas as pd
 
 from marlin_demo import service
-from marlin_demo import variants as registry
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import Result, memory_label
 from marlin_demo.tasks import get_task
@@ -20,6 +19,7 @@ from marlin_demo.ui import about, timeline
 from marlin_demo.ui.context import CLIP_ID, UIContext, fmt, tiny_in_use, variant_label
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.timeline import clock
+from marlin_demo.variants import colors, short
 
 COST_TITLES = {
     "load_s": "Load time in this request (s)",
@@ -294,11 +294,11 @@ def _speed_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
     """How ``a``'s warm latency compares with ``b``'s, or why there is no warm comparison."""
     warm, cold = payload.get("warm") or {}, payload.get("cold") or {}
     wa, wb = warm.get(a), warm.get(b)
-    name_a, name_b = registry.short(a), registry.short(b)
+    name_a, name_b = short(a), short(b)
     if not (wa and wb and wa["latency_s"] and wb["latency_s"]):
         a_s, b_s = (fmt(payload["results"][v]["metrics"]["latency_s"], " s") for v in (a, b))
         took = f"took {a_s} and {name_b} {b_s}"
-        coldest = " and ".join(registry.short(v) for v in (a, b) if cold.get(v) and not warm.get(v))
+        coldest = " and ".join(short(v) for v in (a, b) if cold.get(v) and not warm.get(v))
         why = (
             f"{coldest} ran cold (loaded for this request) with no warm re-run"
             if coldest
@@ -313,7 +313,7 @@ def _speed_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
     else:
         pace = f"was about as fast as {name_b} warm"
     notes = [f"{fmt(wa['latency_s'], ' s')} vs {fmt(wb['latency_s'], ' s')}"]
-    rerun = [registry.short(v) for v, w in ((a, wa), (b, wb)) if w.get("rerun")]
+    rerun = [short(v) for v, w in ((a, wa), (b, wb)) if w.get("rerun")]
     if rerun:
         notes.append(" and ".join(rerun) + " timed again, warm")
     if wa.get("reused_prefix") != wb.get("reused_prefix"):
@@ -355,7 +355,7 @@ def verdict(payload: Mapping[str, Any] | None) -> str:
         return ""
     a = names[0]
     return " ".join(
-        f"On this clip {registry.short(a)} {_speed_clause(a, b, payload)}{_memory_clause(a, b, payload)}"
+        f"On this clip {short(a)} {_speed_clause(a, b, payload)}{_memory_clause(a, b, payload)}"
         f"{_agreement_clause(a, b, payload)}."
         for b in names[1:]
     )
@@ -448,7 +448,7 @@ def metrics_frame(
 
 def variant_colors(names: Sequence[str]) -> dict[str, str]:
     """One color per variant, the same in every chart (and in the bench's plots)."""
-    return registry.colors(tuple(names))
+    return colors(tuple(names))
 
 
 def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:

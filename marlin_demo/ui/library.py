@@ -19,12 +19,10 @@ from typing import Any
 import gradio as gr
 
 from marlin_demo import contract
-from marlin_demo.library import index as idx
-from marlin_demo.library import search as library_search
-from marlin_demo.library import shipped
+from marlin_demo.library import index, shipped
 from marlin_demo.library.database import LibraryError, Store
 from marlin_demo.library.inputs import Item
-from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer
+from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search, search_windows
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
@@ -57,7 +55,7 @@ def default_source(ctx: UIContext) -> LibrarySource:
         return LibrarySource(folder, str(variant), None, ctx.engine, f"the library at {folder.name}")
     variant = ctx.default_variant
     clips = [(e["video"], ctx.clip(e).stat().st_size if ctx.clip(e).exists() else 0) for e in ctx.examples]
-    key = json.dumps([idx.setup_fingerprint(s, variant), clips], sort_keys=True, default=str)
+    key = json.dumps([index.setup_fingerprint(s, variant), clips], sort_keys=True, default=str)
     # beside what Gradio caches for the app (GRADIO_EXAMPLES_CACHE moves it), one folder per model,
     # settings and example set: kept across restarts, never shown for another model
     root = Path(os.environ.get("GRADIO_EXAMPLES_CACHE", ".gradio/cached_examples"))
@@ -90,7 +88,7 @@ def run_search(
     """Both stages on the library (its own connection: SQLite's belong to one thread)."""
     with contextlib.closing(Store(source.folder, create=False)) as store:
         s = source.engine.settings
-        return library_search.search(
+        return search(
             store, query, s, lambda: source.engine, source.variant, top_k=top_k, progress=progress, stop=stop
         )
 
@@ -372,7 +370,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
         except LibraryError:
             return ""
         try:
-            windows = library_search.search_windows(store, query, ctx.engine.settings)
+            windows = search_windows(store, query, ctx.engine.settings)
         except ValueError:  # a bad query: Run says why
             return ""
         finally:
