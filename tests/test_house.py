@@ -215,3 +215,71 @@ def test_no_catch_all_module() -> None:
     """Every module is named for its one concern: none called common, utils, helpers or misc."""
     found = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name in CATCH_ALL_NAMES)
     assert not found, f"catch-all modules: {found}; split them by concern"
+
+
+#: Where a project module or name is imported: the package, the tests (their helpers and stand-ins), the
+#: scripts and the benchmarks. Each says a project name by its own name, so one grep finds every use.
+ALIAS_ROOTS = [PACKAGE.parent / d for d in ("marlin_demo", "tests", "scripts", "benchmarks")]
+#: Top-level names that are the project's own: the package, the stand-ins, and the sibling modules that
+#: tests, scripts and benchmarks import from each other (``ui_support``, ``script_loader``...).
+PROJECT_TOPS = {"marlin_demo", "stand_ins"} | {
+    p.stem for d in ALIAS_ROOTS[1:] for p in d.glob("*.py") if p.stem != "__init__"
+}
+#: A kept alias says why on its line (``# alias: <why>``); ``settings as settings_mod`` is everywhere
+#: beside ``settings`` variables.
+ALIAS_REASON = re.compile(r"#\s*alias:")
+ALLOWED_ALIASES = {("settings", "settings_mod")}
+
+
+def _renaming_imports(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each ``import X as Y`` / ``from P import X as Y`` of a project name where Y is not
+    X's own (last) name, unless allowed or its statement carries ``# alias:``."""
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        relative = isinstance(node, ast.ImportFrom) and node.level > 0
+        module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+        said = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        for alias in node.names:
+            full = f"{module}.{alias.name}" if module else alias.name
+            own = alias.name.rsplit(".", 1)[-1]
+            project = relative or full.split(".")[0] in PROJECT_TOPS
+            if not alias.asname or alias.asname == own or not project:
+                continue
+            if (own, alias.asname) in ALLOWED_ALIASES or ALIAS_REASON.search(said):
+                continue
+            found.append((node.lineno, f"{full} as {alias.asname}"))
+    return found
+
+
+def test_alias_rule_sees_a_renamed_project_import() -> None:
+    caught = [
+        "from marlin_demo.library import index as idx",
+        "import stand_ins.spaces as stand_in",
+        "from marlin_demo.variants import (\n    label,\n    unknown as unknown_variant,\n)",
+        "from ui_support import serve as start",
+        "from . import video as V",
+    ]
+    assert [c for c in caught if not _renaming_imports(c)] == []
+    allowed = [
+        "import gradio as gr",
+        "from marlin_demo.library import index",
+        "import marlin_demo.video.digest as digest",
+        "from marlin_demo import settings as settings_mod",
+        "from marlin_demo.app import main as app_main  # alias: this module has its own main()",
+    ]
+    assert [a for a in allowed if _renaming_imports(a)] == []
+
+
+def test_no_alias_renames_a_project_import() -> None:
+    """A project module or function is imported under its own name (``index.index``, not ``idx.index``),
+    unless two names truly clash; such an alias says why with ``# alias:`` on its line."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}: {said}"
+        for root in ALIAS_ROOTS
+        for path in sorted(root.rglob("*.py"))
+        for n, said in _renaming_imports(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "Project imports under another name:\n" + "\n".join(found)
