@@ -116,7 +116,9 @@ def test_static_step_scores_finds_streams_and_stops_as_eager(eager: Callable[[st
     reference = eager("find", "gptq")
     assert found.info.decode == "static" and found.raw == reference.raw
     assert found.moments == reference.moments  # the same scores: the logits are eager's
-    assert "decode: static" in compare_view._card("gptq", found, False, 12.0, None)  # Compare says it
+    assert "decode: static" in compare_view._card(
+        "gptq", found, False, 12.0, None, compare_view.find_card
+    )  # Compare says it
     with contextlib.closing(service.stream(engine, "caption", CLIP, "gptq")) as stages:  # a Stop
         for stage in stages:
             if isinstance(stage, Progress) and stage.text:

@@ -36,6 +36,10 @@ WARMUP_STEPS = 2
 CAPTURE_TOKENS = 4
 
 
+#: greedy decoding, the generation config's sampling switched off (Marlin's answers are greedy)
+GREEDY: dict[str, Any] = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+
+
 class GraphsUnavailable(RuntimeError):
     """Raised instead of decoding eagerly inside ``required()`` (a ZeroGPU call sized for graphs)."""
 
@@ -256,10 +260,7 @@ def _new_step(loaded: Any, size: int, gen_kwargs: dict[str, Any], capture: bool)
             cache=cache,
             max_new_tokens=CAPTURE_TOKENS,
             min_new_tokens=CAPTURE_TOKENS,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
+            **GREEDY,
             **gen_kwargs,
         )
     if step.inputs is None:
