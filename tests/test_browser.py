@@ -22,8 +22,10 @@ from ui_support import (
     EXAMPLES,
     LIBRARY_SELECTOR,
     SCRIPT_SELECTORS,
+    SHOWS,
     AppServer,
     gradio_selectors,
+    replace_clip,
     start_app,
     stop_app,
     zero_gpu_env,
@@ -707,8 +709,6 @@ FIRST_RUN = "Webb telescope in the clean room"  # an example no other test click
 
 
 #: The page's clip player holds the file named ``arg``.
-SHOWS = """(name) => [...document.querySelectorAll("#clip-video video")]
-  .some(v => decodeURIComponent(v.currentSrc || v.src).endsWith("/" + name))"""
 
 
 # ---------------------------------------------------------------------------
@@ -817,13 +817,6 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
         context.close()
 
 
-def _replace_clip(pg, path: Path) -> None:
-    """Clear the page's clip (the × on its player), then upload ``path``, as a visitor would."""
-    pg.click("#clip-video button[aria-label='Clear']")
-    pg.set_input_files("#clip-video input[type=file]", str(path))
-    pg.wait_for_function(SHOWS, arg=path.name, timeout=60_000)
-
-
 def _example(pg, tab: str, title: str):
     return pg.locator(f"#{tab}-examples button", has_text=title).first
 
@@ -881,7 +874,7 @@ def test_a_time_range_asks_about_that_part_only(page) -> None:
     )
     assert all(3.0 <= start <= end <= 8.0 for start, end in events), events
     # a new clip starts whole: the range goes with the clip it was set on
-    _replace_clip(pg, EXAMPLES / "flower.mp4")
+    replace_clip(pg, EXAMPLES / "flower.mp4")
     empty = "['#clip-start input', '#clip-end input'].every((s) => document.querySelector(s)?.value === '')"
     pg.wait_for_function(f"() => {empty}", timeout=30_000)
 
@@ -907,7 +900,7 @@ def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> 
     # Find has the same clip (one clip per page); another clip there: nothing of the Webb caption stays
     _select_tab(pg, "Find · when")
     pg.wait_for_function(SHOWS, arg="webb_cleanroom.mp4", timeout=30_000)
-    _replace_clip(pg, CLIP)
+    replace_clip(pg, CLIP)
     pg.wait_for_function(
         """() => !document.querySelector('#caption-scene .mc-scene')
              && !document.querySelector('#caption-timeline .mt-event')
@@ -924,7 +917,7 @@ def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> 
     pg.wait_for_selector("#find-metrics .md-card", timeout=RUN_TIMEOUT_MS)
     pg.wait_for_selector("#find-run", state="visible", timeout=30_000)
     assert "red ball" in pg.inner_text("#find-headline")
-    _replace_clip(pg, EXAMPLES / "flower.mp4")
+    replace_clip(pg, EXAMPLES / "flower.mp4")
     pg.wait_for_function(
         """() => !document.querySelector('#find-headline .mf-head')
              && !document.querySelector('#find-timeline .mt-mrow, #find-timeline .mt-span')

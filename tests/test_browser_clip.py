@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from ui_support import EXAMPLES
+from ui_support import EXAMPLES, SHOWS, replace_clip
 
 from marlin_demo.video import probe
 
@@ -27,8 +27,6 @@ RUN_TIMEOUT_MS = 180_000
 PARKING, BALL, FLOWER = "parking_lot.mp4", "ball_rolls.mp4", "flower.mp4"
 TITLES = {PARKING: "Cars cross a parking lot", BALL: "A red ball rolls", FLOWER: "A flower opens"}
 
-SHOWS = """(name) => [...document.querySelectorAll("#clip-video video")]
-  .some(v => decodeURIComponent(v.currentSrc || v.src).endsWith("/" + name))"""
 
 #: what the tab shows right now: the player's clip, the finished answer's downloads and timeline axes
 STATE_JS = """(tab) => {
@@ -89,12 +87,6 @@ def _example(pg: Any, tab: str, clip: str) -> None:
     pg.locator(f"#{tab}-examples button", has_text=TITLES[clip]).first.click()
 
 
-def _upload(pg: Any, path: Path) -> None:
-    pg.click("#clip-video button[aria-label='Clear']")
-    pg.set_input_files("#clip-video input[type=file]", str(path))
-    pg.wait_for_function(SHOWS, arg=path.name, timeout=60_000)
-
-
 def _open(pg: Any, tab: str) -> None:
     pg.get_by_role("tab", name=tab).first.click()
 
@@ -113,7 +105,7 @@ def test_example_after_example_and_uploads_between_show_the_clip_on_screens_answ
         _example(pg, tab, name)
         _wait_answered(pg, tab, EXAMPLES / name)
     mine = _upload_clip(tmp_path)
-    _upload(pg, mine)
+    replace_clip(pg, mine)
     _assert_cleared(pg, tab, mine)
     if tab == "find":
         pg.locator("#find-query textarea, #find-query input").first.fill("the lamp turns on")
@@ -153,7 +145,7 @@ def test_compare_cards_and_session_rows_follow_the_clip(page: Any, tmp_path: Pat
     _assert_cleared(pg, "compare", EXAMPLES / BALL)
     _compare(pg, EXAMPLES / BALL)
     mine = _upload_clip(tmp_path)
-    _upload(pg, mine)
+    replace_clip(pg, mine)
     _assert_cleared(pg, "compare", mine)
     _compare(pg, mine)
     _example(pg, "compare", FLOWER)

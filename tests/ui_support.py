@@ -227,3 +227,16 @@ def gradio_selectors(css: str | None = None) -> list[str]:
                     break
                 inside_ours = inside_ours or ours
     return list(dict.fromkeys(found))
+
+
+# --------------------------------------------------------------------------- the page's one clip
+#: the page's player shows the file named ``name`` (Gradio serves it from its own folder)
+SHOWS = """(name) => [...document.querySelectorAll("#clip-video video")]
+  .some(v => decodeURIComponent(v.currentSrc || v.src).endsWith("/" + name))"""
+
+
+def replace_clip(pg: Any, path: Path) -> None:
+    """Clear the page's clip (the × on its player), then upload ``path``, as a visitor would."""
+    pg.click("#clip-video button[aria-label='Clear']")
+    pg.set_input_files("#clip-video input[type=file]", str(path))
+    pg.wait_for_function(SHOWS, arg=path.name, timeout=60_000)
