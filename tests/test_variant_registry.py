@@ -106,7 +106,6 @@ def test_bench_measures_the_new_kind(fp16: VariantKind, tmp_path: Path) -> None:
 
 def test_page_offers_the_new_kind(fp16: VariantKind, tmp_path: Path, tiny_settings: Settings) -> None:
     from marlin_demo.ui.blocks import build_demo
-    from marlin_demo.ui.compare_view import variant_colors
 
     settings = tiny_settings.with_(variants="gptq,fp16", output_dir=str(tmp_path), examples_dir=str(tmp_path))
     demo, _ = build_demo(Engine(settings), settings)
@@ -116,4 +115,5 @@ def test_page_offers_the_new_kind(fp16: VariantKind, tmp_path: Path, tiny_settin
         assert (FP16.label, "fp16") in [tuple(c) for c in radio.choices]
     header = next(b for b in demo.blocks.values() if isinstance(b, gr.HTML) and FP16.label in str(b.value))
     assert header is not None
-    assert variant_colors(["gptq", "fp16"]) == {"gptq": "#0d9488", "fp16": FP16.color}
+    plot = next(b for b in demo.blocks.values() if isinstance(b, gr.BarPlot))  # Compare's charts
+    assert plot.color_map == {"gptq": "#0d9488", "fp16": FP16.color}

@@ -31,7 +31,6 @@ from marlin_demo.ui.compare_view import (
     session_rows,
     summary_html,
     titled,
-    variant_colors,
     write_session_csv,
 )
 from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI, UIContext, variant_label
@@ -41,6 +40,7 @@ from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import RunState, StageView, Updates, follow, run_buttons, with_buttons
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.views import view_of
+from marlin_demo.variants import colors
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
 #: the charts' y axis ends this far above the tallest bar
@@ -49,7 +49,7 @@ CHART_HEADROOM = 1.15
 
 @dataclass
 class CompareTab:
-    video: gr.Video
+    clip: Clip  # the page's: its range (a comparison asks about that part only) and its report number
     task: gr.Radio
     query: gr.Textbox
     include_bf16: gr.Checkbox
@@ -65,9 +65,6 @@ class CompareTab:
     session_table: gr.Dataframe
     session_csv: gr.File
     session_box: gr.Accordion
-    start: gr.Number  # the clip's range (``one_clip``): a comparison asks about that part only
-    end: gr.Number
-    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Compare fires
 
     @property
     def outputs(self) -> list[Any]:
@@ -87,7 +84,6 @@ class CompareTab:
 
 def render(ctx: UIContext, clip: Clip) -> CompareTab:
     """Lay out the tab (its clip is the page's)."""
-    video = clip.video
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=4, min_width=300, elem_classes="mr-inputs"):
             choices = [(view_of(name).choice, name) for name in TASKS]
@@ -115,7 +111,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
                 elem_classes=["cs-help"],
             )
             with gr.Column(elem_classes="mr-examples"):  # on a phone: after the result (style.css)
-                _examples(ctx, [video, task, query])
+                _examples(ctx, [clip.video, task, query])
         with gr.Column(scale=8, min_width=420, elem_classes="mr-results"):
             summary = gr.HTML("", js_on_load=FIGURES_JS, elem_id="compare-summary")
             cards = gr.HTML(EMPTY_CARDS, js_on_load=timeline.TIMELINE_JS, elem_id="compare-cards")
@@ -158,7 +154,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
             label="Session as CSV", interactive=False, elem_id="compare-csv", height=90, visible=False
         )
     return CompareTab(
-        video,
+        clip,
         task,
         query,
         include_bf16,
@@ -174,9 +170,6 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
         session_table,
         session_csv,
         acc,
-        clip.start,
-        clip.end,
-        clip.stamp,
     )
 
 
@@ -215,7 +208,7 @@ def _plots(ctx: UIContext) -> list[gr.BarPlot]:
                         x="variant",
                         y=key,
                         color="variant",
-                        color_map=variant_colors(ctx.variants),
+                        color_map=colors(tuple(ctx.variants)),
                         colors_in_legend=[],
                         sort=list(ctx.variants),
                         x_title=" ",
@@ -282,8 +275,25 @@ class CompareView(StageView[Updates]):
         self.rerun = False  # it runs again, warm (``service.WarmRerun``)
         self.comparison: service.Comparison | None = None
 
-    def start(self) -> Updates:
-        return {self.tab.summary: progress_html(None, 0, len(self.variants), "Reading the video…")}
+    def updates(
+        self, rows: list[dict[str, Any]], start: float | None, end: float | None
+    ) -> Iterator[Updates]:
+        """The comparison as it runs (closing it, Stop, stops the model), then its tables and charts."""
+        yield {self.tab.summary: progress_html(None, 0, len(self.variants), "Reading the video…")}
+        first, last = service.asked_range(self.ctx.engine, self.path, start, end) or (None, None)
+        events = service.compare(
+            self.ctx.engine,
+            self.task,
+            self.path,
+            self.variants,
+            self.query,
+            live=True,
+            start_s=first,
+            end_s=last,
+            warm_reruns=True,
+        )
+        yield from follow(events, self, self.ctx.settings.stream_every_s)
+        yield self.finished(rows)
 
     def cards(self, live: dict[str, str] | None = None, stopped: bool = False) -> str:
         """A card per variant, its answer drawn by the task's view (``live``: the texts being written)."""
@@ -339,10 +349,6 @@ class CompareView(StageView[Updates]):
             self.comparison = event
         return None
 
-    def stopped_cards(self) -> str:
-        """The cards after Stop: the writing variant stopped there, the ones after it never ran."""
-        return self.cards(self.live, stopped=True)
-
     def finished(self, rows: list[dict[str, Any]]) -> Updates:
         """Every output once the comparison is over; the session's runs grow by its rows."""
         run = self.comparison
@@ -376,36 +382,6 @@ class CompareView(StageView[Updates]):
         }
 
 
-def compare_updates(
-    ctx: UIContext,
-    tab: CompareTab,
-    video: str | None,
-    task: str,
-    query: str,
-    include_bf16: bool,
-    rows: list[dict[str, Any]],
-    progress: Callable[..., Any],
-    register: Callable[[CompareView], None] = lambda view: None,
-    span: tuple[Any, Any] = (None, None),
-) -> Generator[Updates, None, None]:
-    """The comparison as it runs (the view handed to ``register`` for Stop), then its tables and charts."""
-    try:
-        path = require_upload(video, ctx)
-        with user_errors():
-            variants = ctx.compare_variants(include_bf16)
-            view = CompareView(ctx, tab, variants, path, task, query, progress)
-            register(view)
-            yield view.start()
-            start, end = service.asked_range(ctx.engine, path, *span) or (None, None)
-            events = service.compare(
-                ctx.engine, task, path, variants, query, live=True, start_s=start, end_s=end, warm_reruns=True
-            )
-            yield from follow(events, view, ctx.settings.stream_every_s)  # closing it (Stop) stops the model
-            yield view.finished(rows)
-    except gr.Error as exc:
-        yield {tab.summary: error_html(exc.message)}
-
-
 def cleared_outputs(tab: CompareTab) -> Updates:
     """Nothing of an earlier comparison (its clip changed, or a new one starts); the session's runs stay."""
     return {
@@ -424,10 +400,9 @@ STOPPED_HTML = (
 
 
 def listen(ctx: UIContext, tab: CompareTab) -> None:
-    """Wire the streaming UI comparison (Stop shown only while it runs) and the public ``/compare``."""
+    """Wire the streaming UI comparison (Stop shown only while it runs; ``api`` has ``/compare``)."""
     running_in: dict[str, CompareView] = {}  # the sessions whose comparison is running (for Stop)
-    stopped_in: dict[str, CompareView] = {}
-    stop_state = gr.State(False)
+    stopped_in: dict[str, CompareView] = {}  # the sessions that pressed Stop on one, until it is said
     buttons = [tab.run, tab.stop]
 
     def compare_ui(
@@ -444,18 +419,21 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     ) -> Iterator[Updates]:
         session = session_of(request)
 
-        def register(view: CompareView) -> None:
-            running_in[session] = view
+        def updates() -> Generator[Updates, None, None]:
+            try:
+                path = require_upload(video, ctx)
+                with user_errors():
+                    variants = ctx.compare_variants(include_bf16)
+                    view = running_in[session] = CompareView(ctx, tab, variants, path, task, query, progress)
+                    yield from view.updates(rows, start, end)
+            except gr.Error as exc:
+                yield {tab.summary: error_html(exc.message)}
 
-        try:
-            updates = compare_updates(
-                ctx, tab, video, task, query, include_bf16, rows, progress, register, (start, end)
-            )
-            # its results are shown while its clip is (see one_clip)
+        try:  # its results are shown while its clip is (see one_clip)
             shown = (
-                while_shown(ctx, "compare", request, video, stamp, updates, {tab.summary: ""})
+                while_shown(ctx, "compare", request, video, stamp, updates(), {tab.summary: ""})
                 if video
-                else updates
+                else updates()
             )
             yield from with_buttons(shown, buttons)
         finally:
@@ -468,7 +446,16 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     tab.run.click(lambda: run_buttons(buttons, True), None, buttons, **PRIVATE_UI)
     running = tab.run.click(
         compare_ui,
-        [tab.video, tab.task, tab.query, tab.include_bf16, tab.session, tab.start, tab.end, tab.stamp],
+        [
+            tab.clip.video,
+            tab.task,
+            tab.query,
+            tab.include_bf16,
+            tab.session,
+            tab.clip.start,
+            tab.clip.end,
+            tab.clip.stamp,
+        ],
         [*tab.outputs, *buttons],
         js=STAMP_JS,
         api_visibility="private",
@@ -485,17 +472,18 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         view = running_in.get(session_of(request))
         if view is not None:
             stopped_in[session_of(request)] = view
-        return {stop_state: view is not None, **run_buttons(buttons, False)}
+        return run_buttons(buttons, False)
 
-    def stopped(was: bool, request: gr.Request) -> Updates:
+    def stopped(request: gr.Request) -> Updates:
         view = stopped_in.pop(session_of(request), None)
-        if not was or view is None:
+        if view is None:
             return {tab.summary: gr.skip()}
-        return {tab.summary: STOPPED_HTML, tab.cards: view.stopped_cards()}
+        # the writing variant stopped there, the ones after it never ran
+        return {tab.summary: STOPPED_HTML, tab.cards: view.cards(view.live, stopped=True)}
 
-    tab.stop.click(was_running, None, [stop_state, *buttons], cancels=[running], **PRIVATE_UI).then(
+    tab.stop.click(was_running, None, buttons, cancels=[running], **PRIVATE_UI).then(
         stopped,
-        stop_state,
+        None,
         [tab.summary, tab.cards],
         api_visibility="private",
         show_progress="hidden",

@@ -19,7 +19,7 @@ from marlin_demo.ui import about, timeline
 from marlin_demo.ui.context import CLIP_ID, UIContext, fmt, tiny_in_use, variant_label
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.timeline import clock
-from marlin_demo.variants import colors, short
+from marlin_demo.variants import short
 
 COST_TITLES = {
     "load_s": "Load time in this request (s)",
@@ -35,11 +35,7 @@ CHART_TITLES = {
     "warm_latency_s": "Warm latency (s)",
     "latency_s": COST_TITLES["latency_s"],
     "footprint_mb": "Memory: weights' footprint (MB)",
-    "peak_memory_mb": COST_TITLES["peak_memory_mb"],
-    "load_s": COST_TITLES["load_s"],
-    "ttft_s": COST_TITLES["ttft_s"],
-    "tokens_per_s": COST_TITLES["tokens_per_s"],
-    "output_tokens": COST_TITLES["output_tokens"],
+    **{k: COST_TITLES[k] for k in ("peak_memory_mb", "load_s", "ttft_s", "tokens_per_s", "output_tokens")},
 }
 CHARTS = tuple(CHART_TITLES.items())
 """The charts, four to a row: latency beside memory (the warm latency before them when a run was cold, a
@@ -158,8 +154,23 @@ def _card(
         badge = '<span class="md-badge cc-queued">not run</span>'
     if isinstance(result, str):  # an error message for this variant
         body = error_html(result)
-    elif result is not None:  # the answer as the task's view draws it
-        body = card(result, duration, truth, variant)
+    elif result is not None:  # the answer as the task's view draws it, then what it cost
+        m = result.metrics
+        load = f"load {fmt(m.load_s, ' s')} (this request)" if cold else "no load (already loaded)"
+        body = card(result, duration, truth, variant) + (
+            f'<div class="cc-stats">latency {fmt(m.latency_s, " s")} · first token {fmt(m.ttft_s, " s")} · '
+            f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}"
+            f" · decode: {html.escape(result.info.decode or '–')}</div>"
+        )
+        flags = [result.partial.note()] if result.partial is not None else []
+        if not result.format_ok:
+            flags.append("not in Marlin's format")
+        if result.repaired:
+            flags.append("repaired: " + "; ".join(result.info.repairs))
+        if flags:
+            body += f'<div class="cc-flags">{html.escape(" · ".join(flags))}</div>'
+        raw = html.escape(result.raw)
+        body += f'<details class="cc-raw"><summary>raw output</summary><pre>{raw}</pre></details>'
     elif live is not None:
         text = f"<pre>{html.escape(live)}</pre>" if live else ""
         state = "stopped here" if stopped else "writing…"
@@ -172,28 +183,9 @@ def _card(
             (False, False): "runs after the variants before it",
         }
         body = f'<p class="cc-wait">{waits[stopped, cold is not None]}</p>'
-    stats = ""
-    if result is not None and not isinstance(result, str):
-        m = result.metrics
-        load = f"load {fmt(m.load_s, ' s')} (this request)" if cold else "no load (already loaded)"
-        stats = (
-            f'<div class="cc-stats">latency {fmt(m.latency_s, " s")} · first token {fmt(m.ttft_s, " s")} · '
-            f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}"
-            f" · decode: {html.escape(result.info.decode or '–')}</div>"
-        )
-        flags = [result.partial.note()] if result.partial is not None else []
-        if not result.format_ok:
-            flags.append("not in Marlin's format")
-        if result.repaired:
-            flags.append("repaired: " + "; ".join(result.info.repairs))
-        if flags:
-            stats += f'<div class="cc-flags">{html.escape(" · ".join(flags))}</div>'
-        raw = html.escape(result.raw)
-        stats += f'<details class="cc-raw"><summary>raw output</summary><pre>{raw}</pre></details>'
     return (
         f'<div class="cc-card" data-variant="{html.escape(variant)}">'
-        f'<div class="cc-title">{label} {badge}</div>'
-        f"{body}{stats}</div>"
+        f'<div class="cc-title">{label} {badge}</div>{body}</div>'
     )
 
 
@@ -211,19 +203,10 @@ def cards_html(
     """A column per variant (``card``: its answer, as its task's view draws it); one not started yet says
     whether it will load (or, ``stopped``, never ran)."""
     live = live or {}
+    will_load = {v: service.is_cold(ctx.engine, v) for v in variants}
+    args = (duration, truth, card)
     cols = "".join(
-        _card(
-            v,
-            results.get(v),
-            cold.get(v),
-            duration,
-            truth,
-            card,
-            live=live.get(v),
-            will_load=service.is_cold(ctx.engine, v),
-            stopped=stopped,
-        )
-        for v in variants
+        _card(v, results.get(v), cold.get(v), *args, live.get(v), will_load[v], stopped) for v in variants
     )
     tiny = (
         '<p class="cc-tiny">Tiny stand-in: random weights, so agreement and scores only exercise the '
@@ -428,27 +411,19 @@ def metrics_frame(
     ``payload`` (``service.Comparison.payload``): its weights' footprint and its warm latency (a cold
     run's warm re-run; none when it has none)."""
     payload = payload or {}
-    footprint = payload.get("footprint_mb") or {}
-    warm = payload.get("warm") or {}
-    rows = []
-    for v, r in results.items():
-        figure = warm.get(v)
-        rows.append(
-            {
-                **_cost_row(v, r, cold),
-                "warm_latency_s": figure["latency_s"] if figure else None,
-                "footprint_mb": footprint.get(v),
-                "video_tokens": r.metrics.video_tokens,
-                "memory": memory_label(r.metrics.memory_kind),
-                "device": r.metrics.device,
-            }
-        )
+    footprint, warm = payload.get("footprint_mb") or {}, payload.get("warm") or {}
+    rows = [
+        {
+            **_cost_row(v, r, cold),
+            "warm_latency_s": warm[v]["latency_s"] if warm.get(v) else None,
+            "footprint_mb": footprint.get(v),
+            "video_tokens": r.metrics.video_tokens,
+            "memory": memory_label(r.metrics.memory_kind),
+            "device": r.metrics.device,
+        }
+        for v, r in results.items()
+    ]
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
-
-
-def variant_colors(names: Sequence[str]) -> dict[str, str]:
-    """One color per variant, the same in every chart (and in the bench's plots)."""
-    return colors(tuple(names))
 
 
 def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -494,25 +469,21 @@ def session_rows(
 ) -> list[dict]:
     """The session table with this comparison's rows appended: one per variant that answered, then one per
     warm re-run (``service.WarmRerun``, its run ``warm re-run``)."""
-    out = list(rows)
-    stamp = time.strftime("%H:%M:%S")
     n = 1 + max((int(r["#"]) for r in rows), default=0)
-    runs: list[tuple[str, Result, Mapping[str, bool], str | None]]
-    runs = [(v, r, cold, None) for v, r in results.items()]
-    runs += [(v, r, {}, "warm re-run") for v, r in (reruns or {}).items()]
-    for v, r, was_cold, run in runs:
-        row = {
-            "#": n,
-            "time": stamp,
-            "video": Path(video).name,
-            "task": task,
-            "query": query or "",
-            **_cost_row(v, r, was_cold),
-            "agreement": _agreement_text(payload),
-            "score": _main_score(task, (payload.get("scores") or {}).get(v)),
-        }
-        out.append(row if run is None else {**row, "run": run})
-    return out
+    head = {
+        "#": n,
+        "time": time.strftime("%H:%M:%S"),
+        "video": Path(video).name,
+        "task": task,
+        "query": query or "",
+    }
+    costs = [(v, _cost_row(v, r, cold)) for v, r in results.items()]
+    costs += [(v, {**_cost_row(v, r, {}), "run": "warm re-run"}) for v, r in (reruns or {}).items()]
+    agreement, scores = _agreement_text(payload), payload.get("scores") or {}
+    return [
+        *rows,
+        *({**head, **c, "agreement": agreement, "score": _main_score(task, scores.get(v))} for v, c in costs),
+    ]
 
 
 def cold_warm_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -520,19 +491,14 @@ def cold_warm_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     out = []
     for v in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == v]
-        cold = [r for r in mine if r["run"] == "cold"]
-        warm = [r for r in mine if r["run"] != "cold"]  # its warm re-runs too
-        cold_cost = [(r["load_s"] or 0) + (r["latency_s"] or 0) for r in cold]
-        out.append(
-            [
-                v,
-                len(cold),
-                round(sum(cold_cost) / len(cold_cost), 3) if cold_cost else None,
-                len(warm),
-                round(sum(r["latency_s"] or 0 for r in warm) / len(warm), 3) if warm else None,
-            ]
-        )
+        cold = [(r["load_s"] or 0) + (r["latency_s"] or 0) for r in mine if r["run"] == "cold"]
+        warm = [r["latency_s"] or 0 for r in mine if r["run"] != "cold"]  # its warm re-runs too
+        out.append([v, len(cold), _mean(cold), len(warm), _mean(warm)])
     return pd.DataFrame(out, columns=COLD_WARM_COLUMNS)
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
 
 
 def write_session_csv(ctx: UIContext, rows: Sequence[Mapping[str, Any]]) -> str | None:
