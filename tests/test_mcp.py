@@ -35,8 +35,9 @@ from marlin_demo import settings as settings_mod
 from marlin_demo import video
 from marlin_demo.tasks import TASKS
 from marlin_demo.ui import api
-from marlin_demo.ui.api import DATA_URL_ONLY, NO_URLS
+from marlin_demo.ui.api import DATA_URL_ONLY
 from marlin_demo.ui.blocks import mcp_on
+from marlin_demo.ui.gradio_hooks import NO_URLS
 from marlin_demo.ui.inputs import NOT_UPLOADED
 
 pytestmark = pytest.mark.slow

@@ -35,8 +35,6 @@ from marlin_demo.ui.inputs import NOT_UPLOADED, pick_variant, require_upload, us
 from marlin_demo.ui.library import LibraryTab, public_answer, run_search
 from marlin_demo.ui.running import follow
 
-NO_URLS = gradio_hooks.NO_URLS
-
 DATA_URL_ONLY = (
     "Send the video as a base64 data URL (data:video/mp4;base64,...) or as this server's "
     "/gradio_api/file= URL of an upload."
@@ -117,12 +115,6 @@ def variant_arg(ctx: UIContext) -> str:
     return f'Which copy of Marlin-2B answers ({named}); default "{ctx.default_variant}".'
 
 
-def docstring(summary: str, args: dict[str, str], returns: str) -> str:
-    """A docstring Gradio reads as documented (its parser keeps an argument's first line only)."""
-    lines = [summary, "", "Args:", *(f"    {name}: {text}" for name, text in args.items()), ""]
-    return "\n".join([*lines, "Returns:", f"    {returns}"])
-
-
 def video_file(video: object, ctx: UIContext, request: gr.Request | None) -> str:
     """The local path of the video a caller sent, else one clear ``gr.Error`` before anything is read."""
     if isinstance(video, dict):  # gradio_client's handle_file: already uploaded to this server
@@ -174,11 +166,11 @@ def own_file(url: str, request: gr.Request | None) -> str:
         target = httpx.URL(url)
         server = httpx.URL(f"{target.scheme}://{here}")
     except (httpx.InvalidURL, TypeError, ValueError):
-        raise gr.Error(NO_URLS, print_exception=False) from None
+        raise gr.Error(gradio_hooks.NO_URLS, print_exception=False) from None
     raw_path = target.raw_path.decode("ascii", "replace").split("?", 1)[0]
     _, marker, rest = raw_path.partition("/gradio_api/file=")
     if not here or (target.host, target.port) != (server.host, server.port) or not marker:
-        raise gr.Error(NO_URLS, print_exception=False)
+        raise gr.Error(gradio_hooks.NO_URLS, print_exception=False)
     return unquote(rest)
 
 
@@ -236,13 +228,17 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
     args = {"video": VIDEO_ARG, **({"query": QUERY_ARG} if task.query else {}), "variant": variant_arg(ctx)}
     summary = task.summary or task.help[:1].upper() + task.help[1:] + "."
     about = f"{summary} {VIDEO_NOTE} {long_video_note(ctx, task)} {limits_text(ctx)}"
-    return named(endpoint, task.name, docstring(about, {**args, **RANGE_ARGS}, task.answer.returns), ctx)
+    return named(endpoint, task.name, ctx, about, {**args, **RANGE_ARGS}, task.answer.returns)
 
 
-def named(fn: Callable[..., Any], name: str, doc: str, ctx: UIContext) -> Callable[..., Any]:
-    """``fn`` as the tool ``name`` with ``doc``; its ``variant`` argument lists this server's variants."""
+def named(
+    fn: Callable[..., Any], name: str, ctx: UIContext, summary: str, args: dict[str, str], returns: str
+) -> Callable[..., Any]:
+    """``fn`` as the tool ``name``, with a docstring Gradio reads as documented (its parser keeps an
+    argument's first line only); its ``variant`` argument lists this server's variants."""
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
+    lines = [summary, "", "Args:", *(f"    {arg}: {text}" for arg, text in args.items()), ""]
+    fn.__doc__ = "\n".join([*lines, "Returns:", f"    {returns}"])
     if "variant" in fn.__annotations__:
         fn.__annotations__["variant"] = Literal[tuple(ctx.variants)]  # type: ignore[valid-type]
     return fn
@@ -269,7 +265,7 @@ def caption_stream_endpoint(ctx: UIContext) -> Callable[..., Any]:
         f"{long_video_note(ctx, tasks.CAPTION)} {limits_text(ctx)}"
     )
     args = {"video": VIDEO_ARG, "variant": variant_arg(ctx), **RANGE_ARGS}
-    return named(caption_stream, "caption_stream", docstring(about, args, "JSON messages, as above."), ctx)
+    return named(caption_stream, "caption_stream", ctx, about, args, "JSON messages, as above.")
 
 
 def compare_endpoint(ctx: UIContext) -> Callable[..., Any]:
@@ -303,7 +299,7 @@ def compare_endpoint(ctx: UIContext) -> Callable[..., Any]:
         "query": "For a task that takes one (find): the event in plain words (not empty); else ignored.",
         **RANGE_ARGS,
     }
-    return named(compare, "compare", docstring(about, args, COMPARE_RETURNS), ctx)
+    return named(compare, "compare", ctx, about, args, COMPARE_RETURNS)
 
 
 def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
@@ -331,7 +327,7 @@ def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
         "query": 'The event in plain words, e.g. "a ball rolls across the floor" (not empty).',
         "top_k": "Most moments to return (1-50, default 10).",
     }
-    return named(search, "search", docstring(about, args, SEARCH_RETURNS), ctx)
+    return named(search, "search", ctx, about, args, SEARCH_RETURNS)
 
 
 def declare(ctx: UIContext, library_tab: LibraryTab) -> list[str]:
