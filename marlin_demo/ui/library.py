@@ -144,15 +144,12 @@ def headline_html(answer: dict[str, Any], tiny: bool, failures: list[str] | None
     """The answer's head: how many moments in how many videos, or why none (an empty library names
     what kept its videos out: ``failures``, the build's sentences)."""
     lib, n = answer["library"], len(answer["moments"])
-    q = html.escape(answer["query"])
+    q, cls = html.escape(answer["query"]), " ml-none"
     if not lib["windows"]:
         why = f" {len(failures)} could not be indexed; the last: {failures[-1]}" if failures else ""
-        body, cls = html.escape(f"The library is empty: no video has been indexed yet.{why}"), " ml-none"
+        body = html.escape(f"The library is empty: no video has been indexed yet.{why}")
     elif not n:
-        body, cls = (
-            "No moment found: no caption window matches these words, or find gave no span.",
-            " ml-none",
-        )
+        body = "No moment found: no caption window matches these words, or find gave no span."
     else:
         videos = len({m["id"] for m in answer["moments"]})
         found = f"{n} moment{'s' if n != 1 else ''} in {videos} video{'s' if videos != 1 else ''}"
@@ -200,25 +197,16 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Upda
         tab.progress: progress_html(0.02, "Opening the library…"),
     }
     try:
-        for done, failed, total in source.progress():
-            yield {
-                tab.progress: progress_html(
-                    0.02 + 0.3 * (done + failed) / max(1, total), _indexing(source, done, failed, total)
-                )
-            }
+        for done, failed, total in source.progress():  # the library is built: the videos captioned so far
+            text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
+            if failed:
+                text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
+            yield {tab.progress: progress_html(0.02 + 0.3 * (done + failed) / max(1, total), text + "…")}
         yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
         yield from _stages(ctx, tab, clean)
     except (gr.Error, LibraryError) as exc:
         message = exc.message if isinstance(exc, gr.Error) else str(exc)
         yield {tab.progress: "", tab.headline: "", tab.status: status_html(message, error=True)}
-
-
-def _indexing(source: LibrarySource, done: int, failed: int, total: int) -> str:
-    """The bar's words while the library is built: the videos captioned, and those that could not be."""
-    text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
-    if failed:
-        text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
-    return text + "…"
 
 
 def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
@@ -242,11 +230,10 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
             kind, value = events.get()
             if kind == "progress":
                 k, n = value
-                text = (
-                    f"Stage 1: {n} candidate window{'s' if n != 1 else ''} chosen by their captions; "
-                    if k == 0
-                    else ""
-                ) + f"asking find in window {k} of {n}…"
+                text = f"asking find in window {k} of {n}…"
+                if k == 0:
+                    chosen = f"{n} candidate window{'s' if n != 1 else ''}"
+                    text = f"Stage 1: {chosen} chosen by their captions; {text}"
                 yield {tab.progress: progress_html(0.35 + 0.65 * k / max(1, n), text)}
             elif kind == "error":
                 with user_errors():
@@ -365,17 +352,14 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
         """A search's own cost before it runs, once the library is built (before, the tab's note says)."""
         if not (query or "").strip() or not tab.source.ready:
             return ""
-        try:
-            store = Store(tab.source.folder, create=False)
-        except LibraryError:
-            return ""
-        try:
+        # no library yet, or a bad query (Run says why): nothing to price
+        with (
+            contextlib.suppress(LibraryError, ValueError),
+            contextlib.closing(Store(tab.source.folder, create=False)) as store,
+        ):
             windows = search_windows(store, query, ctx.engine.settings)
-        except ValueError:  # a bad query: Run says why
-            return ""
-        finally:
-            store.close()
-        return status_html(cost.search_cost_line(windows, ctx.engine.settings))
+            return status_html(cost.search_cost_line(windows, ctx.engine.settings))
+        return ""
 
     tab.query.change(priced, tab.query, tab.status, trigger_mode="always_last", **PRIVATE_UI)
 
