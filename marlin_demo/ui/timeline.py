@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from marlin_demo.contract import clock, clock_span
 
-__all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "file_url", "nice_step", "placeholder", "timeline_html"]
+__all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "nice_step", "placeholder", "timeline_html"]
 
 #: event colours dark enough for white 12 px labels (WCAG AA, 4.5:1 or more)
 PALETTE = ("#0369a1", "#6d28d9", "#b45309", "#047857", "#b91c1c", "#be185d", "#0f766e", "#4338ca")
@@ -25,10 +25,8 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
     if not math.isfinite(duration) or duration <= 0:
         return 1.0
     raw = duration / max(1, target_ticks)
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600):
-        if step >= raw:
-            return float(step)
-    return 3600.0
+    steps = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+    return float(next((step for step in steps if step >= raw), 3600))
 
 
 def _label(long: str, short: str) -> str:
@@ -48,19 +46,14 @@ def _field(item: Any, name: str) -> Any:
     return item.get(name) if isinstance(item, Mapping) else getattr(item, name)
 
 
-def _lanes(events: Sequence[tuple[float, float, str, int]]) -> list[int]:
+def _lanes(events: Sequence[tuple[float, float, int, str]]) -> list[int]:
     """Greedy lane assignment so overlapping events stack instead of hiding each other."""
     lane_end: list[float] = []
     lanes: list[int] = []
     for start, end, _, _ in events:
-        for i, last in enumerate(lane_end):
-            if start >= last - 1e-9:
-                lane_end[i] = end
-                lanes.append(i)
-                break
-        else:
-            lane_end.append(end)
-            lanes.append(len(lane_end) - 1)
+        i = next((i for i, last in enumerate(lane_end) if start >= last - 1e-9), len(lane_end))
+        lane_end[i : i + 1] = [end]  # the first lane free by then, else a new one
+        lanes.append(i)
     return lanes
 
 
@@ -101,16 +94,12 @@ def timeline_html(
         ends = [float(_field(e, "end")) for e in events] + ([float(span[1])] if span else [])
         duration = max(ends, default=1.0) or 1.0
     rows: list[str] = []
-    items = sorted(
-        (
-            (float(_field(e, "start")), float(_field(e, "end")), str(_field(e, "description")), i)
-            for i, e in enumerate(events)
-        ),
-        key=lambda item: (item[0], item[1]),
+    items = sorted(  # by start, then end, then as given
+        (float(_field(e, "start")), float(_field(e, "end")), i, str(_field(e, "description")))
+        for i, e in enumerate(events)
     )
     lanes = _lanes(items)
-    n_lanes = max(lanes, default=-1) + 1
-    for (start, end, desc, idx), lane in zip(items, lanes, strict=True):
+    for (start, end, idx, desc), lane in zip(items, lanes, strict=True):
         label = html.escape(f"{idx + 1}. {clock_span(start, end)} · {desc}")
         attrs = (
             f'data-index="{idx}" title="{label}" aria-label="Play from {start:.1f} s: {html.escape(desc)}"'
@@ -118,13 +107,13 @@ def timeline_html(
         inner = _label(f"{idx + 1}. {desc}", str(idx + 1))
         color = f";--mt-color:{PALETTE[idx % len(PALETTE)]}"
         rows.append(_bar("mt-event", start, end, duration, lane * 34 + 4, attrs, inner, color))
-    track_h = max(1, n_lanes) * 34 + 8
+    track_h = (max(lanes, default=0) + 1) * 34 + 8
     top = 42 if reference is not None else 4
     if reference is not None:
         s, e = float(reference[0]), float(reference[1])
         inner = _label(f"ground truth {clock_span(s, e)}", "truth")
         rows.append(_bar("mt-ref", s, e, duration, 4, f'title="Ground truth {clock_span(s, e)}"', inner))
-    best = _moments(moments)
+    best = [(float(_field(m, "start")), float(_field(m, "end")), float(_field(m, "score"))) for m in moments]
     if best:
         span = best[0][:2]
     for k, (s, e, score) in enumerate(best[1:], 2):
@@ -173,15 +162,6 @@ def _bar(
     )
 
 
-def _moments(moments: Sequence[Any]) -> list[tuple[float, float, float]]:
-    return [(float(_field(m, "start")), float(_field(m, "end")), float(_field(m, "score"))) for m in moments]
-
-
-def file_url(path: str) -> str:
-    """The page-relative URL Gradio serves a file of an allowed folder (the output folder) under."""
-    return "gradio_api/file=" + quote(str(path))
-
-
 def _windows_strip(windows: Sequence[Sequence[float]], duration: float, done: int | None) -> str:
     """A long video's windows under the track (overlapping find windows alternate between two rows)."""
     if len(windows) < 2:
@@ -218,7 +198,9 @@ def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | 
     rows = []
     for k, (s, e, score) in enumerate(best, 1):
         clip = clips[k - 1] if k - 1 < len(clips) else None
-        link = f'<a class="mt-dl" href="{html.escape(file_url(clip))}" download>clip ⤓</a>' if clip else ""
+        # the page-relative URL Gradio serves a file of the output folder under
+        url = html.escape("gradio_api/file=" + quote(str(clip)))
+        link = f'<a class="mt-dl" href="{url}" download>clip ⤓</a>' if clip else ""
         label = "best" if k == 1 else f"#{k}"
         rows.append(
             f'<li class="mt-mrow{" mt-best" if k == 1 else ""}"><button type="button" class="mt-mlink" '
