@@ -132,9 +132,7 @@ def timeline_html(
         track_h = 80 if (reference is not None and span is not None) else 42
         if len(best) > 1:
             track_h += 38
-    note = ""
-    if span is None and no_span_text:
-        note = f'<p class="mt-nospan">{html.escape(no_span_text)}</p>'
+    note = f'<p class="mt-nospan">{html.escape(no_span_text)}</p>' if span is None and no_span_text else ""
     attr = f' data-player="{html.escape(player)}"' if player else ""
     detail = (
         '<p class="mt-detail" aria-live="polite">'
@@ -214,12 +212,9 @@ def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | 
 
 TIMELINE_JS = r"""
 const findVideo = () => {
-  const root = element.querySelector('.mt-timeline');
-  const sel = root ? root.dataset.player : null;
-  if (!sel) return null;
-  const host = document.querySelector(sel);
-  if (!host) return null;
-  return host.tagName === 'VIDEO' ? host : host.querySelector('video');
+  const sel = element.querySelector('.mt-timeline')?.dataset.player;
+  const host = sel ? document.querySelector(sel) : null;
+  return host && host.tagName !== 'VIDEO' ? host.querySelector('video') : host;
 };
 element.addEventListener('click', (ev) => {
   const item = ev.target.closest('[data-start]');
