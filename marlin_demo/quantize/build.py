@@ -33,9 +33,6 @@ from marlin_demo.settings import EXAMPLES_DIR
 log = logging.getLogger(__name__)
 
 
-DEFAULT_CALIBRATION = EXAMPLES_DIR
-
-
 @dataclass
 class Options:
     """Everything one quantization run needs (the CLI flags, resolved)."""
@@ -43,7 +40,7 @@ class Options:
     model: str
     out: Path
     recipe: str
-    calibration: Path = DEFAULT_CALIBRATION
+    calibration: Path = EXAMPLES_DIR
     samples: int | None = None
     max_gpu_memory: str | None = "5GiB"
     device: str = "auto"
