@@ -1,8 +1,6 @@
-"""Compiled decoding (MARLIN_COMPILE): a static cache and ``torch.compile`` for the decode steps.
-
-transformers builds a ``StaticCache`` for Qwen3.5's hybrid layout, so we only hand ``generate`` a cache
-(one per variant and size bucket, reset per request) and a ``CompileConfig``; why, and what it costs:
-docs/GPU_CHECK.md. A variant that will not compile runs eagerly and says why (``eager (reason)``).
+"""Compiled decoding (MARLIN_COMPILE): ``generate`` gets a ``StaticCache`` (one per variant and size bucket,
+reset per request) and a ``CompileConfig`` (why, and the cost: docs/GPU_CHECK.md); one that will not compile
+runs eagerly and says why.
 """
 
 from __future__ import annotations

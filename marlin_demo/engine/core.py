@@ -1,8 +1,6 @@
-"""Caption and find on one clip of a loaded variant: one prompt/generation path for every variant.
-
-Rebuilds Marlin's remote ``.caption()`` / ``.find()`` on the plain transformers model, so every variant
-gets byte-identical prompts and is measured the same way. A clip is a whole short video or one window of
-a long one (``longvideo.runner``). Reuse of decoded videos and prompt prefixes: docs/SPEED.md.
+"""Caption and find on one clip (a short video or one window of a long one) of a loaded variant: Marlin's
+remote ``.caption()`` / ``.find()`` rebuilt on the plain transformers model, so every variant gets
+byte-identical prompts and is measured the same way. Reuse of videos and prompt prefixes: docs/SPEED.md.
 """
 
 from __future__ import annotations
@@ -92,7 +90,10 @@ class Engine:
         #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
         #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
         self.decoded: dict[str, str] = {}
-        self.store = VideoStore(self.params, self.video_backend, video_cache_size, self.limits())
+        limits = Limits(
+            settings.max_upload_mb, settings.max_duration_s, settings.max_width, settings.max_height
+        )
+        self.store = VideoStore(self.params, self.video_backend, video_cache_size, limits)
         if prefix_cache_size is None:
             # an engine told to cache no video (the bench) caches no prefix either: every request is cold
             prefix_cache_size = max(0, settings.prefix_cache_size) if video_cache_size > 0 else 0
@@ -121,19 +122,6 @@ class Engine:
     @property
     def variants(self) -> list[str]:
         return self.settings.variant_list
-
-    @property
-    def video_cache_size(self) -> int:
-        return self.store.size
-
-    def limits(self) -> Limits:
-        s = self.settings
-        return Limits(
-            max_file_mb=s.max_upload_mb,
-            max_duration_s=s.max_duration_s,
-            max_width=s.max_width,
-            max_height=s.max_height,
-        )
 
     def load(self, variant: Variant) -> LoadedModel:
         """Load once; a failure is remembered so the UI can show it and retry is explicit."""

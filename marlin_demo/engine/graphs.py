@@ -1,14 +1,10 @@
 """Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one decode step captured per variant and
-static-cache size, replayed for every token.
+static-cache size, replayed for every token (docs/DESIGN.md, "Decoding").
 
-``generate`` keeps its own loop (prefill, logits processors, stopping, streaming, the time limit), so greedy
-tokens are eager decoding's: it is handed a transformers ``StaticCache`` (Qwen3.5's hybrid layout: the
-full-attention K/V and the Gated DeltaNet conv and recurrent states at fixed addresses) and, for the decode
-steps only, a ``DecodeStep`` where it would take its ``torch.compile`` call. The step copies each token's
-inputs into fixed buffers and replays the graph captured on them; on a CPU the same step runs the forward
-on those buffers, uncaptured (``static``), which is how the tests compare its tokens with eager decoding.
-The prefill stays eager. A variant whose capture fails decodes eagerly and says why. A graph lives in the
-process that captured it: on ZeroGPU, in the call's forked process (docs/GPU_CHECK.md).
+``generate`` keeps its own loop, so greedy tokens are eager decoding's: on a ``StaticCache`` (fixed addresses)
+its decode steps call a ``DecodeStep``, which copies each token's inputs into fixed buffers and replays the
+graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the tests' token
+identity). A variant whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md).
 """
 
 from __future__ import annotations

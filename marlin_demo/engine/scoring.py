@@ -1,10 +1,6 @@
-"""Per-token log-probabilities of a generated answer, from ``generate(...)`` output (torch).
-
-The engine asks ``generate`` for ``output_logits=True, return_dict_in_generate=True`` on find
-requests (answers are ~10 tokens, so keeping one logits row per step is cheap) and feeds the
-result here; ``span_score`` turns the numbers' log-probs into the moment's score.
-Raw logits (not ``scores``) are used: ``scores`` are after logits processors, which are not the
-model's own distribution.
+"""Per-token log-probabilities of a find answer (~10 tokens: one logits row per step is cheap) and the
+moment's score from its numbers' (``span_score``). Raw logits, not ``scores``: those are after the logits
+processors, not the model's own distribution.
 """
 
 from __future__ import annotations
