@@ -183,11 +183,8 @@ def _capture(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
 
 @contextlib.contextmanager
 def decoding(model: Any, step: DecodeStep | None) -> Iterator[None]:
-    """``generate`` inside: its decode steps call ``step`` (its prefill stays the model's own call).
-
-    transformers takes the decode step from ``get_compiled_call`` when ``_valid_auto_compile_criteria``
-    holds (static cache, supported quantizer): both are answered on this model instance for the block.
-    """
+    """``generate`` inside: its decode steps call ``step`` (transformers takes the decode step from
+    ``get_compiled_call`` when ``_valid_auto_compile_criteria`` holds: both answered on this instance)."""
     if step is None:
         yield
         return
@@ -273,21 +270,16 @@ def seed(cache: Any, source: Any) -> None:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
     with torch.inference_mode():
-        for dst, src in zip(cache.layers, source.layers, strict=True):
-            _seed_layer(dst, src, LinearAttentionCacheLayerMixin)
-
-
-def _seed_layer(dst: Any, src: Any, linear: type[Any]) -> None:
-    """One layer's state copied in place: conv and recurrent states, and the K/V with their length."""
-    if isinstance(src, linear):
-        for i, has in src.has_previous_state.items():
-            if has:
-                dst.conv_states[i].copy_(src.conv_states[i])
-                dst.recurrent_states[i].copy_(src.recurrent_states[i])
-                dst.has_previous_state[i] = True
-    keys = getattr(src, "keys", None)
-    if keys is not None and getattr(dst, "keys", None) is not None:
-        n = keys.shape[-2]
-        dst.keys[:, :, :n].copy_(keys)
-        dst.values[:, :, :n].copy_(src.values)
-        dst.cumulative_length.fill_(n)
+        for dst, src in zip(cache.layers, source.layers, strict=True):  # each layer's state copied in place
+            if isinstance(src, LinearAttentionCacheLayerMixin):  # conv and recurrent states
+                for i, has in src.has_previous_state.items():
+                    if has:
+                        dst.conv_states[i].copy_(src.conv_states[i])
+                        dst.recurrent_states[i].copy_(src.recurrent_states[i])
+                        dst.has_previous_state[i] = True
+            keys = getattr(src, "keys", None)
+            if keys is not None and getattr(dst, "keys", None) is not None:  # the K/V and their length
+                n = keys.shape[-2]
+                dst.keys[:, :, :n].copy_(keys)
+                dst.values[:, :, :n].copy_(src.values)
+                dst.cumulative_length.fill_(n)

@@ -46,10 +46,9 @@ _NUMBER_RE = re.compile(r"\d+(?:[.:]\d+)*")
 
 
 def span_score(token_texts: Sequence[str], token_logprobs: Sequence[float]) -> float | None:
-    """Geometric mean of the probabilities of the tokens that overlap the answer's first two numbers
-    (None: fewer than two). Only the numbers: "From", "to", "." and EOS are near-certain for a trained
-    model and would pull every score toward 1. Length-normalised; not calibrated across queries or videos.
-    """
+    """Geometric mean of the probabilities of the tokens that overlap the answer's first two numbers (None:
+    fewer than two). Only the numbers: "From", "to", "." and EOS are near-certain for a trained model and
+    would pull every score toward 1. Length-normalised; not calibrated across queries or videos."""
     if len(token_texts) != len(token_logprobs):
         raise ValueError("token_texts and token_logprobs must have the same length.")
     text = "".join(token_texts)
