@@ -323,11 +323,8 @@ def _load_gptq(
     build_dir: str = "",
     dtype: str = "bfloat16",
 ) -> tuple[Any, list[Any], str]:
-    """GPTQModel load with the kernels of ``kernels.gptq_kernel_plan`` tried in order.
-
-    A kernel that fails (no nvcc for Marlin, a Triton error) frees what it allocated and the
-    next is tried; the reported kernel names the one that ran and every one that failed.
-    """
+    """GPTQModel load with the kernels of ``kernels.gptq_kernel_plan`` tried in order: one that fails (no nvcc
+    for Marlin, a Triton error) frees what it allocated; the kernel reported names every one that failed."""
     import gc
 
     import torch

@@ -20,10 +20,8 @@ SHORT_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 @dataclass(frozen=True)
 class CpuCaps:
-    """What torch reports about this CPU's 16-bit arithmetic (``probe``): the checks the choice rests on.
-
-    ``aten`` honours ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated.
-    """
+    """What torch reports about this CPU's 16-bit arithmetic (``probe``): the checks the choice rests on
+    (``aten`` honours ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated)."""
 
     x86: bool
     aten: str
@@ -103,11 +101,8 @@ def parse_setting(setting: str) -> str:
 
 
 def choose(device: str, wanted: str, setting: str = "auto", caps: CpuCaps | None = None) -> Choice:
-    """The type a variant whose weights are ``wanted`` computes in on ``device``.
-
-    A set ``setting`` wins everywhere. Otherwise CUDA keeps ``wanted``; a CPU keeps it only where it
-    runs it natively (``CpuCaps.native``) and computes in float32 elsewhere.
-    """
+    """The type a variant whose weights are ``wanted`` computes in on ``device``: a set ``setting``, else
+    ``wanted`` on CUDA or where the CPU runs it natively (``CpuCaps.native``), else float32."""
     value = parse_setting(setting)
     if value != "auto":
         return Choice(value, "set by MARLIN_COMPUTE_DTYPE")

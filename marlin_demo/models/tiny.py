@@ -230,12 +230,9 @@ SIZES = ((64, 96), (96, 64), (64, 64), (64, 96), (192, 256), (256, 192))
 
 
 def _training_pairs(rng: random.Random, n: int, params: VideoParams):
-    """Synthetic (frames, prompt, answer) triples: the answer format, not its content.
-
-    Each clip comes with either prompt, so only the prompt tells the tasks apart (with different
-    sizes per task the model learned the size); regular answers give wide margins, though the training
-    itself still follows the CPU's rounding (``PINNED_MATH``).
-    """
+    """Synthetic (frames, prompt, answer) triples: the answer format, not its content. Each clip comes with
+    either prompt, so only the prompt tells the tasks apart (with different sizes per task the model learned
+    the size); regular answers give wide margins, though the training follows the CPU's rounding."""
     import numpy as np
 
     pairs = []

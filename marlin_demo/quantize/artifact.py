@@ -80,10 +80,8 @@ def inspect_artifact(folder: Path) -> dict[str, Any]:
 
 
 def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[str]:
-    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize.
-
-    ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
-    """
+    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize (``found``:
+    a prior :func:`inspect_artifact` of ``folder``, not read twice)."""
     import yaml
 
     folder = Path(folder)
@@ -168,10 +166,8 @@ def write_recipe(
     calibration: dict[str, Any],
     found: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """recipe.yaml from the saved tensors (so it cannot list what was not done).
-
-    ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
-    """
+    """recipe.yaml from the saved tensors, so it cannot list what was not done (``found``: as for
+    :func:`verify_artifact`)."""
     import yaml
 
     from marlin_demo.models.rtn import SIDECAR

@@ -214,12 +214,9 @@ def _quantize_into(
     stages: Any,
     times: dict[str, float],
 ) -> _Quantized:
-    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``.
-
-    If video rows fail, GPTQ runs again on a fresh load (a failed pass may leave the model half
-    quantized) with the same prompts and answers as text, recorded in the calibration for the
-    report. A failure removes ``partial``, so a half-written artifact never lands at --out.
-    """
+    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``. If video rows
+    fail, GPTQ runs again on a fresh load (a failed pass may leave the model half quantized) with the same
+    prompts and answers as text. A failure removes ``partial``: no half-written artifact lands at --out."""
     import torch
 
     shutil.rmtree(partial, ignore_errors=True)
