@@ -1,8 +1,6 @@
-"""Compiled decoding (MARLIN_COMPILE): a static cache and ``torch.compile`` for the decode steps.
-
-transformers builds a ``StaticCache`` for Qwen3.5's hybrid layout, so we only hand ``generate`` a cache
-(one per variant and size bucket, reset per request) and a ``CompileConfig``; why, and what it costs:
-docs/GPU_CHECK.md. A variant that will not compile runs eagerly and says why (``eager (reason)``).
+"""Compiled decoding (MARLIN_COMPILE): ``generate`` gets a ``StaticCache`` (one per variant and size bucket,
+reset per request) and a ``CompileConfig`` (why, and the cost: docs/GPU_CHECK.md); one that will not compile
+runs eagerly and says why.
 """
 
 from __future__ import annotations
@@ -44,11 +42,8 @@ def compile_config(device: str) -> Any:
     """``reduce-overhead`` (CUDA graphs) on a GPU; on a CPU plain inductor, same precision switch."""
     from transformers.generation.configuration_utils import CompileConfig
 
-    if device == "cuda":
-        # mode and options are exclusive in torch.compile: CUDA graphs are an inductor option too
-        options = {**INDUCTOR_OPTIONS, "triton.cudagraphs": True}
-    else:
-        options = dict(INDUCTOR_OPTIONS)
+    # mode and options are exclusive in torch.compile: CUDA graphs are an inductor option too
+    options = {**INDUCTOR_OPTIONS, "triton.cudagraphs": True} if device == "cuda" else dict(INDUCTOR_OPTIONS)
     # transformers types mode as str and _compile_all_devices as None, but torch.compile takes
     # mode=None (needed with options) and transformers reads the flag as a bool
     config = CompileConfig(fullgraph=False, dynamic=False, mode=None, options=options)  # type: ignore[arg-type]
@@ -82,11 +77,8 @@ def _refusal(model: Any, cache: Any, config: Any) -> str:
 def prepare(
     loaded: Any, prompt_tokens: int, max_new_tokens: int, gen_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """generate() arguments for compiled decoding ({} when it runs eagerly); compiles a new size first.
-
-    The warm-up's seconds are added to ``state.compile_s`` and returned in ``["_compile_s"]``
-    for the caller to keep out of the request's latency.
-    """
+    """generate() arguments for compiled decoding ({} when it runs eagerly); compiles a new size first, its
+    seconds in ``["_compile_s"]`` for the caller to keep out of the request's latency."""
     import torch
     from transformers import StaticCache
 
@@ -125,8 +117,7 @@ def _warm_up(loaded: Any, cache: Any, config: Any, gen_kwargs: dict[str, Any]) -
     """A few decode steps on a short text prompt: compiles (and on CUDA records) this cache size."""
     import torch
 
-    tok = loaded.processor.tokenizer
-    ids = tok("warm up", return_tensors="pt")["input_ids"].to(loaded.model.device)
+    ids = loaded.processor.tokenizer("warm up", return_tensors="pt")["input_ids"].to(loaded.model.device)
     with torch.inference_mode():
         for _ in range(2):  # the second run replays what the first compiled (CUDA graphs record on it)
             cache.reset()

@@ -1,8 +1,6 @@
-"""Caption and find on one clip of a loaded variant: one prompt/generation path for every variant.
-
-Rebuilds Marlin's remote ``.caption()`` / ``.find()`` on the plain transformers model, so every variant
-gets byte-identical prompts and is measured the same way. A clip is a whole short video or one window of
-a long one (``longvideo.runner``). Reuse of decoded videos and prompt prefixes: docs/SPEED.md.
+"""Caption and find on one clip (a short video or one window of a long one) of a loaded variant: Marlin's
+remote ``.caption()`` / ``.find()`` rebuilt on the plain transformers model, so every variant gets
+byte-identical prompts and is measured the same way. Reuse of videos and prompt prefixes: docs/SPEED.md.
 """
 
 from __future__ import annotations
@@ -87,12 +85,14 @@ class Engine:
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
         self.gpu_lock = threading.Lock()
-        self.video_backend = _video_backend(settings)
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
         #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
         #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
         self.decoded: dict[str, str] = {}
-        self.store = VideoStore(self.params, self.video_backend, video_cache_size, self.limits())
+        limits = Limits(
+            settings.max_upload_mb, settings.max_duration_s, settings.max_width, settings.max_height
+        )
+        self.store = VideoStore(self.params, _video_backend(settings), video_cache_size, limits)
         if prefix_cache_size is None:
             # an engine told to cache no video (the bench) caches no prefix either: every request is cold
             prefix_cache_size = max(0, settings.prefix_cache_size) if video_cache_size > 0 else 0
@@ -121,19 +121,6 @@ class Engine:
     @property
     def variants(self) -> list[str]:
         return self.settings.variant_list
-
-    @property
-    def video_cache_size(self) -> int:
-        return self.store.size
-
-    def limits(self) -> Limits:
-        s = self.settings
-        return Limits(
-            max_file_mb=s.max_upload_mb,
-            max_duration_s=s.max_duration_s,
-            max_width=s.max_width,
-            max_height=s.max_height,
-        )
 
     def load(self, variant: Variant) -> LoadedModel:
         """Load once; a failure is remembered so the UI can show it and retry is explicit."""
@@ -172,14 +159,10 @@ class Engine:
         free_memory()
         return True
 
-    def decode_wanted(self, device: str) -> str:
-        """How requests here are asked to decode (``graphs.wanted``: MARLIN_DECODE, MARLIN_COMPILE)."""
-        return graphs.wanted(self.settings.decode, device, self.settings.compile)
-
     def decode_expected(self, variant: Variant, device: str) -> str:
         """What a call for ``variant`` is sized for: graphs once a run showed they capture for it, until
         then eager's (slower) figures, so a variant that falls back never runs in a call sized for graphs."""
-        wanted = self.decode_wanted(device)
+        wanted = graphs.wanted(self.settings.decode, device, self.settings.compile)
         if wanted != "graphs":
             return wanted
         return "graphs" if self.decoded.get(variant) == "graphs" else "eager"
@@ -322,7 +305,7 @@ class Engine:
                 if "oom" in self.faults:  # the fault-injection switch (tests of this path)
                     self.faults.discard("oom")
                     raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
-                decode = self.decode_wanted(loaded.device)
+                decode = graphs.wanted(self.settings.decode, loaded.device, self.settings.compile)
                 gen = generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix, logprobs, decode)
                 if cuda:
                     torch.cuda.synchronize()

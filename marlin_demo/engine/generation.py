@@ -1,11 +1,10 @@
 """Greedy generation on a loaded variant: the one ``generate`` call every request makes, its decode steps
-eager, in CUDA graphs (``graphs``) or compiled (``compiled``).
-
-Also the streamer that times the first token and streams text out, and giving memory back.
+eager, in CUDA graphs (``graphs``) or compiled (``compiled``), and its streamer (first token, text out).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,10 +167,8 @@ def trim_heap() -> None:
     """Hand freed CPU tensor memory back to the OS, so a long-running server's RSS tracks its real use."""
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
 
 
 def free_memory() -> None:

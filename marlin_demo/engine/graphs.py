@@ -1,14 +1,10 @@
 """Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one decode step captured per variant and
-static-cache size, replayed for every token.
+static-cache size, replayed for every token (docs/DESIGN.md, "Decoding").
 
-``generate`` keeps its own loop (prefill, logits processors, stopping, streaming, the time limit), so greedy
-tokens are eager decoding's: it is handed a transformers ``StaticCache`` (Qwen3.5's hybrid layout: the
-full-attention K/V and the Gated DeltaNet conv and recurrent states at fixed addresses) and, for the decode
-steps only, a ``DecodeStep`` where it would take its ``torch.compile`` call. The step copies each token's
-inputs into fixed buffers and replays the graph captured on them; on a CPU the same step runs the forward
-on those buffers, uncaptured (``static``), which is how the tests compare its tokens with eager decoding.
-The prefill stays eager. A variant whose capture fails decodes eagerly and says why. A graph lives in the
-process that captured it: on ZeroGPU, in the call's forked process (docs/GPU_CHECK.md).
+``generate`` keeps its own loop, so greedy tokens are eager decoding's: on a ``StaticCache`` (fixed addresses)
+its decode steps call a ``DecodeStep``, which copies each token's inputs into fixed buffers and replays the
+graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the tests' token
+identity). A variant whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md).
 """
 
 from __future__ import annotations
@@ -187,11 +183,8 @@ def _capture(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
 
 @contextlib.contextmanager
 def decoding(model: Any, step: DecodeStep | None) -> Iterator[None]:
-    """``generate`` inside: its decode steps call ``step`` (its prefill stays the model's own call).
-
-    transformers takes the decode step from ``get_compiled_call`` when ``_valid_auto_compile_criteria``
-    holds (static cache, supported quantizer): both are answered on this model instance for the block.
-    """
+    """``generate`` inside: its decode steps call ``step`` (transformers takes the decode step from
+    ``get_compiled_call`` when ``_valid_auto_compile_criteria`` holds: both answered on this instance)."""
     if step is None:
         yield
         return
@@ -277,21 +270,16 @@ def seed(cache: Any, source: Any) -> None:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
     with torch.inference_mode():
-        for dst, src in zip(cache.layers, source.layers, strict=True):
-            _seed_layer(dst, src, LinearAttentionCacheLayerMixin)
-
-
-def _seed_layer(dst: Any, src: Any, linear: type[Any]) -> None:
-    """One layer's state copied in place: conv and recurrent states, and the K/V with their length."""
-    if isinstance(src, linear):
-        for i, has in src.has_previous_state.items():
-            if has:
-                dst.conv_states[i].copy_(src.conv_states[i])
-                dst.recurrent_states[i].copy_(src.recurrent_states[i])
-                dst.has_previous_state[i] = True
-    keys = getattr(src, "keys", None)
-    if keys is not None and getattr(dst, "keys", None) is not None:
-        n = keys.shape[-2]
-        dst.keys[:, :, :n].copy_(keys)
-        dst.values[:, :, :n].copy_(src.values)
-        dst.cumulative_length.fill_(n)
+        for dst, src in zip(cache.layers, source.layers, strict=True):  # each layer's state copied in place
+            if isinstance(src, LinearAttentionCacheLayerMixin):  # conv and recurrent states
+                for i, has in src.has_previous_state.items():
+                    if has:
+                        dst.conv_states[i].copy_(src.conv_states[i])
+                        dst.recurrent_states[i].copy_(src.recurrent_states[i])
+                        dst.has_previous_state[i] = True
+            keys = getattr(src, "keys", None)
+            if keys is not None and getattr(dst, "keys", None) is not None:  # the K/V and their length
+                n = keys.shape[-2]
+                dst.keys[:, :, :n].copy_(keys)
+                dst.values[:, :, :n].copy_(src.values)
+                dst.cumulative_length.fill_(n)

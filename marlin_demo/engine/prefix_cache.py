@@ -44,13 +44,9 @@ def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
 
 @dataclass
 class Prefix:
-    """The model state after a prompt's shared start: the chat header and the whole timestamped video.
-
-    ``rope_deltas``: the M-RoPE offset of the text after the video (Qwen3.5 keeps it on the model
-    between calls). Every request generates on a deep copy, so the stored state stays as it was.
-    ``tail_ok``: the first prompt's processor ids were these ids plus the tokenizer's for the text after
-    the video, so later prompts can skip the processor (and its pixels).
-    """
+    """The model state after a prompt's chat header and whole video; every request generates on a deep copy.
+    ``rope_deltas``: the M-RoPE offset of the text after the video (Qwen3.5 keeps it on the model);
+    ``tail_ok``: these ids plus the tokenizer's for the rest were the processor's: later prompts skip it."""
 
     variant: str
     length: int
@@ -63,13 +59,9 @@ class Prefix:
     tail_ok: bool = False
 
     def generate_kwargs(self, model: Any, inputs: Any, cache: Any = None) -> dict[str, Any]:
-        """generate() arguments for the whole prompt on a copy of this state (``cache``: on that cache,
-        which the caller has loaded with it: a static cache).
-
-        No pixels: the cache covers every video token, and generate would hand them to the first
-        forward, which would look for video tokens among the new ones. ``mm_token_type_ids`` stays so
-        generate sees no vision token follows the cached part and uses the stored rope deltas.
-        """
+        """generate() arguments for the whole prompt on a copy of this state (``cache``: a static cache the
+        caller loaded with it). No pixels: the first forward would look for video tokens among the new ones;
+        ``mm_token_type_ids`` stays, so generate uses the stored rope deltas."""
         kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids") if k in inputs}
         kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache) if cache is None else cache
         model.model.rope_deltas = self.rope_deltas.clone()
@@ -77,12 +69,8 @@ class Prefix:
 
 
 class PrefixCache:
-    """A bounded LRU of ``Prefix`` states keyed by (variant, model, video content, templated header).
-
-    Each entry holds one video's keys/values on the model's device (for Marlin-2B about 12 KB a
-    token: ~0.28 GB for a 2-minute clip's ~23,500 tokens, plus ~20 MB of linear-attention
-    state), so the default keeps two. Only used under the engine's gpu_lock.
-    """
+    """A bounded LRU of ``Prefix`` states, keyed by (variant, model, video content, templated header):
+    one is ~0.3 GB for a 2-minute clip on Marlin-2B (docs/SPEED.md): the default keeps two. Under gpu_lock."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -101,26 +89,26 @@ class PrefixCache:
         for key in [k for k, e in self._entries.items() if e.variant == variant]:
             del self._entries[key]
 
-    @staticmethod
-    def _split(loaded: LoadedModel, text: str) -> tuple[str, str] | None:
-        """The templated prompt cut after the video's ``<|vision_end|>``: (header + video, the rest)."""
+    def _find(
+        self, loaded: LoadedModel, prepared: PreparedVideo, text: str
+    ) -> tuple[tuple[Any, ...], str] | None:
+        """The entry key of the templated prompt cut after the video's ``<|vision_end|>`` (header + video,
+        keyed by variant, model and content) and the text after it; None: reuse off or no video."""
         end_id = getattr(loaded.model.config, "vision_end_token_id", None)
-        if end_id is None:
+        if (
+            self.size <= 0
+            or end_id is None
+            or not hasattr(getattr(loaded.model, "model", None), "rope_deltas")
+        ):
             return None
         marker = loaded.processor.tokenizer.convert_ids_to_tokens(int(end_id))
         cut = text.rfind(marker) if isinstance(marker, str) and marker else -1
         if cut < 0:
             return None
-        cut += len(marker)
-        return text[:cut], text[cut:]
-
-    def _key(self, loaded: LoadedModel, prepared: PreparedVideo, head: str) -> tuple[Any, ...]:
         if not prepared.digest:  # Engine._prepare always sets it; without it videos would share a key
             raise ValueError("PrefixCache needs a video prepared by Engine.prepare (it has no digest).")
-        return (loaded.variant, id(loaded.model), prepared.digest, head)
-
-    def _usable(self, loaded: LoadedModel) -> bool:
-        return self.size > 0 and hasattr(getattr(loaded.model, "model", None), "rope_deltas")
+        cut += len(marker)
+        return (loaded.variant, id(loaded.model), prepared.digest, text[:cut]), text[cut:]
 
     def warm_inputs(
         self, loaded: LoadedModel, prepared: PreparedVideo, text: str
@@ -129,17 +117,15 @@ class PrefixCache:
         prefix's ids plus the tokenizer's for the rest, the processor's ids (checked once: ``tail_ok``)."""
         import torch
 
-        if not self._usable(loaded):
+        found = self._find(loaded, prepared, text)
+        if found is None:
             return None
-        parts = self._split(loaded, text)
-        if parts is None:
-            return None
-        key = self._key(loaded, prepared, parts[0])
+        key, rest = found
         entry = self._entries.get(key)
         if entry is None or not entry.tail_ok:
             return None
         self._entries.move_to_end(key)
-        tail = _tail_ids(loaded, parts[1]).to(entry.ids.device)
+        tail = _tail_ids(loaded, rest).to(entry.ids.device)
         ids = torch.cat([entry.ids, tail], dim=1)
         inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if entry.mm_types is not None:
@@ -151,20 +137,18 @@ class PrefixCache:
     ) -> tuple[Prefix | None, bool, float | None]:
         """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``;
         (None, False, None) when reuse is off or does not apply (no video in the prompt)."""
-        if not self._usable(loaded):
-            return None, False, None
-        parts = self._split(loaded, text)
+        found = self._find(loaded, prepared, text)
         ids = inputs["input_ids"]
         length = _boundary(loaded.model, ids)
-        if parts is None or length == 0 or length >= ids.shape[1] or ids.shape[0] != 1:
+        if found is None or length == 0 or length >= ids.shape[1] or ids.shape[0] != 1:
             return None, False, None
-        key = self._key(loaded, prepared, parts[0])
+        key, rest = found
         hit = self._entries.get(key)
         if hit is not None and hit.length == length and bool((hit.ids == ids[:, :length]).all()):
             self._entries.move_to_end(key)
             return hit, True, 0.0
         entry = self._compute(loaded, inputs, length)
-        tail = _tail_ids(loaded, parts[1]).to(ids.device)
+        tail = _tail_ids(loaded, rest).to(ids.device)
         entry.tail_ok = tail.shape[1] == ids.shape[1] - length and bool((tail == ids[:, length:]).all())
         mm = inputs.get("mm_token_type_ids")
         entry.tail_ok = entry.tail_ok and (mm is None or not bool(mm[:, length:].any()))

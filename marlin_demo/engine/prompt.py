@@ -1,7 +1,5 @@
-"""Prompt building: Marlin's one user turn through the chat template, and the processor's tensors.
-
-The inference path, the quantizer's calibration and the tiny model's training all build their
-inputs here, so every variant receives byte-identical prompts.
+"""Prompt building: Marlin's one user turn through the chat template, and the processor's tensors. The
+inference path and the quantizer's calibration build their inputs here: every variant gets the same bytes.
 """
 
 from __future__ import annotations
@@ -21,12 +19,8 @@ def render_prompt(processor: Any, prompt: str, video: str | None) -> str:
 
 
 def encode(processor: Any, text: str, prepared: PreparedVideo | None) -> Any:
-    """Processor tensors for ``text``: the frames go in as sampled, with their real timestamps.
-
-    ``do_resize=False`` keeps the reference pipeline's size (the processor would resize again);
-    ``video_metadata`` carries the fps and frame indices that make the ``<t seconds>`` markers right.
-    The inference path, the quantizer's calibration and the tiny model's training all use this.
-    """
+    """Processor tensors for ``text``: the frames go in as sampled (``do_resize=False``: the processor would
+    resize again), with the fps and frame indices that make the ``<t seconds>`` markers right."""
     if prepared is None:
         return processor(text=[text], return_tensors="pt")
     return processor(

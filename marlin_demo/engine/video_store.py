@@ -1,8 +1,5 @@
-"""The engine's video store: each file hashed, probed and decoded once per content.
-
-Keys are the file's sha256 (remembered per path, size, mtime and inode), the sampling parameters and
-the decode backend, so a renamed copy reuses the frames and an edited file is decoded again. A long
-video's windows are decoded together in one scan and kept as one entry per (content, window bounds).
+"""The engine's video store: each file hashed, probed and decoded once per content (keyed by its sha256, the
+sampling parameters and the backend: a renamed copy reuses the frames, an edited file is decoded again).
 """
 
 from __future__ import annotations
@@ -51,14 +48,19 @@ class VideoStore:
         return len(self._videos)
 
     def digest(self, path: Path) -> str:
-        """The file's sha256, remembered per (path, size, mtime, inode): a repeat does not re-read it."""
-        st = path.stat()
-        stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
-        with self.lock:
-            known = self._digests.get(stamp)
-        if known is not None:
-            return known
-        digest = file_digest(path)
+        """The file's sha256, remembered per (path, size, mtime, inode): a repeat does not re-read it. A file
+        that cannot be read (e.g. permission denied) is said as a VideoError."""
+        try:
+            st = path.stat()
+            stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+            with self.lock:
+                known = self._digests.get(stamp)
+            if known is not None:
+                return known
+            digest = file_digest(path)
+        except OSError:
+            validate(path, self.limits)
+            raise
         with self.lock:
             self._digests[stamp] = digest
             _bound(self._digests, 256)
@@ -67,11 +69,7 @@ class VideoStore:
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
         """The validated facts of a file, probed once per (content, path); ``whole=False``: the duration
         limit is the caller's, for a time range of it."""
-        try:
-            key = (self.digest(path), str(path.resolve()))
-        except OSError:
-            validate(path, self.limits)  # e.g. permission denied: said as a VideoError
-            raise
+        key = (self.digest(path), str(path.resolve()))
         with self.lock:
             known = self._infos.get(key)
         if known is None:
@@ -94,12 +92,7 @@ class VideoStore:
             raise VideoError(f"No file at {path.name}: upload a video file.")
         if not path.is_file() or path.stat().st_size / 1e6 > self.limits.max_file_mb:
             validate(path, self.limits)  # the user-facing message (not a file, too large), before hashing
-        try:
-            digest = self.digest(path)
-        except OSError:
-            validate(path, self.limits)  # e.g. permission denied: say so as a VideoError
-            raise
-        key = (digest, repr(self.params), self.backend)
+        key = (self.digest(path), repr(self.params), self.backend)
         with self.lock:
             hit = self._videos.get(key)
             if hit is not None:  # validated when it was first prepared, under the same limits

@@ -1,10 +1,5 @@
 """Every offered variant run once on a synthetic clip: what ZeroGPU's start-up call does before the app
 launches, so that no visitor's call pays the first launch's compile (Triton's JIT, the graphs' capture).
-
-On CUDA the clip is a full window (the frame and pixel budgets: the largest prefill a visitor's call
-reaches, and the same static-cache size as a full window's caption), so the kernels a visitor's call
-launches are compiled and on disk. On a CPU nothing compiles at first launch: a short clip is enough
-to run the same steps (the ZeroGPU stand-in's tests).
 """
 
 from __future__ import annotations
@@ -45,8 +40,9 @@ class Warmed:
 
 @functools.lru_cache(maxsize=1)
 def warm_clip(device: str) -> PreparedVideo:
-    """The warm-up's clip: a full window on CUDA, 2 s on a CPU. Kept once built: the caller builds it
-    before its GPU call, whose forked process then finds it built (``clear`` when done)."""
+    """A full window on CUDA (the largest prefill and static cache a visitor's call reaches), 2 s on a CPU
+    (nothing compiles there). Kept once built: the caller builds it before its GPU call, whose forked
+    process then finds it built (``clear`` when done)."""
     return full_window_clip() if device == "cuda" else synthetic_clip(2.0, 64, 64)
 
 

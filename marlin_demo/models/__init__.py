@@ -1,7 +1,5 @@
-"""One loader per variant behind one factory: ``load_variant(settings, variant)``.
-
-Every variant ends as the same thing, a transformers ``Qwen3_5ForConditionalGeneration``
-plus its processor, so the engine runs one prompt/generation path for all of them.
+"""One loader per variant behind one factory, ``load_variant(settings, variant)``: every variant ends as a
+transformers ``Qwen3_5ForConditionalGeneration`` plus its processor, so the engine has one path for all.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from typing import Any
 from marlin_demo import variants
 from marlin_demo.models import compute
 from marlin_demo.models.kernels import (
+    FLA_OPS,
     available_gptq_kernels,
     gptq_kernel_plan,
     import_gptqmodel,
@@ -198,17 +197,14 @@ def _gptq_kernel(model: Any) -> str:
 
 #: The Gated DeltaNet ops transformers binds on first import, per family (``fla``, ``causal_conv1d``)
 _LINEAR_OPS = {
-    "gated-deltanet": ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
+    "gated-deltanet": FLA_OPS,
     "conv1d": ("causal_conv1d_fn", "causal_conv1d_update"),
 }
 
 
 def _attention_path(model: Any, device: str = "cpu") -> str:
-    """The attention implementation and, per Gated DeltaNet op family, the kernel actually bound.
-
-    Asks the model's own modeling module what it bound rather than whether a package is
-    installed: an installed kernel that fails to import leaves transformers on its fallback.
-    """
+    """The attention implementation and, per Gated DeltaNet op family, the kernel the modeling module bound
+    (not whether a package is installed: one that fails to import leaves transformers on its fallback)."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     attn = getattr(cfg, "_attn_implementation", None) or getattr(model.config, "_attn_implementation", None)
     parts = []
@@ -327,11 +323,8 @@ def _load_gptq(
     build_dir: str = "",
     dtype: str = "bfloat16",
 ) -> tuple[Any, list[Any], str]:
-    """GPTQModel load with the kernels of ``kernels.gptq_kernel_plan`` tried in order.
-
-    A kernel that fails (no nvcc for Marlin, a Triton error) frees what it allocated and the
-    next is tried; the reported kernel names the one that ran and every one that failed.
-    """
+    """GPTQModel load with the kernels of ``kernels.gptq_kernel_plan`` tried in order: one that fails (no nvcc
+    for Marlin, a Triton error) frees what it allocated; the kernel reported names every one that failed."""
     import gc
 
     import torch

@@ -1,8 +1,5 @@
-"""The type a model computes in: 16-bit where the processor runs it natively, float32 elsewhere.
-
-A bf16 matmul on a CPU without AVX512-BF16 or AMX runs about 30x slower than float32 (docs/SPEED.md).
-The variant keeps its name (it names its weights); what it computed in is reported with every
-answer. ``MARLIN_COMPUTE_DTYPE`` overrides.
+"""The type a model computes in: 16-bit where the processor runs it natively, float32 elsewhere (a bf16
+matmul on a CPU without AVX512-BF16 or AMX is ~30x slower: docs/SPEED.md). ``MARLIN_COMPUTE_DTYPE`` overrides.
 """
 
 from __future__ import annotations
@@ -23,10 +20,8 @@ SHORT_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 @dataclass(frozen=True)
 class CpuCaps:
-    """What torch reports about this CPU's 16-bit arithmetic (``probe``): the checks the choice rests on.
-
-    ``aten`` honours ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated.
-    """
+    """What torch reports about this CPU's 16-bit arithmetic (``probe``): the checks the choice rests on
+    (``aten`` honours ``ATEN_CPU_CAPABILITY``, so an AVX2-only machine can be imitated)."""
 
     x86: bool
     aten: str
@@ -49,15 +44,13 @@ class CpuCaps:
 
     def describe(self) -> str:
         """The facts in one line (bench environment, docs)."""
-        if self.x86:
-            return (
-                f"ATen {self.aten}, AVX512-BF16 {'yes' if self.avx512_bf16 else 'no'}, "
-                f"AMX {'yes' if self.amx_tile else 'no'}, fp16 {'yes' if self.mkldnn_fp16 else 'no'}"
-            )
-        return (
-            f"ATen {self.aten}, bf16 {'yes' if self.mkldnn_bf16 else 'no'}, "
-            f"fp16 {'yes' if self.mkldnn_fp16 else 'no'}"
+        flags = (
+            {"AVX512-BF16": self.avx512_bf16, "AMX": self.amx_tile}
+            if self.x86
+            else {"bf16": self.mkldnn_bf16}
         )
+        flags["fp16"] = self.mkldnn_fp16
+        return ", ".join([f"ATen {self.aten}", *(f"{k} {'yes' if on else 'no'}" for k, on in flags.items())])
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,11 +101,8 @@ def parse_setting(setting: str) -> str:
 
 
 def choose(device: str, wanted: str, setting: str = "auto", caps: CpuCaps | None = None) -> Choice:
-    """The type a variant whose weights are ``wanted`` computes in on ``device``.
-
-    A set ``setting`` wins everywhere. Otherwise CUDA keeps ``wanted``; a CPU keeps it only where it
-    runs it natively (``CpuCaps.native``) and computes in float32 elsewhere.
-    """
+    """The type a variant whose weights are ``wanted`` computes in on ``device``: a set ``setting``, else
+    ``wanted`` on CUDA or where the CPU runs it natively (``CpuCaps.native``), else float32."""
     value = parse_setting(setting)
     if value != "auto":
         return Choice(value, "set by MARLIN_COMPUTE_DTYPE")

@@ -1,7 +1,5 @@
-"""The set-up a run's answers depend on: the settings that change them and the kernels that will run.
-
-``bench`` and ``batch`` store it beside their results, so a rerun into the same folder never mixes two
-set-ups silently.
+"""The set-up a run's answers depend on (the settings that change them, the kernels that will run), stored
+beside bench and batch results so that a rerun into the same folder never mixes two set-ups silently.
 """
 
 from __future__ import annotations

@@ -112,12 +112,9 @@ def allow_compiler_builds(allowed: bool) -> None:
     _COMPILER_BUILDS[0] = allowed
 
 
-def available_gptq_kernels(device: str, compiler_builds: bool | None = None) -> set[str]:
-    """GPTQ kernels worth trying on ``device``, decided without building (the load is the final test).
-
-    Marlin needs compute capability >= 8.0 and nvcc (~2 min build) or a cached build, and is never
-    offered when compiler builds are off (``compiler_builds`` None: :func:`allow_compiler_builds`).
-    """
+def available_gptq_kernels(device: str) -> set[str]:
+    """GPTQ kernels worth trying on ``device``, decided without building (the load is the final test): Marlin
+    needs compute capability >= 8.0 and nvcc (~2 min build) or a cached build, and compiler builds allowed."""
     if device != "cuda":
         return set()
     import torch
@@ -125,7 +122,7 @@ def available_gptq_kernels(device: str, compiler_builds: bool | None = None) -> 
     out = {"gptq_torch"}
     if importlib.util.find_spec("triton") is not None:
         out.add("gptq_triton")
-    if not (_COMPILER_BUILDS[0] if compiler_builds is None else compiler_builds):
+    if not _COMPILER_BUILDS[0]:
         return out
     major = torch.cuda.get_device_capability(0)[0] if torch.cuda.is_available() else 0
     built = any(gptq_build_dir().glob("marlin_bf16*/**/*.so")) if gptq_build_dir().is_dir() else False
@@ -158,24 +155,14 @@ def gptq_build_dir(setting: str = "") -> Path:
     return Path(raw).expanduser() if raw else DEFAULT_GPTQ_BUILD_DIR
 
 
-def gptqmodel_environment(build_dir: str = "") -> dict[str, str]:
-    """The variables set before gptqmodel is imported (a caller's value is kept): never download, and
-    build the JIT kernels once per machine in a known folder."""
-    wanted = {
-        "GPTQMODEL_OFFLINE": "1",
-        "GPTQMODEL_TORCH_EXTENSIONS_DIR": str(gptq_build_dir(build_dir)),
-        "GPTQMODEL_CPU_WORKERS": "2",
-    }
-    for key, value in wanted.items():
-        os.environ.setdefault(key, value)
-    return {key: os.environ[key] for key in wanted}
-
-
 def import_gptqmodel(build_dir: str = "") -> Any:
     """Import gptqmodel the one safe way: real kernels first, offline, HF_HOME kept, banner on stderr
     (its import sets HF_HOME, moving the Hub cache, and prints a banner that must not reach ``--json``)."""
     import_real_kernels()
-    gptqmodel_environment(build_dir)
+    # a caller's value is kept: never download, and build the JIT kernels once per machine in a known folder
+    os.environ.setdefault("GPTQMODEL_OFFLINE", "1")
+    os.environ.setdefault("GPTQMODEL_TORCH_EXTENSIONS_DIR", str(gptq_build_dir(build_dir)))
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
     before = os.environ.get("HF_HOME")
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -187,11 +174,8 @@ def import_gptqmodel(build_dir: str = "") -> Any:
 
 
 def import_real_kernels() -> None:
-    """Import flash-linear-attention and causal-conv1d, when installed, and bind them before gptqmodel
-    can put its pure-PyTorch ``causal_conv1d`` in ``sys.modules`` (so variants differ only by weights).
-
-    Without CUDA fla could never run: it is left out, sparing its ~1.5 s import and Triton's warning.
-    """
+    """Import flash-linear-attention (CUDA only: it could never run elsewhere) and causal-conv1d, when
+    installed, and bind them before gptqmodel can put its PyTorch ``causal_conv1d`` in ``sys.modules``."""
     import torch
 
     cuda = torch.cuda.is_available()

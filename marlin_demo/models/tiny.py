@@ -1,7 +1,5 @@
-"""The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture (docs/TINY.md).
-
-Random weights taught only the *shape* of Marlin's answers, so every path runs offline on real
-model output; its answers do not describe the video, and everything that shows them says so.
+"""The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture (docs/TINY.md), random
+weights taught only the *shape* of Marlin's answers, so every path runs offline on real model output.
 """
 
 from __future__ import annotations
@@ -232,12 +230,9 @@ SIZES = ((64, 96), (96, 64), (64, 64), (64, 96), (192, 256), (256, 192))
 
 
 def _training_pairs(rng: random.Random, n: int, params: VideoParams):
-    """Synthetic (frames, prompt, answer) triples: the answer format, not its content.
-
-    Each clip comes with either prompt, so only the prompt tells the tasks apart (with different
-    sizes per task the model learned the size); regular answers give wide margins, though the training
-    itself still follows the CPU's rounding (``PINNED_MATH``).
-    """
+    """Synthetic (frames, prompt, answer) triples: the answer format, not its content. Each clip comes with
+    either prompt, so only the prompt tells the tasks apart (with different sizes per task the model learned
+    the size); regular answers give wide margins, though the training follows the CPU's rounding."""
     import numpy as np
 
     pairs = []
@@ -310,7 +305,7 @@ def training_batches(processor, params: VideoParams) -> list[tuple[dict, Any]]:
     return batches
 
 
-def _teach_format(model, processor, params: VideoParams, steps: int = TRAIN_STEPS) -> None:
+def _teach_format(model, processor, params: VideoParams) -> None:
     """A few seconds of deterministic training so greedy decoding yields Marlin-shaped text that ends;
     the learning rate decays to zero so the result does not depend on the CPU's rounding."""
     import torch
@@ -321,9 +316,9 @@ def _teach_format(model, processor, params: VideoParams, steps: int = TRAIN_STEP
     newline = torch.tensor([tok.decode([i]).endswith("\n") for i in range(len(tok))])
     batches = training_batches(processor, params)
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / TRAIN_STEPS)
     model.train()
-    for step in range(steps):
+    for step in range(TRAIN_STEPS):
         inputs, labels = batches[step % len(batches)]
         logits = model(**inputs).logits[0, :-1].float()
         target = labels[0, 1:]
@@ -353,13 +348,7 @@ def default_cache_dir() -> Path:
     return Path(user_cache_dir("marlin-demo"))
 
 
-def tiny_paths(cache_dir: Path | None = None) -> dict[str, Path]:
-    """Where the 16-bit tiny checkpoint and its GPTQ copy live."""
-    root = (cache_dir or default_cache_dir()) / f"tiny-v{TINY_VERSION}"
-    return {"root": root, "bf16": root / "bf16", "gptq": root / "gptq"}
-
-
-def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = TRAIN_STEPS) -> Path:
+def build_tiny(out: Path) -> Path:
     """Build the 16-bit tiny checkpoint into ``out`` (deterministic, offline)."""
     import torch
 
@@ -370,7 +359,7 @@ def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = 
     import_real_kernels()
     from transformers import Qwen3_5ForConditionalGeneration
 
-    params = params or VideoParams()
+    params = VideoParams()
     out.mkdir(parents=True, exist_ok=True)
     tok = _build_tokenizer(out)
     processor = _build_processor(tok, out, params)
@@ -378,8 +367,7 @@ def build_tiny(out: Path, params: VideoParams | None = None, train_steps: int = 
     config = tiny_config(tok)
     # transformers' wrapped .to() is typed as taking the model itself, not a dtype
     model = Qwen3_5ForConditionalGeneration(config).to(torch.float32)  # type: ignore[arg-type]
-    if train_steps:
-        _teach_format(model, processor, params, steps=train_steps)
+    _teach_format(model, processor, params)
     model.to(torch.bfloat16)
     model.generation_config.eos_token_id = config.text_config.eos_token_id
     model.generation_config.pad_token_id = config.text_config.pad_token_id
@@ -423,8 +411,9 @@ def build_tiny_gptq(src: Path, out: Path, device: str = "cpu", samples: int = 16
 
 
 def ensure_tiny(cache_dir: Path | None = None, with_gptq: bool = True) -> dict[str, Path]:
-    """Build the tiny checkpoints once; later calls return the cached folders."""
-    paths = tiny_paths(cache_dir)
+    """Build the tiny checkpoints (16-bit, its GPTQ copy) once; later calls return the cached folders."""
+    root = (cache_dir or default_cache_dir()) / f"tiny-v{TINY_VERSION}"
+    paths = {"root": root, "bf16": root / "bf16", "gptq": root / "gptq"}
     kinds = ("bf16", "gptq") if with_gptq else ("bf16",)
     if all((paths[k] / ".complete").exists() for k in kinds):
         return paths

@@ -7,36 +7,19 @@ path (``calibration``), one run (``build``), the artifact's records checked agai
 
 from __future__ import annotations
 
-from marlin_demo.quantize.artifact import inspect_artifact, verify_artifact, versions, write_recipe
-from marlin_demo.quantize.build import DEFAULT_CALIBRATION, Options, resolve_model, run
-from marlin_demo.quantize.calibration import (
-    CalibrationPair,
-    build_calibration,
-    caption_answer,
-    encode_pair,
-    load_pairs,
-)
-from marlin_demo.quantize.cli import cmd_quantize, register
-from marlin_demo.quantize.recipes import RECIPES, QuantizeError, Recipe, parse_memory
+from marlin_demo.quantize.artifact import verify_artifact
+from marlin_demo.quantize.build import Options, run
+from marlin_demo.quantize.calibration import load_pairs
+from marlin_demo.quantize.cli import register
+from marlin_demo.quantize.recipes import RECIPES, QuantizeError, parse_memory
 
 __all__ = [
-    "DEFAULT_CALIBRATION",
     "RECIPES",
-    "CalibrationPair",
     "Options",
     "QuantizeError",
-    "Recipe",
-    "build_calibration",
-    "caption_answer",
-    "cmd_quantize",
-    "encode_pair",
-    "inspect_artifact",
     "load_pairs",
     "parse_memory",
     "register",
-    "resolve_model",
     "run",
     "verify_artifact",
-    "versions",
-    "write_recipe",
 ]

@@ -80,10 +80,8 @@ def inspect_artifact(folder: Path) -> dict[str, Any]:
 
 
 def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[str]:
-    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize.
-
-    ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
-    """
+    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize (``found``:
+    a prior :func:`inspect_artifact` of ``folder``, not read twice)."""
     import yaml
 
     folder = Path(folder)
@@ -91,8 +89,7 @@ def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[s
     if not recipe_path.exists():
         return [f"{recipe_path} is missing"]
     recipe = yaml.safe_load(recipe_path.read_text(encoding="utf-8"))
-    if found is None:
-        found = inspect_artifact(folder)
+    found = inspect_artifact(folder) if found is None else found
     methods = recipe.get("methods", {})
     listed_gptq = set(methods.get("gptq", {}).get("modules", []))
     listed_rtn = set(methods.get("rtn_int8", {}).get("modules", []))
@@ -111,11 +108,10 @@ def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[s
         problems.append(f"gptq modules missing qzeros/scales/g_idx: {found['gptq_incomplete']}")
     if found["rtn_bad"]:
         problems.append(f"rtn modules not int8 + per-row scale: {found['rtn_bad']}")
-    quantized = set(found["gptq"]) | set(found["rtn_int8"])
-    both = quantized & set(found["float_weights"])
+    floats = set(found["float_weights"])
+    both = (set(found["gptq"]) | set(found["rtn_int8"])) & floats
     if both:
         problems.append(f"quantized modules also stored 16-bit: {sorted(both)}")
-    floats = set(found["float_weights"])
     if kept != floats:
         problems.append(
             "kept_16bit differs from the saved 16-bit weights: "
@@ -170,16 +166,13 @@ def write_recipe(
     calibration: dict[str, Any],
     found: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """recipe.yaml from the saved tensors (so it cannot list what was not done).
-
-    ``found`` is a prior :func:`inspect_artifact` of ``folder``, to avoid reading it twice.
-    """
+    """recipe.yaml from the saved tensors, so it cannot list what was not done (``found``: as for
+    :func:`verify_artifact`)."""
     import yaml
 
     from marlin_demo.models.rtn import SIDECAR
 
-    if found is None:
-        found = inspect_artifact(folder)
+    found = inspect_artifact(folder) if found is None else found
     methods: dict[str, Any] = {
         "gptq": {
             "tool": "gptqmodel",

@@ -33,9 +33,6 @@ from marlin_demo.settings import EXAMPLES_DIR
 log = logging.getLogger(__name__)
 
 
-DEFAULT_CALIBRATION = EXAMPLES_DIR
-
-
 @dataclass
 class Options:
     """Everything one quantization run needs (the CLI flags, resolved)."""
@@ -43,7 +40,7 @@ class Options:
     model: str
     out: Path
     recipe: str
-    calibration: Path = DEFAULT_CALIBRATION
+    calibration: Path = EXAMPLES_DIR
     samples: int | None = None
     max_gpu_memory: str | None = "5GiB"
     device: str = "auto"
@@ -217,12 +214,9 @@ def _quantize_into(
     stages: Any,
     times: dict[str, float],
 ) -> _Quantized:
-    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``.
-
-    If video rows fail, GPTQ runs again on a fresh load (a failed pass may leave the model half
-    quantized) with the same prompts and answers as text, recorded in the calibration for the
-    report. A failure removes ``partial``, so a half-written artifact never lands at --out.
-    """
+    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``. If video rows
+    fail, GPTQ runs again on a fresh load (a failed pass may leave the model half quantized) with the same
+    prompts and answers as text. A failure removes ``partial``: no half-written artifact lands at --out."""
     import torch
 
     shutil.rmtree(partial, ignore_errors=True)

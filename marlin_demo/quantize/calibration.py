@@ -90,7 +90,6 @@ def build_calibration(
         ids = enc["input_ids"]
         video_token_id = getattr(processor, "video_token_id", None)
         n_video = int((ids == video_token_id).sum()) if video_token_id is not None else 0
-        text = processor.tokenizer.decode(ids[0])
         rows.append(enc)
         info.append(
             {
@@ -98,7 +97,7 @@ def build_calibration(
                 "kind": pair.kind,
                 "tokens": int(ids.shape[-1]),
                 "video_tokens": n_video,
-                "timestamps": len(re.findall(r"<\d+(?:\.\d+)? seconds>", text)),
+                "timestamps": len(re.findall(r"<\d+(?:\.\d+)? seconds>", processor.tokenizer.decode(ids[0]))),
                 "keys": sorted(enc),
             }
         )
@@ -148,9 +147,8 @@ class _VisionProbe:
 
         emb = kwargs.get("inputs_embeds")
         pos = kwargs.get("position_ids")
-        row: dict[str, Any] = {"seq_len": None, "video_positions": 0, "vision_rows_in_layer_input": 0}
-        if emb is not None:
-            row["seq_len"] = int(emb.shape[1])
+        seq_len = None if emb is None else int(emb.shape[1])
+        row: dict[str, Any] = {"seq_len": seq_len, "video_positions": 0, "vision_rows_in_layer_input": 0}
         if emb is not None and self._ids is not None and self.video_token_id is not None:
             mask = self._ids.to(emb.device) == self.video_token_id
             row["video_positions"] = int(mask.sum())

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from marlin_demo.quantize.build import DEFAULT_CALIBRATION, Options, run
+from marlin_demo.quantize.build import Options, run
 from marlin_demo.quantize.recipes import RECIPES, QuantizeError
+from marlin_demo.settings import EXAMPLES_DIR
 
 
 def register(subparsers: Any) -> None:
@@ -26,7 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--recipe", required=True, choices=sorted(RECIPES), help="what to quantize and how")
     p.add_argument(
         "--calibration",
-        default=str(DEFAULT_CALIBRATION),
+        default=str(EXAMPLES_DIR),
         help="folder with examples.json (video, scene, events[, queries]) and its videos "
         "(default: examples/)",
     )

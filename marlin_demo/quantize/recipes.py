@@ -77,9 +77,6 @@ def parse_memory(text: str | None) -> int | None:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?)?\s*", str(text), flags=re.IGNORECASE)
     if not m:
         raise ValueError(f"--max-gpu-memory {text!r} is not a size: write e.g. 5GiB, 4500MiB or 5GB.")
-    value = float(m.group(1))
     unit = (m.group(2) or "GiB").upper()
-    binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    decimal = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-    scale = binary[unit[0]] if ("I" in unit or unit in ("K", "M", "G", "T")) else decimal[unit[0]]
-    return int(value * scale)
+    base = 1024 if "I" in unit or len(unit) == 1 else 1000  # KiB and K are binary, KB decimal
+    return int(float(m.group(1)) * base ** ("KMGT".index(unit[0]) + 1))
