@@ -24,26 +24,6 @@ from typing import Any
 
 from marlin_demo.settings import Settings
 
-__all__ = [
-    "CAPTION_PROMPT",
-    "DETAILED_PROMPT",
-    "FIND_PROMPT_TEMPLATE",
-    "CaptionParse",
-    "Event",
-    "SpanParse",
-    "VideoParams",
-    "clock",
-    "clock_part",
-    "clock_span",
-    "find_prompt",
-    "parse_caption",
-    "parse_span",
-    "repair_caption",
-    "repair_span",
-    "sanitize_query",
-    "strip_think",
-]
-
 # Prompts (exact strings the model was trained on)
 
 CAPTION_PROMPT: str = (
@@ -277,38 +257,30 @@ def parse_caption(text: str) -> CaptionParse:
     """
     lines = [_norm_line(raw) for raw in strip_think(text or "").splitlines()]
 
-    events_idx = -1
-    events_hdr_canonical = False
-    header_rest = ""
-    for i, line in enumerate(lines):
-        m = _EVENTS_HDR_RE.match(line)
-        if m:
-            events_idx = i
-            events_hdr_canonical = line == "Events:"
-            header_rest = m["rest"] or ""
-            break
-
-    if events_idx >= 0:
-        scene_lines = lines[:events_idx]
-        event_lines = [header_rest, *lines[events_idx + 1 :]]
+    header = next(((i, m) for i, line in enumerate(lines) if (m := _EVENTS_HDR_RE.match(line))), None)
+    if header is not None:
+        scene_lines = lines[: header[0]]
+        event_lines = [header[1]["rest"] or "", *lines[header[0] + 1 :]]
     else:
         first = next((i for i, line in enumerate(lines) if _match_event(line)), len(lines))
         scene_lines = lines[:first]
         event_lines = lines[first:]
 
     # Scene: text after a "Scene:" header (a chatty preamble before it is dropped).
-    scene_canonical = False
-    scene_parts = scene_lines
-    for i, line in enumerate(scene_lines):
-        m = _SCENE_HDR_RE.match(line)
-        if m:
-            scene_canonical = line.startswith("Scene:")
-            scene_parts = [m["rest"], *scene_lines[i + 1 :]]
-            break
+    scene_hdr = next(((i, m) for i, line in enumerate(scene_lines) if (m := _SCENE_HDR_RE.match(line))), None)
+    scene_parts = (
+        scene_lines if scene_hdr is None else [scene_hdr[1]["rest"], *scene_lines[scene_hdr[0] + 1 :]]
+    )
     scene = " ".join(part for part in scene_parts if part)
 
     hits = [hit for hit in map(_match_event, event_lines) if hit is not None]
-    format_ok = scene_canonical and events_hdr_canonical and any(canonical for _, canonical in hits)
+    canonical_headers = (
+        scene_hdr is not None
+        and scene_lines[scene_hdr[0]].startswith("Scene:")
+        and header is not None
+        and lines[header[0]] == "Events:"
+    )
+    format_ok = canonical_headers and any(canonical for _, canonical in hits)
     return CaptionParse(scene=scene, events=[event for event, _ in hits], format_ok=format_ok)
 
 
@@ -350,9 +322,7 @@ def clock(seconds: float) -> str:
     """The one way a time is written (the page, the notes, the messages): ``12.5 s`` under a minute, else
     ``2:07.5``; tenths, a whole second without them (``9 s``, ``1:00``)."""
     t = round(max(0.0, float(seconds)), 1)
-    if t < 60:
-        return f"{t:g} s"
-    return _minutes(t)
+    return f"{t:g} s" if t < 60 else _minutes(t)
 
 
 def _minutes(t: float) -> str:
@@ -464,15 +434,8 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
         if len(kept) < len(events):
             notes.append(f"dropped {_count(len(events) - len(kept), 'event')} starting at or after the end")
         events = kept
-        clamped = 0
-        out: list[Event] = []
-        for e in events:
-            start, end = max(0.0, e.start), min(dur, e.end)
-            if (start, end) != (e.start, e.end):
-                clamped += 1
-                out.append(Event(start, end, e.description))
-            else:
-                out.append(e)
+        out = [Event(max(0.0, e.start), min(dur, e.end), e.description) for e in events]
+        clamped = sum(a != b for a, b in zip(out, events, strict=True))
         events = out
         if clamped:
             notes.append(f"clamped {_count(clamped, 'event')} that ran past the end")
