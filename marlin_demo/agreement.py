@@ -22,14 +22,6 @@ from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
 from marlin_demo.tasks import get_task
 from marlin_demo.video.digest import cached_file_digest
 
-__all__ = [
-    "DEFAULT_EXAMPLES_JSON",
-    "agreement",
-    "compare_payload",
-    "ground_truth_for",
-    "load_examples",
-]
-
 DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 

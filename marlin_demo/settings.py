@@ -17,7 +17,6 @@ from marlin_demo import variants
 
 #: The variants every checkpoint has (``variants``' table); ``MARLIN_EXTRA_VARIANTS`` adds more by name, so
 #: a variant in a signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
-BuiltinVariant = Literal["gptq", "bnb4", "bf16"]
 VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 

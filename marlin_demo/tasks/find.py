@@ -17,7 +17,6 @@ from marlin_demo.tasks.registry import Answer, Figure, Made, Task, label, regist
 
 DEDUP_IOU = 0.5  # public Marlin CLI: hits with IoU >= 0.5 ...
 DEDUP_START_S = 5.0  # ... or starts within 5 s are one moment
-RECALLS = ("r1@0.3", "r1@0.5", "r1@0.7")  # the share of answers at IoU 0.3, 0.5, 0.7 or more
 
 
 # Mapping one window's span to the video's timeline, and merging windows into moments
