@@ -100,21 +100,16 @@ def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCapt
         incoming, edge = list(parse.events), windows[k - 1][0].end - BOUNDARY_TOL_S
         tails = [i for i, (e, src) in enumerate(timeline) if src == k - 1 and e.end >= edge]
         heads = [j for j, e in enumerate(incoming) if e.start <= window.start + BOUNDARY_TOL_S]
-        pairs = [
-            (-sim, i, j)
+        pairs = metrics.greedy_pairs(
+            (sim, i, j)
             for i in tails
             for j in heads
             if (sim := description_similarity(timeline[i][0].description, incoming[j].description))
             >= SIMILAR_DESCRIPTION
             and incoming[j].start <= timeline[i][0].end + BOUNDARY_TOL_S
-        ]
-        used_i: set[int] = set()
-        used_j: set[int] = set()
-        for _, i, j in sorted(pairs):
-            if i in used_i or j in used_j:
-                continue
-            used_i.add(i)
-            used_j.add(j)
+        )
+        used_j = {j for _, j, _ in pairs}
+        for i, j, _ in pairs:
             a, b = timeline[i][0], incoming[j]
             desc = a.description if a.end - a.start >= b.end - b.start else b.description
             timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)
