@@ -92,10 +92,9 @@ def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             **{k: stats(window_cost(r)[k] for r in recs) for k in WINDOW_COST_KEYS},
             "latencies_s": [round(float(x["latency_s"]), 4) for x in m],
         }
-    kinds = sorted({r["metrics"].get("memory_kind", "") for r in records})
-    out["memory_kind"] = kinds[0] if len(kinds) == 1 else ",".join(kinds) or None
-    devices = sorted({r["metrics"].get("device", "") for r in records})
-    out["device"] = devices[0] if len(devices) == 1 else ",".join(devices) or None
+    for key in ("memory_kind", "device"):  # one value, or every one seen
+        seen = sorted({r["metrics"].get(key, "") for r in records})
+        out[key] = seen[0] if len(seen) == 1 else ",".join(seen) or None
     return out
 
 

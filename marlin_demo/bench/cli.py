@@ -24,6 +24,7 @@ from marlin_demo.bench.matrix import (
 )
 from marlin_demo.bench.records import (
     REQUESTS_FILE,
+    RESULT_FILES,
     VARIANTS_FILE,
     _now,
     append_jsonl,
@@ -133,11 +134,8 @@ def _bench(args: argparse.Namespace) -> int:
         )
     print(render_summary(results).split("## Speed and memory")[0].rstrip())
     print()
-    print(
-        f"Wrote {out}/: results.json, results.csv, summary.md, quality.png, latency.png, memory.png, "
-        f"latency_distribution.png{', sets.png' if len(results.get('sets') or {}) > 1 else ''} "
-        f"(per-request records: {REQUESTS_FILE})"
-    )
+    written = ", ".join(name for name in RESULT_FILES if (out / name).exists())  # sets.png: 2+ sets
+    print(f"Wrote {out}/: {written} (per-request records: {REQUESTS_FILE})")
     return EXIT_FAILED if load_failed else EXIT_OK
 
 

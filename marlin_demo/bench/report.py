@@ -45,9 +45,7 @@ def _flatten(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
     if isinstance(d, dict):
         for k, v in d.items():
             yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(d, list):
-        return
-    else:
+    elif not isinstance(d, list):
         yield prefix, d
 
 
@@ -57,10 +55,7 @@ def _unit(path: str) -> str:
         return "ratio"
     if parts[-1] == "n" or parts[-1] in ("requests", "planned", "ok", "failed", "missing"):
         return "count"
-    for p in reversed(parts):
-        if p in UNITS:
-            return UNITS[p]
-    return ""
+    return next((UNITS[p] for p in reversed(parts) if p in UNITS), "")
 
 
 def write_csv(path: Path, agg: dict[str, Any]) -> None:
@@ -343,9 +338,7 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
 
 
 def _json_default(obj: Any) -> Any:
-    if isinstance(obj, set | tuple):
-        return list(obj)
-    return str(obj)
+    return list(obj) if isinstance(obj, set | tuple) else str(obj)
 
 
 def _finite(obj: Any) -> Any:
