@@ -146,13 +146,10 @@ def cmd_task(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.video):  # said before any model is loaded
         print(f"error: No file at {args.video}: give the path of a video file.", file=sys.stderr)
         return EXIT_BAD_INPUT
-    query = getattr(args, "query", None)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             engine = _engine(args)
-            result = run_with_progress(
-                engine, args.command, args.video, args.variant, query, not args.json, args.start, args.end
-            )
+            result = run_with_progress(engine, args)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, ModelLoadError) else EXIT_BAD_INPUT
@@ -172,26 +169,16 @@ def cmd_task(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_with_progress(
-    engine: Any,
-    task: str,
-    video: str,
-    variant: str,
-    query: str | None = None,
-    show: bool = True,
-    start: float | None = None,
-    end: float | None = None,
-) -> Any:
-    """The request's result; with ``show``, one stderr line per window of a long video as it starts
-    (``caption: window k of n``). ``start`` / ``end``: only that time range."""
+def run_with_progress(engine: Any, args: argparse.Namespace) -> Any:
+    """The request's result; unless ``--json``, one stderr line per window of a long video as it starts
+    (``caption: window k of n``). ``--start`` / ``--end``: only that time range."""
     from marlin_demo import service  # imported late: ``--help`` stays fast
 
-    if not show:
-        return service.run(engine, task, video, variant, query, start_s=start, end_s=end)
-
-    with contextlib.closing(
-        service.stream(engine, task, video, variant, query, start_s=start, end_s=end)
-    ) as stages:
+    task, query = args.command, getattr(args, "query", None)
+    request = (engine, task, args.video, args.variant, query)
+    if args.json:
+        return service.run(*request, start_s=args.start, end_s=args.end)
+    with contextlib.closing(service.stream(*request, start_s=args.start, end_s=args.end)) as stages:
         for stage in stages:
             if isinstance(stage, Progress) and stage.window and not stage.text and stage.windows != 1:
                 print(f"{task}: window {stage.window} of {stage.windows}", file=sys.stderr, flush=True)
