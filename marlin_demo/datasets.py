@@ -426,22 +426,15 @@ def convert_charades(
         except ValueError:
             report.unreadable.append(video_id)
             continue
-        queries: list[dict[str, Any]] = []
-        seen: set[tuple[str, float, float]] = set()
-        for ann in anns:
-            key = (ann.query, ann.start, ann.end)
-            if key in seen:
-                report.duplicates += 1
-                continue
-            seen.add(key)
-            if ann.start >= duration:
-                report.dropped += 1
-                continue
-            end = ann.end
-            if end > duration:
-                end = round(duration, 3)
-                report.clamped += 1
-            queries.append({"query": ann.query, "span": [ann.start, end]})
+        unique = list(dict.fromkeys((ann.query, ann.start, ann.end) for ann in anns))
+        inside = [(query, start, end) for query, start, end in unique if start < duration]
+        report.duplicates += len(anns) - len(unique)
+        report.dropped += len(unique) - len(inside)
+        report.clamped += sum(end > duration for _, _, end in inside)
+        queries = [
+            {"query": query, "span": [start, round(duration, 3) if end > duration else end]}
+            for query, start, end in inside
+        ]
         if not queries:
             continue
         rel = os.path.relpath(path.resolve(), out_dir.resolve())
