@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
@@ -28,13 +27,10 @@ ENV_PACKAGES = (
 
 
 def _mem_total_mb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    try:  # the kernel's total RAM (what /proc/meminfo's MemTotal says)
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20, 1)
+    except (OSError, ValueError):
+        return None
 
 
 def environment() -> dict[str, Any]:

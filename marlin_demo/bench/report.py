@@ -193,9 +193,8 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
     ]
     for task in TASKS:
         if any(_get(v, "speed", task) for v in per.values()):
-            rows += _task_speed_rows(task)
-            if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):
-                rows += _window_rows(task)
+            windows = any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values())
+            rows += _task_speed_rows(task, windows)
     rows += [
         ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
         ("Video read + sample, median (s)", _getter("speed", "all", "decode_s", "median"), "s"),
@@ -206,26 +205,22 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
     return ["## Speed and memory", "", *_table(per, rows, rel)]
 
 
-def _task_speed_rows(task: str) -> list[Row]:
-    """One task's latency spread, first token, first text and decode rate (a task that ran)."""
+def _task_speed_rows(task: str, windows: bool) -> list[Row]:
+    """One task's latency spread, first token, first text and decode rate (a task that ran); with
+    ``windows`` (some request of a long video answered in several), the cost per window too."""
     name, get = task.title(), functools.partial(_getter, "speed", task)
     spread = ("median", "p25", "p75", "min", "max", "stdev")
-    return [
+    rows: list[Row] = [
         *((f"{name} latency {k} (s)", get("latency_s", k), "s") for k in spread),
         (f"{name} time to first token, median (s)", get("ttft_s", "median"), "s"),
         (f"{name} time to first visible text, median (s)", get("first_text_s", "median"), "s"),
         (f"{name} decode tokens/s, median", get("tokens_per_s", "median"), "f1"),
         (f"{name} output tokens, mean", get("output_tokens", "mean"), "f1"),
     ]
-
-
-def _window_rows(task: str) -> list[Row]:
-    """Only for long videos (some request answered in several windows): the cost per window."""
-    name, get = task.title(), functools.partial(_getter, "speed", task)
-    return [
-        (f"{name} windows per request, mean", get("windows", "mean"), "f1"),
-        (f"{name} latency per window, median (s)", get("latency_per_window_s", "median"), "s"),
-    ]
+    if windows:
+        rows.append((f"{name} windows per request, mean", get("windows", "mean"), "f1"))
+        rows.append((f"{name} latency per window, median (s)", get("latency_per_window_s", "median"), "s"))
+    return rows
 
 
 def _quality_section(per: dict[str, Any], rel: bool) -> list[str]:
