@@ -11,7 +11,7 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.bench import measure
-from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
+from marlin_demo.bench.environment import SETTINGS_FLAGS
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
 from marlin_demo.bench.matrix import (
     DEFAULT_DATA,
@@ -35,6 +35,7 @@ from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.models.fingerprint import fingerprint
 from marlin_demo.service.startup import check_limits
 from marlin_demo.tasks import TASKS
 from marlin_demo.variants import kinds

@@ -1,4 +1,4 @@
-"""Machine, package versions and the run's fingerprint: what a rerun into the same --out must match."""
+"""Machine and package versions (a run's record of where it ran) and the settings ``bench`` takes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.models import compute
-from marlin_demo.models.fingerprint import FINGERPRINT_FIELDS, fingerprint, stack_fingerprint
 
 #: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
 SETTINGS_FLAGS = settings_mod.flags_for("bench")
@@ -73,6 +72,3 @@ def environment() -> dict[str, Any]:
     except Exception:
         pass
     return env
-
-
-__all__ = ["FINGERPRINT_FIELDS", "SETTINGS_FLAGS", "environment", "fingerprint", "stack_fingerprint"]

@@ -31,13 +31,7 @@ class Request:
 
     @property
     def key(self) -> tuple[str, str, str, str | None, int]:
-        return (
-            self.variant,
-            self.task,
-            self.example.name,
-            self.query.query if self.query else None,
-            self.repeat,
-        )
+        return (self.variant, self.task, self.example.name, self.query and self.query.query, self.repeat)
 
 
 def record_key(rec: dict[str, Any]) -> tuple[str, str, str, str | None, int]:
