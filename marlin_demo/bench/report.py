@@ -100,11 +100,6 @@ def _table(per: dict[str, Any], rows: Sequence[Row], rel: bool) -> list[str]:
     return out
 
 
-def _headline_note() -> str:
-    a, b = variants.HEADLINE
-    return f"{variants.short(a)} vs {variants.short(b)} = ({a} − {b}) / {b}."
-
-
 def _has_headline(per: dict[str, Any]) -> bool:
     """Both variants of the headline comparison (``variants.HEADLINE``) were measured."""
     return all(v in per for v in variants.HEADLINE)
@@ -137,10 +132,7 @@ def render_summary(results: dict[str, Any]) -> str:
 
 def _header(results: dict[str, Any]) -> list[str]:
     """What was measured, how and where: the reader needs it to compare two summaries."""
-    per = results["variants"]
-    env = results["environment"]
-    s = results["settings"]
-    data = results["data"]
+    per, env, s, data = (results[k] for k in ("variants", "environment", "settings", "data"))
     imports = ", ".join(f"{k} {v:.1f} s" for k, v in results.get("library_import_s", {}).items()) or "—"
     lines = [
         "# Marlin-2B benchmark",
@@ -168,13 +160,14 @@ def _header(results: dict[str, Any]) -> list[str]:
 def _seed_section(per: dict[str, Any], rel: bool) -> list[str]:
     """The model card's own table first, so the run reads against the published figures."""
     seed = [(label, get, kind) for _, label, get, kind in _seed_rows(per)]
+    a, b = variants.HEADLINE
     return [
         "## The seed card's table",
         "",
         *_table(per, seed, rel),
         "",
         "Overall score = mean of find mIoU, find R1@0.5, caption ROUGE-L, keyword coverage and event F1 "
-        f"(those measured). {_headline_note()}",
+        f"(those measured). {variants.short(a)} vs {variants.short(b)} = ({a} − {b}) / {b}.",
     ]
 
 
