@@ -1,15 +1,6 @@
-"""Quality metrics used in this field (pure Python + ``rouge-score``; no torch).
-
-Grounding: IoU of (start, end) spans, R1@m = share of queries with IoU >= m, mIoU = mean IoU; an
-unparseable answer (``None``) counts as IoU 0. Captions: ROUGE-L, keyword coverage
-|K_ref ∩ K_pred| / |K_ref|, and one-to-one event matching by temporal IoU. Definitions:
-``shared/REFERENCE.md`` and ``docs/BENCHMARK.md``.
-
-Edge cases (each is tested): a reversed span reads as (min, max); two identical zero-length spans
-have IoU 1.0; non-finite times give 0.0. No queries: every grounding score is 0.0 with ``n == 0``.
-Event matching is greedy by highest IoU (ties: lower pred, then lower ref index) and needs
-IoU >= ``min_iou`` and > 0. No events on either side: precision = recall = f1 = 1.0; on one side
-only: 0.0. Keyword coverage is 1.0 when the reference has no keywords (nothing to cover).
+"""Quality metrics used in this field (pure Python + ``rouge-score``; no torch): temporal IoU, R1@m,
+mIoU, ROUGE-L, keyword coverage and one-to-one event matching. Definitions and edge cases:
+``docs/BENCHMARK.md`` (and ``shared/REFERENCE.md``); an unparseable answer (``None``) counts as IoU 0.
 """
 
 from __future__ import annotations

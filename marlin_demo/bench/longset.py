@@ -1,10 +1,5 @@
-"""Synthetic long clips from the rendered examples, with exact ground truth (tests and bench).
-
-The examples are concatenated in a cycle and re-encoded once (same size and fps), so segment k
-starts exactly at the sum of the previous durations and the truth shifts by that offset; a query
-that recurs gets one span per occurrence. ``build_long_set`` writes the ``bench --data long`` folder
-into the user cache, encoding again only a clip whose truth changed (docs/BENCHMARK.md).
-"""
+"""Synthetic long clips from the rendered examples, with exact ground truth (tests and bench): the
+examples back to back, so each segment's truth shifts by its start (docs/BENCHMARK.md, the long set)."""
 
 from __future__ import annotations
 
