@@ -74,16 +74,10 @@ class MergedCaption(CaptionParse):
 
 def _join_scenes(scenes: Sequence[str]) -> str:
     """Scenes in order as one paragraph; a scene equal (case/space blind) to an earlier one is skipped."""
-    seen: set[str] = set()
-    parts: list[str] = []
-    for s in scenes:
-        s = " ".join(s.split())
-        key = s.casefold().rstrip(" .!?")
-        if not s or key in seen:
-            continue
-        seen.add(key)
-        parts.append(s if s[-1] in ".!?" else s + ".")
-    return " ".join(parts)
+    first: dict[str, str] = {}  # comparison key -> the first scene with it
+    for s in filter(None, (" ".join(s.split()) for s in scenes)):
+        first.setdefault(s.casefold().rstrip(" .!?"), s)
+    return " ".join(s if s[-1] in ".!?" else s + "." for s in first.values())
 
 
 def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
