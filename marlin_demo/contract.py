@@ -395,24 +395,16 @@ _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+")
 def _trim_scene_loop(scene: str) -> tuple[str, int]:
     """Remove repeated sentences from a looping scene paragraph; returns (scene, removed)."""
     sentences = [s for s in _SENTENCE_SPLIT_RE.split(scene.strip()) if s]
-    if len(sentences) < 2:
+    keep = _loop_keep([_loop_key(s) for s in sentences])  # one sentence (or none) is always kept
+    if all(keep):
         return scene, 0
-    keep = _loop_keep([_loop_key(s) for s in sentences])
-    removed = keep.count(False)
-    if not removed:
-        return scene, 0
-    return " ".join(s for s, k in zip(sentences, keep, strict=True) if k), removed
+    return " ".join(s for s, k in zip(sentences, keep, strict=True) if k), keep.count(False)
 
 
 def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
-    """Fix known failure modes and say what was fixed; returns a new object.
-
-    In order: drop events without a description (or with non-finite times), swap reversed ranges, drop events
-    starting at or after the clip's end, clamp the rest into [0, duration], drop exact duplicates, drop
-    repetition loops (see ``_loop_keep``), and trim a looping scene paragraph. Each kind of fix adds one
-    human-readable note to ``repairs``. Event order is never changed. ``duration=None`` skips the
-    duration-dependent steps.
-    """
+    """Fix the known failure modes, in the order below, each kind of fix adding one note to ``repairs``
+    (nothing is fixed silently); returns a new object. Event order is never changed; ``duration=None``
+    skips the steps that need the clip's length."""
     dur = _check_duration(duration)
     notes: list[str] = []
     events = list(parse.events)

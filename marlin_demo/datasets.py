@@ -343,11 +343,8 @@ def find_video(videos: Path, video_id: str) -> Path | None:
     direct = videos / video_id
     if direct.suffix and direct.is_file():
         return direct
-    for ext in VIDEO_EXTENSIONS:
-        for cand in (videos / f"{video_id}{ext}", videos / f"{video_id}{ext.upper()}"):
-            if cand.is_file():
-                return cand
-    return None
+    names = (f"{video_id}{e}" for ext in VIDEO_EXTENSIONS for e in (ext, ext.upper()))
+    return next((videos / name for name in names if (videos / name).is_file()), None)
 
 
 @dataclass
