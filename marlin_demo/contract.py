@@ -305,8 +305,7 @@ def parse_span(text: str) -> SpanParse:
     (``repair_span`` swaps it, with a note).
     """
     norm = _norm_line(strip_think(text or ""))
-    m = _CANON_SPAN_RE.match(norm)
-    if m:
+    if m := _CANON_SPAN_RE.match(norm):
         return SpanParse(span=(float(m["a"]), float(m["b"])), format_ok=True)
     m = _SPAN_ANY_RE.search(norm)
     if m is None:

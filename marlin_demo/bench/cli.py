@@ -76,8 +76,7 @@ def _bench(args: argparse.Namespace) -> int:
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None
-    need = missing_extra("bench", "bench")  # its plots: said before any model work, not after it
-    if need:
+    if need := missing_extra("bench", "bench"):  # its plots: said before any model work, not after it
         raise BenchError(need)
     allowed = [*(k.name for k in kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
@@ -109,7 +108,6 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     load_failed = False
-    model_label = "?"
     with contextlib.redirect_stdout(sys.stderr):
         from marlin_demo.engine import Engine
 
@@ -117,21 +115,15 @@ def _bench(args: argparse.Namespace) -> int:
 
         # video_cache_size=0: every request reads and samples its video, the same for all variants
         engine = Engine(settings, video_cache_size=0)
-        model_label = engine.model_label
         with tqdm(
-            total=total,
-            desc="bench",
-            unit="req",
-            file=sys.stderr,
-            dynamic_ncols=True,
-            disable=not total,
+            total=total, desc="bench", unit="req", file=sys.stderr, dynamic_ncols=True, disable=not total
         ) as bar:
             for v in [v for v in variants if pending[v]]:
                 load_failed |= not measure.bench_variant(engine, v, pending[v], out, bar)
         if import_s:
             append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})
         results = write_outputs(
-            out, examples, data_dir, variants, tasks, args.repeats, settings, run, model_label
+            out, examples, data_dir, variants, tasks, args.repeats, settings, run, engine.model_label
         )
     print(render_summary(results).split("## Speed and memory")[0].rstrip())
     print()
