@@ -150,10 +150,7 @@ def _set_plot(plt: Any, sets: dict[str, Any], names: Sequence[str], color: Seque
                 [lbl for _, _, lbl in parts] + ["Overall"],
                 lambda v: [_get(v, "quality", t, k) for t, k, _ in parts] + [_get(v, "quality", "overall")],
             ),
-            (
-                list(TASKS),
-                lambda v: [_get(v, "speed", t, "latency_s", "median") for t in TASKS],
-            ),
+            (list(TASKS), lambda v: [_get(v, "speed", t, "latency_s", "median") for t in TASKS]),
         ]
         for row, (labels, get) in enumerate(rows):
             _bars(axes[row][col], names, color, labels, {n: get(per[n]) for n in names})
