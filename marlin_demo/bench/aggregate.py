@@ -42,6 +42,11 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     }
 
 
+#: what results.json keeps of a variant's load record (measure.bench_variant), in this order
+LOAD_KEYS = tuple(
+    "load_s footprint_mb kernel compute_dtype attention compile decode device allocated_after_load_mb "
+    "source revision quantized warmup_s error".split()
+)
 WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "decode_per_window_s")
 
 
@@ -164,25 +169,7 @@ def aggregate(
             q = {"overall": None}
         load = loads.get(v, {})
         per[v] = {
-            "load": {
-                k: load.get(k)
-                for k in (
-                    "load_s",
-                    "footprint_mb",
-                    "kernel",
-                    "compute_dtype",
-                    "attention",
-                    "compile",
-                    "decode",
-                    "device",
-                    "allocated_after_load_mb",
-                    "source",
-                    "revision",
-                    "quantized",
-                    "warmup_s",
-                    "error",
-                )
-            },
+            "load": {k: load.get(k) for k in LOAD_KEYS},
             "requests": {
                 "planned": len(plan),
                 "ok": len(ok),

@@ -12,16 +12,8 @@ from marlin_demo.models import compute
 #: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
 SETTINGS_FLAGS = settings_mod.flags_for("bench")
 
-ENV_PACKAGES = (
-    "torch",
-    "transformers",
-    "gptqmodel",
-    "bitsandbytes",
-    "accelerate",
-    "torchcodec",
-    "qwen-vl-utils",
-    "av",
-    "rouge-score",
+ENV_PACKAGES = tuple(
+    "torch transformers gptqmodel bitsandbytes accelerate torchcodec qwen-vl-utils av rouge-score".split()
 )
 
 

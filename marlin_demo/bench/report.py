@@ -218,21 +218,19 @@ def _task_speed_rows(task: str, windows: bool) -> list[Row]:
 
 def _quality_section(per: dict[str, Any], rel: bool) -> list[str]:
     """Scores against the ground truth, the overall score and how stable the answers were."""
-    rows = _quality_rows(per)
-    rows += [
-        ("Overall score", _getter("quality", "overall"), "q"),
-        ("Same answer in every repeat", _getter("stability"), "pct"),
-    ]
+    rows = [*_quality_rows(per), ("Same answer in every repeat", _getter("stability"), "pct")]
     return ["## Quality against the ground truth", "", *_table(per, rows, rel)]
 
 
 def _quality_rows(per: dict[str, Any]) -> list[Row]:
-    """The quality rows of the tasks some variant was scored on (a find-only run has no caption rows)."""
-    return [
+    """The quality rows of the tasks some variant was scored on (a find-only run has no caption rows),
+    then the overall score."""
+    rows: list[Row] = [
         (label, _getter("quality", task, key), "q")
         for task, key, label in quality_rows()
         if any(_get(v, "quality", task) for v in per.values())
     ]
+    return [*rows, ("Overall score", _getter("quality", "overall"), "q")]
 
 
 def _agreement_section(per: dict[str, Any]) -> list[str]:
@@ -309,7 +307,6 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
             "",
         ]
         rows = _quality_rows(per)
-        rows.append(("Overall score", _getter("quality", "overall"), "q"))
         for task in TASKS:
             if any(_get(v, "speed", task) for v in per.values()):
                 get = functools.partial(_getter, "speed", task)
