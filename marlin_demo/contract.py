@@ -374,13 +374,11 @@ def _loop_keep(keys: list[str]) -> list[bool]:
     loop cut off by the token limit) is dropped too.
     """
     counts = Counter(keys)
-    seen: set[str] = set()
-    keep: list[bool] = []
-    for i, key in enumerate(keys):
-        repeat = i > 0 and key == keys[i - 1]
-        looping = counts[key] > 2 and key in seen
-        keep.append(not (repeat or looping))
-        seen.add(key)
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each key's first index
+    keep = [
+        not ((i > 0 and key == keys[i - 1]) or (counts[key] > 2 and first[key] < i))
+        for i, key in enumerate(keys)
+    ]
     if keys and not all(keep) and keep[-1]:
         last = keys[-1]
         if last and any(k != last and k.startswith(last) for k in keys[:-1]):

@@ -32,6 +32,9 @@ UNITS = {
 }
 
 
+#: the settings that say which weights ran (results.json's ``models``)
+MODEL_SETTINGS = ("model", "bf16_id", "revision", "gptq_id", "gptq_revision", "extra_variants")
+
 Row = tuple[str, Any, str]
 """One table row: (label, getter of a variant's figures, format kind for ``_fmt``)."""
 
@@ -358,12 +361,7 @@ def write_outputs(
         "first_run": run.get("created"),
         "model_label": model_label,
         "models": {
-            "model": settings.model,
-            "bf16_id": settings.bf16_id,
-            "revision": settings.revision,
-            "gptq_id": settings.gptq_id,
-            "gptq_revision": settings.gptq_revision,
-            "extra_variants": settings.extra_variants,
+            **{k: getattr(settings, k) for k in MODEL_SETTINGS},
             "sources": {
                 v: {k: _get(agg["variants"][v], "load", k) for k in ("source", "revision", "quantized")}
                 for v in variants
