@@ -107,9 +107,11 @@ def _number(value: Any, what: str) -> float:
     return out
 
 
-def _span(start: Any, end: Any, duration: float | None, what: str) -> tuple[float, float]:
-    s = _number(start, f"{what} start")
-    e = _number(end, f"{what} end")
+def _span(pair: Any, duration: float | None, what: str) -> tuple[float, float]:
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        raise DatasetError(f"{what} span is {pair!r}: give [start, end] in seconds.")
+    s = _number(pair[0], f"{what} start")
+    e = _number(pair[1], f"{what} end")
     if s < 0:
         raise DatasetError(f"{what} starts at {s:g} s, before the video begins: times start at 0.")
     if e <= s:
@@ -175,8 +177,7 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
         desc = ev["description"]
         if not isinstance(desc, str) or not desc.strip():
             raise DatasetError(f"{what} has an empty description: say what happens in that span.")
-        s, e = _span(ev["start"], ev["end"], duration, what)
-        events.append(Event(s, e, desc.strip()))
+        events.append(Event(*_span((ev["start"], ev["end"]), duration, what), desc.strip()))
 
     queries: list[Query] = []
     for j, q in enumerate(_list(raw, "queries", where, "{query, span: [start, end]}")):
@@ -192,12 +193,7 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
         raw_spans = q["spans"] if "spans" in q else [q["span"]]
         if not isinstance(raw_spans, list) or not raw_spans:
             raise DatasetError(f"{what} spans is {raw_spans!r}: give a non-empty list of [start, end].")
-        spans = []
-        for span in raw_spans:
-            if not isinstance(span, list | tuple) or len(span) != 2:
-                raise DatasetError(f"{what} span is {span!r}: give [start, end] in seconds.")
-            spans.append(_span(span[0], span[1], duration, what))
-        spans.sort()
+        spans = sorted(_span(span, duration, what) for span in raw_spans)
         queries.append(Query(text.strip(), spans[0], tuple(spans)))
 
     set_raw = raw.get("set", DEFAULT_SET)

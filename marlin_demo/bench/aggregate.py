@@ -183,9 +183,7 @@ def aggregate(
             "stability": _stability(idx, plan),
         }
     if reference in per:
-        for v in variants:
-            if v == reference:
-                continue
+        for v in [v for v in variants if v != reference]:
             per[v]["agreement_with_" + reference] = agreement(examples, idx, v, reference, tasks, repeats)
             per[v]["retention_vs_" + reference] = retention(per[v]["quality"], per[reference]["quality"])
     comparison: dict[str, Any] = {}
