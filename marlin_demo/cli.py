@@ -43,11 +43,8 @@ def format_metrics(m: dict[str, Any]) -> str:
 
 def format_run(info: Any) -> str:
     """What the JSON leaves out: first visible text, the kernels that ran, what was reused."""
-    parts = []
-    if info.first_text_s is not None:
-        parts.append(f"first text {info.first_text_s:.2f} s")
-    parts.append(f"kernel {info.kernel or '-'}")
-    parts.append(f"attention {info.attention or '-'}")
+    parts = [] if info.first_text_s is None else [f"first text {info.first_text_s:.2f} s"]
+    parts += [f"kernel {info.kernel or '-'}", f"attention {info.attention or '-'}"]
     parts.append(f"computed in {info.runtime.compute_dtype or '-'}")
     if info.compile and info.compile != "off":
         parts.append(f"compile {info.compile}, {info.compile_s:.1f} s paid")

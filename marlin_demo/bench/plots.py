@@ -52,9 +52,7 @@ def _bars(
     for i, n in enumerate(names):
         vals = [0.0 if x is None else x for x in series[n]]
         pos = [x + (i - (len(names) - 1) / 2) * width for x in xs]
-        yerr = None
-        if err is not None:
-            yerr = [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
+        yerr = None if err is None else [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
         ax.bar(pos, vals, width, label=n, color=color[i], yerr=yerr, capsize=3)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=20, ha="right")
