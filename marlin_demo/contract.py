@@ -94,10 +94,7 @@ def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str
     text = _clean_chars(text)
     # Removing one token can join the halves of another ("<|im_<|x|>end|>"),
     # so repeat until nothing changes; a space keeps neighbouring words apart.
-    while True:
-        cleaned = _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))
-        if cleaned == text:
-            break
+    while (cleaned := _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))) != text:
         text = cleaned
     text = " ".join(_replace_double_quotes(text).split())
     if not text:
@@ -183,13 +180,7 @@ def strip_think(text: str) -> str:
         return ""
     parts: list[str] = []
     pos = 0
-    while True:
-        i = text.find(_THINK_OPEN, pos)
-        if i < 0:
-            break
-        j = text.find(_THINK_CLOSE, i + len(_THINK_OPEN))
-        if j < 0:
-            break
+    while (i := text.find(_THINK_OPEN, pos)) >= 0 and (j := text.find(_THINK_CLOSE, i)) >= 0:
         parts.append(text[pos:i])
         pos = j + len(_THINK_CLOSE)
     parts.append(text[pos:])
