@@ -89,11 +89,10 @@ def truth_span(example: Mapping[str, Any], query: str | None) -> tuple[float, fl
 def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
     """A bench record's moments as (start, end), best first; without moments (an older record, or an
     answer the score could not rate) its span alone, so R5 never misses what R1 counts."""
-    moments = record.get("moments") or []
-    if not moments:
-        span = record.get("span")
-        return [] if span is None else [(float(span[0]), float(span[1]))]
-    return [(float(m["start"]), float(m["end"])) for m in moments]
+    if moments := record.get("moments"):
+        return [(float(m["start"]), float(m["end"])) for m in moments]
+    span = _span(record)
+    return [] if span is None else [span]
 
 
 class FindAnswer(Answer):
