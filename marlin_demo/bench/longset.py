@@ -91,13 +91,9 @@ def long_set_entry(
     distinct example's scene once, in order of first appearance, as the answer's joins its windows'."""
     truth = long_clip_truth(examples, target_s, start)
     by_video = {e["video"]: e for e in examples}
-    scenes: list[str] = []
-    keep: set[str] = set()
-    for seg in truth["segments"]:
-        ex = by_video[seg["video"]]
-        if ex.get("scene") and ex["scene"] not in scenes:
-            scenes.append(ex["scene"])
-        keep.update(q["query"] for q in ex["queries"][:queries_per_example])
+    used = [by_video[seg["video"]] for seg in truth["segments"]]
+    scenes = dict.fromkeys(ex["scene"] for ex in used if ex.get("scene"))  # each once, in order
+    keep = {q["query"] for ex in used for q in ex["queries"][:queries_per_example]}
     return {
         "video": f"long_{target_s:g}s.mp4",
         "title": f"{len(truth['segments'])} rendered examples back to back ({truth['duration']:g} s)",

@@ -81,13 +81,9 @@ def _join_scenes(scenes: Sequence[str]) -> str:
 
 
 def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
-    """Join the mapped (global-time) captions of consecutive windows into one timeline.
-
-    Events either side of a boundary (each within BOUNDARY_TOL_S of it, B starting by A's end +
-    BOUNDARY_TOL_S) with ``description_similarity`` >= SIMILAR_DESCRIPTION are one event: most similar
-    pair first, each once, A's start to the later end, the longer part's description (docs/LONG_VIDEOS.md).
-    Works on any prefix of the windows, so a stream can re-merge as each window finishes.
-    """
+    """Join the mapped (global-time) captions of consecutive windows into one timeline, an event cut by a
+    boundary joined by docs/LONG_VIDEOS.md's rule (BOUNDARY_TOL_S, SIMILAR_DESCRIPTION). Works on any
+    prefix of the windows, so a stream can re-merge as each window finishes."""
     timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
     joined: list[str] = []
     for k, (window, parse) in enumerate(windows):  # (the first window has no tails to join)
