@@ -22,14 +22,6 @@ from marlin_demo.settings import EXAMPLES_DIR, EXAMPLES_FILE
 from marlin_demo.tasks import get_task
 from marlin_demo.video.digest import cached_file_digest
 
-__all__ = [
-    "DEFAULT_EXAMPLES_JSON",
-    "agreement",
-    "compare_payload",
-    "ground_truth_for",
-    "load_examples",
-]
-
 DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 
@@ -75,8 +67,7 @@ def _file_digest(path: Path) -> str | None:
 
 
 def ground_truth_for(
-    video_path: str | os.PathLike[str] | None,
-    examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON,
+    video_path: str | os.PathLike[str] | None, examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON
 ) -> dict[str, Any] | None:
     """The example whose clip this is, matched by content hash, else by file name: a name counts
     only when the reference clip is missing, so another upload called ``ball_rolls.mp4`` is not
@@ -103,10 +94,7 @@ def ground_truth_for(
 
 
 def compare_payload(
-    task: str,
-    query: str | None,
-    results: Mapping[str, Any],
-    example: Mapping[str, Any] | None = None,
+    task: str, query: str | None, results: Mapping[str, Any], example: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``/compare`` JSON: results per variant, pairwise agreement, and scores when truth exists."""
     payload: dict[str, Any] = {

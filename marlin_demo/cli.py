@@ -43,11 +43,8 @@ def format_metrics(m: dict[str, Any]) -> str:
 
 def format_run(info: Any) -> str:
     """What the JSON leaves out: first visible text, the kernels that ran, what was reused."""
-    parts = []
-    if info.first_text_s is not None:
-        parts.append(f"first text {info.first_text_s:.2f} s")
-    parts.append(f"kernel {info.kernel or '-'}")
-    parts.append(f"attention {info.attention or '-'}")
+    parts = [] if info.first_text_s is None else [f"first text {info.first_text_s:.2f} s"]
+    parts += [f"kernel {info.kernel or '-'}", f"attention {info.attention or '-'}"]
     parts.append(f"computed in {info.runtime.compute_dtype or '-'}")
     if info.compile and info.compile != "off":
         parts.append(f"compile {info.compile}, {info.compile_s:.1f} s paid")
@@ -146,13 +143,10 @@ def cmd_task(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.video):  # said before any model is loaded
         print(f"error: No file at {args.video}: give the path of a video file.", file=sys.stderr)
         return EXIT_BAD_INPUT
-    query = getattr(args, "query", None)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             engine = _engine(args)
-            result = run_with_progress(
-                engine, args.command, args.video, args.variant, query, not args.json, args.start, args.end
-            )
+            result = run_with_progress(engine, args)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, ModelLoadError) else EXIT_BAD_INPUT
@@ -172,26 +166,16 @@ def cmd_task(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_with_progress(
-    engine: Any,
-    task: str,
-    video: str,
-    variant: str,
-    query: str | None = None,
-    show: bool = True,
-    start: float | None = None,
-    end: float | None = None,
-) -> Any:
-    """The request's result; with ``show``, one stderr line per window of a long video as it starts
-    (``caption: window k of n``). ``start`` / ``end``: only that time range."""
+def run_with_progress(engine: Any, args: argparse.Namespace) -> Any:
+    """The request's result; unless ``--json``, one stderr line per window of a long video as it starts
+    (``caption: window k of n``). ``--start`` / ``--end``: only that time range."""
     from marlin_demo import service  # imported late: ``--help`` stays fast
 
-    if not show:
-        return service.run(engine, task, video, variant, query, start_s=start, end_s=end)
-
-    with contextlib.closing(
-        service.stream(engine, task, video, variant, query, start_s=start, end_s=end)
-    ) as stages:
+    task, query = args.command, getattr(args, "query", None)
+    request = (engine, task, args.video, args.variant, query)
+    if args.json:
+        return service.run(*request, start_s=args.start, end_s=args.end)
+    with contextlib.closing(service.stream(*request, start_s=args.start, end_s=args.end)) as stages:
         for stage in stages:
             if isinstance(stage, Progress) and stage.window and not stage.text and stage.windows != 1:
                 print(f"{task}: window {stage.window} of {stage.windows}", file=sys.stderr, flush=True)
@@ -224,8 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["app"]:  # every app.py flag passes through untouched
         return cmd_app(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

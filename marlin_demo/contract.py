@@ -24,26 +24,6 @@ from typing import Any
 
 from marlin_demo.settings import Settings
 
-__all__ = [
-    "CAPTION_PROMPT",
-    "DETAILED_PROMPT",
-    "FIND_PROMPT_TEMPLATE",
-    "CaptionParse",
-    "Event",
-    "SpanParse",
-    "VideoParams",
-    "clock",
-    "clock_part",
-    "clock_span",
-    "find_prompt",
-    "parse_caption",
-    "parse_span",
-    "repair_caption",
-    "repair_span",
-    "sanitize_query",
-    "strip_think",
-]
-
 # Prompts (exact strings the model was trained on)
 
 CAPTION_PROMPT: str = (
@@ -114,10 +94,7 @@ def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str
     text = _clean_chars(text)
     # Removing one token can join the halves of another ("<|im_<|x|>end|>"),
     # so repeat until nothing changes; a space keeps neighbouring words apart.
-    while True:
-        cleaned = _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))
-        if cleaned == text:
-            break
+    while (cleaned := _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))) != text:
         text = cleaned
     text = " ".join(_replace_double_quotes(text).split())
     if not text:
@@ -203,13 +180,7 @@ def strip_think(text: str) -> str:
         return ""
     parts: list[str] = []
     pos = 0
-    while True:
-        i = text.find(_THINK_OPEN, pos)
-        if i < 0:
-            break
-        j = text.find(_THINK_CLOSE, i + len(_THINK_OPEN))
-        if j < 0:
-            break
+    while (i := text.find(_THINK_OPEN, pos)) >= 0 and (j := text.find(_THINK_CLOSE, i)) >= 0:
         parts.append(text[pos:i])
         pos = j + len(_THINK_CLOSE)
     parts.append(text[pos:])
@@ -277,38 +248,30 @@ def parse_caption(text: str) -> CaptionParse:
     """
     lines = [_norm_line(raw) for raw in strip_think(text or "").splitlines()]
 
-    events_idx = -1
-    events_hdr_canonical = False
-    header_rest = ""
-    for i, line in enumerate(lines):
-        m = _EVENTS_HDR_RE.match(line)
-        if m:
-            events_idx = i
-            events_hdr_canonical = line == "Events:"
-            header_rest = m["rest"] or ""
-            break
-
-    if events_idx >= 0:
-        scene_lines = lines[:events_idx]
-        event_lines = [header_rest, *lines[events_idx + 1 :]]
+    header = next(((i, m) for i, line in enumerate(lines) if (m := _EVENTS_HDR_RE.match(line))), None)
+    if header is not None:
+        scene_lines = lines[: header[0]]
+        event_lines = [header[1]["rest"] or "", *lines[header[0] + 1 :]]
     else:
         first = next((i for i, line in enumerate(lines) if _match_event(line)), len(lines))
         scene_lines = lines[:first]
         event_lines = lines[first:]
 
     # Scene: text after a "Scene:" header (a chatty preamble before it is dropped).
-    scene_canonical = False
-    scene_parts = scene_lines
-    for i, line in enumerate(scene_lines):
-        m = _SCENE_HDR_RE.match(line)
-        if m:
-            scene_canonical = line.startswith("Scene:")
-            scene_parts = [m["rest"], *scene_lines[i + 1 :]]
-            break
+    scene_hdr = next(((i, m) for i, line in enumerate(scene_lines) if (m := _SCENE_HDR_RE.match(line))), None)
+    scene_parts = (
+        scene_lines if scene_hdr is None else [scene_hdr[1]["rest"], *scene_lines[scene_hdr[0] + 1 :]]
+    )
     scene = " ".join(part for part in scene_parts if part)
 
     hits = [hit for hit in map(_match_event, event_lines) if hit is not None]
-    format_ok = scene_canonical and events_hdr_canonical and any(canonical for _, canonical in hits)
+    canonical_headers = (
+        scene_hdr is not None
+        and scene_lines[scene_hdr[0]].startswith("Scene:")
+        and header is not None
+        and lines[header[0]] == "Events:"
+    )
+    format_ok = canonical_headers and any(canonical for _, canonical in hits)
     return CaptionParse(scene=scene, events=[event for event, _ in hits], format_ok=format_ok)
 
 
@@ -333,8 +296,7 @@ def parse_span(text: str) -> SpanParse:
     (``repair_span`` swaps it, with a note).
     """
     norm = _norm_line(strip_think(text or ""))
-    m = _CANON_SPAN_RE.match(norm)
-    if m:
+    if m := _CANON_SPAN_RE.match(norm):
         return SpanParse(span=(float(m["a"]), float(m["b"])), format_ok=True)
     m = _SPAN_ANY_RE.search(norm)
     if m is None:
@@ -350,9 +312,7 @@ def clock(seconds: float) -> str:
     """The one way a time is written (the page, the notes, the messages): ``12.5 s`` under a minute, else
     ``2:07.5``; tenths, a whole second without them (``9 s``, ``1:00``)."""
     t = round(max(0.0, float(seconds)), 1)
-    if t < 60:
-        return f"{t:g} s"
-    return _minutes(t)
+    return f"{t:g} s" if t < 60 else _minutes(t)
 
 
 def _minutes(t: float) -> str:
@@ -405,13 +365,11 @@ def _loop_keep(keys: list[str]) -> list[bool]:
     loop cut off by the token limit) is dropped too.
     """
     counts = Counter(keys)
-    seen: set[str] = set()
-    keep: list[bool] = []
-    for i, key in enumerate(keys):
-        repeat = i > 0 and key == keys[i - 1]
-        looping = counts[key] > 2 and key in seen
-        keep.append(not (repeat or looping))
-        seen.add(key)
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each key's first index
+    keep = [
+        not ((i > 0 and key == keys[i - 1]) or (counts[key] > 2 and first[key] < i))
+        for i, key in enumerate(keys)
+    ]
     if keys and not all(keep) and keep[-1]:
         last = keys[-1]
         if last and any(k != last and k.startswith(last) for k in keys[:-1]):
@@ -425,24 +383,16 @@ _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+")
 def _trim_scene_loop(scene: str) -> tuple[str, int]:
     """Remove repeated sentences from a looping scene paragraph; returns (scene, removed)."""
     sentences = [s for s in _SENTENCE_SPLIT_RE.split(scene.strip()) if s]
-    if len(sentences) < 2:
+    keep = _loop_keep([_loop_key(s) for s in sentences])  # one sentence (or none) is always kept
+    if all(keep):
         return scene, 0
-    keep = _loop_keep([_loop_key(s) for s in sentences])
-    removed = keep.count(False)
-    if not removed:
-        return scene, 0
-    return " ".join(s for s, k in zip(sentences, keep, strict=True) if k), removed
+    return " ".join(s for s, k in zip(sentences, keep, strict=True) if k), keep.count(False)
 
 
 def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
-    """Fix known failure modes and say what was fixed; returns a new object.
-
-    In order: drop events without a description (or with non-finite times), swap reversed ranges, drop events
-    starting at or after the clip's end, clamp the rest into [0, duration], drop exact duplicates, drop
-    repetition loops (see ``_loop_keep``), and trim a looping scene paragraph. Each kind of fix adds one
-    human-readable note to ``repairs``. Event order is never changed. ``duration=None`` skips the
-    duration-dependent steps.
-    """
+    """Fix the known failure modes, in the order below, each kind of fix adding one note to ``repairs``
+    (nothing is fixed silently); returns a new object. Event order is never changed; ``duration=None``
+    skips the steps that need the clip's length."""
     dur = _check_duration(duration)
     notes: list[str] = []
     events = list(parse.events)
@@ -464,15 +414,8 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
         if len(kept) < len(events):
             notes.append(f"dropped {_count(len(events) - len(kept), 'event')} starting at or after the end")
         events = kept
-        clamped = 0
-        out: list[Event] = []
-        for e in events:
-            start, end = max(0.0, e.start), min(dur, e.end)
-            if (start, end) != (e.start, e.end):
-                clamped += 1
-                out.append(Event(start, end, e.description))
-            else:
-                out.append(e)
+        out = [Event(max(0.0, e.start), min(dur, e.end), e.description) for e in events]
+        clamped = sum(a != b for a, b in zip(out, events, strict=True))
         events = out
         if clamped:
             notes.append(f"clamped {_count(clamped, 'event')} that ran past the end")

@@ -107,9 +107,11 @@ def _number(value: Any, what: str) -> float:
     return out
 
 
-def _span(start: Any, end: Any, duration: float | None, what: str) -> tuple[float, float]:
-    s = _number(start, f"{what} start")
-    e = _number(end, f"{what} end")
+def _span(pair: Any, duration: float | None, what: str) -> tuple[float, float]:
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        raise DatasetError(f"{what} span is {pair!r}: give [start, end] in seconds.")
+    s = _number(pair[0], f"{what} start")
+    e = _number(pair[1], f"{what} end")
     if s < 0:
         raise DatasetError(f"{what} starts at {s:g} s, before the video begins: times start at 0.")
     if e <= s:
@@ -175,8 +177,7 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
         desc = ev["description"]
         if not isinstance(desc, str) or not desc.strip():
             raise DatasetError(f"{what} has an empty description: say what happens in that span.")
-        s, e = _span(ev["start"], ev["end"], duration, what)
-        events.append(Event(s, e, desc.strip()))
+        events.append(Event(*_span((ev["start"], ev["end"]), duration, what), desc.strip()))
 
     queries: list[Query] = []
     for j, q in enumerate(_list(raw, "queries", where, "{query, span: [start, end]}")):
@@ -192,12 +193,7 @@ def _parse_entry(raw: Any, index: int, root: Path, seen: set[str], missing_ok: b
         raw_spans = q["spans"] if "spans" in q else [q["span"]]
         if not isinstance(raw_spans, list) or not raw_spans:
             raise DatasetError(f"{what} spans is {raw_spans!r}: give a non-empty list of [start, end].")
-        spans = []
-        for span in raw_spans:
-            if not isinstance(span, list | tuple) or len(span) != 2:
-                raise DatasetError(f"{what} span is {span!r}: give [start, end] in seconds.")
-            spans.append(_span(span[0], span[1], duration, what))
-        spans.sort()
+        spans = sorted(_span(span, duration, what) for span in raw_spans)
         queries.append(Query(text.strip(), spans[0], tuple(spans)))
 
     set_raw = raw.get("set", DEFAULT_SET)
@@ -343,11 +339,8 @@ def find_video(videos: Path, video_id: str) -> Path | None:
     direct = videos / video_id
     if direct.suffix and direct.is_file():
         return direct
-    for ext in VIDEO_EXTENSIONS:
-        for cand in (videos / f"{video_id}{ext}", videos / f"{video_id}{ext.upper()}"):
-            if cand.is_file():
-                return cand
-    return None
+    names = (f"{video_id}{e}" for ext in VIDEO_EXTENSIONS for e in (ext, ext.upper()))
+    return next((videos / name for name in names if (videos / name).is_file()), None)
 
 
 @dataclass
@@ -426,22 +419,15 @@ def convert_charades(
         except ValueError:
             report.unreadable.append(video_id)
             continue
-        queries: list[dict[str, Any]] = []
-        seen: set[tuple[str, float, float]] = set()
-        for ann in anns:
-            key = (ann.query, ann.start, ann.end)
-            if key in seen:
-                report.duplicates += 1
-                continue
-            seen.add(key)
-            if ann.start >= duration:
-                report.dropped += 1
-                continue
-            end = ann.end
-            if end > duration:
-                end = round(duration, 3)
-                report.clamped += 1
-            queries.append({"query": ann.query, "span": [ann.start, end]})
+        unique = list(dict.fromkeys((ann.query, ann.start, ann.end) for ann in anns))
+        inside = [(query, start, end) for query, start, end in unique if start < duration]
+        report.duplicates += len(anns) - len(unique)
+        report.dropped += len(unique) - len(inside)
+        report.clamped += sum(end > duration for _, _, end in inside)
+        queries = [
+            {"query": query, "span": [start, round(duration, 3) if end > duration else end]}
+            for query, start, end in inside
+        ]
         if not queries:
             continue
         rel = os.path.relpath(path.resolve(), out_dir.resolve())

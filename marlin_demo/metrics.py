@@ -1,15 +1,6 @@
-"""Quality metrics used in this field (pure Python + ``rouge-score``; no torch).
-
-Grounding: IoU of (start, end) spans, R1@m = share of queries with IoU >= m, mIoU = mean IoU; an
-unparseable answer (``None``) counts as IoU 0. Captions: ROUGE-L, keyword coverage
-|K_ref ∩ K_pred| / |K_ref|, and one-to-one event matching by temporal IoU. Definitions:
-``shared/REFERENCE.md`` and ``docs/BENCHMARK.md``.
-
-Edge cases (each is tested): a reversed span reads as (min, max); two identical zero-length spans
-have IoU 1.0; non-finite times give 0.0. No queries: every grounding score is 0.0 with ``n == 0``.
-Event matching is greedy by highest IoU (ties: lower pred, then lower ref index) and needs
-IoU >= ``min_iou`` and > 0. No events on either side: precision = recall = f1 = 1.0; on one side
-only: 0.0. Keyword coverage is 1.0 when the reference has no keywords (nothing to cover).
+"""Quality metrics used in this field (pure Python + ``rouge-score``; no torch): temporal IoU, R1@m,
+mIoU, ROUGE-L, keyword coverage and one-to-one event matching. Definitions and edge cases:
+``docs/BENCHMARK.md`` (and ``shared/REFERENCE.md``); an unparseable answer (``None``) counts as IoU 0.
 """
 
 from __future__ import annotations
@@ -128,23 +119,28 @@ def match_events(
     events of a clip the two rarely differ, and it is simple to audit.
     """
     pred_spans, ref_spans = [_event_span(p) for p in pred], [_event_span(r) for r in ref]
-    pairs = sorted(
-        (-iou, i, j)
-        for i, ps in enumerate(pred_spans)
-        for j, rs in enumerate(ref_spans)
-        if (iou := temporal_iou(ps, rs)) > 0.0 and iou >= min_iou
+    return sorted(
+        greedy_pairs(
+            (iou, i, j)
+            for i, ps in enumerate(pred_spans)
+            for j, rs in enumerate(ref_spans)
+            if (iou := temporal_iou(ps, rs)) > 0.0 and iou >= min_iou
+        )
     )
-    used_pred: set[int] = set()
-    used_ref: set[int] = set()
-    matches: list[tuple[int, int, float]] = []
-    for neg_iou, i, j in pairs:
-        if i in used_pred or j in used_ref:
-            continue
-        used_pred.add(i)
-        used_ref.add(j)
-        matches.append((i, j, -neg_iou))
-    matches.sort()
-    return matches
+
+
+def greedy_pairs(scored: Iterable[tuple[float, int, int]]) -> list[tuple[int, int, float]]:
+    """(i, j, score) pairs taken highest score first (ties: lower i, then lower j), each i and each j
+    once: the one greedy matching of events by IoU and of a caption's cut events by similarity."""
+    used_i: set[int] = set()
+    used_j: set[int] = set()
+    pairs: list[tuple[int, int, float]] = []
+    for neg, i, j in sorted((-score, i, j) for score, i, j in scored):
+        if i not in used_i and j not in used_j:
+            used_i.add(i)
+            used_j.add(j)
+            pairs.append((i, j, -neg))
+    return pairs
 
 
 def precision_recall_f1(tp: int, n_pred: int, n_ref: int) -> tuple[float, float, float]:

@@ -134,18 +134,17 @@ class Metrics:
     queue_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        r = _round
         return {
-            "latency_s": r(self.latency_s),
-            "ttft_s": r(self.ttft_s),
+            "latency_s": _round(self.latency_s),
+            "ttft_s": _round(self.ttft_s),
             "output_tokens": self.output_tokens,
-            "tokens_per_s": r(self.tokens_per_s, 2),
+            "tokens_per_s": _round(self.tokens_per_s, 2),
             "video_tokens": self.video_tokens,
-            "peak_memory_mb": r(self.peak_memory_mb, 1),
+            "peak_memory_mb": _round(self.peak_memory_mb, 1),
             "memory_kind": self.memory_kind,
-            "load_s": r(self.load_s),
+            "load_s": _round(self.load_s),
             "device": self.device,
-            "queue_s": r(self.queue_s),
+            "queue_s": _round(self.queue_s),
         }
 
 

@@ -17,7 +17,6 @@ from marlin_demo import variants
 
 #: The variants every checkpoint has (``variants``' table); ``MARLIN_EXTRA_VARIANTS`` adds more by name, so
 #: a variant in a signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
-BuiltinVariant = Literal["gptq", "bnb4", "bf16"]
 VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 
@@ -221,15 +220,14 @@ class Settings:
         return replace(self, **changes)
 
 
+_TYPES: dict[str, type] = {"int": int, "float": float}  # a field's annotation -> how its text is read
+
+
 def _convert(kind: str, raw: str) -> object:
     """``kind`` is the field's annotation, a string under ``from __future__ import annotations``."""
     if kind == "bool":
         return raw.strip().lower() in {"1", "true", "yes", "on"}
-    if kind == "int":
-        return int(raw)
-    if kind == "float":
-        return float(raw)
-    return raw
+    return _TYPES.get(kind, str)(raw)
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:
@@ -306,7 +304,7 @@ def add_arguments(
         how: dict[str, Any] = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"]}
         if kind != "bool":
             envs = " or ".join(f"${n}" for n in (f.metadata["env"], f.metadata.get("fallback_env")) if n)
-            how = {"type": {"int": int, "float": float}.get(kind, str), "help": f"{how['help']} ({envs})"}
+            how = {"type": _TYPES.get(kind, str), "help": f"{how['help']} ({envs})"}
         parser.add_argument(flag_of(f.name), dest=f.name, default=None, **how)
 
 

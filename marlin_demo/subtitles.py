@@ -16,8 +16,6 @@ from typing import Any
 
 from marlin_demo.contract import Event, clock, clock_part
 
-__all__ = ["Chapters", "chapter_time", "chapters", "format_timestamp", "to_srt", "to_webvtt"]
-
 _ARROW_RE = re.compile(r"-+>")
 
 

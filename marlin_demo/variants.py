@@ -68,13 +68,11 @@ def unknown(name: str, offered: list[str] | tuple[str, ...]) -> str:
 
 def label(name: str) -> str:
     """The name a visitor reads for a variant (its key when it has none)."""
-    kind = _KINDS.get(name)
-    return kind.label if kind else name
+    return kind.label if (kind := _KINDS.get(name)) else name
 
 
 def short(name: str) -> str:
-    kind = _KINDS.get(name)
-    return kind.short if kind else name
+    return kind.short if (kind := _KINDS.get(name)) else name
 
 
 def colors(names: list[str] | tuple[str, ...]) -> dict[str, str]:

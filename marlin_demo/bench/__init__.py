@@ -3,31 +3,15 @@
 Every finished request is appended to ``OUT/requests.jsonl`` at once (an interrupted run resumes),
 and the aggregate files are recomputed from those records, scores included, at the end of every
 run, so they always follow ``marlin_demo.metrics``. How to run it and what each figure means:
-``docs/BENCHMARK.md``.
-
-Modules in the order a run uses them: ``matrix`` (the requests), ``environment`` (the fingerprint
-a resume must match), ``records`` (the files in ``--out``), ``measure`` (one variant at a time),
-``quality`` and ``aggregate`` (records -> figures), ``report`` and ``plots`` (the output files),
-``cli`` (the command).
+``docs/BENCHMARK.md``; its modules in the order a run uses them: docs/DESIGN.md.
 """
 
 from __future__ import annotations
 
 from marlin_demo.bench.aggregate import aggregate, stats
-from marlin_demo.bench.cli import cmd_bench, register
-from marlin_demo.bench.environment import fingerprint
+from marlin_demo.bench.cli import register
 from marlin_demo.bench.matrix import DEFAULT_DATA
 from marlin_demo.bench.quality import quality_rows
 from marlin_demo.bench.records import append_jsonl, read_jsonl
 
-__all__ = [
-    "DEFAULT_DATA",
-    "aggregate",
-    "append_jsonl",
-    "cmd_bench",
-    "fingerprint",
-    "quality_rows",
-    "read_jsonl",
-    "register",
-    "stats",
-]
+__all__ = ["DEFAULT_DATA", "aggregate", "append_jsonl", "quality_rows", "read_jsonl", "register", "stats"]

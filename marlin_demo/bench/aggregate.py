@@ -42,6 +42,11 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     }
 
 
+#: what results.json keeps of a variant's load record (measure.bench_variant), in this order
+LOAD_KEYS = tuple(
+    "load_s footprint_mb kernel compute_dtype attention compile decode device allocated_after_load_mb "
+    "source revision quantized warmup_s error".split()
+)
 WINDOW_COST_KEYS = ("windows", "latency_per_window_s", "decode_per_window_s")
 
 
@@ -92,10 +97,9 @@ def speed(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             **{k: stats(window_cost(r)[k] for r in recs) for k in WINDOW_COST_KEYS},
             "latencies_s": [round(float(x["latency_s"]), 4) for x in m],
         }
-    kinds = sorted({r["metrics"].get("memory_kind", "") for r in records})
-    out["memory_kind"] = kinds[0] if len(kinds) == 1 else ",".join(kinds) or None
-    devices = sorted({r["metrics"].get("device", "") for r in records})
-    out["device"] = devices[0] if len(devices) == 1 else ",".join(devices) or None
+    for key in ("memory_kind", "device"):  # one value, or every one seen
+        seen = sorted({r["metrics"].get(key, "") for r in records})
+        out[key] = seen[0] if len(seen) == 1 else ",".join(seen) or None
     return out
 
 
@@ -165,25 +169,7 @@ def aggregate(
             q = {"overall": None}
         load = loads.get(v, {})
         per[v] = {
-            "load": {
-                k: load.get(k)
-                for k in (
-                    "load_s",
-                    "footprint_mb",
-                    "kernel",
-                    "compute_dtype",
-                    "attention",
-                    "compile",
-                    "decode",
-                    "device",
-                    "allocated_after_load_mb",
-                    "source",
-                    "revision",
-                    "quantized",
-                    "warmup_s",
-                    "error",
-                )
-            },
+            "load": {k: load.get(k) for k in LOAD_KEYS},
             "requests": {
                 "planned": len(plan),
                 "ok": len(ok),
@@ -197,9 +183,7 @@ def aggregate(
             "stability": _stability(idx, plan),
         }
     if reference in per:
-        for v in variants:
-            if v == reference:
-                continue
+        for v in [v for v in variants if v != reference]:
             per[v]["agreement_with_" + reference] = agreement(examples, idx, v, reference, tasks, repeats)
             per[v]["retention_vs_" + reference] = retention(per[v]["quality"], per[reference]["quality"])
     comparison: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.bench import measure
-from marlin_demo.bench.environment import SETTINGS_FLAGS, fingerprint
+from marlin_demo.bench.environment import SETTINGS_FLAGS
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
 from marlin_demo.bench.matrix import (
     DEFAULT_DATA,
@@ -24,6 +24,7 @@ from marlin_demo.bench.matrix import (
 )
 from marlin_demo.bench.records import (
     REQUESTS_FILE,
+    RESULT_FILES,
     VARIANTS_FILE,
     _now,
     append_jsonl,
@@ -34,6 +35,7 @@ from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.models.fingerprint import fingerprint
 from marlin_demo.service.startup import check_limits
 from marlin_demo.tasks import TASKS
 from marlin_demo.variants import kinds
@@ -74,8 +76,7 @@ def _bench(args: argparse.Namespace) -> int:
         extra = settings.extra_variant_dirs
     except ValueError as exc:
         raise BenchError(str(exc)) from None
-    need = missing_extra("bench", "bench")  # its plots: said before any model work, not after it
-    if need:
+    if need := missing_extra("bench", "bench"):  # its plots: said before any model work, not after it
         raise BenchError(need)
     allowed = [*(k.name for k in kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
@@ -107,7 +108,6 @@ def _bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     load_failed = False
-    model_label = "?"
     with contextlib.redirect_stdout(sys.stderr):
         from marlin_demo.engine import Engine
 
@@ -115,29 +115,20 @@ def _bench(args: argparse.Namespace) -> int:
 
         # video_cache_size=0: every request reads and samples its video, the same for all variants
         engine = Engine(settings, video_cache_size=0)
-        model_label = engine.model_label
         with tqdm(
-            total=total,
-            desc="bench",
-            unit="req",
-            file=sys.stderr,
-            dynamic_ncols=True,
-            disable=not total,
+            total=total, desc="bench", unit="req", file=sys.stderr, dynamic_ncols=True, disable=not total
         ) as bar:
             for v in [v for v in variants if pending[v]]:
                 load_failed |= not measure.bench_variant(engine, v, pending[v], out, bar)
         if import_s:
             append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})
         results = write_outputs(
-            out, examples, data_dir, variants, tasks, args.repeats, settings, run, model_label
+            out, examples, data_dir, variants, tasks, args.repeats, settings, run, engine.model_label
         )
     print(render_summary(results).split("## Speed and memory")[0].rstrip())
     print()
-    print(
-        f"Wrote {out}/: results.json, results.csv, summary.md, quality.png, latency.png, memory.png, "
-        f"latency_distribution.png{', sets.png' if len(results.get('sets') or {}) > 1 else ''} "
-        f"(per-request records: {REQUESTS_FILE})"
-    )
+    written = ", ".join(name for name in RESULT_FILES if (out / name).exists())  # sets.png: 2+ sets
+    print(f"Wrote {out}/: {written} (per-request records: {REQUESTS_FILE})")
     return EXIT_FAILED if load_failed else EXIT_OK
 
 

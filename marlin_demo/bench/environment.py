@@ -1,40 +1,27 @@
-"""Machine, package versions and the run's fingerprint: what a rerun into the same --out must match."""
+"""Machine and package versions (a run's record of where it ran) and the settings ``bench`` takes."""
 
 from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.models import compute
-from marlin_demo.models.fingerprint import FINGERPRINT_FIELDS, fingerprint, stack_fingerprint
 
 #: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
 SETTINGS_FLAGS = settings_mod.flags_for("bench")
 
-ENV_PACKAGES = (
-    "torch",
-    "transformers",
-    "gptqmodel",
-    "bitsandbytes",
-    "accelerate",
-    "torchcodec",
-    "qwen-vl-utils",
-    "av",
-    "rouge-score",
+ENV_PACKAGES = tuple(
+    "torch transformers gptqmodel bitsandbytes accelerate torchcodec qwen-vl-utils av rouge-score".split()
 )
 
 
 def _mem_total_mb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    try:  # the kernel's total RAM (what /proc/meminfo's MemTotal says)
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20, 1)
+    except (OSError, ValueError):
+        return None
 
 
 def environment() -> dict[str, Any]:
@@ -77,6 +64,3 @@ def environment() -> dict[str, Any]:
     except Exception:
         pass
     return env
-
-
-__all__ = ["FINGERPRINT_FIELDS", "SETTINGS_FLAGS", "environment", "fingerprint", "stack_fingerprint"]

@@ -1,16 +1,10 @@
-"""Synthetic long clips from the rendered examples, with exact ground truth (tests and bench).
-
-The examples are concatenated in a cycle and re-encoded once (same size and fps), so segment k
-starts exactly at the sum of the previous durations and the truth shifts by that offset; a query
-that recurs gets one span per occurrence. ``build_long_set`` writes the ``bench --data long`` folder
-into the user cache, encoding again only a clip whose truth changed (docs/BENCHMARK.md).
-"""
+"""Synthetic long clips from the rendered examples, with exact ground truth (tests and bench): the
+examples back to back, so each segment's truth shifts by its start (docs/BENCHMARK.md, the long set)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.datasets import load_dataset
+from marlin_demo.models.tiny import default_cache_dir
 from marlin_demo.settings import EXAMPLES_DIR
 
 LONG_SET = "long"
@@ -29,11 +24,6 @@ LONG_SET_DURATIONS = (150.0, 360.0)
 def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rendered set only: same size and fps, so the concat filter keeps their times exact."""
     return [e for e in examples if e.get("set", "rendered") == "rendered"]
-
-
-def _rendered_examples(ex_dir: Path) -> list[dict[str, Any]]:
-    """The rendered examples of ``ex_dir``, read by the benchmark's loader (validated)."""
-    return rendered([ex.to_dict() for ex in load_dataset(ex_dir)])
 
 
 def long_clip_truth(examples: list[dict[str, Any]], target_s: float, start: int = 0) -> dict[str, Any]:
@@ -66,10 +56,8 @@ def build_long_clip(
     out_path: str | Path, target_s: float = 360.0, examples_dir: str | Path = EXAMPLES_DIR
 ) -> dict[str, Any]:
     """Write the concatenated clip (H.264) and ``<out>.json`` with its truth; returns the truth."""
-    ex_dir = Path(examples_dir)
-    examples = _rendered_examples(ex_dir)
-    truth = long_clip_truth(examples, target_s)
-    _encode(ex_dir, truth, Path(out_path))
+    truth = long_clip_truth(rendered([ex.to_dict() for ex in load_dataset(examples_dir)]), target_s)
+    _encode(Path(examples_dir), truth, Path(out_path))
     return truth
 
 
@@ -91,13 +79,8 @@ def _encode(ex_dir: Path, truth: dict[str, Any], out: Path) -> None:
 
 
 def default_long_set_dir() -> Path:
-    """``<user cache>/long-set-v<N>`` (``MARLIN_CACHE_DIR`` overrides the cache, as for the tiny model)."""
-    cache = os.environ.get("MARLIN_CACHE_DIR")
-    if not cache:
-        from platformdirs import user_cache_dir
-
-        cache = user_cache_dir("marlin-demo")
-    return Path(cache) / f"long-set-v{LONG_SET_VERSION}"
+    """``<user cache>/long-set-v<N>``: the tiny model's cache folder (``MARLIN_CACHE_DIR`` overrides it)."""
+    return default_cache_dir() / f"long-set-v{LONG_SET_VERSION}"
 
 
 def long_set_entry(
@@ -108,13 +91,9 @@ def long_set_entry(
     distinct example's scene once, in order of first appearance, as the answer's joins its windows'."""
     truth = long_clip_truth(examples, target_s, start)
     by_video = {e["video"]: e for e in examples}
-    scenes: list[str] = []
-    keep: set[str] = set()
-    for seg in truth["segments"]:
-        ex = by_video[seg["video"]]
-        if ex.get("scene") and ex["scene"] not in scenes:
-            scenes.append(ex["scene"])
-        keep.update(q["query"] for q in ex["queries"][:queries_per_example])
+    used = [by_video[seg["video"]] for seg in truth["segments"]]
+    scenes = dict.fromkeys(ex["scene"] for ex in used if ex.get("scene"))  # each once, in order
+    keep = {q["query"] for ex in used for q in ex["queries"][:queries_per_example]}
     return {
         "video": f"long_{target_s:g}s.mp4",
         "title": f"{len(truth['segments'])} rendered examples back to back ({truth['duration']:g} s)",
@@ -136,8 +115,7 @@ def build_long_set(
     examples_dir: str | Path = EXAMPLES_DIR,
 ) -> Path:
     """Write the long set's clips (clip k starts its cycle at example k) and ``examples.json``."""
-    ex_dir = Path(examples_dir)
-    examples = _rendered_examples(ex_dir)
+    examples = rendered([ex.to_dict() for ex in load_dataset(examples_dir)])
     root = Path(out_dir) if out_dir is not None else default_long_set_dir()
     root.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -148,7 +126,7 @@ def build_long_set(
         stamp = clip.with_suffix(".json")
         known = json.loads(stamp.read_text()) if stamp.is_file() and clip.is_file() else None
         if not known or known.get("segments") != truth["segments"]:
-            _encode(ex_dir, truth, clip)
+            _encode(Path(examples_dir), truth, clip)
         entries.append(entry)
     (root / "examples.json").write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
     return root

@@ -31,13 +31,8 @@ class Request:
 
     @property
     def key(self) -> tuple[str, str, str, str | None, int]:
-        return (
-            self.variant,
-            self.task,
-            self.example.name,
-            self.query.query if self.query else None,
-            self.repeat,
-        )
+        query = self.query.query if self.query else None
+        return (self.variant, self.task, self.example.name, query, self.repeat)
 
 
 def record_key(rec: dict[str, Any]) -> tuple[str, str, str, str | None, int]:

@@ -15,6 +15,9 @@ from marlin_demo.settings import Settings
 from marlin_demo.tasks import get_task
 from marlin_demo.variants import kind_of
 
+#: the run details each request record keeps (``RunInfo`` fields)
+INFO_KEYS = ("decode_s", "first_text_s", "kernel", "attention", "compile", "compile_s", "decode", "capture_s")
+
 
 def run_request(engine: Any, req: Request) -> dict[str, Any]:
     """Run one request; a failure becomes a record with ``ok: false`` (retried by the next run)."""
@@ -35,15 +38,9 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
     rec.update(
         ok=True,
         metrics=dataclasses.asdict(res.metrics),
-        decode_s=res.info.decode_s,
-        first_text_s=res.info.first_text_s,
-        kernel=res.info.kernel,
+        # decode: graphs, static, eager or compiled, what these figures were decoded with
+        **{key: getattr(res.info, key) for key in INFO_KEYS},
         runtime=res.info.runtime.to_dict(),
-        attention=res.info.attention,
-        compile=res.info.compile,
-        compile_s=res.info.compile_s,
-        decode=res.info.decode,  # graphs, static, eager or compiled: what these figures were decoded with
-        capture_s=res.info.capture_s,
         format_ok=bool(res.format_ok),
         repaired=bool(res.repaired),
         repairs=list(res.info.repairs),

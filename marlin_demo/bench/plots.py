@@ -18,15 +18,24 @@ def write_plots(out: Path, agg: dict[str, Any]) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
 
-    per = agg["variants"]
+    per, sets = agg["variants"], agg.get("sets") or {}
     colors = variants.colors(list(per))  # the page's colours: every chart of every run reads the same
     color = [colors[n] for n in per]
-    _quality_plot(out, per, color)
-    _latency_plot(out, per, color)
-    _memory_plot(out, per, color)
-    _latency_distribution_plot(out, per, color)
-    _set_plot(out, agg.get("sets") or {}, list(per), color)
+    figures = {
+        "quality.png": _quality_plot(plt, per, color),
+        "latency.png": _latency_plot(plt, per, color),
+        "memory.png": _memory_plot(plt, per, color),
+        "latency_distribution.png": _latency_distribution_plot(plt, per, color),
+    }
+    (out / "sets.png").unlink(missing_ok=True)
+    if len(sets) >= 2:
+        figures["sets.png"] = _set_plot(plt, sets, list(per), color)
+    for name, fig in figures.items():
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
 
 
 def _bars(
@@ -43,9 +52,7 @@ def _bars(
     for i, n in enumerate(names):
         vals = [0.0 if x is None else x for x in series[n]]
         pos = [x + (i - (len(names) - 1) / 2) * width for x in xs]
-        yerr = None
-        if err is not None:
-            yerr = [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
+        yerr = None if err is None else [[lo for lo, _ in err[n]], [hi for _, hi in err[n]]]
         ax.bar(pos, vals, width, label=n, color=color[i], yerr=yerr, capsize=3)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=20, ha="right")
@@ -53,10 +60,8 @@ def _bars(
     ax.grid(axis="y", alpha=0.3)
 
 
-def _quality_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+def _quality_plot(plt: Any, per: dict[str, Any], color: Sequence[Any]) -> Any:
     """quality.png: every score measured (the format rate left out) and the overall score, on 0-1."""
-    import matplotlib.pyplot as plt
-
     names = list(per)
     qdefs = [
         d
@@ -72,13 +77,11 @@ def _quality_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
     _bars(ax, names, color, labels, series)
     ax.set_ylim(0, 1.05)
     ax.set_title("Quality against the ground truth (higher is better)")
-    _save(fig, out / "quality.png")
+    return fig
 
 
-def _latency_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+def _latency_plot(plt: Any, per: dict[str, Any], color: Sequence[Any]) -> Any:
     """latency.png: median latency per task with the interquartile range as error bars."""
-    import matplotlib.pyplot as plt
-
     names = list(per)
     tasks = [t for t in (*TASKS, "all") if any(_get(per[n], "speed", t) for n in names)]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
@@ -91,13 +94,11 @@ def _latency_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
     _bars(ax, names, color, [f"{t} requests" for t in tasks], series, err)
     ax.set_ylabel("seconds per request (median, bars: p25-p75)")
     ax.set_title("Latency per request (lower is better)")
-    _save(fig, out / "latency.png")
+    return fig
 
 
-def _memory_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+def _memory_plot(plt: Any, per: dict[str, Any], color: Sequence[Any]) -> Any:
     """memory.png: weights and peak side by side, each on its own scale (they differ by far)."""
-    import matplotlib.pyplot as plt
-
     names = list(per)
     fig, axes = plt.subplots(1, 2, figsize=(10, 5), dpi=100)
     panels = [
@@ -112,13 +113,11 @@ def _memory_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
         ax.set_ylabel("MB")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Memory (lower is better)")
-    _save(fig, out / "memory.png")
+    return fig
 
 
-def _latency_distribution_plot(out: Path, per: dict[str, Any], color: Sequence[Any]) -> None:
+def _latency_distribution_plot(plt: Any, per: dict[str, Any], color: Sequence[Any]) -> Any:
     """latency_distribution.png: every request's latency, one box per variant, one panel per task."""
-    import matplotlib.pyplot as plt
-
     names = list(per)
     box_tasks = [t for t in TASKS if any(_get(per[n], "speed", t) for n in names)] or ["all"]
     fig, axes = plt.subplots(1, len(box_tasks), figsize=(5 * len(box_tasks) + 1, 5), dpi=100, squeeze=False)
@@ -134,16 +133,11 @@ def _latency_distribution_plot(out: Path, per: dict[str, Any], color: Sequence[A
         ax.set_ylabel("latency per request (s)")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Per-request latency over all repeats")
-    _save(fig, out / "latency_distribution.png")
+    return fig
 
 
-def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequence[Any]) -> None:
-    """sets.png: quality (top) and median latency (bottom), one column per example set."""
-    import matplotlib.pyplot as plt
-
-    (out / "sets.png").unlink(missing_ok=True)
-    if len(sets) < 2:
-        return
+def _set_plot(plt: Any, sets: dict[str, Any], names: Sequence[str], color: Sequence[Any]) -> Any:
+    """sets.png: quality (top) and median latency (bottom), one column per example set (two or more)."""
     groups = list(sets.values())
     fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups) + 1, 8), dpi=100, squeeze=False)
     parts = [(name, f.key, f.short) for name, task in TASKS.items() for f in task.answer.figures if f.short]
@@ -154,10 +148,7 @@ def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequ
                 [lbl for _, _, lbl in parts] + ["Overall"],
                 lambda v: [_get(v, "quality", t, k) for t, k, _ in parts] + [_get(v, "quality", "overall")],
             ),
-            (
-                list(TASKS),
-                lambda v: [_get(v, "speed", t, "latency_s", "median") for t in TASKS],
-            ),
+            (list(TASKS), lambda v: [_get(v, "speed", t, "latency_s", "median") for t in TASKS]),
         ]
         for row, (labels, get) in enumerate(rows):
             _bars(axes[row][col], names, color, labels, {n: get(per[n]) for n in names})
@@ -166,12 +157,4 @@ def _set_plot(out: Path, sets: dict[str, Any], names: Sequence[str], color: Sequ
         axes[1][col].set_title(f"{group['label']}: latency median")
         axes[1][col].set_ylabel("seconds per request")
     fig.suptitle("By example set (higher quality, lower latency is better)")
-    _save(fig, out / "sets.png")
-
-
-def _save(fig: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

@@ -14,15 +14,9 @@ from marlin_demo.bench.matrix import SCHEMA, BenchError
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
 VARIANTS_FILE = "variants.jsonl"
-RESULT_FILES = (
-    "results.json",
-    "results.csv",
-    "summary.md",
-    "quality.png",
-    "latency.png",
-    "memory.png",
-    "latency_distribution.png",
-    "sets.png",
+RESULT_FILES = tuple(
+    "results.json results.csv summary.md quality.png latency.png memory.png latency_distribution.png "
+    "sets.png".split()
 )
 
 

@@ -32,6 +32,9 @@ UNITS = {
 }
 
 
+#: the settings that say which weights ran (results.json's ``models``)
+MODEL_SETTINGS = ("model", "bf16_id", "revision", "gptq_id", "gptq_revision", "extra_variants")
+
 Row = tuple[str, Any, str]
 """One table row: (label, getter of a variant's figures, format kind for ``_fmt``)."""
 
@@ -45,9 +48,7 @@ def _flatten(d: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
     if isinstance(d, dict):
         for k, v in d.items():
             yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(d, list):
-        return
-    else:
+    elif not isinstance(d, list):
         yield prefix, d
 
 
@@ -57,10 +58,7 @@ def _unit(path: str) -> str:
         return "ratio"
     if parts[-1] == "n" or parts[-1] in ("requests", "planned", "ok", "failed", "missing"):
         return "count"
-    for p in reversed(parts):
-        if p in UNITS:
-            return UNITS[p]
-    return ""
+    return next((UNITS[p] for p in reversed(parts) if p in UNITS), "")
 
 
 def write_csv(path: Path, agg: dict[str, Any]) -> None:
@@ -105,11 +103,6 @@ def _table(per: dict[str, Any], rows: Sequence[Row], rel: bool) -> list[str]:
     return out
 
 
-def _headline_note() -> str:
-    a, b = variants.HEADLINE
-    return f"{variants.short(a)} vs {variants.short(b)} = ({a} − {b}) / {b}."
-
-
 def _has_headline(per: dict[str, Any]) -> bool:
     """Both variants of the headline comparison (``variants.HEADLINE``) were measured."""
     return all(v in per for v in variants.HEADLINE)
@@ -142,10 +135,7 @@ def render_summary(results: dict[str, Any]) -> str:
 
 def _header(results: dict[str, Any]) -> list[str]:
     """What was measured, how and where: the reader needs it to compare two summaries."""
-    per = results["variants"]
-    env = results["environment"]
-    s = results["settings"]
-    data = results["data"]
+    per, env, s, data = (results[k] for k in ("variants", "environment", "settings", "data"))
     imports = ", ".join(f"{k} {v:.1f} s" for k, v in results.get("library_import_s", {}).items()) or "—"
     lines = [
         "# Marlin-2B benchmark",
@@ -173,13 +163,14 @@ def _header(results: dict[str, Any]) -> list[str]:
 def _seed_section(per: dict[str, Any], rel: bool) -> list[str]:
     """The model card's own table first, so the run reads against the published figures."""
     seed = [(label, get, kind) for _, label, get, kind in _seed_rows(per)]
+    a, b = variants.HEADLINE
     return [
         "## The seed card's table",
         "",
         *_table(per, seed, rel),
         "",
         "Overall score = mean of find mIoU, find R1@0.5, caption ROUGE-L, keyword coverage and event F1 "
-        f"(those measured). {_headline_note()}",
+        f"(those measured). {variants.short(a)} vs {variants.short(b)} = ({a} − {b}) / {b}.",
     ]
 
 
@@ -198,9 +189,8 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
     ]
     for task in TASKS:
         if any(_get(v, "speed", task) for v in per.values()):
-            rows += _task_speed_rows(task)
-            if any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values()):
-                rows += _window_rows(task)
+            windows = any((_get(v, "speed", task, "windows", "max") or 1) > 1 for v in per.values())
+            rows += _task_speed_rows(task, windows)
     rows += [
         ("Video tokens per request, mean", _getter("speed", "all", "video_tokens", "mean"), "int"),
         ("Video read + sample, median (s)", _getter("speed", "all", "decode_s", "median"), "s"),
@@ -211,45 +201,39 @@ def _speed_section(per: dict[str, Any], rel: bool) -> list[str]:
     return ["## Speed and memory", "", *_table(per, rows, rel)]
 
 
-def _task_speed_rows(task: str) -> list[Row]:
-    """One task's latency spread, first token, first text and decode rate (a task that ran)."""
+def _task_speed_rows(task: str, windows: bool) -> list[Row]:
+    """One task's latency spread, first token, first text and decode rate (a task that ran); with
+    ``windows`` (some request of a long video answered in several), the cost per window too."""
     name, get = task.title(), functools.partial(_getter, "speed", task)
     spread = ("median", "p25", "p75", "min", "max", "stdev")
-    return [
+    rows: list[Row] = [
         *((f"{name} latency {k} (s)", get("latency_s", k), "s") for k in spread),
         (f"{name} time to first token, median (s)", get("ttft_s", "median"), "s"),
         (f"{name} time to first visible text, median (s)", get("first_text_s", "median"), "s"),
         (f"{name} decode tokens/s, median", get("tokens_per_s", "median"), "f1"),
         (f"{name} output tokens, mean", get("output_tokens", "mean"), "f1"),
     ]
-
-
-def _window_rows(task: str) -> list[Row]:
-    """Only for long videos (some request answered in several windows): the cost per window."""
-    name, get = task.title(), functools.partial(_getter, "speed", task)
-    return [
-        (f"{name} windows per request, mean", get("windows", "mean"), "f1"),
-        (f"{name} latency per window, median (s)", get("latency_per_window_s", "median"), "s"),
-    ]
+    if windows:
+        rows.append((f"{name} windows per request, mean", get("windows", "mean"), "f1"))
+        rows.append((f"{name} latency per window, median (s)", get("latency_per_window_s", "median"), "s"))
+    return rows
 
 
 def _quality_section(per: dict[str, Any], rel: bool) -> list[str]:
     """Scores against the ground truth, the overall score and how stable the answers were."""
-    rows = _quality_rows(per)
-    rows += [
-        ("Overall score", _getter("quality", "overall"), "q"),
-        ("Same answer in every repeat", _getter("stability"), "pct"),
-    ]
+    rows = [*_quality_rows(per), ("Same answer in every repeat", _getter("stability"), "pct")]
     return ["## Quality against the ground truth", "", *_table(per, rows, rel)]
 
 
 def _quality_rows(per: dict[str, Any]) -> list[Row]:
-    """The quality rows of the tasks some variant was scored on (a find-only run has no caption rows)."""
-    return [
+    """The quality rows of the tasks some variant was scored on (a find-only run has no caption rows),
+    then the overall score."""
+    rows: list[Row] = [
         (label, _getter("quality", task, key), "q")
         for task, key, label in quality_rows()
         if any(_get(v, "quality", task) for v in per.values())
     ]
+    return [*rows, ("Overall score", _getter("quality", "overall"), "q")]
 
 
 def _agreement_section(per: dict[str, Any]) -> list[str]:
@@ -326,7 +310,6 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
             "",
         ]
         rows = _quality_rows(per)
-        rows.append(("Overall score", _getter("quality", "overall"), "q"))
         for task in TASKS:
             if any(_get(v, "speed", task) for v in per.values()):
                 get = functools.partial(_getter, "speed", task)
@@ -343,9 +326,7 @@ def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:
 
 
 def _json_default(obj: Any) -> Any:
-    if isinstance(obj, set | tuple):
-        return list(obj)
-    return str(obj)
+    return list(obj) if isinstance(obj, set | tuple) else str(obj)
 
 
 def _finite(obj: Any) -> Any:
@@ -380,12 +361,7 @@ def write_outputs(
         "first_run": run.get("created"),
         "model_label": model_label,
         "models": {
-            "model": settings.model,
-            "bf16_id": settings.bf16_id,
-            "revision": settings.revision,
-            "gptq_id": settings.gptq_id,
-            "gptq_revision": settings.gptq_revision,
-            "extra_variants": settings.extra_variants,
+            **{k: getattr(settings, k) for k in MODEL_SETTINGS},
             "sources": {
                 v: {k: _get(agg["variants"][v], "load", k) for k in ("source", "revision", "quantized")}
                 for v in variants

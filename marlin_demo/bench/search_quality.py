@@ -27,7 +27,7 @@ from marlin_demo.library import index
 from marlin_demo.library.database import LibraryError, Store
 from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import search
-from marlin_demo.metrics import temporal_iou
+from marlin_demo.metrics import best_iou
 from marlin_demo.results import FindResult
 from marlin_demo.service.startup import check_limits
 
@@ -55,11 +55,7 @@ def truths(examples: list[dict[str, Any]]) -> dict[str, Truth]:
 def score_moments(moments: list[dict[str, Any]], truth: Truth) -> dict[str, bool]:
     """The per-query hits of a ranked list of moments (``video``, ``start``, ``end``)."""
     videos = list(dict.fromkeys(m["video"] for m in moments))  # distinct, in rank order
-    r5 = any(
-        temporal_iou((m["start"], m["end"]), span) >= 0.5
-        for m in moments[:5]
-        for span in truth.get(m["video"], [])
-    )
+    r5 = any(best_iou((m["start"], m["end"]), truth.get(m["video"], [])) >= 0.5 for m in moments[:5])
     return {"video@1": bool(videos) and videos[0] in truth, "video@5": any(v in truth for v in videos[:5]),
             "r5@0.5": r5}  # fmt: skip
 

@@ -74,47 +74,32 @@ class MergedCaption(CaptionParse):
 
 def _join_scenes(scenes: Sequence[str]) -> str:
     """Scenes in order as one paragraph; a scene equal (case/space blind) to an earlier one is skipped."""
-    seen: set[str] = set()
-    parts: list[str] = []
-    for s in scenes:
-        s = " ".join(s.split())
-        key = s.casefold().rstrip(" .!?")
-        if not s or key in seen:
-            continue
-        seen.add(key)
-        parts.append(s if s[-1] in ".!?" else s + ".")
-    return " ".join(parts)
+    first: dict[str, str] = {}  # comparison key -> the first scene with it
+    for s in filter(None, (" ".join(s.split()) for s in scenes)):
+        first.setdefault(s.casefold().rstrip(" .!?"), s)
+    return " ".join(s if s[-1] in ".!?" else s + "." for s in first.values())
 
 
 def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
-    """Join the mapped (global-time) captions of consecutive windows into one timeline.
-
-    Events either side of a boundary (each within BOUNDARY_TOL_S of it, B starting by A's end +
-    BOUNDARY_TOL_S) with ``description_similarity`` >= SIMILAR_DESCRIPTION are one event: most similar
-    pair first, each once, A's start to the later end, the longer part's description (docs/LONG_VIDEOS.md).
-    Works on any prefix of the windows, so a stream can re-merge as each window finishes.
-    """
+    """Join the mapped (global-time) captions of consecutive windows into one timeline, an event cut by a
+    boundary joined by docs/LONG_VIDEOS.md's rule (BOUNDARY_TOL_S, SIMILAR_DESCRIPTION). Works on any
+    prefix of the windows, so a stream can re-merge as each window finishes."""
     timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
     joined: list[str] = []
     for k, (window, parse) in enumerate(windows):  # (the first window has no tails to join)
         incoming, edge = list(parse.events), windows[k - 1][0].end - BOUNDARY_TOL_S
         tails = [i for i, (e, src) in enumerate(timeline) if src == k - 1 and e.end >= edge]
         heads = [j for j, e in enumerate(incoming) if e.start <= window.start + BOUNDARY_TOL_S]
-        pairs = [
-            (-sim, i, j)
+        pairs = metrics.greedy_pairs(
+            (sim, i, j)
             for i in tails
             for j in heads
             if (sim := description_similarity(timeline[i][0].description, incoming[j].description))
             >= SIMILAR_DESCRIPTION
             and incoming[j].start <= timeline[i][0].end + BOUNDARY_TOL_S
-        ]
-        used_i: set[int] = set()
-        used_j: set[int] = set()
-        for _, i, j in sorted(pairs):
-            if i in used_i or j in used_j:
-                continue
-            used_i.add(i)
-            used_j.add(j)
+        )
+        used_j = {j for _, j, _ in pairs}
+        for i, j, _ in pairs:
             a, b = timeline[i][0], incoming[j]
             desc = a.description if a.end - a.start >= b.end - b.start else b.description
             timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)

@@ -17,7 +17,6 @@ from marlin_demo.tasks.registry import Answer, Figure, Made, Task, label, regist
 
 DEDUP_IOU = 0.5  # public Marlin CLI: hits with IoU >= 0.5 ...
 DEDUP_START_S = 5.0  # ... or starts within 5 s are one moment
-RECALLS = ("r1@0.3", "r1@0.5", "r1@0.7")  # the share of answers at IoU 0.3, 0.5, 0.7 or more
 
 
 # Mapping one window's span to the video's timeline, and merging windows into moments
@@ -90,11 +89,10 @@ def truth_span(example: Mapping[str, Any], query: str | None) -> tuple[float, fl
 def record_moments(record: dict[str, Any]) -> list[tuple[float, float]]:
     """A bench record's moments as (start, end), best first; without moments (an older record, or an
     answer the score could not rate) its span alone, so R5 never misses what R1 counts."""
-    moments = record.get("moments") or []
-    if not moments:
-        span = record.get("span")
-        return [] if span is None else [(float(span[0]), float(span[1]))]
-    return [(float(m["start"]), float(m["end"])) for m in moments]
+    if moments := record.get("moments"):
+        return [(float(m["start"]), float(m["end"])) for m in moments]
+    span = _span(record)
+    return [] if span is None else [span]
 
 
 class FindAnswer(Answer):
