@@ -211,14 +211,15 @@ def _show(view: StageView[T], run: RunState, stage: Any) -> T | None:
 
 
 class BarView(StageView[Updates]):
-    """The progress bar Caption and Find share; ``written(text)``: how much of the answer (0-1) it is."""
+    """The progress bar every run tab shares; ``written(text)``: how much of the answer (0-1) it is (by
+    default halfway while it is written: a short answer, a few tokens)."""
 
     def __init__(
         self,
         progress: Block,
         variant: str,
         will_load: Callable[[], bool],
-        written: Callable[[str], float],
+        written: Callable[[str], float] = lambda text: 0.5,
         window_step: str = "",
     ) -> None:
         self.progress, self.v = progress, variant
