@@ -126,33 +126,25 @@ def skipped_stub_rewrite(*args: Any, **kwargs: Any) -> None:
     """Stands in for Gradio's stub rewrite: the installed stubs are kept as shipped."""
 
 
-class _SkipStubRewrite(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Loads Gradio's metaclass module as usual, then swaps its stub step before any component exists."""
-
-    def __init__(self) -> None:
-        self._real: importlib.abc.Loader | None = None
+class _SkipStubRewrite(importlib.abc.MetaPathFinder):
+    """Finds Gradio's metaclass module as usual; its loader then swaps the stub step before any component
+    exists."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path) if fullname == MODULE else None
         if spec is None or spec.loader is None:
             return None
-        self._real = spec.loader
-        spec.loader = self
+        load = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            load(module)
+            if hasattr(module, STEP):  # renamed by a later Gradio: nothing to skip (the test says so)
+                setattr(module, STEP, skipped_stub_rewrite)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        assert self._real is not None
-        return self._real.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        assert self._real is not None
-        self._real.exec_module(module)
-        if hasattr(module, STEP):  # renamed by a later Gradio: nothing to skip (the test says so)
-            setattr(module, STEP, skipped_stub_rewrite)
 
 
 def skip_stub_rewrite() -> bool:
