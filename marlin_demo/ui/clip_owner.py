@@ -69,8 +69,6 @@ STAMP_JS = """(...args) => {
   window.__marlinClipStamp = (window.__marlinClipStamp || 0) + 1;
   return [...args.slice(0, -1), window.__marlinClipStamp];
 }"""
-
-
 """An event's ``js``: its last input (the clip's stamp, ``one_clip.Clip.stamp``) becomes the page's next
 number, taken in the browser as the event fires, so ``ResultsClip`` can order what reaches it."""
 

@@ -111,11 +111,8 @@ class RunTab:
 
     def cleared(self) -> Updates:
         """Nothing of an earlier answer (its clip changed, or the run failed); made in events only."""
-        empty = timeline.placeholder(self.placeholder, self.ghost)
-        emptied: Updates = dict.fromkeys(
-            [self.answer, self.notice, self.metrics, self.raw, self.progress], ""
-        )
-        return {**emptied, self.timeline: empty}
+        parts: list[Block] = [self.answer, self.notice, self.metrics, self.raw, self.progress]
+        return {**dict.fromkeys(parts, ""), self.timeline: timeline.placeholder(self.placeholder, self.ghost)}
 
     def ask(
         self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None
