@@ -109,10 +109,10 @@ class CaptionTab(RunTab):
 
     @property
     def results(self) -> list[Any]:
-        return [*super().results, self.table, self.files, self.video]  # the clip: its captions
+        return [*super().results, self.table, self.files, self.clip.video]  # the clip: its captions
 
     def cleared(self) -> Updates:
-        return {**super().cleared(), self.table: _rows([]), self.files: None, self.video: no_captions()}
+        return {**super().cleared(), self.table: _rows([]), self.files: None, self.clip.video: no_captions()}
 
     def final(self, ctx: UIContext, result: CaptionResult, path: str, cold: bool) -> Updates:
         duration = result.info.duration_s
@@ -140,7 +140,7 @@ class CaptionTab(RunTab):
                 return gr.skip()
             return with_subtitles(ctx, table)
 
-        end.then(captions, [self.table, self.video], self.video, **PRIVATE_UI)
+        end.then(captions, [self.table, self.clip.video], self.clip.video, **PRIVATE_UI)
 
 
 def scene_html(scene: str) -> str:

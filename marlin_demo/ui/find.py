@@ -112,9 +112,9 @@ class FindTab(RunTab):
             clips=clips,
         )
         updates = self.answered(ctx, result, cold)
-        updates[self.notice] += problems
         return {
             **updates,
+            self.notice: updates[self.notice] + problems,
             self.answer: headline_html(result, truth),
             self.timeline: tl,
             self.jump_to: None if result.span is None else float(result.span[0]),
@@ -235,6 +235,6 @@ def listen(ctx: UIContext, tab: FindTab) -> None:
             tab.query_status: query_hint(ctx, text),
         }
 
-    tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
+    tab.clip.video.change(suggest, tab.clip.video, tab.suggestions, **PRIVATE_UI)
     tab.query.change(ready, tab.query, [tab.run, tab.query_status], **PRIVATE_UI)
     tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)

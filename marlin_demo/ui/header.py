@@ -112,18 +112,16 @@ def limits_html(ctx: UIContext) -> str:
 
 def chips_html(ctx: UIContext) -> str:
     """One chip per variant: loaded, failed, or loads on first use (live: see ``listen``)."""
-    loaded = ctx.engine.loaded()
-    failed = ctx.engine.load_errors()
-    chips = []
+    loaded, failed, chips = ctx.engine.loaded(), ctx.engine.load_errors(), ""
     for v in ctx.variants:
         state = "loaded" if v in loaded else ("failed" if v in failed else "loads on first use")
         cls = {"loaded": "mh-ok", "failed": "mh-bad"}.get(state, "")
-        chips.append(
+        chips += (
             f'<span class="mh-chip {cls}" data-variant="{html.escape(v)}" data-state="{html.escape(state)}" '
             f'title="{html.escape(state)}">{html.escape(variant_label(v))}'
             f"<small>{html.escape(state)}</small></span>"
         )
-    return "".join(chips)
+    return chips
 
 
 def header_html(ctx: UIContext) -> str:

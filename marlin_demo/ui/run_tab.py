@@ -21,7 +21,7 @@ from marlin_demo.tasks import Task, get_task
 from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.clip_owner import STAMP_JS
 from marlin_demo.ui.context import UIContext
-from marlin_demo.ui.example_list import example_labels, examples_label, examples_note, kept_answer, short_name
+from marlin_demo.ui.example_list import EXAMPLE_TIMING, example_labels, kept_answer, short_name
 from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
 from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import (
@@ -63,11 +63,7 @@ class RunTab:
     answer_id: ClassVar[str] = "answer"  # the answer's place: its element's id after the task's name
     view_type: ClassVar[type[RunView]]  # what the tab shows while its request runs
     throttle: ClassVar[bool] = True  # the streamed text redrawn at most every ``stream_every_s`` (else each)
-    video: gr.Video
-    status: gr.HTML
-    start: gr.Number  # the clip's range (``one_clip``): a run asks about that part only
-    end: gr.Number
-    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Run or an example fires
+    clip: Clip  # the page's clip, its status line, its range (a run asks about that part only), its stamp
     variant: gr.Radio
     run: gr.Button
     stop: gr.Button
@@ -88,12 +84,12 @@ class RunTab:
     @property
     def example_inputs(self) -> list[Any]:
         """What an example fills, in ``ask``'s order."""
-        return [self.video, *([] if self.query is None else [self.query]), self.variant]
+        return [self.clip.video, *([] if self.query is None else [self.query]), self.variant]
 
     @property
     def inputs(self) -> list[Any]:
         """What a run reads: the example's inputs, then the clip's range and its stamp."""
-        return [*self.example_inputs, self.start, self.end, self.stamp]
+        return [*self.example_inputs, self.clip.start, self.clip.end, self.clip.stamp]
 
     @property
     def triggers(self) -> list[Any]:
@@ -107,7 +103,7 @@ class RunTab:
     @property
     def outputs(self) -> list[Block]:
         """Everything a run changes (also what a kept example answer shows again)."""
-        return [*self.results, self.status]
+        return [*self.results, self.clip.status]
 
     def cleared(self) -> Updates:
         """Nothing of an earlier answer (its clip changed, or the run failed); made in events only."""
@@ -120,13 +116,13 @@ class RunTab:
         """The request the inputs make (with the part of the clip in ``span``: From, To), or what says
         (under its input: the clip, or the query's own line) why there is none."""
         video, *query, variant = values
-        said = self.status
+        said = self.clip.status
         try:
             with user_errors():
                 asked = Asked(require_upload(video, ctx), pick_variant(variant, ctx))
-                said = self.query_status or self.status
+                said = self.query_status or self.clip.status
                 asked = asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
-                said = self.status
+                said = self.clip.status
                 if span is not None:
                     asked = asked._replace(span=service.asked_range(ctx.engine, asked.path, *span))
                 return asked
@@ -200,7 +196,7 @@ def run_updates(
             yield from while_shown(ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""})
     except gr.Error as exc:
         said = status_html(exc.message, error=True)
-        yield {**tab.cleared(), tab.timeline: timeline.placeholder("No result."), tab.status: said}
+        yield {**tab.cleared(), tab.timeline: timeline.placeholder("No result."), tab.clip.status: said}
         return
     if key is not None and view.result is not None:
         ctx.answers.keep(key, view.result, view.cold)
@@ -273,8 +269,7 @@ def lay_out(
             with gr.Row(elem_classes="mr-buttons"):
                 button = gr.Button(label, variant="primary", elem_id=f"{kind.name}-run", **(run or {}))
                 stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{kind.name}-stop")
-            on_clip = {part: getattr(clip, part) for part in ("video", "status", "start", "end", "stamp")}
-            tab = kind(variant=variant, run=button, stop=stop, **on_clip, **outputs, **own)
+            tab = kind(clip=clip, variant=variant, run=button, stop=stop, **outputs, **own)
             tab.examples = examples(ctx, tab)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             for name in results:
@@ -308,11 +303,12 @@ def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
             examples=[values for values, _ in rows],
             inputs=tab.example_inputs,
             example_labels=example_labels([label for _, label in rows]),
-            label=examples_label(ctx),
+            label="Examples (tiny stand-in answers)" if ctx.settings.is_tiny else "Examples",
             examples_per_page=8,
             elem_id=f"{tab.name}-examples",
         )
-        gr.HTML(examples_note(ctx), elem_id=f"{tab.name}-examples-note")
+        note = f"A click fills the inputs and runs it: {EXAMPLE_TIMING[ctx.cache_mode]}."
+        gr.HTML(f'<p class="mx-note">{note}</p>', elem_id=f"{tab.name}-examples-note")
     return found
 
 
