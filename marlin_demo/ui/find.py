@@ -84,6 +84,28 @@ class FindTab(RunTab):
     def after_run(self, ctx: UIContext, end: Any) -> None:
         end.then(None, self.jump_to, None, js=SEEK_JS, **PRIVATE_UI)
 
+    def listen(self, ctx: UIContext) -> None:
+        """Also the query's suggestions and the line under it."""
+        super().listen(ctx)
+
+        def suggest(video: str | None) -> Any:
+            """Offer the example's queries when the clip is one of the examples."""
+            example = ctx.ground_truth(video)
+            queries = [q["query"] for q in (example or {}).get("queries", []) or []]
+            return gr.update(choices=queries, value=None, visible=bool(queries))
+
+        def ready(text: str | None) -> Updates:
+            """Run waits for a query with words in it, within the limit; the line under it says why."""
+            n = len((text or "").strip())
+            return {
+                self.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),
+                self.query_status: query_hint(ctx, text),
+            }
+
+        self.clip.video.change(suggest, self.clip.video, self.suggestions, **PRIVATE_UI)
+        self.query.change(ready, self.query, [self.run, self.query_status], **PRIVATE_UI)
+        self.suggestions.select(lambda q: q or gr.skip(), self.suggestions, self.query, **PRIVATE_UI)
+
     def final(self, ctx: UIContext, result: FindResult, video: str, cold: bool) -> Updates:
         """Every output of a finished find (also what the cached examples store); the player jumps to the
         best moment's start (``jump_to``); every moment is cut as a clip to download."""
@@ -215,26 +237,3 @@ def query_hint(ctx: UIContext, text: str | None) -> str:
     if n > 0.8 * limit:
         return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>'
     return ""
-
-
-def listen(ctx: UIContext, tab: FindTab) -> None:
-    """Wire the UI event (``run_tab.listen``), the player's jump, and the query's suggestions and hint."""
-    run_tab.listen(ctx, tab)
-
-    def suggest(video: str | None) -> Any:
-        """Offer the example's queries when the clip is one of the examples."""
-        example = ctx.ground_truth(video)
-        queries = [q["query"] for q in (example or {}).get("queries", []) or []]
-        return gr.update(choices=queries, value=None, visible=bool(queries))
-
-    def ready(text: str | None) -> Updates:
-        """Run waits for a query with words in it, within the limit; the line under it says why."""
-        n = len((text or "").strip())
-        return {
-            tab.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),
-            tab.query_status: query_hint(ctx, text),
-        }
-
-    tab.clip.video.change(suggest, tab.clip.video, tab.suggestions, **PRIVATE_UI)
-    tab.query.change(ready, tab.query, [tab.run, tab.query_status], **PRIVATE_UI)
-    tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)

@@ -146,6 +146,35 @@ class RunTab:
     def after_run(self, ctx: UIContext, end: Any) -> None:
         """A follow-up step chained on the end of each run (none by default)."""
 
+    def listen(self, ctx: UIContext) -> None:
+        """Run/Stop (``wire_run_and_stop``), an example's click (kept answer, or a run), ``after_run``."""
+        buttons = self.buttons
+
+        def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+            yield from with_buttons(run_updates(ctx, self, values, request), buttons)
+
+        def example_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+            yield from with_buttons(run_updates(ctx, self, values, request, example=True), buttons)
+
+        def first_step(request: gr.Request, *values: Any) -> Updates:
+            return kept_or_waiting(ctx, self, values, request)
+
+        example = None if self.examples is None else (self.examples.load_input_event, first_step, example_ui)
+        ends = wire_run_and_stop(
+            self.triggers,
+            run_ui,
+            self.inputs,
+            [*self.outputs, *buttons],
+            buttons,
+            self.progress,
+            lambda: self.stopped,
+            self.answer,
+            example,
+            js=STAMP_JS,
+        )
+        for end in ends:
+            self.after_run(ctx, end)
+
 
 class RunView(BarView):
     """A run tab while its request runs: the bar, the tab's stages, the answer (kept for an example)."""
@@ -310,36 +339,6 @@ def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
         note = f"A click fills the inputs and runs it: {EXAMPLE_TIMING[ctx.cache_mode]}."
         gr.HTML(f'<p class="mx-note">{note}</p>', elem_id=f"{tab.name}-examples-note")
     return found
-
-
-def listen(ctx: UIContext, tab: RunTab) -> None:
-    """Run/Stop (``wire_run_and_stop``), an example's click (kept answer, or a run), the follow-up step."""
-    buttons = tab.buttons
-
-    def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-        yield from with_buttons(run_updates(ctx, tab, values, request), buttons)
-
-    def example_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-        yield from with_buttons(run_updates(ctx, tab, values, request, example=True), buttons)
-
-    def first_step(request: gr.Request, *values: Any) -> Updates:
-        return kept_or_waiting(ctx, tab, values, request)
-
-    example = None if tab.examples is None else (tab.examples.load_input_event, first_step, example_ui)
-    ends = wire_run_and_stop(
-        tab.triggers,
-        run_ui,
-        tab.inputs,
-        [*tab.outputs, *buttons],
-        buttons,
-        tab.progress,
-        lambda: tab.stopped,
-        tab.answer,
-        example,
-        js=STAMP_JS,
-    )
-    for end in ends:
-        tab.after_run(ctx, end)
 
 
 def page() -> gr.Column:
