@@ -133,12 +133,18 @@ class CaptionTab(RunTab):
         }
 
     def after_run(self, ctx: UIContext, end: Any) -> None:
-        """The clip's player shows the table's events as captions (while that clip is on screen)."""
+        """The clip's player shows the table's events as captions (WebVTT), or none (while that clip is on
+        screen)."""
 
         def captions(table: Any, video: str | None, request: gr.Request) -> Any:
             if not video or not ctx.results_clip.shows(session_of(request), video):
                 return gr.skip()
-            return with_subtitles(ctx, table)
+            events = _events_from_table(table)
+            if not events:
+                return no_captions()
+            path = ctx.new_run_dir("subtitles") / "events.vtt"
+            path.write_text(subtitles.to_webvtt(events), encoding="utf-8")
+            return gr.update(subtitles=str(path))
 
         end.then(captions, [self.table, self.clip.video], self.clip.video, **PRIVATE_UI)
 
@@ -224,16 +230,6 @@ def _events_from_table(table: Any) -> list[Event]:
 def no_captions() -> gr.Video:
     """The clip without captions (Gradio drops ``gr.update(subtitles=None)`` as "not set")."""
     return gr.Video(subtitles=None)
-
-
-def with_subtitles(ctx: UIContext, table: Any) -> Any:
-    """Follow-up step: the clip's player shows the table's events as captions (WebVTT), or none."""
-    events = _events_from_table(table)
-    if not events:
-        return no_captions()
-    path = ctx.new_run_dir("subtitles") / "events.vtt"
-    path.write_text(subtitles.to_webvtt(events), encoding="utf-8")
-    return gr.update(subtitles=str(path))
 
 
 def render(ctx: UIContext, clip: Clip) -> CaptionTab:
