@@ -187,39 +187,31 @@ def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
 
 def render(ctx: UIContext, clip: Clip) -> FindTab:
     """Lay out the tab: the query, its line and an example's queries above the variant."""
-    query = gr.Textbox(
-        label="What happens? Describe one event",
-        placeholder="e.g. the red ball rolls across the field",
-        lines=1,
-        elem_id="find-query",
-        render=False,
-    )
-    query_status = gr.HTML(
-        query_hint(ctx, ""), elem_id="find-query-status", elem_classes="mr-slim", render=False
-    )
-    suggestions = gr.Radio(
-        choices=[],
-        value=None,
-        label="This example clip has queries with ground truth: pick one",
-        visible=False,
-        interactive=True,
-        elem_id="find-suggestions",
-        render=False,
-    )
-    jump_to = gr.Number(None, visible=False, render=False)  # not a State: read by the page's seek step
+    inputs = {
+        "query": gr.Textbox(
+            label="What happens? Describe one event",
+            placeholder="e.g. the red ball rolls across the field",
+            lines=1,
+            elem_id="find-query",
+            render=False,
+        ),
+        "query_status": gr.HTML(
+            query_hint(ctx, ""), elem_id="find-query-status", elem_classes="mr-slim", render=False
+        ),
+        "suggestions": gr.Radio(
+            choices=[],
+            value=None,
+            label="This example clip has queries with ground truth: pick one",
+            visible=False,
+            interactive=True,
+            elem_id="find-suggestions",
+            render=False,
+        ),
+        "jump_to": gr.Number(None, visible=False, render=False),  # not a State: read by the page's seek step
+    }
+    shown = ("progress", "answer", "timeline", "notice", "metrics", "raw")
     return run_tab.lay_out(
-        ctx,
-        FindTab,
-        clip,
-        "Find when it happens",
-        2,
-        ("progress", "answer", "timeline", "notice", "metrics", "raw"),
-        [query, query_status, suggestions, jump_to],
-        {"interactive": False},
-        query=query,
-        query_status=query_status,
-        suggestions=suggestions,
-        jump_to=jump_to,
+        ctx, FindTab, clip, "Find when it happens", 2, shown, inputs, {"interactive": False}
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import html
 import json
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -256,25 +256,23 @@ def lay_out(
     label: str,
     raw_lines: int,
     results: Sequence[str],
-    inputs: Sequence[Block] = (),
+    inputs: Mapping[str, Any] | None = None,
     run: dict[str, Any] | None = None,
     **own: Any,
 ) -> Tab:
-    """The tab on the page's clip (inside the caller's ``gr.Tab``): its ``inputs``, the variant, Run
-    (``label``) with Stop in its place while it runs, the examples; beside them the outputs named in
-    ``results`` ("raw": the model's text, folded). Outputs are made first so the examples can name them."""
+    """The tab on the page's clip (inside the caller's ``gr.Tab``): its own ``inputs`` (made unrendered),
+    the variant, Run (``label``) with Stop in its place while it runs, the examples; beside them the
+    outputs named in ``results`` ("raw": the model's text, folded). ``own``: the tab's other fields.
+    Outputs are made first so the examples can name them."""
+    ids = {"answer": kind.answer_id, "notice": "notice", "metrics": "metrics", "progress": "progress"}
     outputs: dict[str, Any] = {
-        "answer": gr.HTML("", elem_id=f"{kind.name}-{kind.answer_id}", render=False),
+        **{part: gr.HTML("", elem_id=f"{kind.name}-{id_}", render=False) for part, id_ in ids.items()},
         "timeline": gr.HTML(
             timeline.placeholder(kind.placeholder, kind.ghost),
             js_on_load=timeline.TIMELINE_JS,
             elem_id=f"{kind.name}-timeline",
             render=False,
         ),
-        **{
-            part: gr.HTML("", elem_id=f"{kind.name}-{part}", render=False)
-            for part in ("notice", "metrics", "progress")
-        },
         "raw": gr.Textbox(
             label="Exactly what the model wrote",
             lines=raw_lines,
@@ -286,7 +284,7 @@ def lay_out(
     }
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
-            for part in inputs:
+            for part in (inputs or {}).values():
                 part.render()
             variant = gr.Radio(
                 ctx.variant_choices(),
@@ -298,7 +296,7 @@ def lay_out(
             with gr.Row(elem_classes="mr-buttons"):
                 button = gr.Button(label, variant="primary", elem_id=f"{kind.name}-run", **(run or {}))
                 stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{kind.name}-stop")
-            tab = kind(clip=clip, variant=variant, run=button, stop=stop, **outputs, **own)
+            tab = kind(clip=clip, variant=variant, run=button, stop=stop, **outputs, **(inputs or {}), **own)
             tab.examples = examples(ctx, tab)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
             for name in results:
@@ -380,4 +378,4 @@ def render_answer(ctx: UIContext, clip: Clip, task: Task) -> AnswerTab:
         else None
     )
     shown = ("progress", "answer", "notice", "metrics", "timeline", "raw")
-    return lay_out(ctx, kind, clip, f"Run {task.name}", 4, shown, [query] if query else [], query=query)
+    return lay_out(ctx, kind, clip, f"Run {task.name}", 4, shown, {"query": query} if query else None)
