@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Iterable
 
@@ -225,6 +226,5 @@ def listen(
     ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe] = ()
 ) -> None:
     """Re-render the header on load and when one of ``after`` changes, so the chips follow the engine."""
-    demo.load(lambda: header_html(ctx), None, header, **PRIVATE_UI)
-    for component in after:
-        component.change(lambda: header_html(ctx), None, header, **PRIVATE_UI)
+    for event in [demo.load, *(component.change for component in after)]:
+        event(functools.partial(header_html, ctx), None, header, **PRIVATE_UI)
