@@ -125,13 +125,11 @@ def default_output_dir(settings: Settings) -> Path:
 def cache_mode_from_env(on_space: bool) -> CacheMode:
     """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere: eager answering of the 24
     examples on a busy 2-core CPU (tiny stand-in) took until 707 s, and a visitor's request waits behind."""
-    raw = settings_mod.env_value("cache_examples").lower()
-    if raw in ("eager", "lazy", "off"):
-        return raw  # type: ignore[return-value]
-    if raw:
-        raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
     del on_space  # the same default on a Space and locally (see above)
-    return "lazy"
+    raw = settings_mod.env_value("cache_examples").lower() or "lazy"
+    if raw not in ("eager", "lazy", "off"):
+        raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
+    return raw  # type: ignore[return-value]
 
 
 def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:
