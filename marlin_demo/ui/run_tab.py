@@ -87,15 +87,6 @@ class RunTab:
         return [self.clip.video, *([] if self.query is None else [self.query]), self.variant]
 
     @property
-    def inputs(self) -> list[Any]:
-        """What a run reads: the example's inputs, then the clip's range and its stamp."""
-        return [*self.example_inputs, self.clip.start, self.clip.end, self.clip.stamp]
-
-    @property
-    def triggers(self) -> list[Any]:
-        return [self.run.click, *([] if self.query is None else [self.query.submit])]
-
-    @property
     def results(self) -> list[Block]:
         """What an answer fills (``cleared`` empties them: a clip change, a new run, a failure)."""
         return [self.answer, self.timeline, self.notice, self.metrics, self.raw, self.progress]
@@ -161,9 +152,10 @@ class RunTab:
 
         example = None if self.examples is None else (self.examples.load_input_event, first_step, example_ui)
         ends = wire_run_and_stop(
-            self.triggers,
+            [self.run.click, *([] if self.query is None else [self.query.submit])],
             run_ui,
-            self.inputs,
+            # what a run reads (``run_updates``): the example's inputs, then the clip's range and its stamp
+            [*self.example_inputs, self.clip.start, self.clip.end, self.clip.stamp],
             [*self.outputs, *buttons],
             buttons,
             self.progress,
