@@ -38,8 +38,7 @@ def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False
     if video is None or not str(video).strip():
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
     path = Path(str(video))
-    allowed = [gradio_hooks.upload_folder()]
-    allowed += [] if uploads_only else [ctx.examples_dir, ctx.output_dir]
+    allowed = [gradio_hooks.upload_folder(), *([] if uploads_only else [ctx.examples_dir, ctx.output_dir])]
     if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)
     if not path.is_file():
