@@ -60,11 +60,9 @@ class CaptionView(RunView):
     def loaded(self, run: RunState) -> Updates | None:
         assert run.prepared is not None
         plan = run.prepared.plan
-        what = (
-            f"window 1 of {len(self.windows)}"
-            if self.windows
-            else f"{plan.nframes} frames ({plan.video_tokens} video tokens)"
-        )
+        what = f"{plan.nframes} frames ({plan.video_tokens} video tokens)"
+        if self.windows:
+            what = f"window 1 of {len(self.windows)}"
         return self.bar(0.15, f"Reading the video: {what}…")
 
     def window_starts(self, run: RunState) -> Updates:
