@@ -174,8 +174,8 @@ def build_demo(
         }
         cleared["compare"] = (list(compare_cleared()), compare_cleared)
         one_clip.listen(ctx, clip, cleared, tabs, [cmp_tab.task, cmp_tab.include_bf16])
-        for name, run in runs.items():
-            views.view_of(name).listen(ctx, run)
+        for run in runs.values():
+            run.listen(ctx)
         compare.listen(ctx, cmp_tab)
         library.listen(ctx, lib, tabs, clip, cast(find.FindTab, runs["find"]).query)
         # a private load step (a callable value would be a public endpoint of its own)

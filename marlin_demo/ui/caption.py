@@ -32,35 +32,85 @@ STOPPED_HTML = (
 )
 
 
+class CaptionView(RunView):
+    """The Caption tab while the model writes; a long video's answered windows join the timeline."""
+
+    tab: CaptionTab
+
+    def __init__(self, ctx: UIContext, tab: CaptionTab, asked: Asked) -> None:
+        budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
+        super().__init__(
+            ctx, tab, asked, written=lambda text: min(1.0, len(text) / budget), window_step=": writing"
+        )
+        self.windows: list[Window] = []  # a long video's windows (none: answered whole)
+        self.events: list[Event] = []  # the answered windows' events, merged by the runner
+        self.duration = 0.0
+
+    def start(self) -> Updates:
+        t = self.tab
+        writes = timeline.placeholder("The events appear here as the model writes them.")
+        return {**super().start(), t.answer: live_html("", "Reading the video…"), t.timeline: writes}
+
+    def prepared(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        self.duration = run.prepared.video.duration_s
+        self.windows = list(run.prepared.windows)
+        return super().prepared(run)
+
+    def loaded(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        plan = run.prepared.plan
+        what = f"{plan.nframes} frames ({plan.video_tokens} video tokens)"
+        if self.windows:
+            what = f"window 1 of {len(self.windows)}"
+        return self.bar(0.15, f"Reading the video: {what}…")
+
+    def window_starts(self, run: RunState) -> Updates:
+        """Window k starts: window k-1 is answered, its events join the timeline."""
+        k, n = run.window or 0, run.windows
+        updates: Updates = {self.tab.answer: live_html("", f"{self.v} is reading window {k} of {n}…")}
+        if self.windows:
+            updates[self.tab.timeline] = timeline.timeline_html(
+                self.duration,
+                self.events,
+                player=f"#{CLIP_ID}",
+                windows=[(w.start, w.end) for w in self.windows],
+                windows_done=k - 1,
+            )
+        return {**updates, **super().window_starts(run)}
+
+    def window_done(self, run: RunState, merged: Result) -> Updates | None:
+        """Window k is answered: its events join the timeline when window k+1 starts; the table and
+        downloads hold windows 1..k at once (a caption stopped later keeps them)."""
+        caption = cast(CaptionResult, merged)
+        self.events = list(caption.events)
+        if run.window is not None and run.windows is not None and run.window >= run.windows:
+            return None  # the last window: the finished result follows at once
+        return {self.tab.table: _rows(self.events), self.tab.files: _downloads(self.ctx, caption, self.path)}
+
+    def writing(self, run: RunState) -> Updates:
+        window = f" (window {run.window} of {run.windows})" if run.windowed else ""
+        stage = f"{self.v} is writing{window}…"
+        return {self.tab.answer: live_html(run.text, stage), **super().writing(run)}  # (and the raw text)
+
+
 @dataclass(kw_only=True)
 class CaptionTab(RunTab):
     name = "caption"
     placeholder = PLACEHOLDER
     ghost = GHOST
     stopped = STOPPED_HTML
-    scene: gr.HTML
+    answer_id = "scene"
+    view_type = CaptionView
     table: gr.Dataframe
     files: gr.File
 
     @property
-    def answer(self) -> gr.HTML:
-        return self.scene
-
-    @property
     def results(self) -> list[Any]:
-        return [*super().results, self.table, self.files, self.video]  # the clip: its captions
+        return [*super().results, self.table, self.files, self.clip.video]  # the clip: its captions
 
     def cleared(self) -> Updates:
-        return {
-            **super().cleared(),
-            self.scene: "",
-            self.table: _rows([]),
-            self.files: None,
-            self.video: no_captions(),
-        }
-
-    def view(self, ctx: UIContext, asked: Asked) -> CaptionView:
-        return CaptionView(ctx, self, asked)
+        return {**super().cleared(), self.table: _rows([]), self.files: None, self.clip.video: no_captions()}
 
     def final(self, ctx: UIContext, result: CaptionResult, path: str, cold: bool) -> Updates:
         duration = result.info.duration_s
@@ -74,21 +124,27 @@ class CaptionTab(RunTab):
             )
         return {
             **self.answered(ctx, result, cold),
-            self.scene: scene_html(result.scene) + chapters_html(result),
+            self.answer: scene_html(result.scene) + chapters_html(result),
             self.timeline: tl,
             self.table: _rows(result.events),
             self.files: _downloads(ctx, result, path),
         }
 
     def after_run(self, ctx: UIContext, end: Any) -> None:
-        """The clip's player shows the table's events as captions (while that clip is on screen)."""
+        """The clip's player shows the table's events as captions (WebVTT), or none (while that clip is on
+        screen)."""
 
         def captions(table: Any, video: str | None, request: gr.Request) -> Any:
             if not video or not ctx.results_clip.shows(session_of(request), video):
                 return gr.skip()
-            return with_subtitles(ctx, table)
+            events = _events_from_table(table)
+            if not events:
+                return no_captions()
+            path = ctx.new_run_dir("subtitles") / "events.vtt"
+            path.write_text(subtitles.to_webvtt(events), encoding="utf-8")
+            return gr.update(subtitles=str(path))
 
-        end.then(captions, [self.table, self.video], self.video, **PRIVATE_UI)
+        end.then(captions, [self.table, self.clip.video], self.clip.video, **PRIVATE_UI)
 
 
 def scene_html(scene: str) -> str:
@@ -154,14 +210,10 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
 def chapters_html(result: CaptionResult) -> str:
     """The chapters a video description takes, ready to copy; or the sentence saying why there are none."""
     ch = chapters_of(result)
-    if not ch.lines:
-        reason = html.escape(ch.reason)
-        return f'<div class="mc-chapters"><div class="mc-label">Chapters</div><p>{reason}</p></div>'
-    text = html.escape("\n".join(ch.lines))
-    return (
-        '<div class="mc-chapters"><div class="mc-label">Chapters (paste into a video description)</div>'
-        f"<pre>{text}</pre></div>"
-    )
+    text = html.escape("\n".join(ch.lines) if ch.lines else ch.reason)
+    label = "Chapters (paste into a video description)" if ch.lines else "Chapters"
+    body = f"<pre>{text}</pre>" if ch.lines else f"<p>{text}</p>"
+    return f'<div class="mc-chapters"><div class="mc-label">{label}</div>{body}</div>'
 
 
 def _events_from_table(table: Any) -> list[Event]:
@@ -178,20 +230,8 @@ def no_captions() -> gr.Video:
     return gr.Video(subtitles=None)
 
 
-def with_subtitles(ctx: UIContext, table: Any) -> Any:
-    """Follow-up step: the clip's player shows the table's events as captions (WebVTT), or none."""
-    events = _events_from_table(table)
-    if not events:
-        return no_captions()
-    path = ctx.new_run_dir("subtitles") / "events.vtt"
-    path.write_text(subtitles.to_webvtt(events), encoding="utf-8")
-    return gr.update(subtitles=str(path))
-
-
 def render(ctx: UIContext, clip: Clip) -> CaptionTab:
-    """Lay out the tab (inside the caller's ``gr.Tab``); outputs are made first so examples can name them."""
-    shared = run_tab.shared_outputs(CaptionTab, raw_lines=6)
-    scene = gr.HTML("", elem_id="caption-scene", render=False)
+    """Lay out the tab (inside the caller's ``gr.Tab``): under it, the events table beside the figures."""
     table = gr.Dataframe(
         headers=TABLE_HEADERS,
         datatype=["number", "number", "number", "str"],
@@ -212,90 +252,16 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
         elem_id="caption-files",
         render=False,
     )
-    with gr.Row(equal_height=False, elem_classes="mr-tab"):
-        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
-            tab = run_tab.make(
-                ctx, CaptionTab, clip, "Caption this video", scene=scene, table=table, files=files, **shared
-            )
-            tab.examples = run_tab.examples(ctx, tab)
-        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
-            for part in (tab.progress, tab.timeline, scene, tab.notice):
-                part.render()
+    shown = ("progress", "timeline", "answer", "notice")
+    tab = run_tab.lay_out(ctx, CaptionTab, clip, "Caption this video", 6, shown, table=table, files=files)
     with gr.Row(equal_height=False):
         with gr.Column(scale=7, min_width=360):
             table.render()
         with gr.Column(scale=5, min_width=320):
             tab.metrics.render()
             files.render()
-    with gr.Accordion("Raw model output", open=False, elem_id="caption-raw-acc"):
-        tab.raw.render()
+    run_tab.raw_output(tab)
     return tab
-
-
-class CaptionView(RunView):
-    """The Caption tab while the model writes; a long video's answered windows join the timeline."""
-
-    tab: CaptionTab
-
-    def __init__(self, ctx: UIContext, tab: CaptionTab, asked: Asked) -> None:
-        budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
-        super().__init__(
-            ctx, tab, asked, written=lambda text: min(1.0, len(text) / budget), window_step=": writing"
-        )
-        self.windows: list[Window] = []  # a long video's windows (none: answered whole)
-        self.events: list[Event] = []  # the answered windows' events, merged by the runner
-        self.duration = 0.0
-
-    def start(self) -> Updates:
-        t = self.tab
-        writes = timeline.placeholder("The events appear here as the model writes them.")
-        return {**super().start(), t.scene: live_html("", "Reading the video…"), t.timeline: writes}
-
-    def prepared(self, run: RunState) -> Updates | None:
-        assert run.prepared is not None
-        self.duration = run.prepared.video.duration_s
-        self.windows = list(run.prepared.windows)
-        return super().prepared(run)
-
-    def loaded(self, run: RunState) -> Updates | None:
-        assert run.prepared is not None
-        plan = run.prepared.plan
-        what = (
-            f"window 1 of {len(self.windows)}"
-            if self.windows
-            else f"{plan.nframes} frames ({plan.video_tokens} video tokens)"
-        )
-        return self.bar(0.15, f"Reading the video: {what}…")
-
-    def window_starts(self, run: RunState) -> Updates:
-        """Window k starts: window k-1 is answered, its events join the timeline."""
-        k, n = run.window or 0, run.windows
-        updates: Updates = {self.tab.scene: live_html("", f"{self.v} is reading window {k} of {n}…")}
-        if self.windows:
-            updates[self.tab.timeline] = timeline.timeline_html(
-                self.duration,
-                self.events,
-                player=f"#{CLIP_ID}",
-                windows=[(w.start, w.end) for w in self.windows],
-                windows_done=k - 1,
-            )
-        return {**updates, **super().window_starts(run)}
-
-    def window_done(self, run: RunState, merged: Result) -> Updates | None:
-        """Window k is answered: its events join the timeline when window k+1 starts; the table and
-        downloads hold windows 1..k at once (a caption stopped later keeps them)."""
-        caption = cast(CaptionResult, merged)
-        self.events = list(caption.events)
-        if run.window is not None and run.windows is not None and run.window >= run.windows:
-            return None  # the last window: the finished result follows at once
-        return {self.tab.table: _rows(self.events), self.tab.files: _downloads(self.ctx, caption, self.path)}
-
-    def writing(self, run: RunState) -> Updates:
-        if run.windowed:
-            stage = f"{self.v} is writing (window {run.window} of {run.windows})…"
-        else:
-            stage = f"{self.v} is writing…"
-        return {self.tab.scene: live_html(run.text, stage), **super().writing(run)}  # (and the raw text)
 
 
 class StreamMessages(StageView[dict[str, Any]]):

@@ -19,8 +19,8 @@ class ResultsClip:
     screen; the browser's own order can."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self._shown: dict[str, tuple[float, str]] = {}  # session -> (its report's number, the clip)
-        self._owners: dict[str, dict[str, str]] = {}  # session -> tab -> its results' clip
+        # session -> (its report's number, the clip, tab -> the clip of the tab's results)
+        self._screens: dict[str, tuple[float, str, dict[str, str]]] = {}
         self._lock = threading.Lock()
         self.limit = limit
 
@@ -37,7 +37,7 @@ class ResultsClip:
             self._seen(session, clip, stamp)
             if not self._is_shown(session, clip):
                 return False
-            self._owners.setdefault(session, {})[tab] = clip
+            self._screens[session][2][tab] = clip  # (``_seen`` put the session there)
             return True
 
     def shows(self, session: str, clip: str) -> bool:
@@ -46,22 +46,21 @@ class ResultsClip:
             return self._is_shown(session, clip)
 
     def _is_shown(self, session: str, clip: str) -> bool:
-        shown = self._shown.get(session)
-        return shown is None or same_file(shown[1], clip)
+        screen = self._screens.get(session)
+        return screen is None or same_file(screen[1], clip)
 
     def _seen(self, session: str, clip: str, stamp: float | None) -> list[str]:
         number = -1.0 if stamp is None else float(stamp)  # unnumbered (an old page): only as a first report
-        if session in self._shown and number <= self._shown[session][0]:
+        screen = self._screens.get(session)
+        if screen is not None and number <= screen[0]:
             return []
-        self._shown[session] = (number, clip)
-        owners = self._owners.setdefault(session, {})
+        owners = {} if screen is None else screen[2]
         stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
         for tab in stale:
             del owners[tab]
-        while len(self._shown) > self.limit:
-            self._shown.pop(next(iter(self._shown)))
-        while len(self._owners) > self.limit:
-            self._owners.pop(next(iter(self._owners)))
+        self._screens[session] = (number, clip, owners)
+        while len(self._screens) > self.limit:
+            self._screens.pop(next(iter(self._screens)))
         return stale
 
 
@@ -69,8 +68,6 @@ STAMP_JS = """(...args) => {
   window.__marlinClipStamp = (window.__marlinClipStamp || 0) + 1;
   return [...args.slice(0, -1), window.__marlinClipStamp];
 }"""
-
-
 """An event's ``js``: its last input (the clip's stamp, ``one_clip.Clip.stamp``) becomes the page's next
 number, taken in the browser as the event fires, so ``ResultsClip`` can order what reaches it."""
 

@@ -26,33 +26,20 @@ from marlin_demo.ui.clip_owner import ResultsClip
 
 log = logging.getLogger(__name__)
 
-
 EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
-
 
 #: model-running events: no Gradio limit, so every request reaches the service, whose scheduler takes
 #: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
 
-
 CLIP_ID = "clip-video"
-
-
 """The page's one video (every run tab's clip, and the player their timelines seek)."""
 
-
 PRIVATE_UI: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden", "queue": False}
-
-
 """A quick UI-only step: not in the API, no progress shown, not queued."""
 
-
 CacheMode = Literal["eager", "lazy", "off"]
-
-
 CACHE_ENV = "MARLIN_CACHE_EXAMPLES"
-
-
 variant_label = variants.label  # the name a visitor reads for a variant
 
 
@@ -73,7 +60,7 @@ class UIContext:
     #: the examples' finished answers (made live the first time; see ``example_notes``)
     answers: example_notes.ExampleAnswers = field(default_factory=example_notes.ExampleAnswers)
     #: per session: the clip on screen and the clip each tab's results belong to (see ``ResultsClip``)
-    results_clip: ResultsClip = field(default_factory=lambda: ResultsClip())
+    results_clip: ResultsClip = field(default_factory=ResultsClip)
 
     @property
     def variants(self) -> list[str]:
@@ -104,10 +91,8 @@ class UIContext:
 
     def compare_variants(self, include_bf16: bool = False) -> list[str]:
         """bnb4 and GPTQ (and any extra variants); bf16 only when asked."""
-        chosen = [v for v in self.variants if v != "bf16"]
-        if include_bf16 and "bf16" in self.variants:
-            chosen.append("bf16")
-        return chosen
+        bf16 = ["bf16"] if include_bf16 and "bf16" in self.variants else []
+        return [v for v in self.variants if v != "bf16"] + bf16
 
     def reuse_note(self, variant: str, info: RunInfo, ttft_s: float | None) -> str:
         """A sentence when this request reused an earlier reading of the video; full readings are kept."""
@@ -117,15 +102,13 @@ class UIContext:
                 self.first_reads[key] = ttft_s
                 while len(self.first_reads) > 256:
                     self.first_reads.pop(next(iter(self.first_reads)))
-            if info.cached_video:
-                return "Its frames were already decoded for an earlier question: none were decoded again."
-            return ""
+            decoded = "Its frames were already decoded for an earlier question: none were decoded again."
+            return decoded if info.cached_video else ""
         earlier = self.first_reads.get(key)
-        saved = (
-            f"first token in {fmt(ttft_s, ' s')} instead of {fmt(earlier, ' s')} when it was first read"
-            if earlier is not None
-            else f"first token in {fmt(ttft_s, ' s')}, without reading the video again"
-        )
+        how = ", without reading the video again"
+        if earlier is not None:
+            how = f" instead of {fmt(earlier, ' s')} when it was first read"
+        saved = f"first token in {fmt(ttft_s, ' s')}{how}"
         return (
             f"This video was already read by {variant} for an earlier question: its frames and the "
             f"model's reading of them (the video prefill) were reused, so only the question was new: {saved}."
@@ -142,13 +125,11 @@ def default_output_dir(settings: Settings) -> Path:
 def cache_mode_from_env(on_space: bool) -> CacheMode:
     """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere: eager answering of the 24
     examples on a busy 2-core CPU (tiny stand-in) took until 707 s, and a visitor's request waits behind."""
-    raw = settings_mod.env_value("cache_examples").lower()
-    if raw in ("eager", "lazy", "off"):
-        return raw  # type: ignore[return-value]
-    if raw:
-        raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
     del on_space  # the same default on a Space and locally (see above)
-    return "lazy"
+    raw = settings_mod.env_value("cache_examples").lower() or "lazy"
+    if raw not in ("eager", "lazy", "off"):
+        raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
+    return raw  # type: ignore[return-value]
 
 
 def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, Any]]:

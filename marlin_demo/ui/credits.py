@@ -51,11 +51,8 @@ def credits_markdown(examples: Sequence[Mapping[str, Any]], examples_dir: Path =
         rows.append(f"- {names}: drawn for this project by `examples/render_examples.py`.")
     if not rows:
         return ""
-    return (
-        f"{CREDITS_HEADING}\n"
-        + "\n".join(rows)
-        + f"\n\nAlso in [examples/ATTRIBUTION.md]({attribution_url(examples_dir)}).\n"
-    )
+    listed, url = "\n".join(rows), attribution_url(examples_dir)
+    return f"{CREDITS_HEADING}\n{listed}\n\nAlso in [examples/ATTRIBUTION.md]({url}).\n"
 
 
 def attribution_url(examples_dir: Path) -> str:

@@ -1,4 +1,4 @@
-"""The examples as the tabs list them: their labels, the note under them, an example's kept answer."""
+"""The examples as the tabs list them: their labels, what a click does, an example's kept answer."""
 
 from __future__ import annotations
 
@@ -14,21 +14,12 @@ def short_name(example: Mapping[str, Any]) -> str:
     return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
 
 
+#: what a click on an example does (the note under them), per ``MARLIN_CACHE_EXAMPLES``
 EXAMPLE_TIMING = {
     "lazy": "the first click runs the model as Run does; later clicks show that answer at once",
     "eager": "answered at start-up, then shown at once; until then a click runs the model",
     "off": "each click runs the model",
 }
-
-
-def examples_label(ctx: UIContext) -> str:
-    """The Examples heading: one short line (how a click behaves is in the note under it)."""
-    return "Examples (tiny stand-in answers)" if ctx.settings.is_tiny else "Examples"
-
-
-def examples_note(ctx: UIContext) -> str:
-    """One line under the examples: what a click does."""
-    return f'<p class="mx-note">A click fills the inputs and runs it: {EXAMPLE_TIMING[ctx.cache_mode]}.</p>'
 
 
 def example_labels(labels: Sequence[str], limit: int = 60) -> list[str]:

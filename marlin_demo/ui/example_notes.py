@@ -69,11 +69,9 @@ def cached_badge(metrics: Mapping[str, Any], cold: bool, variant: str) -> str | 
     if kept is None:
         return None
     load = metrics.get("load_s")
-    how = (
-        f"a cold run: {variant} was loaded for it ({load:.2f} s)"
-        if cold and load is not None
-        else ("a cold run" if cold else f"a warm run: {variant} was already loaded")
-    )
+    how = f"a warm run: {variant} was already loaded"
+    if cold:
+        how = "a cold run" if load is None else f"a cold run: {variant} was loaded for it ({load:.2f} s)"
     return (
         f'<span class="md-badge md-cached" data-cached="1">Cached example: the model did not run now. '
         f"This answer and its figures come from the run that first answered it, {html.escape(kept.stamp)} "

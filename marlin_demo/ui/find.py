@@ -17,7 +17,7 @@ from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.clip_owner import clip_stem
 from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
 from marlin_demo.ui.one_clip import Clip
-from marlin_demo.ui.run_tab import Asked, RunTab, RunView
+from marlin_demo.ui.run_tab import RunTab, RunView
 from marlin_demo.ui.running import RunState, Updates, scroll_mark
 from marlin_demo.ui.status import error_html, status_html
 from marlin_demo.ui.timeline import clock
@@ -35,21 +35,40 @@ SEEK_JS = f"""(start) => {{ const v = document.querySelector('#{CLIP_ID} video')
   if (v && start !== null && start !== undefined) v.currentTime = start; }}"""
 
 
+class FindView(RunView):
+    """The Find tab while the model searches: what it writes, the bar window by window (a span is a few
+    tokens: halfway while it is written)."""
+
+    tab: FindTab
+
+    def start(self) -> Updates:
+        """The query's old message goes too."""
+        t = self.tab
+        return {
+            **super().start(),
+            t.answer: '<div class="mf-head mf-wait">Looking for the event…</div>',
+            t.timeline: timeline.placeholder("The span appears here when the model answers."),
+            t.query_status: "",
+        }
+
+    def loaded(self, run: RunState) -> Updates | None:
+        assert run.prepared is not None
+        return self.bar(0.2, f"Reading the video ({run.prepared.plan.video_tokens} video tokens)…")
+
+
 @dataclass(kw_only=True)
 class FindTab(RunTab):
     name = "find"
     placeholder = PLACEHOLDER
     ghost = GHOST
     stopped = STOPPED_HTML
+    answer_id = "headline"
+    view_type = FindView
+    throttle = False  # each text, unthrottled: a span is a few tokens
     query: gr.Textbox
     query_status: gr.HTML
     suggestions: gr.Radio
-    headline: gr.HTML
     jump_to: gr.Number
-
-    @property
-    def answer(self) -> gr.HTML:
-        return self.headline
 
     @property
     def results(self) -> list[Any]:
@@ -60,16 +79,32 @@ class FindTab(RunTab):
         return [*super().outputs, self.query_status]
 
     def cleared(self) -> Updates:
-        return {**super().cleared(), self.headline: "", self.jump_to: None}
-
-    def view(self, ctx: UIContext, asked: Asked) -> FindView:
-        return FindView(ctx, self, asked)
-
-    def every(self, ctx: UIContext) -> float | None:
-        return None  # each text, unthrottled: a span is a few tokens
+        return {**super().cleared(), self.jump_to: None}
 
     def after_run(self, ctx: UIContext, end: Any) -> None:
         end.then(None, self.jump_to, None, js=SEEK_JS, **PRIVATE_UI)
+
+    def listen(self, ctx: UIContext) -> None:
+        """Also the query's suggestions and the line under it."""
+        super().listen(ctx)
+
+        def suggest(video: str | None) -> Any:
+            """Offer the example's queries when the clip is one of the examples."""
+            example = ctx.ground_truth(video)
+            queries = [q["query"] for q in (example or {}).get("queries", []) or []]
+            return gr.update(choices=queries, value=None, visible=bool(queries))
+
+        def ready(text: str | None) -> Updates:
+            """Run waits for a query with words in it, within the limit; the line under it says why."""
+            n = len((text or "").strip())
+            return {
+                self.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),
+                self.query_status: query_hint(ctx, text),
+            }
+
+        self.clip.video.change(suggest, self.clip.video, self.suggestions, **PRIVATE_UI)
+        self.query.change(ready, self.query, [self.run, self.query_status], **PRIVATE_UI)
+        self.suggestions.select(lambda q: q or gr.skip(), self.suggestions, self.query, **PRIVATE_UI)
 
     def final(self, ctx: UIContext, result: FindResult, video: str, cold: bool) -> Updates:
         """Every output of a finished find (also what the cached examples store); the player jumps to the
@@ -99,10 +134,10 @@ class FindTab(RunTab):
             clips=clips,
         )
         updates = self.answered(ctx, result, cold)
-        updates[self.notice] += problems
         return {
             **updates,
-            self.headline: headline_html(result, truth),
+            self.notice: updates[self.notice] + problems,
+            self.answer: headline_html(result, truth),
             self.timeline: tl,
             self.jump_to: None if result.span is None else float(result.span[0]),
             self.query_status: "",
@@ -151,46 +186,33 @@ def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
 
 
 def render(ctx: UIContext, clip: Clip) -> FindTab:
-    """Lay out the tab; outputs are made first so the examples can name them."""
-    headline = gr.HTML("", elem_id="find-headline", render=False)
-    shared = run_tab.shared_outputs(FindTab, raw_lines=2)
-    with gr.Row(equal_height=False, elem_classes="mr-tab"):
-        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
-            query = gr.Textbox(
-                label="What happens? Describe one event",
-                placeholder="e.g. the red ball rolls across the field",
-                lines=1,
-                elem_id="find-query",
-            )
-            query_status = gr.HTML(query_hint(ctx, ""), elem_id="find-query-status", elem_classes="mr-slim")
-            suggestions = gr.Radio(
-                choices=[],
-                value=None,
-                label="This example clip has queries with ground truth: pick one",
-                visible=False,
-                interactive=True,
-                elem_id="find-suggestions",
-            )
-            tab = run_tab.make(
-                ctx,
-                FindTab,
-                clip,
-                "Find when it happens",
-                {"interactive": False},
-                **shared,
-                query=query,
-                query_status=query_status,
-                suggestions=suggestions,
-                headline=headline,
-                jump_to=gr.Number(None, visible=False),  # not a State: read by the page's seek step
-            )
-            tab.examples = run_tab.examples(ctx, tab)
-        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
-            for part in (tab.progress, headline, tab.timeline, tab.notice, tab.metrics):
-                part.render()
-            with gr.Accordion("Raw model output", open=False, elem_id="find-raw-acc"):
-                tab.raw.render()
-    return tab
+    """Lay out the tab: the query, its line and an example's queries above the variant."""
+    inputs = {
+        "query": gr.Textbox(
+            label="What happens? Describe one event",
+            placeholder="e.g. the red ball rolls across the field",
+            lines=1,
+            elem_id="find-query",
+            render=False,
+        ),
+        "query_status": gr.HTML(
+            query_hint(ctx, ""), elem_id="find-query-status", elem_classes="mr-slim", render=False
+        ),
+        "suggestions": gr.Radio(
+            choices=[],
+            value=None,
+            label="This example clip has queries with ground truth: pick one",
+            visible=False,
+            interactive=True,
+            elem_id="find-suggestions",
+            render=False,
+        ),
+        "jump_to": gr.Number(None, visible=False, render=False),  # not a State: read by the page's seek step
+    }
+    shown = ("progress", "answer", "timeline", "notice", "metrics", "raw")
+    return run_tab.lay_out(
+        ctx, FindTab, clip, "Find when it happens", 2, shown, inputs, {"interactive": False}
+    )
 
 
 def query_hint(ctx: UIContext, text: str | None) -> str:
@@ -207,50 +229,3 @@ def query_hint(ctx: UIContext, text: str | None) -> str:
     if n > 0.8 * limit:
         return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>'
     return ""
-
-
-class FindView(RunView):
-    """The Find tab while the model searches: what it writes, the bar window by window."""
-
-    tab: FindTab
-
-    def __init__(self, ctx: UIContext, tab: FindTab, asked: Asked) -> None:
-        # a span is a few tokens: halfway while it is written
-        super().__init__(ctx, tab, asked, written=lambda text: 0.5)
-
-    def start(self) -> Updates:
-        """The query's old message goes too."""
-        t = self.tab
-        return {
-            **super().start(),
-            t.headline: '<div class="mf-head mf-wait">Looking for the event…</div>',
-            t.timeline: timeline.placeholder("The span appears here when the model answers."),
-            t.query_status: "",
-        }
-
-    def loaded(self, run: RunState) -> Updates | None:
-        assert run.prepared is not None
-        return self.bar(0.2, f"Reading the video ({run.prepared.plan.video_tokens} video tokens)…")
-
-
-def listen(ctx: UIContext, tab: FindTab) -> None:
-    """Wire the UI event (``run_tab.listen``), the player's jump, and the query's suggestions and hint."""
-    run_tab.listen(ctx, tab)
-
-    def suggest(video: str | None) -> Any:
-        """Offer the example's queries when the clip is one of the examples."""
-        example = ctx.ground_truth(video)
-        queries = [q["query"] for q in (example or {}).get("queries", []) or []]
-        return gr.update(choices=queries, value=None, visible=bool(queries))
-
-    def ready(text: str | None) -> Updates:
-        """Run waits for a query with words in it, within the limit; the line under it says why."""
-        n = len((text or "").strip())
-        return {
-            tab.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),
-            tab.query_status: query_hint(ctx, text),
-        }
-
-    tab.video.change(suggest, tab.video, tab.suggestions, **PRIVATE_UI)
-    tab.query.change(ready, tab.query, [tab.run, tab.query_status], **PRIVATE_UI)
-    tab.suggestions.select(lambda q: q or gr.skip(), tab.suggestions, tab.query, **PRIVATE_UI)

@@ -2,24 +2,20 @@
 ``tests/test_hardening.py`` (which fails naming the reach when Gradio changes under it). It imports Gradio
 only inside its functions, so :func:`skip_stub_rewrite` can run before Gradio is first imported.
 
-1. Gradio rewrites its components' ``.pyi`` stubs at every import: each component class's metaclass
-   (``gradio.component_meta.ComponentMeta``) re-parses its module's source to regenerate the stub beside
-   it (``create_or_modify_pyi``), with no setting to turn it off. The wheel ships the stubs; only Gradio's
-   developers need them regenerated. :func:`skip_stub_rewrite`, before Gradio is imported, makes that step
-   do nothing: about 1.4 s less CPU per app start, a quarter of it (docs/SPEED.md).
-2. Gradio downloads a file sent as an http(s) URL into its cache before any validator or endpoint sees it
-   (``Block.async_move_resource_to_block_cache``), with no setting to turn it off:
-   :func:`refuse_url_downloads` patches that method on every component to refuse a URL (:data:`NO_URLS`).
+1. Gradio's component metaclass rewrites each component's ``.pyi`` stub at every import
+   (``gradio.component_meta.create_or_modify_pyi``, no setting to turn it off; only Gradio's developers
+   need it): :func:`skip_stub_rewrite` skips it, about 1.4 s less CPU per app start (docs/SPEED.md).
+2. Gradio downloads a file sent as an http(s) URL before any validator or endpoint sees it
+   (``Block.async_move_resource_to_block_cache``, no setting either): :func:`refuse_url_downloads`
+   refuses a URL there (:data:`NO_URLS`).
 3. Gradio's MCP bridge writes a dict result as Python's repr, so the endpoints answer it JSON text; it
    calls through its own client, which sends ``x-gradio-user: mcp`` (:func:`from_mcp`).
-4. Gradio's queue looks for new work every millisecond while it has none (``Queue.sleep_when_free``
-   on Linux, 50 ms on Windows), about a tenth of a core on an idle server, taken from the model on a
-   2-vCPU machine: :func:`quiet_queue` sets the Windows pace (a queued call starts up to that much later).
-5. ``gr.Video`` runs ``ffprobe`` on a video each time it shows it (``processing_utils.video_is_playable``):
-   72 probes of the 12 example clips, 11 of the app's 15 s start on a 2-core machine.
-   :func:`remember_playable` answers a file it has probed, unchanged since, from memory.
+4. Gradio's idle queue looks for work every millisecond on Linux (``Queue.sleep_when_free``; 50 ms on
+   Windows), a tenth of a core taken from the model on 2 vCPUs: :func:`quiet_queue` sets Windows' pace.
+5. ``gr.Video`` runs ``ffprobe`` each time it shows a video (``processing_utils.video_is_playable``): 11 s
+   of the app's 15 s start on 2 cores; :func:`remember_playable` answers an unchanged file from memory.
 6. Where Gradio keeps uploads (:func:`upload_folder`): ``GRADIO_TEMP_DIR``, else its default, as Gradio
-   itself resolves it, so a check that a path is an upload follows Gradio's own rule.
+   resolves it, so a check that a path is an upload follows Gradio's own rule.
 """
 
 from __future__ import annotations
@@ -126,33 +122,25 @@ def skipped_stub_rewrite(*args: Any, **kwargs: Any) -> None:
     """Stands in for Gradio's stub rewrite: the installed stubs are kept as shipped."""
 
 
-class _SkipStubRewrite(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Loads Gradio's metaclass module as usual, then swaps its stub step before any component exists."""
-
-    def __init__(self) -> None:
-        self._real: importlib.abc.Loader | None = None
+class _SkipStubRewrite(importlib.abc.MetaPathFinder):
+    """Finds Gradio's metaclass module as usual; its loader then swaps the stub step before any component
+    exists."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path) if fullname == MODULE else None
         if spec is None or spec.loader is None:
             return None
-        self._real = spec.loader
-        spec.loader = self
+        load = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            load(module)
+            if hasattr(module, STEP):  # renamed by a later Gradio: nothing to skip (the test says so)
+                setattr(module, STEP, skipped_stub_rewrite)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        assert self._real is not None
-        return self._real.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        assert self._real is not None
-        self._real.exec_module(module)
-        if hasattr(module, STEP):  # renamed by a later Gradio: nothing to skip (the test says so)
-            setattr(module, STEP, skipped_stub_rewrite)
 
 
 def skip_stub_rewrite() -> bool:

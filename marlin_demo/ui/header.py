@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Iterable
 
@@ -112,18 +113,16 @@ def limits_html(ctx: UIContext) -> str:
 
 def chips_html(ctx: UIContext) -> str:
     """One chip per variant: loaded, failed, or loads on first use (live: see ``listen``)."""
-    loaded = ctx.engine.loaded()
-    failed = ctx.engine.load_errors()
-    chips = []
+    loaded, failed, chips = ctx.engine.loaded(), ctx.engine.load_errors(), ""
     for v in ctx.variants:
         state = "loaded" if v in loaded else ("failed" if v in failed else "loads on first use")
         cls = {"loaded": "mh-ok", "failed": "mh-bad"}.get(state, "")
-        chips.append(
+        chips += (
             f'<span class="mh-chip {cls}" data-variant="{html.escape(v)}" data-state="{html.escape(state)}" '
             f'title="{html.escape(state)}">{html.escape(variant_label(v))}'
             f"<small>{html.escape(state)}</small></span>"
         )
-    return "".join(chips)
+    return chips
 
 
 def header_html(ctx: UIContext) -> str:
@@ -227,6 +226,5 @@ def listen(
     ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe] = ()
 ) -> None:
     """Re-render the header on load and when one of ``after`` changes, so the chips follow the engine."""
-    demo.load(lambda: header_html(ctx), None, header, **PRIVATE_UI)
-    for component in after:
-        component.change(lambda: header_html(ctx), None, header, **PRIVATE_UI)
+    for event in [demo.load, *(component.change for component in after)]:
+        event(functools.partial(header_html, ctx), None, header, **PRIVATE_UI)

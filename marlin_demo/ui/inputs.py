@@ -16,7 +16,7 @@ from marlin_demo.ui.context import UIContext, log
 
 
 def session_of(request: gr.Request | None) -> str:
-    return (getattr(request, "session_hash", None) or "") if request is not None else ""
+    return getattr(request, "session_hash", None) or ""
 
 
 NOT_UPLOADED = (
@@ -28,19 +28,17 @@ NOT_UPLOADED = (
 def is_inside(path: Path, folder: Path) -> bool:
     """``path`` lies in ``folder`` once links are resolved (only uploads and examples are served)."""
     try:
-        path.resolve().relative_to(folder.resolve())
-    except (ValueError, OSError):
+        return path.resolve().is_relative_to(folder.resolve())
+    except OSError:
         return False
-    return True
 
 
 def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False) -> str:
     """The path of an upload (or, unless ``uploads_only``, a bundled example); else a clear ``gr.Error``."""
-    if video is None or (isinstance(video, str) and not video.strip()):
+    if video is None or not str(video).strip():
         raise gr.Error("No video: upload a clip (MP4, WebM, MOV or MKV) first.", print_exception=False)
     path = Path(str(video))
-    allowed = [gradio_hooks.upload_folder()]
-    allowed += [] if uploads_only else [ctx.examples_dir, ctx.output_dir]
+    allowed = [gradio_hooks.upload_folder(), *([] if uploads_only else [ctx.examples_dir, ctx.output_dir])]
     if not any(is_inside(path, folder) for folder in allowed):
         raise gr.Error(NOT_UPLOADED.format(name=html.escape(path.name or str(video))), print_exception=False)
     if not path.is_file():
@@ -70,7 +68,7 @@ def user_errors() -> Iterator[None]:
 
 def pick_variant(variant: str | None, ctx: UIContext) -> str:
     """The variant asked for, the default when none was given; unknown names are refused clearly."""
-    if variant is None or variant == "":
+    if not variant:
         return ctx.default_variant
     if variant not in ctx.variants:
         raise gr.Error(variants.unknown(variant, ctx.variants))

@@ -73,18 +73,17 @@ def listen(
     show without results) replaces a tab's results when they were another clip's. The status line also
     follows the tab selected in ``page_tabs`` and Compare's task and variants (``compare_choices``:
     ``clip_status``'s ``compare_task`` and ``with_bf16``), pricing what that tab would run."""
-    clip.video.change(functools.partial(credit_line, ctx), clip.video, clip.credit, **PRIVATE_UI)
     ids = {t.label: t.id for t in page_tabs.children if isinstance(t, gr.Tab)}
 
     def selected(evt: gr.SelectData) -> Any:
         return ids.get(evt.value, gr.skip())  # the tab's id, from its label (what a select event carries)
 
-    # a range belongs to the clip it was set on: a new clip starts whole (and no clip, no range)
-    def whole(video: str | None) -> list[Any]:
-        # the component form: Gradio drops a None value from gr.update, which would leave the field at 0
-        return [gr.Number(value=None, visible=bool(video)) for _ in range(2)]
+    # an example's credit; a range belongs to the clip it was set on: a new clip starts whole (and no
+    # clip, no range), in the component form (Gradio drops a None value from gr.update: the field kept 0)
+    def chosen(video: str | None) -> list[Any]:
+        return [credit_line(ctx, video), *(gr.Number(value=None, visible=bool(video)) for _ in range(2))]
 
-    clip.video.change(whole, clip.video, [clip.start, clip.end], **PRIVATE_UI)
+    clip.video.change(chosen, clip.video, [clip.credit, clip.start, clip.end], **PRIVATE_UI)
     # one event for the inputs, the last change's line last (two changes' lines never cross)
     inputs = [clip.video, clip.start, clip.end, clip.tab, *compare_choices]
     changes = [clip.video.change, clip.start.change, clip.end.change]

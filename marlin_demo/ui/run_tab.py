@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import html
 import json
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -21,7 +21,7 @@ from marlin_demo.tasks import Task, get_task
 from marlin_demo.ui import example_notes, timeline
 from marlin_demo.ui.clip_owner import STAMP_JS
 from marlin_demo.ui.context import UIContext
-from marlin_demo.ui.example_list import example_labels, examples_label, examples_note, kept_answer, short_name
+from marlin_demo.ui.example_list import EXAMPLE_TIMING, example_labels, kept_answer, short_name
 from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
 from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import (
@@ -54,21 +54,21 @@ class Asked(NamedTuple):
 @dataclass(kw_only=True)
 class RunTab:
     """What a run tab has: the page's clip and its status line, a variant, Run/Stop, a progress bar,
-    and the outputs every answer has (timeline, notes, figures, the raw text)."""
+    and the outputs every answer has (its first line, timeline, notes, figures, the raw text)."""
 
     name: ClassVar[str]  # the task; also the tab's key for the clip its results belong to
     placeholder: ClassVar[str]  # the empty timeline's sentence
     ghost: ClassVar[tuple[tuple[float, float], ...]]  # and its faint bars
     stopped: ClassVar[str]  # what the answer's place says after Stop
-    video: gr.Video
-    status: gr.HTML
-    start: gr.Number  # the clip's range (``one_clip``): a run asks about that part only
-    end: gr.Number
-    stamp: gr.Number  # the clip's report number (``one_clip``), taken as Run or an example fires
+    answer_id: ClassVar[str] = "answer"  # the answer's place: its element's id after the task's name
+    view_type: ClassVar[type[RunView]]  # what the tab shows while its request runs
+    throttle: ClassVar[bool] = True  # the streamed text redrawn at most every ``stream_every_s`` (else each)
+    clip: Clip  # the page's clip, its status line, its range (a run asks about that part only), its stamp
     variant: gr.Radio
     run: gr.Button
     stop: gr.Button
     progress: gr.HTML
+    answer: gr.HTML  # where the answer's first line goes (and "Stopped")
     timeline: gr.HTML
     notice: gr.HTML
     metrics: gr.HTML
@@ -84,16 +84,7 @@ class RunTab:
     @property
     def example_inputs(self) -> list[Any]:
         """What an example fills, in ``ask``'s order."""
-        return [self.video, *([] if self.query is None else [self.query]), self.variant]
-
-    @property
-    def inputs(self) -> list[Any]:
-        """What a run reads: the example's inputs, then the clip's range and its stamp."""
-        return [*self.example_inputs, self.start, self.end, self.stamp]
-
-    @property
-    def triggers(self) -> list[Any]:
-        return [self.run.click, *([] if self.query is None else [self.query.submit])]
+        return [self.clip.video, *([] if self.query is None else [self.query]), self.variant]
 
     @property
     def results(self) -> list[Block]:
@@ -103,33 +94,31 @@ class RunTab:
     @property
     def outputs(self) -> list[Block]:
         """Everything a run changes (also what a kept example answer shows again)."""
-        return [*self.results, self.status]
-
-    @property
-    def answer(self) -> Block:
-        """Where the answer's first line goes (and "Stopped")."""
-        raise NotImplementedError
+        return [*self.results, self.clip.status]
 
     def cleared(self) -> Updates:
         """Nothing of an earlier answer (its clip changed, or the run failed); made in events only."""
-        empty = timeline.placeholder(self.placeholder, self.ghost)
-        return {self.timeline: empty, self.notice: "", self.metrics: "", self.raw: "", self.progress: ""}
+        parts: list[Block] = [self.answer, self.notice, self.metrics, self.raw, self.progress]
+        return {**dict.fromkeys(parts, ""), self.timeline: timeline.placeholder(self.placeholder, self.ghost)}
 
-    def ask(self, ctx: UIContext, values: Sequence[Any]) -> Asked | Updates:
-        """The request the inputs make, or what says (under its input) why there is none."""
+    def ask(
+        self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None
+    ) -> Asked | Updates:
+        """The request the inputs make (with the part of the clip in ``span``: From, To), or what says
+        (under its input: the clip, or the query's own line) why there is none."""
         video, *query, variant = values
-        try:
-            asked = Asked(require_upload(video, ctx), pick_variant(variant, ctx))
-        except gr.Error as exc:
-            return {self.status: status_html(exc.message, error=True)}
+        said = self.clip.status
         try:
             with user_errors():
-                return asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
+                asked = Asked(require_upload(video, ctx), pick_variant(variant, ctx))
+                said = self.query_status or self.clip.status
+                asked = asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
+                said = self.clip.status
+                if span is not None:
+                    asked = asked._replace(span=service.asked_range(ctx.engine, asked.path, *span))
+                return asked
         except gr.Error as exc:
-            return {self.query_status or self.status: status_html(exc.message, error=True)}
-
-    def view(self, ctx: UIContext, asked: Asked) -> RunView:
-        raise NotImplementedError
+            return {said: status_html(exc.message, error=True)}
 
     def final(self, ctx: UIContext, result: Any, path: str, cold: bool) -> Updates:
         """Every output of a finished answer (also a kept example answer shown again)."""
@@ -145,12 +134,38 @@ class RunTab:
             self.progress: "",
         }
 
-    def every(self, ctx: UIContext) -> float | None:
-        """How often the streamed text is redrawn at most (None: each text)."""
-        return ctx.settings.stream_every_s
-
     def after_run(self, ctx: UIContext, end: Any) -> None:
         """A follow-up step chained on the end of each run (none by default)."""
+
+    def listen(self, ctx: UIContext) -> None:
+        """Run/Stop (``wire_run_and_stop``), an example's click (kept answer, or a run), ``after_run``."""
+        buttons = self.buttons
+
+        def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+            yield from with_buttons(run_updates(ctx, self, values, request), buttons)
+
+        def example_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+            yield from with_buttons(run_updates(ctx, self, values, request, example=True), buttons)
+
+        def first_step(request: gr.Request, *values: Any) -> Updates:
+            return kept_or_waiting(ctx, self, values, request)
+
+        example = None if self.examples is None else (self.examples.load_input_event, first_step, example_ui)
+        ends = wire_run_and_stop(
+            [self.run.click, *([] if self.query is None else [self.query.submit])],
+            run_ui,
+            # what a run reads (``run_updates``): the example's inputs, then the clip's range and its stamp
+            [*self.example_inputs, self.clip.start, self.clip.end, self.clip.stamp],
+            [*self.outputs, *buttons],
+            buttons,
+            self.progress,
+            lambda: self.stopped,
+            self.answer,
+            example,
+            js=STAMP_JS,
+        )
+        for end in ends:
+            self.after_run(ctx, end)
 
 
 class RunView(BarView):
@@ -181,41 +196,31 @@ def run_updates(
     """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
     kept for its next click. A bad clip, query or run is said once, under its input (no toast)."""
     *own, start, end, stamp = values
-    asked = tab.ask(ctx, own)
-    if isinstance(asked, Asked) and not example:  # an example is the whole clip
-        asked = with_range(ctx, tab, asked, start, end)
+    asked = tab.ask(ctx, own, None if example else (start, end))  # an example is the whole clip
     if not isinstance(asked, Asked):
         yield {tab.progress: "", **asked}
         return
     key, kept = kept_answer(ctx, tab.name, *asked.what) if example else (None, None)
     if kept is not None:
         return  # the first step showed it
-    view = tab.view(ctx, asked)
+    view = tab.view_type(ctx, tab, asked)
     span = asked.span or (None, None)
+    every = ctx.settings.stream_every_s if tab.throttle else None
 
     def stages() -> Generator[Updates, None, None]:
         yield view.start()
         request = service.stream(ctx.engine, tab.name, *asked.what, start_s=span[0], end_s=span[1])
-        yield from follow(request, view, tab.every(ctx))
+        yield from follow(request, view, every)
 
     try:
         with user_errors():
             yield from while_shown(ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""})
     except gr.Error as exc:
-        failed = {tab.timeline: timeline.placeholder("No result."), tab.answer: ""}
-        yield {**tab.cleared(), **failed, tab.status: status_html(exc.message, error=True)}
+        said = status_html(exc.message, error=True)
+        yield {**tab.cleared(), tab.timeline: timeline.placeholder("No result."), tab.clip.status: said}
         return
     if key is not None and view.result is not None:
         ctx.answers.keep(key, view.result, view.cold)
-
-
-def with_range(ctx: UIContext, tab: RunTab, asked: Asked, start: Any, end: Any) -> Asked | Updates:
-    """The request with the part of the clip asked about, or why that range is refused (under the clip)."""
-    try:
-        with user_errors():
-            return asked._replace(span=service.asked_range(ctx.engine, asked.path, start, end))
-    except gr.Error as exc:
-        return {tab.status: status_html(exc.message, error=True)}
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
@@ -233,59 +238,71 @@ def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request:
         return tab.final(ctx, kept.result, asked.path, kept.cold)
 
 
-def shared_outputs(tab: type[RunTab], raw_lines: int) -> dict[str, Any]:
-    """The outputs every run tab has, made unrendered: the tab places them, and examples can name them."""
-    name = tab.name
-    return {
+Tab = TypeVar("Tab", bound=RunTab)
+
+
+def lay_out(
+    ctx: UIContext,
+    kind: type[Tab],
+    clip: Clip,
+    label: str,
+    raw_lines: int,
+    results: Sequence[str],
+    inputs: Mapping[str, Any] | None = None,
+    run: dict[str, Any] | None = None,
+    **own: Any,
+) -> Tab:
+    """The tab on the page's clip (inside the caller's ``gr.Tab``): its own ``inputs`` (made unrendered),
+    the variant, Run (``label``) with Stop in its place while it runs, the examples; beside them the
+    outputs named in ``results`` ("raw": the model's text, folded). ``own``: the tab's other fields.
+    Outputs are made first so the examples can name them."""
+    ids = {"answer": kind.answer_id, "notice": "notice", "metrics": "metrics", "progress": "progress"}
+    outputs: dict[str, Any] = {
+        **{part: gr.HTML("", elem_id=f"{kind.name}-{id_}", render=False) for part, id_ in ids.items()},
         "timeline": gr.HTML(
-            timeline.placeholder(tab.placeholder, tab.ghost),
+            timeline.placeholder(kind.placeholder, kind.ghost),
             js_on_load=timeline.TIMELINE_JS,
-            elem_id=f"{name}-timeline",
+            elem_id=f"{kind.name}-timeline",
             render=False,
         ),
-        **{
-            part: gr.HTML("", elem_id=f"{name}-{part}", render=False)
-            for part in ("notice", "metrics", "progress")
-        },
         "raw": gr.Textbox(
             label="Exactly what the model wrote",
             lines=raw_lines,
             interactive=False,
             buttons=["copy"],
-            elem_id=f"{name}-raw",
+            elem_id=f"{kind.name}-raw",
             render=False,
         ),
     }
+    with gr.Row(equal_height=False, elem_classes="mr-tab"):
+        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
+            for part in (inputs or {}).values():
+                part.render()
+            variant = gr.Radio(
+                ctx.variant_choices(),
+                value=ctx.default_variant,
+                label="Variant",
+                info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
+                elem_id=f"{kind.name}-variant",
+            )
+            with gr.Row(elem_classes="mr-buttons"):
+                button = gr.Button(label, variant="primary", elem_id=f"{kind.name}-run", **(run or {}))
+                stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{kind.name}-stop")
+            tab = kind(clip=clip, variant=variant, run=button, stop=stop, **outputs, **(inputs or {}), **own)
+            tab.examples = examples(ctx, tab)
+        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
+            for name in results:
+                if name == "raw":
+                    raw_output(tab)
+                else:
+                    getattr(tab, name).render()
+    return tab
 
 
-Tab = TypeVar("Tab", bound=RunTab)
-
-
-def make(
-    ctx: UIContext, tab: type[Tab], clip: Clip, label: str, run: dict[str, Any] | None = None, **own: Any
-) -> Tab:
-    """The tab on the page's clip: the variant, then Run (``label``) with Stop in its place while it runs."""
-    variant = gr.Radio(
-        ctx.variant_choices(),
-        value=ctx.default_variant,
-        label="Variant",
-        info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
-        elem_id=f"{tab.name}-variant",
-    )
-    with gr.Row(elem_classes="mr-buttons"):
-        button = gr.Button(label, variant="primary", elem_id=f"{tab.name}-run", **(run or {}))
-        stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{tab.name}-stop")
-    return tab(
-        video=clip.video,
-        status=clip.status,
-        start=clip.start,
-        end=clip.end,
-        stamp=clip.stamp,
-        variant=variant,
-        run=button,
-        stop=stop,
-        **own,
-    )
+def raw_output(tab: RunTab) -> None:
+    """The model's own text, folded under the tab's results."""
+    with gr.Accordion("Raw model output", open=False, elem_id=f"{tab.name}-raw-acc"):
+        tab.raw.render()
 
 
 def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
@@ -305,43 +322,13 @@ def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
             examples=[values for values, _ in rows],
             inputs=tab.example_inputs,
             example_labels=example_labels([label for _, label in rows]),
-            label=examples_label(ctx),
+            label="Examples (tiny stand-in answers)" if ctx.settings.is_tiny else "Examples",
             examples_per_page=8,
             elem_id=f"{tab.name}-examples",
         )
-        gr.HTML(examples_note(ctx), elem_id=f"{tab.name}-examples-note")
+        note = f"A click fills the inputs and runs it: {EXAMPLE_TIMING[ctx.cache_mode]}."
+        gr.HTML(f'<p class="mx-note">{note}</p>', elem_id=f"{tab.name}-examples-note")
     return found
-
-
-def listen(ctx: UIContext, tab: RunTab) -> None:
-    """Run/Stop (``wire_run_and_stop``), an example's click (kept answer, or a run), the follow-up step."""
-    buttons = tab.buttons
-
-    def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-        yield from with_buttons(run_updates(ctx, tab, values, request), buttons)
-
-    def example_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-        yield from with_buttons(run_updates(ctx, tab, values, request, example=True), buttons)
-
-    def first_step(request: gr.Request, *values: Any) -> Updates:
-        return kept_or_waiting(ctx, tab, values, request)
-
-    example = None if tab.examples is None else (tab.examples.load_input_event, first_step, example_ui)
-    outputs = [*tab.outputs, *buttons]
-    ends = wire_run_and_stop(
-        tab.triggers,
-        run_ui,
-        tab.inputs,
-        outputs,
-        buttons,
-        tab.progress,
-        lambda: tab.stopped,
-        tab.answer,
-        example,
-        js=STAMP_JS,
-    )
-    for end in ends:
-        tab.after_run(ctx, end)
 
 
 def page() -> gr.Column:
@@ -368,35 +355,19 @@ class AnswerTab(RunTab):
     placeholder = "This task's answer has no timeline: its text and JSON appear above."
     ghost = ()
     stopped = '<div class="mg-answer"><p>Stopped before the answer was finished. Run it again.</p></div>'
-    shown: gr.HTML
-
-    @property
-    def answer(self) -> gr.HTML:
-        return self.shown
-
-    def cleared(self) -> Updates:
-        return {**super().cleared(), self.shown: ""}
-
-    def view(self, ctx: UIContext, asked: Asked) -> RunView:
-        return RunView(ctx, self, asked, written=lambda text: 0.5)  # halfway while it is written
+    view_type = RunView  # halfway while it is written
 
     def final(self, ctx: UIContext, result: Result, path: str, cold: bool) -> Updates:
-        return {**self.answered(ctx, result, cold), self.shown: answer_html(get_task(self.name), result)}
+        return {**self.answered(ctx, result, cold), self.answer: answer_html(get_task(self.name), result)}
 
 
 def render_answer(ctx: UIContext, clip: Clip, task: Task) -> AnswerTab:
     """Lay out a task's generic tab (inside the caller's ``gr.Tab``): its own ``AnswerTab`` class, named."""
     kind = type(f"{task.name.title()}Tab", (AnswerTab,), {"name": task.name})
-    shared = shared_outputs(kind, raw_lines=4)
-    shown = gr.HTML("", elem_id=f"{task.name}-answer", render=False)
-    with gr.Row(equal_height=False, elem_classes="mr-tab"):
-        with gr.Column(scale=5, min_width=320, elem_classes="mr-inputs"):
-            query = gr.Textbox(label="What to look for", elem_id=f"{task.name}-query") if task.query else None
-            tab: AnswerTab = make(ctx, kind, clip, f"Run {task.name}", shown=shown, query=query, **shared)
-            tab.examples = examples(ctx, tab)
-        with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
-            for part in (tab.progress, shown, tab.notice, tab.metrics, tab.timeline):
-                part.render()
-            with gr.Accordion("Raw model output", open=False, elem_id=f"{task.name}-raw-acc"):
-                tab.raw.render()
-    return tab
+    query = (
+        gr.Textbox(label="What to look for", elem_id=f"{task.name}-query", render=False)
+        if task.query
+        else None
+    )
+    shown = ("progress", "answer", "notice", "metrics", "timeline", "raw")
+    return lay_out(ctx, kind, clip, f"Run {task.name}", 4, shown, {"query": query} if query else None)

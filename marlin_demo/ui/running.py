@@ -115,23 +115,18 @@ def throttled(stages: Generator[S, None, None], every: float) -> Generator[S, No
     held: S | None = None
     with contextlib.closing(stages):  # closing this closes the request: its generation stops
         for stage in stages:
-            if isinstance(stage, WindowDone) and held is not None:
-                yield held
-            if not isinstance(stage, Progress):
-                held = None
-                yield stage
-                continue
-            now = time.monotonic()
-            if stage.text and now - last >= every:
-                last, held = now, None
-                yield stage
-            elif stage.text:
-                held = stage
-            elif stage.window is not None:  # a long video's next window starts
-                if held is not None:
-                    yield held
-                    held = None
-                yield stage
+            if isinstance(stage, Progress) and stage.text:
+                now = time.monotonic()
+                if now - last < every:
+                    held = stage
+                    continue
+                last = now
+            elif isinstance(stage, Progress) and stage.window is None:
+                continue  # no text, no new window: nothing to show
+            elif isinstance(stage, (Progress, WindowDone)) and held is not None:
+                yield held  # a long video's next window starts, or this one is answered
+            held = None
+            yield stage
 
 
 @dataclass
@@ -155,31 +150,24 @@ class StageView(Generic[T]):
 
     def prepared(self, run: RunState) -> T | None:
         """The video is checked, planned and decoded (``run.prepared``)."""
-        return None
 
     def loaded(self, run: RunState) -> T | None:
         """The variant is in memory (``run.cold``: it was loaded for this request)."""
-        return None
 
     def window_starts(self, run: RunState) -> T | None:
         """A long video's window ``run.window`` of ``run.windows`` starts (the one before is answered)."""
-        return None
 
     def writing(self, run: RunState) -> T | None:
         """The model wrote more: ``run.text`` so far (of the current window on a long video)."""
-        return None
 
     def window_done(self, run: RunState, merged: Result) -> T | None:
         """A long video's window ``run.window`` is answered: ``merged`` holds windows 1..k, merged."""
-        return None
 
     def done(self, run: RunState, result: Result) -> T | None:
         """The finished result."""
-        return None
 
     def other(self, run: RunState, event: Any) -> T | None:
         """Anything else the stream carries (Compare's per-variant events)."""
-        return None
 
 
 def follow(stages: Generator[Any, None, None], view: StageView[T], every: float | None) -> Iterator[T]:
@@ -211,14 +199,15 @@ def _show(view: StageView[T], run: RunState, stage: Any) -> T | None:
 
 
 class BarView(StageView[Updates]):
-    """The progress bar Caption and Find share; ``written(text)``: how much of the answer (0-1) it is."""
+    """The progress bar every run tab shares; ``written(text)``: how much of the answer (0-1) it is (by
+    default halfway while it is written: a short answer, a few tokens)."""
 
     def __init__(
         self,
         progress: Block,
         variant: str,
         will_load: Callable[[], bool],
-        written: Callable[[str], float],
+        written: Callable[[str], float] = lambda text: 0.5,
         window_step: str = "",
     ) -> None:
         self.progress, self.v = progress, variant

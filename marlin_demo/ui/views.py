@@ -1,7 +1,7 @@
 """The page's view of each task, found by the task's name (never by its answer's type): its tab's title and
 layout (Caption's and Find's own modules, on ``run_tab``'s skeleton), its choice and card on the Compare tab.
 A task without a view of its own gets the generic one: its answer's text and JSON (``run_tab.AnswerTab``).
-``render`` builds every task's tab, in the registry's order (each wired by its view's ``listen``)."""
+``render`` builds every task's tab, in the registry's order (each wires itself: ``RunTab.listen``)."""
 
 from __future__ import annotations
 
@@ -21,20 +21,19 @@ from marlin_demo.ui.run_tab import RunTab
 
 @dataclass(frozen=True)
 class View:
-    """How the page shows one task: its tab's label, layout and wiring; its Compare choice and card."""
+    """How the page shows one task: its tab's label and layout (the tab wires itself: ``RunTab.listen``);
+    its Compare choice and card."""
 
     title: str
     choice: str
     render: Callable[[UIContext, Clip], Any]
-    listen: Callable[[UIContext, Any], None]
     card: compare_view.Card
 
 
 VIEWS: dict[str, View] = {
-    "caption": View("Caption · what happens", "What happens (caption)", caption.render, run_tab.listen,
+    "caption": View("Caption · what happens", "What happens (caption)", caption.render,
                     compare_view.caption_card),
-    "find": View("Find · when", "When does it happen (find)", find.render, find.listen,
-                 compare_view.find_card),
+    "find": View("Find · when", "When does it happen (find)", find.render, compare_view.find_card),
 }  # fmt: skip
 
 
@@ -45,7 +44,6 @@ def view_of(task: str | Task) -> View:
         entry.name.capitalize(),
         f"{entry.help[:1].upper()}{entry.help[1:]} ({entry.name})",
         functools.partial(run_tab.render_answer, task=entry),
-        run_tab.listen,
         lambda result, *_: run_tab.answer_html(entry, result),
     )
 
