@@ -7,9 +7,13 @@ browser tests drive the same pieces on a real page).
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from marlin_demo.results import Done, Loaded, Moment, Progress, RunInfo, Stage
 from marlin_demo.tasks import CAPTION
@@ -262,3 +266,21 @@ def test_about_offers_to_duplicate_the_space_only_on_a_space() -> None:
     here, space = about.run_yourself(on_space=False), about.run_yourself(on_space=True)
     assert "Space" not in here.split("```")[-1] and "--queue-size" in here
     assert "**Duplicate this Space**" in space and "--queue-size" not in space
+
+
+def test_every_page_script_parses(tmp_path: Path) -> None:
+    """The page's scripts are files (ui/*.js, read by ``ui.assets``): node parses each one as Gradio runs
+    it, a ``js_on_load`` body or an event's function, so a syntax error fails here, not in a visitor's
+    browser. A script broken on purpose fails the same check."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/dev.sh installs it)")
+    scripts = sorted((ROOT / "marlin_demo" / "ui").glob("*.js"))
+    assert len(scripts) >= 6
+    broken = tmp_path / "broken.js"
+    broken.write_text(timeline.TIMELINE_JS.replace("=>", "=", 1))
+    for script in [*scripts, broken]:
+        wrapped = tmp_path / f"wrapped_{script.name}"
+        wrapped.write_text(f"(async function (element, trigger, props) {{\n{script.read_text()}\n}});\n")
+        parsed = subprocess.run([node, "--check", str(wrapped)], capture_output=True, text=True)
+        assert (parsed.returncode == 0) == (script != broken), f"{script.name}: {parsed.stderr[-600:]}"

@@ -179,7 +179,7 @@ def stop_app(server: AppServer) -> None:
 
 # --------------------------------------------------------------------------- selectors into Gradio's markup
 UI = ROOT / "marlin_demo" / "ui"
-STYLE = UI / "style.css"
+STYLES = sorted(UI.glob("*.css"))  # style.css and the stylesheets of the timeline and the Library
 LIBRARY_SELECTOR = "#library-"  # the Library's: checked where a library is searched (test_library_app)
 #: Our own names: the ids and classes we give components, and the classes of the HTML we write (a
 #: two-letter prefix); only the latter hold our own markup, where any element is ours.
@@ -190,7 +190,7 @@ ELEM_CLASSES = {
     for given in re.findall(r"elem_classes=(\[[^\]]*\]|\"[^\"]*\")", source.read_text())
     for name in re.findall(r"[\w-]+", given)
 }
-#: selectors in the page's scripts that reach Gradio's markup (ui/*.py), checked like style.css's
+#: selectors in the page's scripts that reach Gradio's markup (ui/*.js, ui/*.py), checked like the CSS's
 SCRIPT_SELECTORS = [
     '[role="tablist"] > [role="tab"]',  # header.py: the tab strip's keys; compare_view.py: the About link
     '[role="tab"][data-tab-id]',
@@ -204,7 +204,7 @@ def gradio_selectors(css: str | None = None) -> list[str]:
     """The selectors of ``css`` that reach into Gradio's markup: any part not of our own names, unless it
     sits inside our own HTML (after one of our classes). Pseudo-classes, ``:has()`` conditions and
     pseudo-elements are dropped: what is checked is that the element they style exists."""
-    css = re.sub(r"/\*.*?\*/", "", STYLE.read_text() if css is None else css, flags=re.S)
+    css = re.sub(r"/\*.*?\*/", "", "".join(f.read_text() for f in STYLES) if css is None else css, flags=re.S)
     css = re.sub(r":is\(([^,()]+)(?:,[^()]*)?\)", r"\1", css)  # :is(a, b) X: a X stands for them
     found: list[str] = []
     for rule in re.finditer(r"([^{}]+)\{[^{}]*\}", css):

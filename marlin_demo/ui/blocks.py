@@ -8,7 +8,6 @@ import importlib.util
 import logging
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
 import gradio as gr
@@ -32,6 +31,7 @@ from marlin_demo.ui import (
     timeline,
     views,
 )
+from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import (
     PRIVATE_UI,
     UIContext,
@@ -45,7 +45,7 @@ TITLE = "Marlin-2B · what happens, and when"
 
 log = logging.getLogger(__name__)
 
-CSS = Path(__file__).with_name("style.css").read_text(encoding="utf-8") + timeline.TIMELINE_CSS + library.CSS
+CSS = asset("style.css") + timeline.TIMELINE_CSS + library.CSS
 
 HEAD = (
     '<meta name="description" content="Marlin-2B: video captions with timed events, and temporal grounding. '

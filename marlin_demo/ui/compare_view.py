@@ -16,6 +16,7 @@ from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import Result, memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import about, timeline
+from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import CLIP_ID, UIContext, fmt, tiny_in_use, variant_label
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.timeline import clock
@@ -250,22 +251,7 @@ FIGURES_LINK = (
     '<a class="cs-figures" href="#about-facts" data-mr-tab="about" '
     f'data-mr-heading="{html.escape(FIGURES_HEADING)}">the model card\'s published figures (About)</a>'
 )
-FIGURES_JS = r"""
-element.addEventListener('click', (ev) => {
-  const link = ev.target.closest('a[data-mr-tab]');
-  if (!link || !element.contains(link)) return;
-  ev.preventDefault();
-  document.querySelector(`[role="tab"][data-tab-id="${link.dataset.mrTab}"]`)?.click();
-  const end = performance.now() + 10000;
-  const reveal = () => {  // the tab draws its contents once selected
-    const heading = [...document.querySelectorAll(`${link.getAttribute('href')} h3`)]
-      .find(h => h.textContent.includes(link.dataset.mrHeading));
-    if (heading) heading.scrollIntoView({block: 'start'});
-    else if (performance.now() < end) requestAnimationFrame(reveal);
-  };
-  requestAnimationFrame(reveal);
-});
-"""
+FIGURES_JS = asset("figures.js")
 """The verdict's link: the About tab selected, then scrolled to the published figures."""
 
 

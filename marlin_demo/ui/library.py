@@ -25,6 +25,7 @@ from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search, search_windows
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
+from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
 from marlin_demo.ui.inputs import user_errors
 from marlin_demo.ui.one_clip import Clip
@@ -32,15 +33,7 @@ from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, wi
 from marlin_demo.ui.status import status_html
 
 PLAYER_ID = "library-video"
-CSS = """
-#library-tab .ml-head { padding: 10px 14px; border-radius: 12px;
-  border: 1px solid var(--border-color-primary); }
-#library-tab .ml-head.ml-none { background: rgba(100,116,139,.10); }
-#library-tab .ml-q { font-weight: 600; }
-#library-tab .ml-h { color: var(--body-text-color-subdued); font-size: .92em; margin-top: 2px; }
-#library-tab .caption-label { white-space: normal; overflow: visible; text-overflow: clip; max-width: 92%; }
-#library-tab .ml-about { color: var(--body-text-color-subdued); font-size: .92em; }
-"""
+CSS = asset("library.css")
 
 
 def default_source(ctx: UIContext) -> LibrarySource:
@@ -404,13 +397,4 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
 
 #: after "Open in Find": Find's own Run, clicked once the tab shows it and it accepts the query (the page
 #: runs it as a visitor's click would: its bar, Stop and results as always)
-RUN_FIND_JS = """() => new Promise((done) => {
-  const end = performance.now() + 30000;
-  const step = () => {
-    const run = document.querySelector('#find-run');
-    if (run && !run.disabled && run.offsetParent !== null) { run.click(); done(); }
-    else if (performance.now() > end) done();
-    else requestAnimationFrame(step);
-  };
-  step();
-})"""
+RUN_FIND_JS = asset("run_find.js")

@@ -16,6 +16,7 @@ import gradio as gr
 from gradio.blocks import Block
 
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
+from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI
 
 Updates = dict[Block, Any]
@@ -237,33 +238,5 @@ class BarView(StageView[Updates]):
         return self.bar(0.2 + 0.8 * written, "Writing")
 
 
-PAGE_JS = r"""
-// Once per page: an element marked by scroll_mark() is brought into view the first time it appears
-// out of view (a run's progress as it starts, its result when it ends), e.g. on a phone where the
-// result sits under the inputs. Each mark is seen once, so redraws never fight the visitor's scrolling.
-if (!window.__marlinScroll) {
-  window.__marlinScroll = true;
-  const seen = new Set();
-  const tries = new Map();
-  const outOfView = (el) => {
-    const r = el.getBoundingClientRect();
-    return r.height > 0 && (r.top < 0 || r.top > window.innerHeight - 60);
-  };
-  const bring = () => {
-    document.querySelectorAll('[data-mr-scroll]').forEach((el) => {
-      const mark = el.dataset.mrScroll;
-      if (seen.has(mark) || el.offsetParent === null) return;
-      let target = (el.dataset.mrTarget && document.querySelector(el.dataset.mrTarget)) || el;
-      if (target.getBoundingClientRect().height === 0) {  // a target still being drawn: wait for it
-        tries.set(mark, (tries.get(mark) || 0) + 1);
-        if (tries.get(mark) < 40) return;
-        target = el;
-      }
-      seen.add(mark);
-      if (outOfView(target)) target.scrollIntoView({ block: 'start', behavior: 'smooth' });
-    });
-  };
-  new MutationObserver(bring).observe(document.body, { childList: true, subtree: true });
-}
-"""
+PAGE_JS = asset("page.js")
 """``js_on_load`` of the header (always on the page): results and progress come into view."""

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from marlin_demo.contract import clock, clock_span
+from marlin_demo.ui.assets import asset
 
 __all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "nice_step", "placeholder", "timeline_html"]
 
@@ -210,145 +211,9 @@ def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | 
     return f'<div class="mt-moments"><div class="mt-mtitle">{title}</div><ol>{"".join(rows)}</ol></div>'
 
 
-TIMELINE_JS = r"""
-const findVideo = () => {
-  const sel = element.querySelector('.mt-timeline')?.dataset.player;
-  const host = sel ? document.querySelector(sel) : null;
-  return host && host.tagName !== 'VIDEO' ? host.querySelector('video') : host;
-};
-element.addEventListener('click', (ev) => {
-  const item = ev.target.closest('[data-start]');
-  if (!item || !element.contains(item)) return;
-  const t = parseFloat(item.dataset.start);
-  if (!Number.isFinite(t)) return;
-  const video = findVideo();
-  if (video) {
-    video.currentTime = t;
-    video.dataset.marlinSeek = String(t);
-    const p = video.play();  // "Play from": it plays (a browser that refuses says nothing)
-    if (p && p.catch) p.catch(() => {});
-    const r = video.getBoundingClientRect();
-    const away = r.top < 0 || r.bottom > window.innerHeight;
-    if (away) video.scrollIntoView({ block: 'center', behavior: 'smooth' });
-  }
-  element.querySelectorAll('.mt-active').forEach((n) => n.classList.remove('mt-active'));
-  item.classList.add('mt-active');
-  showDetail(item);
-});
-// the full text of an event whose bar is too narrow for it (issue: labels were cut)
-const showDetail = (item) => {
-  const line = element.querySelector('.mt-detail');
-  if (line && item && item.classList.contains('mt-event')) line.textContent = item.title;
-};
-// every bar's label whole, else its number, else none (the tooltip and the detail line say it): a label
-// is never cut to "gr…"; a span's label that does not fit inside goes beside it
-const overflows = (item) => item.scrollWidth > item.clientWidth + 1;
-const fit = () => element.querySelectorAll('.mt-item').forEach((item) => {
-  if (item.clientWidth === 0) return;  // a hidden tab: measured when it is shown
-  if (item.classList.contains('mt-span')) {
-    if (!item.classList.contains('mt-out') && overflows(item)) {
-      item.classList.add('mt-out');
-      if (parseFloat(item.style.left) + parseFloat(item.style.width) > 70) item.classList.add('mt-out-left');
-    }
-    return;
-  }
-  item.classList.remove('mt-fit-short', 'mt-fit-none');
-  if (!overflows(item)) return;
-  item.classList.add('mt-fit-short');
-  if (overflows(item)) item.classList.replace('mt-fit-short', 'mt-fit-none');
-});
-new ResizeObserver(fit).observe(element);
-new MutationObserver(fit).observe(element, { childList: true, subtree: true });
-fit();
-element.addEventListener('mouseover', (ev) => showDetail(ev.target.closest('.mt-event')));
-element.addEventListener('focusin', (ev) => showDetail(ev.target.closest('.mt-event')));
-setInterval(() => {
-  const root = element.querySelector('.mt-timeline');
-  const head = element.querySelector('.mt-playhead');
-  if (!root || !head) return;
-  const video = findVideo();
-  const dur = parseFloat(root.dataset.duration);
-  if (!video || !Number.isFinite(dur) || dur <= 0) { head.style.display = 'none'; return; }
-  head.style.display = 'block';
-  head.style.left = Math.min(100, 100 * video.currentTime / dur) + '%';
-}, 200);
-"""
+TIMELINE_JS = asset("timeline.js")
 """``js_on_load`` for the timeline ``gr.HTML``: click to seek, playhead follows the video."""
 
 
-TIMELINE_CSS = """
-.mt-timeline { padding: 6px 2px 2px; user-select: none; }
-.mt-timeline.mt-empty { border: 1px solid var(--border-color-primary); border-radius: 10px;
-  padding: 18px; text-align: center; color: var(--body-text-color-subdued);
-  background: var(--background-fill-secondary); }
-.mt-timeline.mt-empty p { margin: 0; }
-.mt-ghost { position: relative; height: 28px; margin: 0 0 14px; border-radius: 8px;
-  background: var(--background-fill-primary); border: 1px solid var(--border-color-primary); }
-.mt-ghost span { position: absolute; top: 5px; bottom: 5px; border-radius: 5px;
-  background: rgba(13,148,136,.22); }
-.mt-track { position: relative; border-radius: 10px; background: var(--background-fill-secondary);
-  border: 1px solid var(--border-color-primary); overflow: hidden; }
-.mt-item { position: absolute; height: 28px; border-radius: 7px; border: none; cursor: pointer;
-  padding: 0 8px; font-size: 12px; line-height: 28px; text-align: left; overflow: hidden;
-  white-space: nowrap; text-overflow: clip; color: #fff !important;
-  transition: transform .08s, box-shadow .08s; }
-.mt-item span { pointer-events: none; }
-.mt-short { display: none; }
-.mt-event > span, .mt-moment > span, .mt-span:not(.mt-out) > span { color: #fff !important; }
-/* TIMELINE_JS: a bar too narrow for its text shows its number, centred; too narrow for that, nothing */
-.mt-item.mt-fit-short { padding: 0 2px; text-align: center; }
-.mt-fit-short > .mt-long, .mt-fit-none > .mt-long { display: none; }
-.mt-fit-short > .mt-short { display: inline; }
-.mt-event { background: var(--mt-color); }
-.mt-item:hover, .mt-item:focus-visible { transform: translateY(-1px); box-shadow: 0 2px 8px rgba(0,0,0,.25);
-  z-index: 2; }
-/* keyboard focus is always visible: a ring in the text colour, inside the track's padding */
-.mt-item:focus-visible, .mt-mlink:focus-visible, .mt-dl:focus-visible {
-  outline: 2px solid var(--body-text-color); outline-offset: 1px; }
-.mt-item.mt-active { box-shadow: 0 0 0 2px var(--body-text-color); z-index: 3; }
-.mt-span { background: #0f766e; font-weight: 600; height: 32px;
-  line-height: 32px; }
-.mt-span.mt-out { overflow: visible; }
-.mt-span.mt-out > span { position: absolute; top: 0; left: calc(100% + 6px);
-  color: var(--body-text-color) !important; }
-.mt-span.mt-out.mt-out-left > span { left: auto; right: calc(100% + 6px); }
-/* a flat tint, no stripes: its label's contrast can be measured (a gradient hides it from the checker) */
-.mt-ref { background: rgba(245,158,11,.18); color: var(--body-text-color) !important;
-  border: 1.5px dashed #f59e0b; }
-.mt-playhead { position: absolute; top: 0; bottom: 0; width: 2px; background: #ef4444; pointer-events: none;
-  display: none; z-index: 4; }
-.mt-axis { position: relative; height: 20px; margin-top: 2px; font-size: 11px;
-  color: var(--body-text-color-subdued); }
-.mt-tick { position: absolute; transform: translateX(-50%); white-space: nowrap; }
-.mt-tick::before { content: ""; position: absolute; left: 50%; top: -4px; height: 4px; width: 1px;
-  background: var(--border-color-primary); }
-.mt-tick:first-child { transform: none; }
-.mt-tick:first-child::before { left: 0; }
-.mt-tick.mt-tick-end { transform: translateX(-100%); }
-.mt-tick.mt-tick-end::before { left: 100%; }
-.mt-nospan { margin: 6px 0 0; color: var(--body-text-color-subdued); font-size: 13px; }
-.mt-detail { margin: 4px 0 0; font-size: 12.5px; color: var(--body-text-color-subdued);
-  overflow-wrap: anywhere; }
-.mt-moment { background: #0369a1; height: 28px; line-height: 28px; }
-.mt-span.mt-best { box-shadow: 0 0 0 2px #f59e0b; }
-.mt-windows { position: relative; margin-top: 3px; }
-.mt-win { position: absolute; height: 10px; border-radius: 3px; font-size: 8px; line-height: 10px;
-  text-align: center; color: var(--body-text-color); overflow: hidden;
-  background: rgba(100,116,139,.18); border: 1px solid rgba(100,116,139,.35); box-sizing: border-box; }
-.mt-win.mt-win-done { background: rgba(13,148,136,.35); border-color: #0d9488; }
-.mt-win.mt-win-now { background: rgba(245,158,11,.35); border-color: #f59e0b;
-  animation: mc-blink 1.2s infinite; }
-.mt-moments { margin-top: 8px; font-size: 13px; }
-.mt-mtitle { font-size: 11px; font-weight: 700; letter-spacing: .06em; text-transform: uppercase;
-  color: var(--body-text-color-subdued); margin-bottom: 4px; }
-.mt-moments ol { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; }
-.mt-mrow { display: inline-flex; align-items: center; gap: 6px; padding: 3px 4px 3px 3px; border-radius: 8px;
-  border: 1px solid var(--border-color-primary); background: var(--block-background-fill); }
-.mt-mrow.mt-best { border-color: #f59e0b; }
-.mt-mlink { border: none; background: none; cursor: pointer; font: inherit; color: inherit; padding: 2px 6px;
-  border-radius: 6px; }
-.mt-mlink:hover, .mt-mlink.mt-active { background: var(--background-fill-secondary); }
-.mt-score { color: var(--body-text-color-subdued); font-size: 12px; }
-.mt-dl { font-size: 12px; white-space: nowrap; }
-"""
+TIMELINE_CSS = asset("timeline.css")
 """Global CSS for the timeline (also used by the Compare tab's per-variant timelines)."""

@@ -1,0 +1,12 @@
+"""The page's own CSS and scripts live in files beside this module, so that they are read, linted and
+checked as what they are (tests/test_ui_pieces.py parses every script; the selector tour reads every
+stylesheet) rather than as Python strings."""
+
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def asset(name: str) -> str:
+    """The text of one of the page's files (shipped as package data)."""
+    return (HERE / name).read_text(encoding="utf-8")
