@@ -15,43 +15,13 @@ from __future__ import annotations
 
 from marlin_demo.video.decode import PreparedVideo
 from marlin_demo.video.export import export_clip, ffmpeg_available
-from marlin_demo.video.fast import (
-    AUTO_REFERENCE_CODECS,
-    FAST_DROP_AV1,
-    FAST_MAX_BIT_DEPTH,
-    FAST_PLANAR,
-    FAST_SCALER,
-    FAST_SKIP_NONREF,
-    fast_supported,
-    frame_pts,
-    pick_backend,
-)
-from marlin_demo.video.info import (
-    ALLOWED,
-    BACKENDS,
-    TEMPORAL_PATCH_SIZE,
-    Backend,
-    Limits,
-    VideoError,
-    VideoInfo,
-    check_duration,
-    probe,
-    validate,
-)
+from marlin_demo.video.fast import fast_supported, frame_pts, pick_backend
+from marlin_demo.video.info import Backend, Limits, VideoError, VideoInfo, check_duration, probe, validate
 from marlin_demo.video.pipeline import prepare, sample
 from marlin_demo.video.sampling import SamplingPlan, largest_window_tokens, plan_sampling
 from marlin_demo.video.synthetic import full_window_clip, synthetic_clip
 
 __all__ = [
-    "ALLOWED",
-    "AUTO_REFERENCE_CODECS",
-    "BACKENDS",
-    "FAST_DROP_AV1",
-    "FAST_MAX_BIT_DEPTH",
-    "FAST_PLANAR",
-    "FAST_SCALER",
-    "FAST_SKIP_NONREF",
-    "TEMPORAL_PATCH_SIZE",
     "Backend",
     "Limits",
     "PreparedVideo",
