@@ -119,39 +119,12 @@ def _shown_packets(container: Any, stream: Any) -> Iterator[Any]:
             yield packet
 
 
-def _scan_packets(container: Any, stream: Any) -> tuple[int, float | None, float | None]:
-    """Count packets and find the pts range like torchcodec's exact scan (demux only, no decoding)."""
-    count = 0
-    begin: float | None = None
-    end: float | None = None
+def _packet_times(container: Any, stream: Any) -> list[tuple[float, float]]:
+    """(start, end) s of each shown packet with a timestamp (pts, else dts), as torchcodec's exact scan
+    counts them (demux only, no decoding)."""
     tb = float(stream.time_base)
-    for packet in _shown_packets(container, stream):
-        ts = packet.pts if packet.pts is not None else packet.dts
-        if ts is None:
-            continue
-        count += 1
-        start = ts * tb
-        stop = (ts + (packet.duration or 0)) * tb
-        begin = start if begin is None else min(begin, start)
-        end = stop if end is None else max(end, stop)
-    return count, begin, end
-
-
-def _looks_truncated(
-    scanned: int | None,
-    header_frames: int,
-    content_end: float | None,
-    header_duration: float | None,
-    fps: float,
-) -> bool:
-    """Fewer frames than the header counts, and the frames stop before the header's duration: a clip
-    trimmed without re-encoding also counts hidden frames, but its shown ones reach that duration."""
-    if scanned is None or header_frames <= 0 or scanned >= header_frames - 1:
-        return False
-    if content_end is None or not header_duration:
-        return True
-    slack = max(0.1, 2.0 / fps) if fps > 0 else 0.1  # two frames, or 0.1 s
-    return content_end < header_duration - slack
+    stamped = ((p, p.pts if p.pts is not None else p.dts) for p in _shown_packets(container, stream))
+    return [(ts * tb, (ts + (p.duration or 0)) * tb) for p, ts in stamped if ts is not None]
 
 
 def _container_name(path: Path, fmt: Any) -> str:
@@ -204,11 +177,10 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             bit_depth = max(c.bits for c in stream.format.components)
         width, height = int(ctx.width or 0), int(ctx.height or 0)  # as stored, before any decoding
         first = _first_frame(container, stream, codec)
-        tc_rotation = getattr(tc_meta, "rotation", None) if tc_meta is not None else None
-        rotation = round(
-            float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)
+        tc_rotation = getattr(tc_meta, "rotation", None)
+        rotation = (
+            round(float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)) % 360
         )
-        rotation %= 360
         interlaced = bool(getattr(first, "interlaced_frame", False))
         width, height = width or first.width, height or first.height
         counts = _frame_counts(container, stream, tc_meta)
@@ -350,9 +322,11 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
     container_duration = container.duration / 1e6 if container.duration else None
     try:
         container.seek(0)
-        scanned, begin, end = _scan_packets(container, stream)
+        times = _packet_times(container, stream)
     except av.error.FFmpegError as exc:
         raise _undecodable(f"reading packets failed: {_short(exc)}") from exc
+    scanned = len(times)
+    begin, end = min((t[0] for t in times), default=None), max((t[1] for t in times), default=None)
     if begin is not None and end is not None and end > begin:
         duration = end - begin
     else:
@@ -361,9 +335,20 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
     return _Counts(scanned, fps, duration, scanned, header_frames, header_duration, end, "pyav")
 
 
+def _looks_truncated(c: _Counts) -> bool:
+    """Fewer frames than the header counts, and the frames stop before the header's duration: a clip
+    trimmed without re-encoding also counts hidden frames, but its shown ones reach that duration."""
+    if c.scanned is None or c.header_frames <= 0 or c.scanned >= c.header_frames - 1:
+        return False
+    if c.content_end is None or not c.header_duration:
+        return True
+    slack = max(0.1, 2.0 / c.fps) if c.fps > 0 else 0.1  # two frames, or 0.1 s
+    return c.content_end < c.header_duration - slack
+
+
 def _check_counts(c: _Counts) -> None:
     """Refuse a file cut short, and one where nothing was found to sample."""
-    if _looks_truncated(c.scanned, c.header_frames, c.content_end, c.header_duration, c.fps):
+    if _looks_truncated(c):
         raise _undecodable(f"the file looks truncated: {c.scanned} of {c.header_frames} frames are present")
     if c.num_frames <= 0 or c.duration <= 0 or c.fps <= 0:
         raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import VideoParams
-from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _resize
+from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _metadata, _resize
 from marlin_demo.video.fast import _decode_fast, fast_supported, pick_backend
 from marlin_demo.video.info import (
     BACKENDS,
@@ -25,16 +25,6 @@ from marlin_demo.video.info import (
 from marlin_demo.video.sampling import SamplingPlan, plan_sampling
 
 log = logging.getLogger(__name__)
-
-
-def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
-    """The metadata dict qwen-vl-utils returns for ``plan``, plus the decoder that made the frames."""
-    return {
-        "fps": plan.source_fps,
-        "frames_indices": list(plan.indices),
-        "total_num_frames": plan.total_frames,
-        "video_backend": backend,
-    }
 
 
 def sample(
@@ -78,20 +68,17 @@ def sample(
             )
         backend = "reference"
     frames: Any = None
-    used = backend
     if backend == "reference" and info.metadata_source != "torchcodec":
         backend = "pyav"  # torchcodec could not open it at probe time; the plan counts frames as PyAV does
     if backend in ("reference", "torchcodec"):
         try:
             frames = _decode_torchcodec(p, plan.indices)
-            used = "torchcodec"
         except Exception as exc:
             if backend == "torchcodec":
                 raise _undecodable(f"torchcodec failed: {_short(exc)}") from exc
-            frames = None
+    used = "pyav" if frames is None else "torchcodec"
     if frames is None:
         frames = _decode_pyav(p, plan.indices, info.stream_index)
-        used = "pyav"
     if tuple(frames.shape[-2:]) != (plan.source_height, plan.source_width) and plan.source_height:
         raise VideoError(
             f"The decoded frames are {frames.shape[-1]}x{frames.shape[-2]} but the plan expected "
