@@ -1,15 +1,7 @@
-"""Video input: probe, validate, plan sampling, decode, export a clip.
-
-Reproduces qwen-vl-utils' ``fetch_video`` with torchcodec (Marlin-2B's training frames: same
-indices, size and pixels) in steps, so the UI shows the plan before decoding and bad uploads fail
-early with one sentence. Facts relied on (qwen-vl-utils 0.0.14, torchcodec 0.17): torchcodec picks
-the best stream, counts frames by a packet scan and reports ``average_fps = num_frames /
-duration_from_content``; it rotates while decoding, so frames are planned upright; qwen-vl-utils
-resizes uint8 frames before ``.float()``, so the uint8 frames here give identical pixel values.
-The fast path keeps the plan and changes pixels by 0.01-0.2 levels (docs/SPEED.md).
-Public names are re-exported here; a private helper is imported from the module that defines it,
-and patched in the module that uses it.
-"""
+"""Video input: probe, validate, plan sampling, decode, export a clip; qwen-vl-utils' ``fetch_video`` in
+steps, so the UI shows the plan before decoding and bad uploads fail early with one sentence (the facts
+relied on: docs/VIDEO_PREP.md). Public names are re-exported here; a private helper is imported from the
+module that defines it, and patched in the module that uses it."""
 
 from __future__ import annotations
 

@@ -41,13 +41,12 @@ class PreparedVideo:
 def _open_stream(
     path: str, stream_index: int | None, threaded: bool | None = None
 ) -> Iterator[tuple[Any, Any]]:
-    """PyAV's container and the stream ``probe`` chose (by index), else the best, else the first one.
-
-    ``threaded``: True lets FFmpeg pick its threading, False decodes on one thread, None: demux only."""
+    """PyAV's container and the stream ``probe`` chose (by index), else the best, else the first one;
+    ``threaded``: FFmpeg's own threading (True), one thread (False), or demux only (None)."""
     import av
 
     with av.open(path) as container:
-        stream = next((s for s in container.streams.video if s.index == stream_index), None)
+        stream: Any = next((s for s in container.streams.video if s.index == stream_index), None)
         if stream is None:
             stream = container.streams.best("video") or container.streams.video[0]
         if threaded:
@@ -99,8 +98,7 @@ def _check_complete(indices: list[int], out: list[Any]) -> None:
 
 
 def _decode_torchcodec(path: str, indices: list[int]) -> torch.Tensor:
-    decoder = _torchcodec_decoder(path)
-    return decoder.get_frames_at(indices=indices).data
+    return _torchcodec_decoder(path).get_frames_at(indices=indices).data
 
 
 def _scan_frames(path: str, stream_index: int | None, wanted: Container[int]) -> Iterator[tuple[int, Any]]:
@@ -108,10 +106,8 @@ def _scan_frames(path: str, stream_index: int | None, wanted: Container[int]) ->
     (3, h, w) tensor when ``wanted`` holds it, else None."""
     with _open_stream(path, stream_index, threaded=True) as (container, stream):
         for n, frame in enumerate(container.decode(stream)):
-            yield (
-                n,
-                _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame)) if n in wanted else None,
-            )
+            chw = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame)) if n in wanted else None
+            yield n, chw
 
 
 def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> torch.Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marlin_demo.settings import env_value
+from marlin_demo.video import av1
 from marlin_demo.video.decode import _check_complete, _needs, _open_stream, _rotation_k, _upright_chw
 from marlin_demo.video.info import Backend, VideoInfo, _packet_times, _short, _shown_packets, _undecodable
 from marlin_demo.video.sampling import SamplingPlan
@@ -66,10 +67,8 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
 
 
 def _nonref_rule(codec: Any) -> Callable[[Any], bool] | None:
-    """Which unplanned packets may be decoded with ``skip_frame=NONREF``; None: none.
-
-    HEVC: only the highest temporal sub-layer's (its count from hvcC byte 21, ISO/IEC 14496-15).
-    """
+    """Which unplanned packets may be decoded with ``skip_frame=NONREF`` (None: none); HEVC: only the
+    highest temporal sub-layer's, its count from hvcC byte 21 (docs/VIDEO_PREP.md)."""
     if codec.name not in FAST_SKIP_NONREF:
         return None
     if codec.name != "hevc":
@@ -143,10 +142,8 @@ def _decode_run(
     threads: int,
     on_frame: Callable[[int, Any], None],
 ) -> int:
-    """Decode from keyframe ``start`` to the last of ``want``; returns the pictures decoded.
-
-    Without a packet index the run starts at frame 0 and numbers frames by counting.
-    """
+    """Decode from keyframe ``start`` to the last of ``want``; the pictures decoded. Without a packet
+    index the run starts at frame 0 and numbers frames by counting."""
     import av
 
     todo = set(want)
@@ -188,9 +185,6 @@ class _Av1Drop:
     """What of an AV1 packet a run decodes: all if planned, else what later frames reference."""
 
     def __init__(self, extradata: bytes | None) -> None:
-        from marlin_demo.video import av1
-
-        self._av1 = av1
         self.seq = av1.sequence_header_from_extradata(extradata)
 
     def needed_part(self, packet: Any, planned: dict[int, int]) -> Any | None:
@@ -198,10 +192,10 @@ class _Av1Drop:
         if packet.size == 0:
             return packet
         data = bytes(packet)
-        self.seq = self._av1.sequence_header_in(data) or self.seq  # a key frame may bring a new one
+        self.seq = av1.sequence_header_in(data) or self.seq  # a key frame may bring a new one
         if packet.pts is None or packet.pts in planned:
             return packet
-        cut = self._av1.unreferenced_from(data, self.seq)
+        cut = av1.unreferenced_from(data, self.seq)
         if cut is None:
             return packet
         if cut == 0:
@@ -253,10 +247,8 @@ class _Collected:
 def _decode_fast(
     path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
 ) -> tuple[torch.Tensor, list[float], int]:
-    """The planned frames, their pts (s) and the pictures decoded (docs/SPEED.md).
-
-    One single-threaded decoder per core spends ~20-30% less CPU than FFmpeg's frame threading.
-    """
+    """The planned frames, their pts (s) and the pictures decoded: one single-threaded decoder per core
+    spends less CPU than FFmpeg's frame threading (docs/SPEED.md, section 1)."""
     import torch
 
     index = _index_for(path, stream_index, num_frames)
@@ -287,11 +279,8 @@ class _FastConverter:
         self.to_planar, self.to_packed, self.to_small = (VideoReformatter() for _ in range(3))
 
     def _full_size_rgb(self, frame: Any) -> Any:
-        """The frame in RGB at its stored size: planar where that equals packed rgb24, else packed.
-
-        Planar is ~1.3 ms a 1080p frame cheaper, but PyAV's swscale blackens the last columns of
-        some widths (854, 1366...) and rounds NV12 and 4:4:0 differently: hence the check.
-        """
+        """The frame in RGB at its stored size: planar (cheaper) where that equals packed rgb24, else packed:
+        swscale's planar blackens the last columns of some widths (854...) and rounds NV12 differently."""
         key = (frame.format.name, frame.width, frame.height)
         exact = _PLANAR_EXACT.get(key)
         if exact is None:
@@ -332,10 +321,8 @@ _PLANAR_EXACT: dict[tuple[str, int, int], bool] = {}
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
-    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone.
-
-    The benchmark and the tests check the fast path's frames against it.
-    """
+    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone: what the
+    benchmark and the tests check the fast path's frames against."""
     with _open_stream(str(path), stream_index) as (container, stream):
         return sorted(start for start, _ in _packet_times(container, stream))
 
@@ -346,11 +333,7 @@ def fast_supported(info: VideoInfo) -> bool:
 
 
 def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
-    """``auto``'s choice: fast wherever supported, measured faster on every 8-bit source.
-
-    ``plan`` stays in the signature so a size-dependent rule can come back without changing callers.
-    """
+    """``auto``'s choice: fast wherever supported, measured faster on every 8-bit source; ``plan`` stays
+    in the signature so a size-dependent rule can come back without changing callers."""
     del plan  # the measured rule does not depend on the plan's size
-    if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS:
-        return "fast"
-    return "reference"
+    return "fast" if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS else "reference"

@@ -26,29 +26,29 @@ class VideoError(ValueError):
     """A user-facing problem with an uploaded video: one sentence, what is wrong and what is allowed."""
 
 
-_MAGIC: list[tuple[int, bytes, str]] = [
-    (0, b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (0, b"\xff\xd8\xff", "a JPEG image"),
-    (0, b"GIF87a", "a GIF image"),
-    (0, b"GIF89a", "a GIF image"),
-    (0, b"%PDF", "a PDF document"),
-    (0, b"PK\x03\x04", "a ZIP archive"),
-    (0, b"ID3", "MP3 audio"),
-    (0, b"fLaC", "FLAC audio"),
-    (0, b"OggS", "an Ogg file"),
-]
+#: a file's first bytes -> what it is
+_MAGIC = {
+    b"\x89PNG\r\n\x1a\n": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF87a": "a GIF image",
+    b"GIF89a": "a GIF image",
+    b"%PDF": "a PDF document",
+    b"PK\x03\x04": "a ZIP archive",
+    b"ID3": "MP3 audio",
+    b"fLaC": "FLAC audio",
+    b"OggS": "an Ogg file",
+}
+_RIFF = {b"WEBP": "a WebP image", b"WAVE": "WAV audio"}  # what a RIFF file holds (bytes 8-12)
 _IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif")
 
 
 def _sniff(head: bytes) -> str | None:
     """Name what a file looks like from its first bytes (None: nothing recognised)."""
-    for offset, magic, name in _MAGIC:
-        if head[offset : offset + len(magic)] == magic:
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic):
             return name
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "a WebP image"
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "WAV audio"
+    if head[:4] == b"RIFF" and head[8:12] in _RIFF:
+        return _RIFF[head[8:12]]
     if head[4:8] == b"ftyp" and head[8:12] in _IMAGE_BRANDS:
         return "a HEIC/AVIF image"
     if head[:2] == b"BM" and len(head) > 14 and head[6:10] == b"\x00\x00\x00\x00":
@@ -141,7 +141,7 @@ def _container_name(path: Path, fmt: Any) -> str:
 
 @dataclass
 class _Counts:
-    """Frames, rate and duration for sampling; the rest tells a cut-short file (``_looks_truncated``)."""
+    """Frames, rate and duration for sampling; the rest tells a cut-short file (``_check_counts``)."""
 
     num_frames: int
     fps: float
@@ -154,21 +154,17 @@ class _Counts:
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
-    """Read a file's video facts, or raise VideoError saying why it cannot be used.
-
-    Decodes the first frame so undecodable files fail here, not mid-request; counts come from
-    torchcodec's exact scan when available, because that is what qwen-vl-utils samples from.
-    """
+    """Read a file's video facts, or raise VideoError saying why it cannot be used. Decodes the first frame
+    so undecodable files fail here, not mid-request; counts come from torchcodec's exact scan when
+    available, because that is what qwen-vl-utils samples from."""
     p = Path(path)
     size, head, sniffed = _read_head(p)
-    container = _open_container(p, head, sniffed)
-    with container:
-        container_name = _container_name(p, container.format)
-        _reject_image_demuxer(container.format.name)
+    with _open_container(p, head, sniffed) as container:
+        demuxer = container.format.name  # an image or text past the sniffing opens with an image/tty one
+        if demuxer.endswith("_pipe") or demuxer in ("image2", "tty"):
+            raise _not_a_video("an image" if demuxer != "tty" else "a text file")
         videos, audio_streams = _video_streams(container)
-        tc_meta = _torchcodec_metadata(str(p))
-        stream, tc_meta = _pick_stream(container, videos, tc_meta)
-        stream_index = int(stream.index)  # read now: the stream is freed when the container closes
+        stream, tc_meta = _pick_stream(container, videos, _torchcodec_metadata(str(p)))
         ctx = stream.codec_context
         codec = getattr(ctx.codec, "canonical_name", None) or ctx.codec.name
         pix_fmt = ctx.pix_fmt
@@ -181,33 +177,31 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         rotation = (
             round(float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)) % 360
         )
-        interlaced = bool(getattr(first, "interlaced_frame", False))
         width, height = width or first.width, height or first.height
         counts = _frame_counts(container, stream, tc_meta)
-
-    _check_counts(counts)
-    swap = rotation in (90, 270)
-    return VideoInfo(
-        path=str(p),
-        size_bytes=size,
-        container=container_name,
-        duration_s=counts.duration,
-        fps=counts.fps,
-        num_frames=counts.num_frames,
-        width=width,
-        height=height,
-        display_width=height if swap else width,
-        display_height=width if swap else height,
-        rotation=rotation,
-        codec=codec,
-        pix_fmt=pix_fmt,
-        bit_depth=bit_depth,
-        interlaced=interlaced,
-        audio_streams=audio_streams,
-        video_streams=len(videos),
-        stream_index=stream_index,
-        metadata_source=counts.source,
-    )
+        _check_counts(counts)
+        swap = rotation in (90, 270)
+        return VideoInfo(
+            path=str(p),
+            size_bytes=size,
+            container=_container_name(p, container.format),
+            duration_s=counts.duration,
+            fps=counts.fps,
+            num_frames=counts.num_frames,
+            width=width,
+            height=height,
+            display_width=height if swap else width,
+            display_height=width if swap else height,
+            rotation=rotation,
+            codec=codec,
+            pix_fmt=pix_fmt,
+            bit_depth=bit_depth,
+            interlaced=bool(getattr(first, "interlaced_frame", False)),
+            audio_streams=audio_streams,
+            video_streams=len(videos),
+            stream_index=int(stream.index),
+            metadata_source=counts.source,
+        )
 
 
 def _read_head(p: Path) -> tuple[int, bytes, str | None]:
@@ -221,9 +215,7 @@ def _read_head(p: Path) -> tuple[int, bytes, str | None]:
     with p.open("rb") as fh:
         head = fh.read(4096)
     sniffed = _sniff(head)
-    if sniffed is not None and (
-        "image" in sniffed or "text" in sniffed or "PDF" in sniffed or "ZIP" in sniffed
-    ):
+    if sniffed is not None and any(kind in sniffed for kind in ("image", "text", "PDF", "ZIP")):
         raise _not_a_video(sniffed)
     return size, head, sniffed
 
@@ -240,12 +232,6 @@ def _open_container(p: Path, head: bytes, sniffed: str | None) -> Any:
         if _looks_like_video_container(head):
             raise _undecodable("the file looks truncated or damaged") from exc
         raise _not_a_video(sniffed) from exc
-
-
-def _reject_image_demuxer(fmt_name: str) -> None:
-    """An image or text that got past the sniffing still opens with an image/tty demuxer: refuse it."""
-    if fmt_name.endswith("_pipe") or fmt_name in ("image2", "tty"):
-        raise _not_a_video("an image" if fmt_name != "tty" else "a text file")
 
 
 def _video_streams(container: Any) -> tuple[list[Any], int]:
@@ -266,19 +252,14 @@ def _video_streams(container: Any) -> tuple[list[Any], int]:
 def _pick_stream(container: Any, videos: list[Any], tc_meta: Any) -> tuple[Any, Any]:
     """The stream torchcodec reads, else FFmpeg's best, else the first; and torchcodec's metadata,
     dropped when torchcodec chose a stream not counted as video here (cover art)."""
-    stream: Any = None
-    if tc_meta is not None:
-        stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
-        if stream is None:  # torchcodec chose a stream we do not count as video: trust PyAV alone
-            tc_meta = None
-    if stream is None:
-        try:
-            stream = container.streams.best("video")
-        except Exception:
-            stream = None
-        if stream is None or stream not in videos:
-            stream = videos[0]
-    return stream, tc_meta
+    stream = next((s for s in videos if tc_meta is not None and s.index == tc_meta.stream_index), None)
+    if stream is not None:
+        return stream, tc_meta
+    try:  # no torchcodec, or it chose a stream we do not count as video: trust PyAV alone
+        best = container.streams.best("video")
+    except Exception:
+        best = None
+    return (best if best in videos else videos[0]), None
 
 
 def _first_frame(container: Any, stream: Any, codec: str) -> Any:
@@ -335,20 +316,14 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
     return _Counts(scanned, fps, duration, scanned, header_frames, header_duration, end, "pyav")
 
 
-def _looks_truncated(c: _Counts) -> bool:
-    """Fewer frames than the header counts, and the frames stop before the header's duration: a clip
-    trimmed without re-encoding also counts hidden frames, but its shown ones reach that duration."""
-    if c.scanned is None or c.header_frames <= 0 or c.scanned >= c.header_frames - 1:
-        return False
-    if c.content_end is None or not c.header_duration:
-        return True
-    slack = max(0.1, 2.0 / c.fps) if c.fps > 0 else 0.1  # two frames, or 0.1 s
-    return c.content_end < c.header_duration - slack
-
-
 def _check_counts(c: _Counts) -> None:
-    """Refuse a file cut short, and one where nothing was found to sample."""
-    if _looks_truncated(c):
+    """Refuse a file cut short, and one where nothing was found to sample. Cut short: fewer frames than the
+    header counts, and they stop before the header's duration (a clip trimmed without re-encoding also
+    counts hidden frames, but its shown ones reach that duration)."""
+    fewer = c.scanned is not None and c.header_frames > 0 and c.scanned < c.header_frames - 1
+    slack = max(0.1, 2.0 / c.fps) if c.fps > 0 else 0.1  # two frames, or 0.1 s
+    early = c.content_end is None or not c.header_duration or c.content_end < c.header_duration - slack
+    if fewer and early:
         raise _undecodable(f"the file looks truncated: {c.scanned} of {c.header_frames} frames are present")
     if c.num_frames <= 0 or c.duration <= 0 or c.fps <= 0:
         raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
@@ -381,10 +356,9 @@ def validate(path: str | os.PathLike[str], limits: Limits = Limits()) -> VideoIn
             raise VideoError(f"The file is {size_mb:.1f} MB; at most {limits.max_file_mb:g} MB is allowed.")
     info = probe(p)
     check_duration(info, limits)
-    long_side, short_side = max(info.width, info.height), min(info.width, info.height)
-    if long_side > max(limits.max_width, limits.max_height) or short_side > min(
-        limits.max_width, limits.max_height
-    ):
+    short, long = sorted((info.width, info.height))  # either orientation
+    short_max, long_max = sorted((limits.max_width, limits.max_height))
+    if short > short_max or long > long_max:
         raise VideoError(
             f"The video is {info.display_width}x{info.display_height}; "
             f"at most {limits.max_width}x{limits.max_height} (either orientation) is allowed."

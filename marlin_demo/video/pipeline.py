@@ -33,19 +33,15 @@ def sample(
     backend: Backend = "reference",
     info: VideoInfo | None = None,
 ) -> PreparedVideo:
-    """Decode the planned frames once and resize them exactly as qwen-vl-utils does.
-
-    ``reference``: torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same
-    plan, pixels slightly different, the reference on failure. ``metadata["video_backend"]`` says
-    which ran.
-    """
+    """Decode the planned frames once and resize them exactly as qwen-vl-utils does. ``reference``:
+    torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same plan, pixels slightly
+    different, the reference on failure; ``metadata["video_backend"]`` says which ran."""
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be 'auto', 'reference', 'torchcodec', 'pyav' or 'fast', not {backend!r}"
         )
     p = str(Path(path))
-    if info is None:
-        info = probe(p)
+    info = info or probe(p)
     if backend == "auto":  # the per-clip choice, as MARLIN_VIDEO_BACKEND=auto means
         backend = pick_backend(info, plan)
     t0 = time.perf_counter()
@@ -57,14 +53,9 @@ def sample(
         except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
             log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
         else:
+            decode_s, meta = time.perf_counter() - t0, _metadata(plan, "fast")
             return PreparedVideo(
-                frames=fast_frames,
-                metadata=_metadata(plan, "fast"),
-                plan=plan,
-                info=info,
-                decode_s=time.perf_counter() - t0,
-                frame_pts=pts,
-                frames_decoded=n_decoded,
+                fast_frames, meta, plan, info, decode_s, frame_pts=pts, frames_decoded=n_decoded
             )
         backend = "reference"
     frames: Any = None
@@ -85,10 +76,7 @@ def sample(
             f"{plan.source_width}x{plan.source_height}: the file changed between probe and decode."
         )
     frames = _resize(frames, plan.height, plan.width)
-    decode_s = time.perf_counter() - t0
-    return PreparedVideo(
-        frames=frames, metadata=_metadata(plan, used), plan=plan, info=info, decode_s=decode_s
-    )
+    return PreparedVideo(frames, _metadata(plan, used), plan, info, time.perf_counter() - t0)
 
 
 def prepare(

@@ -30,8 +30,6 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
         display_height=height,
         rotation=0,
         codec="synthetic",
-        audio_streams=0,
-        video_streams=1,
     )
     plan = plan_sampling(info, contract.VideoParams())
     frames = np.zeros((plan.nframes, 3, height, width), dtype=np.uint8)
