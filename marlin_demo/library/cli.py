@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -32,34 +33,23 @@ def _err(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-class _LoadFailed(RuntimeError):
-    pass
-
-
-def _local_captions(settings: Any, variant: str) -> Any:
+def _caption_here(settings: Any, variant: str, todo: list[Any]) -> Iterator[Any]:
     """Caption the pending videos in this process; the model loads only when there is one."""
+    if not todo:
+        return
+    from marlin_demo.engine import Engine
     from marlin_demo.library.index import caption_local
 
-    def run(todo: list[Any]) -> Iterator[Any]:
-        if not todo:
-            return
-        from marlin_demo.engine import Engine
-        from marlin_demo.models import ModelLoadError
-
-        engine = Engine(settings)
-        try:
-            engine.load(variant)
-        except ModelLoadError as exc:
-            raise _LoadFailed(str(exc)) from None
-        yield from caption_local(engine, todo, variant)
-
-    return run
+    engine = Engine(settings)
+    engine.load(variant)  # a ModelLoadError stops the index (cmd_index says it)
+    yield from caption_local(engine, todo, variant)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
     from marlin_demo.library import index
     from marlin_demo.library.database import LibraryError, Store
     from marlin_demo.library.inputs import InputError, collect
+    from marlin_demo.models import ModelLoadError
     from marlin_demo.service.startup import check_limits
 
     if args.workers < 1:
@@ -77,15 +67,12 @@ def cmd_index(args: argparse.Namespace) -> int:
         store.check_setup(index.setup_fingerprint(settings, variant))
     except (InputError, LibraryError, ValueError) as exc:
         return _err(str(exc))
-    if args.ray is None:
-        captions = _local_captions(settings, variant)
-    else:
-        address = None if args.ray == "local" else args.ray
 
-        def captions(todo: list[Any]) -> Iterator[Any]:
-            if not todo:
-                return iter(())
-            return index.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
+    def captions(todo: list[Any]) -> Iterator[Any]:
+        if args.ray is None:
+            return _caption_here(settings, variant, todo)
+        address = None if args.ray == "local" else args.ray
+        return index.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
 
     signal.signal(signal.SIGTERM, _sigterm)
 
@@ -95,7 +82,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     try:
         with contextlib.redirect_stdout(sys.stderr):
             summary = index.index(store, items, captions, prune_gone=args.prune, note=note)
-    except _LoadFailed as exc:
+    except ModelLoadError as exc:  # the one model load (every video's own failure is a row)
         return _err(str(exc), EXIT_FAILED)
     out = summary.to_dict(store)
     store.close()
@@ -145,19 +132,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     except (LibraryError, ValueError) as exc:
         return _err(str(exc))
 
-    def engine() -> Any:
-        from marlin_demo.engine import Engine
-
-        with contextlib.redirect_stdout(sys.stderr):
-            return Engine(settings)
-
     def progress(done: int, total: int) -> None:
         if not args.json:
             print(f"search: {done} of {total} windows asked", file=sys.stderr, flush=True)
 
-    from marlin_demo.engine import USER_ERRORS
+    from marlin_demo.engine import USER_ERRORS, Engine
     from marlin_demo.models import ModelLoadError
 
+    engine = functools.partial(Engine, settings)  # called inside the redirect below: its prints go to stderr
     try:
         with contextlib.redirect_stdout(sys.stderr):
             answer = search(
@@ -169,12 +151,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _err(str(exc))
     for line in answer.skipped:
         print(f"warning: skipped {line}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(answer.to_dict(), ensure_ascii=False, indent=2))
-    else:
-        if settings.is_tiny:
-            print(TINY_NOTE)
-        print(format_answer(answer.to_dict()))
+    out = answer.to_dict()
+    if settings.is_tiny and not args.json:
+        print(TINY_NOTE)
+    print(json.dumps(out, ensure_ascii=False, indent=2) if args.json else format_answer(out))
     return EXIT_OK
 
 

@@ -1,9 +1,5 @@
-"""Ray Data for the collection commands (``batch --ray``, ``index --ray``): one runtime, one actor pool.
-
-A local runtime binds only to loopback: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray take
-127.0.0.1 as the node address instead of probing for a routable one, usage stats are off, no dashboard.
-Workers return each row as JSON text (Arrow never retypes a nested result); the driver alone writes.
-"""
+"""Ray Data for the collection commands (``batch --ray``, ``index --ray``): one runtime, one actor pool,
+loopback-only when local, the driver alone writing (docs/BATCH.md)."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ def start(address: str | None, workers: int) -> None:
     """Join ``address``, or start a loopback-only runtime on this machine."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is None:
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # node address 127.0.0.1, not a probed one
         path = os.environ.get("PYTHONPATH", "")
         if str(ROOT) not in path.split(os.pathsep):
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
@@ -63,14 +59,13 @@ def rows_on_ray(
     gpus_per_worker: float | None,
 ) -> Iterator[dict[str, Any]]:
     """Each record through an actor pool of ``worker`` (a Ray Data callable class returning
-    ``{"row": json}``), one block per record so rows stream back as they finish; the runtime is shut
-    down at the end."""
+    ``{"row": json}``: Arrow never retypes JSON text), one block per record so rows stream back as they
+    finish; the runtime is shut down at the end."""
     import ray
 
     start(address, workers)
     try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
+        ray.data.DataContext.get_current().enable_progress_bars = False
         if gpus_per_worker is None:
             gpus_per_worker = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)) // workers) if not gpus_per_worker else 1

@@ -1,20 +1,15 @@
-"""The library's database: one SQLite file (stdlib ``sqlite3``, WAL) with an FTS5 index over each window.
-
-One row per content digest and time range (``videos`` is UNIQUE on (digest, span) and on (path, span);
-``span`` is ``''`` for the whole video, ``@4-10`` for a range): an entry is written in one
-transaction (its row, its windows, their full-text rows, its events), so a process killed at any moment
-leaves each video either wholly there or wholly absent. WAL lets a search read while an index writes.
-Thumbnails are files under ``thumbs/`` named by the video's id, written before the commit: a kill leaves
-at most a file the next run overwrites.
-"""
+"""The library's database: one SQLite file (stdlib ``sqlite3``, WAL, so a search reads while an index
+writes) with an FTS5 index over each window; each entry is one transaction, so a kill leaves every video
+wholly there or absent (docs/LIBRARY.md, "The index" and "Crash safety")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,13 +128,9 @@ def _all_of(words: Sequence[str]) -> str:
 
 
 def match_expression(query: str, common: Sequence[str] = (), *, every_rare: bool = False) -> str | None:
-    """The FTS5 MATCH text for any user text: every word quoted as a string and OR-ed, so nothing in the
-    query (quotes, OR, NEAR(, *, -, ^, SQL) is ever read as query syntax. None: the query has no word.
-
-    ``common`` words only score: the candidates are the windows with a rarer word, ranked by all of them
-    (``(rare...) AND (all...)``), so a frequent word does not make BM25 score most of a large library.
-    ``every_rare``: the candidates must hold every rarer word (each quoted, AND-ed); the phrases scored
-    are the same as without it, so a window scores the same under both."""
+    """The FTS5 MATCH text for any user text: every word quoted, so nothing in the query (quotes, OR, NEAR(,
+    *, -, ^, SQL) is read as query syntax; None: it has no word. ``common`` words only score; ``every_rare``
+    ANDs the rarer ones, a window scoring the same either way (docs/LIBRARY.md, "Large libraries")."""
     words = query_words(query)
     if not words:
         return None
@@ -160,7 +151,7 @@ def _upgrade(db: sqlite3.Connection) -> None:
     create = SCHEMA[start : SCHEMA.index(");", start) + 2]
     db.execute("PRAGMA foreign_keys=OFF")  # the windows and events keep their rows while the table is copied
     try:
-        with _Transaction(db):
+        with _transaction(db):
             db.execute(create.replace("IF NOT EXISTS videos(", "videos_v2("))
             kept = ", ".join(columns)
             db.execute(f"INSERT INTO videos_v2({kept}) SELECT {kept} FROM videos")
@@ -169,6 +160,18 @@ def _upgrade(db: sqlite3.Connection) -> None:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (json.dumps(SCHEMA_VERSION),))
     finally:
         db.execute("PRAGMA foreign_keys=ON")
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on an error): the writer's one lock per video."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 def _now() -> str:
@@ -206,7 +209,18 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    # -- set-up ------------------------------------------------------------------------------------
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.close()
+
+    def set_meta(self, **values: Any) -> None:
+        """Record set-up facts (each stored as JSON) in one transaction."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
+            )
 
     def meta(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
@@ -215,11 +229,7 @@ class Store:
         """Record ``setup`` in a new library; refuse one built with another (batch's fingerprint rule)."""
         old = self.meta().get("setup")
         if old is None:
-            with self.transaction():
-                self.db.execute(
-                    "INSERT OR REPLACE INTO meta VALUES ('setup', ?), ('schema', ?), ('created', ?)",
-                    (json.dumps(setup), json.dumps(SCHEMA_VERSION), json.dumps(_now())),
-                )
+            self.set_meta(setup=setup, schema=SCHEMA_VERSION, created=_now())
             return
         diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in setup.items() if old.get(k) != v]
         if diffs:
@@ -236,10 +246,8 @@ class Store:
             (root / name).unlink(missing_ok=True)
         shutil.rmtree(root / THUMBS_DIR, ignore_errors=True)
 
-    def transaction(self) -> _Transaction:
-        return _Transaction(self.db)
-
-    # -- videos ------------------------------------------------------------------------------------
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return _transaction(self.db)
 
     def by_digest(self, digest: str, span: str = "") -> dict[str, Any] | None:
         return self._one("SELECT * FROM videos WHERE digest = ? AND span = ?", (digest, span))
@@ -327,8 +335,6 @@ class Store:
         """The thumbnails of an entry no longer in the database."""
         shutil.rmtree(self.folder / THUMBS_DIR / vid, ignore_errors=True)
 
-    # -- reading -----------------------------------------------------------------------------------
-
     def counts(self) -> tuple[int, int]:
         """(videos, windows); counted again only after a write, by this connection or another."""
         (other,) = self.db.execute("PRAGMA data_version").fetchone()
@@ -344,24 +350,18 @@ class Store:
         return self._rows(sql, (vid,))
 
     def common_words(self, query: str) -> list[str]:
-        """The query's words that are in more than ``COMMON_SHARE`` of the windows (and over
-        ``COMMON_MIN_WINDOWS``): each word matched as stage 1 matches it (quoted, porter stems), its
-        windows counted up to that floor. When no other word is in any window, the rarest of them
-        (counted in full) is not counted as common."""
+        """The query's words in more than ``COMMON_SHARE`` of the windows (and over ``COMMON_MIN_WINDOWS``),
+        each matched as stage 1 matches it; the rarest is not common when no other word is in any window."""
         total, floor = self.counts()[1], self._common_floor()
         words = query_words(query)
         if total <= floor or not words:
             return []
-
-        def windows_with(word: str, cap: int | None) -> int:
-            return self._matching(_quoted([word]), cap)
-
-        counted = {w: windows_with(w, floor + 1) for w in words}
+        counted = {w: self._matching(_quoted([w]), floor + 1) for w in words}
         common = [w for w in words if counted[w] > floor]
         if common and not any(counted[w] for w in words if w not in common):
             # no rarer word is in any window (every word is frequent, or the rest are in none, such as
             # a misspelt one): the rarest frequent word picks the candidates
-            common.remove(min(common, key=lambda w: windows_with(w, None)))
+            common.remove(min(common, key=lambda w: self._matching(_quoted([w]), None)))
         return common
 
     def _matching(self, expr: str, cap: int | None) -> int:
@@ -376,10 +376,9 @@ class Store:
         return int(max(COMMON_MIN_WINDOWS, COMMON_SHARE * self.counts()[1]))
 
     def stage1_expression(self, query: str, limit: int) -> str | None:
-        """The MATCH text stage 1 scores for ``query``: in a library over the common-word floor, when at
-        least ``limit`` windows hold every rarer word of the query, only those (the conjunction: plain
-        BM25's best windows are mostly among them, and they are few, so `bm25` scores few windows);
-        otherwise the windows with any rarer word (``match_expression``)."""
+        """The MATCH text stage 1 scores: over the common-word floor, only the windows holding every rarer
+        word when at least ``limit`` do (plain BM25's best are mostly among them, and they are few, so `bm25`
+        scores few windows); otherwise the windows with any rarer word (``match_expression``)."""
         common = self.common_words(query)
         expr = match_expression(query, common)
         rare = [w for w in query_words(query) if w not in common]
@@ -411,17 +410,3 @@ class Store:
             rest = self.db.execute(select.format(score="0.0") + "ORDER BY v.name, w.k")
             hits += [Hit(*row) for row in rest if row[0] not in seen]
         return hits
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on an error): the writer's one lock per video."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")

@@ -1,9 +1,5 @@
-"""``index``: caption each new or changed video of INPUT window by window and store it in the library.
-
-Captioning goes through ``service.run`` (the one request path: it windows a long video itself), locally
-or on Ray Data (``library.cluster``, as ``batch --ray``); this process alone writes the database, one
-transaction per video, right after that video's caption arrives.
-"""
+"""``index``: caption each new or changed video of INPUT through ``service.run`` (locally or on Ray Data) and
+store it; this process alone writes the database, one transaction per video (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -133,15 +129,13 @@ def prune(store: Store, summary: Summary) -> None:
 
 def assign_events(windows: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Each window's events: every merged event that overlaps the window (or starts in it)."""
-    out: list[list[dict[str, Any]]] = [[] for _ in windows]
-    for e in events:
-        for k, w in enumerate(windows):
-            last = k == len(windows) - 1
-            overlaps = e["start"] < w["end"] and e["end"] > w["start"]
-            starts = w["start"] <= e["start"] < w["end"] or (last and e["start"] >= w["start"])
-            if overlaps or starts:
-                out[k].append(e)
-    return out
+
+    def holds(k: int, w: dict[str, Any], e: dict[str, Any]) -> bool:
+        overlaps = e["start"] < w["end"] and e["end"] > w["start"]
+        last = k == len(windows) - 1
+        return overlaps or w["start"] <= e["start"] < w["end"] or (last and e["start"] >= w["start"])
+
+    return [[e for e in events if holds(k, w, e)] for k, w in enumerate(windows)]
 
 
 def caption_windows(row: dict[str, Any]) -> tuple[float, list[dict[str, Any]], list[dict[str, Any]]]:
@@ -181,11 +175,8 @@ def store_caption(store: Store, job: Pending, row: dict[str, Any]) -> int:
     for k, (w, evs) in enumerate(zip(windows, assign_events(windows, events), strict=True)):
         rel = f"{THUMBS_DIR}/{job.vid}/{k}.jpg"
         ok = write_thumbnail(job.item.path, (w["start"] + w["end"]) / 2, store.folder / rel)
-        texts.append(
-            WindowText(
-                float(w["start"]), float(w["end"]), str(w.get("scene") or ""), evs, rel if ok else None
-            )
-        )
+        start, end = float(w["start"]), float(w["end"])
+        texts.append(WindowText(start, end, str(w.get("scene") or ""), evs, rel if ok else None))
     store.put_video(
         vid=job.vid,
         digest=job.digest,
@@ -256,6 +247,9 @@ def caption_ray(
     workers: int,
     gpus: float | None,
 ) -> Iterator[tuple[Pending, dict[str, Any]]]:
+    """The pending videos captioned on Ray Data (``index --ray``); nothing starts when there is none."""
+    if not todo:
+        return
     from marlin_demo.library.cluster import rows_on_ray
 
     jobs = {job.key: job for job in todo}

@@ -1,8 +1,5 @@
-"""What a collection command runs on (``batch``, ``index``): a folder (recursive), a glob, one video,
-or a JSONL/CSV manifest; and the one sentence a failed video is reported with.
-
-It lives here, below both commands, so that ``batch`` and the library read INPUT the same way.
-"""
+"""What a collection command runs on (a folder, a glob, one video, a JSONL/CSV manifest) and the one
+sentence a failed video is reported with: below ``batch`` and ``index``, so both read INPUT the same way."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``search``: one question across a library, in two stages (docs/LIBRARY.md).
-
-Stage 1 ranks every caption window by the full-text relevance of its scene and events (FTS5 BM25,
-porter stems) and keeps the best N (``Settings.search_candidates``); stage 2 asks Marlin's find
-only inside those windows, through the service (``service.focus.find_in_windows``). A moment's
-``score`` combines the two: ``FIND_WEIGHT * find + (1 - FIND_WEIGHT) * retrieval / best retrieval``.
-"""
+"""``search``: one question across a library in two stages, full-text ranking of the caption windows and then
+find only in the best of them, so a search costs a few windows, not the library (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -114,11 +109,10 @@ def search(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> SearchAnswer:
-    """Both stages; ``engine`` is called only when stage 1 found windows to ask (an empty library or no
-    candidate answers at once). A bad query (empty, too long) is a ValueError with find's sentence.
-
-    ``progress(k, n)``: ``(0, n)`` once stage 1 chose n windows, then after each video's windows are
-    asked; ``stop`` set (the tab's Stop): no further window is asked and the moments so far are kept."""
+    """Both stages; ``engine`` is called only when stage 1 found windows to ask. A bad query (empty, too
+    long) is a ValueError with find's sentence. ``progress(k, n)``: ``(0, n)`` once stage 1 chose n windows,
+    then after each video's windows are asked; ``stop`` set (the tab's Stop): no further window is asked
+    and the moments so far are kept."""
     clean = contract.sanitize_query(query, settings.max_query_chars)
     if top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {top_k}.")
@@ -132,8 +126,6 @@ def search(
     from marlin_demo.service.focus import find_in_windows  # the request path (late: --help stays fast)
 
     best = max(h.retrieval for h in hits)
-    found: list[dict[str, Any]] = []
-    done = 0
     if progress is not None:
         progress(0, len(hits))
     model = engine()
@@ -150,11 +142,9 @@ def search(
         except ValueError as exc:  # the video (not the query: it is clean) cannot be read now
             answer.skipped.append(f"{group[0].name}: {exc}")
             continue
-        found += moments_of(result, group, best)
-        done += len(group)
+        answer.moments += moments_of(result, group, best)
+        answer.searched_windows += len(group)
         if progress is not None:
-            progress(done, len(hits))
-    answer.searched_windows = done
-    found.sort(key=lambda m: (-m["score"], m["video"], m["start"]))
-    answer.moments = found[:top_k]
+            progress(answer.searched_windows, len(hits))
+    answer.moments = sorted(answer.moments, key=lambda m: (-m["score"], m["video"], m["start"]))[:top_k]
     return answer

@@ -1,18 +1,9 @@
-"""The Space's prebuilt library of its example clips: shipped beside them, loaded when it matches.
-
-Indexing the twelve examples costs every one of their caption windows, more than a visitor's whole day
-of ZeroGPU, so the Space ships the library a maintainer built with ``index`` on a GPU
-(``<examples>/library``, docs/LIBRARY.md). It is loaded when the fields that change the captions it
-holds match the running app (``MUST_MATCH``: the model and its revisions, the variant, the caption token
-limit and window, the video decoder); every other difference (device, kernels, compute type, compile)
-is reported, not refused, since the same model and settings answer the same on another machine up to
-rounding. Loading copies it into the app's own library folder and records the running set-up there, so
-the usual index run (``index.index``) finds every example already captioned and only updates its paths.
-"""
+"""The Space's prebuilt library of its example clips, loaded when the settings that change its captions
+match the running app: indexing the examples would cost more ZeroGPU than a visitor's day (docs/LIBRARY.md,
+"The shipped library")."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sqlite3
 from dataclasses import dataclass, field
@@ -81,16 +72,11 @@ def _differences(built: dict[str, Any], here: dict[str, Any], prefix: str = "") 
 def check(folder: Path, settings: Settings, variant: Variant) -> ShippedCheck:
     """Compare the library at ``folder`` with the running set-up (``index.setup_fingerprint``)."""
     out = ShippedCheck(folder)
-    if not (folder / DB_FILE).is_file():
-        return out
-    try:
-        store = Store(folder, create=False)
+    try:  # no library there: nothing found
+        with Store(folder, create=False) as store:
+            built = store.meta().get("setup") or {}
     except LibraryError:
         return out
-    try:
-        built = store.meta().get("setup") or {}
-    finally:
-        store.close()
     out.found = True
     here = index.setup_fingerprint(settings, variant)
     for diff in _differences(built, here):
@@ -99,37 +85,22 @@ def check(folder: Path, settings: Settings, variant: Variant) -> ShippedCheck:
 
 
 def install(shipped: Path, dest: Path, settings: Settings, variant: Variant) -> ShippedCheck:
-    """Load the shipped library into ``dest`` (the app's own library folder) when it matches and ``dest``
-    holds no library yet: the database copied (SQLite's backup), the thumbnails with it, and the running
-    set-up recorded as its ``setup`` (the one it was built with kept as ``shipped``). ``dest`` holding a
-    library already: nothing is copied (``loaded`` says whether it came from the shipped one)."""
+    """Copy the shipped library into ``dest`` (the app's library folder) when it matches and ``dest`` holds
+    none yet, recording the running set-up (docs/LIBRARY.md); ``loaded``: whether ``dest``'s came from it."""
     found = check(shipped, settings, variant)
     if not found.matches:
         return found
     if (dest / DB_FILE).exists():
-        store = Store(dest, create=False)
-        try:
+        with Store(dest, create=False) as store:
             found.loaded = "shipped" in store.meta()
-        finally:
-            store.close()
         return found
     dest.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(shipped / DB_FILE) as src, sqlite3.connect(dest / DB_FILE) as dst:
         src.backup(dst)
     if (shipped / THUMBS_DIR).is_dir():
         shutil.copytree(shipped / THUMBS_DIR, dest / THUMBS_DIR, dirs_exist_ok=True)
-    store = Store(dest, create=False)
-    try:
-        built = store.meta().get("setup")
-        with store.transaction() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('setup', ?), ('shipped', ?)",
-                (
-                    json.dumps(index.setup_fingerprint(settings, variant)),
-                    json.dumps({"setup": built, "reported": found.reported, "from": str(shipped)}),
-                ),
-            )
-    finally:
-        store.close()
+    with Store(dest, create=False) as store:
+        shipped_from = {"setup": store.meta().get("setup"), "reported": found.reported, "from": str(shipped)}
+        store.set_meta(setup=index.setup_fingerprint(settings, variant), shipped=shipped_from)
     found.loaded = True
     return found

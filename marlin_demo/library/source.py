@@ -1,8 +1,6 @@
-"""A library a page searches: which folder, and its index built once per process, in one thread, whoever
-asked first (the app's example clips), while every visitor who searches meanwhile follows its progress.
-
-Apart from the page (``ui/library.py`` shows it) so that the indexing thread lives with the library code.
-"""
+"""A library a page searches: its folder, and its index built once per process in one thread whoever asked
+first while every visitor who searches meanwhile follows its progress (kept with the library code, not in
+``ui/library.py``, which shows it)."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ from marlin_demo.library.inputs import REFUSED, Item, range_suffix
 @dataclass
 class LibrarySource:
     """The tab's library. ``items``: the example clips to index here (None: a library built by ``index``,
-    served as it is). The index is built once, in one thread, whoever asked first; every visitor who
-    searches meanwhile sees its progress (``progress``)."""
+    served as it is)."""
 
     folder: Path
     variant: str
@@ -47,13 +44,10 @@ class LibrarySource:
         if self.ready or self.items is None:
             return self.ready
         try:
-            store = Store(self.folder, create=False)
+            with Store(self.folder, create=False) as store:
+                return all(_held(store, item) for item in self.items)
         except LibraryError:
             return False
-        try:
-            return all(_held(store, item) for item in self.items)
-        finally:
-            store.close()
 
     def allowed_paths(self) -> list[str]:
         """What the app may serve from this library: its thumbnails and its videos, nothing else."""
@@ -61,13 +55,10 @@ class LibrarySource:
         if self.items is not None:
             return paths + [it.path for it in self.items]
         try:
-            store = Store(self.folder, create=False)
+            with Store(self.folder, create=False) as store:
+                return paths + [v["path"] for v in store.videos()]
         except LibraryError:
             return paths
-        try:
-            return paths + [v["path"] for v in store.videos()]
-        finally:
-            store.close()
 
     def start(self) -> None:
         """Build the index in the background (once; again after a failure)."""
@@ -92,9 +83,8 @@ class LibrarySource:
             self._cond.notify_all()
 
     def _index(self, items: list[Item]) -> None:
-        store = Store(self.folder)
         refused: list[str] = []
-        try:
+        with Store(self.folder) as store:
             store.check_setup(index.setup_fingerprint(self.engine.settings, self.variant))
 
             def captions(todo: list[index.Pending]) -> Iterator[tuple[index.Pending, dict[str, Any]]]:
@@ -115,8 +105,6 @@ class LibrarySource:
                         return
 
             index.index(store, items, captions, prune_gone=True)
-        finally:
-            store.close()
         if refused:  # not ready: the next search builds on, from the videos still missing
             raise ValueError(
                 f"Indexing {self.label} stopped after {self.done} of {self.total} videos: {refused[0]}"

@@ -1,9 +1,6 @@
-"""AV1: which temporal units no later frame can reference (refresh no reference slot).
-
-A frame reaches later frames only through the reference slots it refreshes (AV1 spec 5.9.2/7.20),
-so an unplanned unit of frames that refresh none can be left undecoded (docs/VIDEO_PREP.md). Reads
-just enough of the low-overhead OBU format; anything not fully understood means "keep".
-"""
+"""AV1: which temporal units no later frame can reference. A frame reaches later frames only through the
+reference slots it refreshes (AV1 spec 5.9.2/7.20), so an unplanned unit of frames refreshing none need
+not be decoded (docs/VIDEO_PREP.md). Reads just enough of the OBU format; anything unclear means "keep"."""
 
 from __future__ import annotations
 
@@ -73,8 +70,7 @@ class SequenceHeader:
 def parse_sequence_header(payload: bytes) -> SequenceHeader:
     """AV1 spec 5.5.1, up to the order hint bits."""
     b = _Bits(payload)
-    b.f(3)  # seq_profile
-    b.f(1)  # still_picture
+    b.f(4)  # seq_profile, still_picture
     reduced = bool(b.f(1))
     decoder_model = equal_interval = False
     removal_len = presentation_len = delay_len = 0
@@ -197,10 +193,7 @@ def obus(data: bytes) -> list[tuple[int, int, int, bytes, int]]:
         if extension:
             temporal_id, spatial_id = data[pos] >> 5, (data[pos] >> 3) & 3
             pos += 1
-        if has_size:
-            size, pos = _leb128(data, pos)
-        else:
-            size = len(data) - pos
+        size, pos = _leb128(data, pos) if has_size else (len(data) - pos, pos)
         if pos + size > len(data):
             raise ValueError("OBU runs past the packet")
         out.append((obu_type, temporal_id, spatial_id, data[pos : pos + size], start))
@@ -228,11 +221,9 @@ def sequence_header_in(data: bytes) -> SequenceHeader | None:
 
 
 def unreferenced_from(data: bytes, seq: SequenceHeader | None) -> int | None:
-    """The byte offset from which nothing in this temporal unit is referenced by a later frame.
-
-    0: the whole unit; k > 0: its last frames (a shown frame after a hidden alternate reference);
-    None: every frame is needed, or the unit holds anything this reader does not fully understand.
-    """
+    """The byte offset from which nothing in this temporal unit is referenced by a later frame: 0, the
+    whole unit; k > 0, its last frames (a shown frame after a hidden alternate reference); None, every
+    frame is needed, or the unit holds anything this reader does not fully understand."""
     if seq is None or not seq.single_layer:
         return None
     cut: int | None = None  # where the current run of frames that refresh nothing began
@@ -249,9 +240,7 @@ def unreferenced_from(data: bytes, seq: SequenceHeader | None) -> int | None:
                 return None
     except (IndexError, ValueError):
         return None
-    if cut is None:
-        return None
-    return 0 if cut_is_first else cut
+    return 0 if cut is not None and cut_is_first else cut
 
 
 def references_nothing(data: bytes, seq: SequenceHeader | None) -> bool:

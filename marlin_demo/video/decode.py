@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +37,23 @@ class PreparedVideo:
             self.backend = str(self.metadata.get("video_backend", ""))
 
 
-def _video_stream(container: Any, stream_index: int | None) -> Any:
-    """The stream ``probe`` chose (by index), else the best video stream, else the first one."""
-    stream = next((s for s in container.streams.video if s.index == stream_index), None)
-    if stream is None:
-        stream = container.streams.best("video") or container.streams.video[0]
-    return stream
+@contextlib.contextmanager
+def _open_stream(
+    path: str, stream_index: int | None, threaded: bool | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """PyAV's container and the stream ``probe`` chose (by index), else the best, else the first one;
+    ``threaded``: FFmpeg's own threading (True), one thread (False), or demux only (None)."""
+    import av
+
+    with av.open(path) as container:
+        stream: Any = next((s for s in container.streams.video if s.index == stream_index), None)
+        if stream is None:
+            stream = container.streams.best("video") or container.streams.video[0]
+        if threaded:
+            stream.thread_type = "AUTO"
+        elif threaded is not None:
+            stream.codec_context.thread_count = 1
+        yield container, stream
 
 
 def _rotation_k(frame: Any) -> int:
@@ -58,12 +71,23 @@ def _upright_chw(rgb: Any, k: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
 
 
-def _positions(indices: list[int]) -> dict[int, list[int]]:
-    """Frame index -> the positions in ``indices`` that hold it (a plan may repeat an index)."""
-    positions: dict[int, list[int]] = {}
-    for pos, idx in enumerate(indices):
-        positions.setdefault(idx, []).append(pos)
-    return positions
+def _needs(index_lists: Sequence[list[int]]) -> dict[int, list[tuple[int, int]]]:
+    """Frame index -> the (list, position) pairs that hold it (a plan may repeat an index)."""
+    need: dict[int, list[tuple[int, int]]] = {}
+    for w, indices in enumerate(index_lists):
+        for pos, idx in enumerate(indices):
+            need.setdefault(idx, []).append((w, pos))
+    return need
+
+
+def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
+    """The metadata dict qwen-vl-utils returns for ``plan``, plus the decoder that made the frames."""
+    return {
+        "fps": plan.source_fps,
+        "frames_indices": list(plan.indices),
+        "total_num_frames": plan.total_frames,
+        "video_backend": backend,
+    }
 
 
 def _check_complete(indices: list[int], out: list[Any]) -> None:
@@ -74,8 +98,16 @@ def _check_complete(indices: list[int], out: list[Any]) -> None:
 
 
 def _decode_torchcodec(path: str, indices: list[int]) -> torch.Tensor:
-    decoder = _torchcodec_decoder(path)
-    return decoder.get_frames_at(indices=indices).data
+    return _torchcodec_decoder(path).get_frames_at(indices=indices).data
+
+
+def _scan_frames(path: str, stream_index: int | None, wanted: Container[int]) -> Iterator[tuple[int, Any]]:
+    """Every frame's presentation index, in order (one frame-threaded PyAV decoder), with its upright
+    (3, h, w) tensor when ``wanted`` holds it, else None."""
+    with _open_stream(path, stream_index, threaded=True) as (container, stream):
+        for n, frame in enumerate(container.decode(stream)):
+            chw = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame)) if n in wanted else None
+            yield n, chw
 
 
 def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> torch.Tensor:
@@ -83,24 +115,17 @@ def _decode_pyav(path: str, indices: list[int], stream_index: int | None) -> tor
     import av
     import torch
 
-    wanted = _positions(indices)
+    wanted = _needs([indices])
     out: list[Any] = [None] * len(indices)
-    last = max(indices)
-    with av.open(path) as container:
-        stream = _video_stream(container, stream_index)
-        stream.thread_type = "AUTO"
-        n = -1
-        try:
-            for frame in container.decode(stream):
-                n += 1
-                if n in wanted:
-                    tensor = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame))
-                    for pos in wanted[n]:
-                        out[pos] = tensor
-                if n >= last:
-                    break
-        except av.error.FFmpegError as exc:
-            raise _undecodable(f"PyAV failed after frame {n}: {_short(exc)}") from exc
+    n, last = -1, max(indices)
+    try:
+        for n, tensor in _scan_frames(path, stream_index, wanted):
+            for _, pos in wanted.get(n, ()):
+                out[pos] = tensor
+            if n >= last:
+                break
+    except av.error.FFmpegError as exc:
+        raise _undecodable(f"PyAV failed after frame {n}: {_short(exc)}") from exc
     _check_complete(indices, out)
     return torch.stack(out)
 

@@ -1,8 +1,5 @@
-"""Content hashes of files and frames: the one way the project names a video by its content.
-
-The engine keys its video and prefix caches by them; the Compare tab matches an upload to an
-example clip by them.
-"""
+"""Content hashes of files and frames: the one way the project names a video by its content (the engine's
+video and prefix caches, the Compare tab matching an upload to an example clip)."""
 
 from __future__ import annotations
 

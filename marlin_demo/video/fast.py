@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marlin_demo.settings import env_value
-from marlin_demo.video.decode import _check_complete, _positions, _rotation_k, _upright_chw, _video_stream
-from marlin_demo.video.info import Backend, VideoInfo, _short, _shown_packets, _undecodable
+from marlin_demo.video import av1
+from marlin_demo.video.decode import _check_complete, _needs, _open_stream, _rotation_k, _upright_chw
+from marlin_demo.video.info import Backend, VideoInfo, _packet_times, _short, _shown_packets, _undecodable
 from marlin_demo.video.sampling import SamplingPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -46,12 +49,9 @@ class _PacketIndex:
 
 def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
     """Scan packets (demux only). None when pts are missing or repeated: then frames are counted."""
-    import av
-
     pts: list[int] = []
     key_pts: list[int] = []
-    with av.open(path) as container:
-        stream = _video_stream(container, stream_index)
+    with _open_stream(path, stream_index) as (container, stream):
         tb = float(stream.time_base)
         for packet in _shown_packets(container, stream):
             if packet.pts is None:
@@ -67,10 +67,8 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
 
 
 def _nonref_rule(codec: Any) -> Callable[[Any], bool] | None:
-    """Which unplanned packets may be decoded with ``skip_frame=NONREF``; None: none.
-
-    HEVC: only the highest temporal sub-layer's (its count from hvcC byte 21, ISO/IEC 14496-15).
-    """
+    """Which unplanned packets may be decoded with ``skip_frame=NONREF`` (None: none); HEVC: only the
+    highest temporal sub-layer's, its count from hvcC byte 21 (docs/VIDEO_PREP.md)."""
     if codec.name not in FAST_SKIP_NONREF:
         return None
     if codec.name != "hevc":
@@ -144,21 +142,14 @@ def _decode_run(
     threads: int,
     on_frame: Callable[[int, Any], None],
 ) -> int:
-    """Decode from keyframe ``start`` to the last of ``want``; returns the pictures decoded.
-
-    Without a packet index the run starts at frame 0 and numbers frames by counting.
-    """
+    """Decode from keyframe ``start`` to the last of ``want``; the pictures decoded. Without a packet
+    index the run starts at frame 0 and numbers frames by counting."""
     import av
 
     todo = set(want)
     by_pts = None if index is None else {index.pts[i]: i for i in todo}
-    with av.open(path) as container:
-        stream = _video_stream(container, stream_index)
+    with _open_stream(path, stream_index, threaded=threads > 1) as (container, stream):
         codec = stream.codec_context
-        if threads > 1:
-            stream.thread_type = "AUTO"
-        else:
-            codec.thread_count = 1
         # the skip needs pts -> frame and a decoder that decodes each packet as it is sent
         skip = _nonref_rule(codec) if by_pts is not None and threads == 1 else None
         mode = codec.skip_frame
@@ -194,9 +185,6 @@ class _Av1Drop:
     """What of an AV1 packet a run decodes: all if planned, else what later frames reference."""
 
     def __init__(self, extradata: bytes | None) -> None:
-        from marlin_demo.video import av1
-
-        self._av1 = av1
         self.seq = av1.sequence_header_from_extradata(extradata)
 
     def needed_part(self, packet: Any, planned: dict[int, int]) -> Any | None:
@@ -204,10 +192,10 @@ class _Av1Drop:
         if packet.size == 0:
             return packet
         data = bytes(packet)
-        self.seq = self._av1.sequence_header_in(data) or self.seq  # a key frame may bring a new one
+        self.seq = av1.sequence_header_in(data) or self.seq  # a key frame may bring a new one
         if packet.pts is None or packet.pts in planned:
             return packet
-        cut = self._av1.unreferenced_from(data, self.seq)
+        cut = av1.unreferenced_from(data, self.seq)
         if cut is None:
             return packet
         if cut == 0:
@@ -225,55 +213,59 @@ def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _
     return None if index is not None and num_frames is not None and len(index.pts) != num_frames else index
 
 
+class _Collected:
+    """Planned frames of several plans, each converted once per size and stored at every (plan,
+    position) holding it, with its pts (s)."""
+
+    def __init__(self, plans: Sequence[SamplingPlan], index_lists: Sequence[list[int]]) -> None:
+        self.plans, self.need = plans, _needs(index_lists)
+        self.frames: list[list[Any]] = [[None] * len(ix) for ix in index_lists]
+        self.times: list[list[float]] = [[float("nan")] * len(ix) for ix in index_lists]
+        self.lock = threading.Lock()
+
+    def keeper(self) -> Callable[[int, Any], None]:
+        """One run's ``on_frame`` (``_decode_run``), with its own converters: swscale's are per thread."""
+        converters: dict[tuple[int, int], _FastConverter] = {}
+
+        def keep(idx: int, frame: Any) -> None:
+            t = float(frame.time) if frame.time is not None else float("nan")
+            small: dict[tuple[int, int], Any] = {}
+            for w, pos in self.need[idx]:
+                p = self.plans[w]
+                size = (p.height, p.width)
+                if size not in small:
+                    if size not in converters:
+                        converters[size] = _FastConverter(p)
+                    small[size] = converters[size](frame, idx)
+                with self.lock:
+                    self.frames[w][pos] = small[size]
+                    self.times[w][pos] = t
+
+        return keep
+
+
 def _decode_fast(
     path: str, plan: SamplingPlan, stream_index: int | None, num_frames: int | None = None
 ) -> tuple[torch.Tensor, list[float], int]:
-    """The planned frames, their pts (s) and the pictures decoded (docs/SPEED.md).
-
-    One single-threaded decoder per core spends ~20-30% less CPU than FFmpeg's frame threading.
-    """
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
+    """The planned frames, their pts (s) and the pictures decoded: one single-threaded decoder per core
+    spends less CPU than FFmpeg's frame threading (docs/SPEED.md, section 1)."""
     import torch
 
     index = _index_for(path, stream_index, num_frames)
-    positions = _positions(plan.indices)
-    out: list[Any] = [None] * len(plan.indices)
-    times: list[float] = [float("nan")] * len(plan.indices)
-    decoded = [0]  # pictures the decoders returned (wanted or not), summed over the runs
-    lock = threading.Lock()
-
-    def run(start: int, want: list[int], threads: int) -> None:
-        converter = _FastConverter(plan)  # one per run: swscale contexts are per thread
-
-        def keep(idx: int, frame: Any) -> None:
-            small = converter(frame, idx)
-            t = float(frame.time) if frame.time is not None else float("nan")
-            with lock:
-                for pos in positions[idx]:
-                    out[pos] = small
-                    times[pos] = t
-
-        count = _decode_run(path, stream_index, index, start, want, threads, keep)
-        with lock:
-            decoded[0] += count
-
-    wanted = sorted(positions)
+    got = _Collected([plan], [plan.indices])
+    wanted = sorted(got.need)
     workers = _fast_workers()
-    if index is None:
-        run(0, wanted, threads=workers)  # one decoder, frame-threaded, counting frames
+    if index is None:  # one decoder, frame-threaded, counting frames
+        decoded = _decode_run(path, stream_index, None, 0, wanted, workers, got.keeper())
     else:
         runs = _segments(index, wanted, workers)
-        if len(runs) == 1 or workers == 1:
-            for start, want in runs:
-                run(start, want, threads=1)
-        else:
-            with ThreadPoolExecutor(max_workers=min(workers, len(runs)), thread_name_prefix="decode") as pool:
-                for fut in [pool.submit(run, start, want, 1) for start, want in runs]:
-                    fut.result()
-    _check_complete(plan.indices, out)
-    return torch.stack(out), times, decoded[0]
+        with ThreadPoolExecutor(max_workers=min(workers, len(runs)), thread_name_prefix="decode") as pool:
+            futures = [
+                pool.submit(_decode_run, path, stream_index, index, *run, 1, got.keeper()) for run in runs
+            ]
+            decoded = sum(fut.result() for fut in futures)
+    _check_complete(plan.indices, got.frames[0])
+    return torch.stack(got.frames[0]), got.times[0], decoded
 
 
 class _FastConverter:
@@ -287,11 +279,8 @@ class _FastConverter:
         self.to_planar, self.to_packed, self.to_small = (VideoReformatter() for _ in range(3))
 
     def _full_size_rgb(self, frame: Any) -> Any:
-        """The frame in RGB at its stored size: planar where that equals packed rgb24, else packed.
-
-        Planar is ~1.3 ms a 1080p frame cheaper, but PyAV's swscale blackens the last columns of
-        some widths (854, 1366...) and rounds NV12 and 4:4:0 differently: hence the check.
-        """
+        """The frame in RGB at its stored size: planar (cheaper) where that equals packed rgb24, else packed:
+        swscale's planar blackens the last columns of some widths (854...) and rounds NV12 differently."""
         key = (frame.format.name, frame.width, frame.height)
         exact = _PLANAR_EXACT.get(key)
         if exact is None:
@@ -332,21 +321,10 @@ _PLANAR_EXACT: dict[tuple[str, int, int], bool] = {}
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
-    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone.
-
-    The benchmark and the tests check the fast path's frames against it.
-    """
-    import av
-
-    times: list[float] = []
-    with av.open(str(path)) as container:
-        stream = _video_stream(container, stream_index)
-        tb = float(stream.time_base)
-        for packet in _shown_packets(container, stream):
-            ts = packet.pts if packet.pts is not None else packet.dts
-            if ts is not None:
-                times.append(ts * tb)
-    return sorted(times)
+    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone: what the
+    benchmark and the tests check the fast path's frames against."""
+    with _open_stream(str(path), stream_index) as (container, stream):
+        return sorted(start for start, _ in _packet_times(container, stream))
 
 
 def fast_supported(info: VideoInfo) -> bool:
@@ -355,11 +333,7 @@ def fast_supported(info: VideoInfo) -> bool:
 
 
 def pick_backend(info: VideoInfo, plan: SamplingPlan) -> Backend:
-    """``auto``'s choice: fast wherever supported, measured faster on every 8-bit source.
-
-    ``plan`` stays in the signature so a size-dependent rule can come back without changing callers.
-    """
+    """``auto``'s choice: fast wherever supported, measured faster on every 8-bit source; ``plan`` stays
+    in the signature so a size-dependent rule can come back without changing callers."""
     del plan  # the measured rule does not depend on the plan's size
-    if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS:
-        return "fast"
-    return "reference"
+    return "fast" if fast_supported(info) and info.codec not in AUTO_REFERENCE_CODECS else "reference"

@@ -26,29 +26,29 @@ class VideoError(ValueError):
     """A user-facing problem with an uploaded video: one sentence, what is wrong and what is allowed."""
 
 
-_MAGIC: list[tuple[int, bytes, str]] = [
-    (0, b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (0, b"\xff\xd8\xff", "a JPEG image"),
-    (0, b"GIF87a", "a GIF image"),
-    (0, b"GIF89a", "a GIF image"),
-    (0, b"%PDF", "a PDF document"),
-    (0, b"PK\x03\x04", "a ZIP archive"),
-    (0, b"ID3", "MP3 audio"),
-    (0, b"fLaC", "FLAC audio"),
-    (0, b"OggS", "an Ogg file"),
-]
+#: a file's first bytes -> what it is
+_MAGIC = {
+    b"\x89PNG\r\n\x1a\n": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF87a": "a GIF image",
+    b"GIF89a": "a GIF image",
+    b"%PDF": "a PDF document",
+    b"PK\x03\x04": "a ZIP archive",
+    b"ID3": "MP3 audio",
+    b"fLaC": "FLAC audio",
+    b"OggS": "an Ogg file",
+}
+_RIFF = {b"WEBP": "a WebP image", b"WAVE": "WAV audio"}  # what a RIFF file holds (bytes 8-12)
 _IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif")
 
 
 def _sniff(head: bytes) -> str | None:
     """Name what a file looks like from its first bytes (None: nothing recognised)."""
-    for offset, magic, name in _MAGIC:
-        if head[offset : offset + len(magic)] == magic:
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic):
             return name
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "a WebP image"
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "WAV audio"
+    if head[:4] == b"RIFF" and head[8:12] in _RIFF:
+        return _RIFF[head[8:12]]
     if head[4:8] == b"ftyp" and head[8:12] in _IMAGE_BRANDS:
         return "a HEIC/AVIF image"
     if head[:2] == b"BM" and len(head) > 14 and head[6:10] == b"\x00\x00\x00\x00":
@@ -119,39 +119,12 @@ def _shown_packets(container: Any, stream: Any) -> Iterator[Any]:
             yield packet
 
 
-def _scan_packets(container: Any, stream: Any) -> tuple[int, float | None, float | None]:
-    """Count packets and find the pts range like torchcodec's exact scan (demux only, no decoding)."""
-    count = 0
-    begin: float | None = None
-    end: float | None = None
+def _packet_times(container: Any, stream: Any) -> list[tuple[float, float]]:
+    """(start, end) s of each shown packet with a timestamp (pts, else dts), as torchcodec's exact scan
+    counts them (demux only, no decoding)."""
     tb = float(stream.time_base)
-    for packet in _shown_packets(container, stream):
-        ts = packet.pts if packet.pts is not None else packet.dts
-        if ts is None:
-            continue
-        count += 1
-        start = ts * tb
-        stop = (ts + (packet.duration or 0)) * tb
-        begin = start if begin is None else min(begin, start)
-        end = stop if end is None else max(end, stop)
-    return count, begin, end
-
-
-def _looks_truncated(
-    scanned: int | None,
-    header_frames: int,
-    content_end: float | None,
-    header_duration: float | None,
-    fps: float,
-) -> bool:
-    """Fewer frames than the header counts, and the frames stop before the header's duration: a clip
-    trimmed without re-encoding also counts hidden frames, but its shown ones reach that duration."""
-    if scanned is None or header_frames <= 0 or scanned >= header_frames - 1:
-        return False
-    if content_end is None or not header_duration:
-        return True
-    slack = max(0.1, 2.0 / fps) if fps > 0 else 0.1  # two frames, or 0.1 s
-    return content_end < header_duration - slack
+    stamped = ((p, p.pts if p.pts is not None else p.dts) for p in _shown_packets(container, stream))
+    return [(ts * tb, (ts + (p.duration or 0)) * tb) for p, ts in stamped if ts is not None]
 
 
 def _container_name(path: Path, fmt: Any) -> str:
@@ -168,7 +141,7 @@ def _container_name(path: Path, fmt: Any) -> str:
 
 @dataclass
 class _Counts:
-    """Frames, rate and duration for sampling; the rest tells a cut-short file (``_looks_truncated``)."""
+    """Frames, rate and duration for sampling; the rest tells a cut-short file (``_check_counts``)."""
 
     num_frames: int
     fps: float
@@ -181,21 +154,17 @@ class _Counts:
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
-    """Read a file's video facts, or raise VideoError saying why it cannot be used.
-
-    Decodes the first frame so undecodable files fail here, not mid-request; counts come from
-    torchcodec's exact scan when available, because that is what qwen-vl-utils samples from.
-    """
+    """Read a file's video facts, or raise VideoError saying why it cannot be used. Decodes the first frame
+    so undecodable files fail here, not mid-request; counts come from torchcodec's exact scan when
+    available, because that is what qwen-vl-utils samples from."""
     p = Path(path)
     size, head, sniffed = _read_head(p)
-    container = _open_container(p, head, sniffed)
-    with container:
-        container_name = _container_name(p, container.format)
-        _reject_image_demuxer(container.format.name)
+    with _open_container(p, head, sniffed) as container:
+        demuxer = container.format.name  # an image or text past the sniffing opens with an image/tty one
+        if demuxer.endswith("_pipe") or demuxer in ("image2", "tty"):
+            raise _not_a_video("an image" if demuxer != "tty" else "a text file")
         videos, audio_streams = _video_streams(container)
-        tc_meta = _torchcodec_metadata(str(p))
-        stream, tc_meta = _pick_stream(container, videos, tc_meta)
-        stream_index = int(stream.index)  # read now: the stream is freed when the container closes
+        stream, tc_meta = _pick_stream(container, videos, _torchcodec_metadata(str(p)))
         ctx = stream.codec_context
         codec = getattr(ctx.codec, "canonical_name", None) or ctx.codec.name
         pix_fmt = ctx.pix_fmt
@@ -204,38 +173,35 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             bit_depth = max(c.bits for c in stream.format.components)
         width, height = int(ctx.width or 0), int(ctx.height or 0)  # as stored, before any decoding
         first = _first_frame(container, stream, codec)
-        tc_rotation = getattr(tc_meta, "rotation", None) if tc_meta is not None else None
-        rotation = round(
-            float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)
+        tc_rotation = getattr(tc_meta, "rotation", None)
+        rotation = (
+            round(float(tc_rotation if tc_rotation is not None else getattr(first, "rotation", 0) or 0)) % 360
         )
-        rotation %= 360
-        interlaced = bool(getattr(first, "interlaced_frame", False))
         width, height = width or first.width, height or first.height
         counts = _frame_counts(container, stream, tc_meta)
-
-    _check_counts(counts)
-    swap = rotation in (90, 270)
-    return VideoInfo(
-        path=str(p),
-        size_bytes=size,
-        container=container_name,
-        duration_s=counts.duration,
-        fps=counts.fps,
-        num_frames=counts.num_frames,
-        width=width,
-        height=height,
-        display_width=height if swap else width,
-        display_height=width if swap else height,
-        rotation=rotation,
-        codec=codec,
-        pix_fmt=pix_fmt,
-        bit_depth=bit_depth,
-        interlaced=interlaced,
-        audio_streams=audio_streams,
-        video_streams=len(videos),
-        stream_index=stream_index,
-        metadata_source=counts.source,
-    )
+        _check_counts(counts)
+        swap = rotation in (90, 270)
+        return VideoInfo(
+            path=str(p),
+            size_bytes=size,
+            container=_container_name(p, container.format),
+            duration_s=counts.duration,
+            fps=counts.fps,
+            num_frames=counts.num_frames,
+            width=width,
+            height=height,
+            display_width=height if swap else width,
+            display_height=width if swap else height,
+            rotation=rotation,
+            codec=codec,
+            pix_fmt=pix_fmt,
+            bit_depth=bit_depth,
+            interlaced=bool(getattr(first, "interlaced_frame", False)),
+            audio_streams=audio_streams,
+            video_streams=len(videos),
+            stream_index=int(stream.index),
+            metadata_source=counts.source,
+        )
 
 
 def _read_head(p: Path) -> tuple[int, bytes, str | None]:
@@ -249,9 +215,7 @@ def _read_head(p: Path) -> tuple[int, bytes, str | None]:
     with p.open("rb") as fh:
         head = fh.read(4096)
     sniffed = _sniff(head)
-    if sniffed is not None and (
-        "image" in sniffed or "text" in sniffed or "PDF" in sniffed or "ZIP" in sniffed
-    ):
+    if sniffed is not None and any(kind in sniffed for kind in ("image", "text", "PDF", "ZIP")):
         raise _not_a_video(sniffed)
     return size, head, sniffed
 
@@ -268,12 +232,6 @@ def _open_container(p: Path, head: bytes, sniffed: str | None) -> Any:
         if _looks_like_video_container(head):
             raise _undecodable("the file looks truncated or damaged") from exc
         raise _not_a_video(sniffed) from exc
-
-
-def _reject_image_demuxer(fmt_name: str) -> None:
-    """An image or text that got past the sniffing still opens with an image/tty demuxer: refuse it."""
-    if fmt_name.endswith("_pipe") or fmt_name in ("image2", "tty"):
-        raise _not_a_video("an image" if fmt_name != "tty" else "a text file")
 
 
 def _video_streams(container: Any) -> tuple[list[Any], int]:
@@ -294,19 +252,14 @@ def _video_streams(container: Any) -> tuple[list[Any], int]:
 def _pick_stream(container: Any, videos: list[Any], tc_meta: Any) -> tuple[Any, Any]:
     """The stream torchcodec reads, else FFmpeg's best, else the first; and torchcodec's metadata,
     dropped when torchcodec chose a stream not counted as video here (cover art)."""
-    stream: Any = None
-    if tc_meta is not None:
-        stream = next((s for s in videos if s.index == tc_meta.stream_index), None)
-        if stream is None:  # torchcodec chose a stream we do not count as video: trust PyAV alone
-            tc_meta = None
-    if stream is None:
-        try:
-            stream = container.streams.best("video")
-        except Exception:
-            stream = None
-        if stream is None or stream not in videos:
-            stream = videos[0]
-    return stream, tc_meta
+    stream = next((s for s in videos if tc_meta is not None and s.index == tc_meta.stream_index), None)
+    if stream is not None:
+        return stream, tc_meta
+    try:  # no torchcodec, or it chose a stream we do not count as video: trust PyAV alone
+        best = container.streams.best("video")
+    except Exception:
+        best = None
+    return (best if best in videos else videos[0]), None
 
 
 def _first_frame(container: Any, stream: Any, codec: str) -> Any:
@@ -350,9 +303,11 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
     container_duration = container.duration / 1e6 if container.duration else None
     try:
         container.seek(0)
-        scanned, begin, end = _scan_packets(container, stream)
+        times = _packet_times(container, stream)
     except av.error.FFmpegError as exc:
         raise _undecodable(f"reading packets failed: {_short(exc)}") from exc
+    scanned = len(times)
+    begin, end = min((t[0] for t in times), default=None), max((t[1] for t in times), default=None)
     if begin is not None and end is not None and end > begin:
         duration = end - begin
     else:
@@ -362,8 +317,13 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
 
 
 def _check_counts(c: _Counts) -> None:
-    """Refuse a file cut short, and one where nothing was found to sample."""
-    if _looks_truncated(c.scanned, c.header_frames, c.content_end, c.header_duration, c.fps):
+    """Refuse a file cut short, and one where nothing was found to sample. Cut short: fewer frames than the
+    header counts, and they stop before the header's duration (a clip trimmed without re-encoding also
+    counts hidden frames, but its shown ones reach that duration)."""
+    fewer = c.scanned is not None and c.header_frames > 0 and c.scanned < c.header_frames - 1
+    slack = max(0.1, 2.0 / c.fps) if c.fps > 0 else 0.1  # two frames, or 0.1 s
+    early = c.content_end is None or not c.header_duration or c.content_end < c.header_duration - slack
+    if fewer and early:
         raise _undecodable(f"the file looks truncated: {c.scanned} of {c.header_frames} frames are present")
     if c.num_frames <= 0 or c.duration <= 0 or c.fps <= 0:
         raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
@@ -396,10 +356,9 @@ def validate(path: str | os.PathLike[str], limits: Limits = Limits()) -> VideoIn
             raise VideoError(f"The file is {size_mb:.1f} MB; at most {limits.max_file_mb:g} MB is allowed.")
     info = probe(p)
     check_duration(info, limits)
-    long_side, short_side = max(info.width, info.height), min(info.width, info.height)
-    if long_side > max(limits.max_width, limits.max_height) or short_side > min(
-        limits.max_width, limits.max_height
-    ):
+    short, long = sorted((info.width, info.height))  # either orientation
+    short_max, long_max = sorted((limits.max_width, limits.max_height))
+    if short > short_max or long > long_max:
         raise VideoError(
             f"The video is {info.display_width}x{info.display_height}; "
             f"at most {limits.max_width}x{limits.max_height} (either orientation) is allowed."

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import VideoParams
-from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _resize
+from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _metadata, _resize
 from marlin_demo.video.fast import _decode_fast, fast_supported, pick_backend
 from marlin_demo.video.info import (
     BACKENDS,
@@ -27,35 +27,21 @@ from marlin_demo.video.sampling import SamplingPlan, plan_sampling
 log = logging.getLogger(__name__)
 
 
-def _metadata(plan: SamplingPlan, backend: str) -> dict[str, Any]:
-    """The metadata dict qwen-vl-utils returns for ``plan``, plus the decoder that made the frames."""
-    return {
-        "fps": plan.source_fps,
-        "frames_indices": list(plan.indices),
-        "total_num_frames": plan.total_frames,
-        "video_backend": backend,
-    }
-
-
 def sample(
     path: str | os.PathLike[str],
     plan: SamplingPlan,
     backend: Backend = "reference",
     info: VideoInfo | None = None,
 ) -> PreparedVideo:
-    """Decode the planned frames once and resize them exactly as qwen-vl-utils does.
-
-    ``reference``: torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same
-    plan, pixels slightly different, the reference on failure. ``metadata["video_backend"]`` says
-    which ran.
-    """
+    """Decode the planned frames once and resize them exactly as qwen-vl-utils does. ``reference``:
+    torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same plan, pixels slightly
+    different, the reference on failure; ``metadata["video_backend"]`` says which ran."""
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be 'auto', 'reference', 'torchcodec', 'pyav' or 'fast', not {backend!r}"
         )
     p = str(Path(path))
-    if info is None:
-        info = probe(p)
+    info = info or probe(p)
     if backend == "auto":  # the per-clip choice, as MARLIN_VIDEO_BACKEND=auto means
         backend = pick_backend(info, plan)
     t0 = time.perf_counter()
@@ -67,41 +53,30 @@ def sample(
         except Exception as exc:  # e.g. an odd stream PyAV numbers differently: use the reference
             log.warning("fast video decode failed on %s (%s); using the reference decoder", p, _short(exc))
         else:
+            decode_s, meta = time.perf_counter() - t0, _metadata(plan, "fast")
             return PreparedVideo(
-                frames=fast_frames,
-                metadata=_metadata(plan, "fast"),
-                plan=plan,
-                info=info,
-                decode_s=time.perf_counter() - t0,
-                frame_pts=pts,
-                frames_decoded=n_decoded,
+                fast_frames, meta, plan, info, decode_s, frame_pts=pts, frames_decoded=n_decoded
             )
         backend = "reference"
     frames: Any = None
-    used = backend
     if backend == "reference" and info.metadata_source != "torchcodec":
         backend = "pyav"  # torchcodec could not open it at probe time; the plan counts frames as PyAV does
     if backend in ("reference", "torchcodec"):
         try:
             frames = _decode_torchcodec(p, plan.indices)
-            used = "torchcodec"
         except Exception as exc:
             if backend == "torchcodec":
                 raise _undecodable(f"torchcodec failed: {_short(exc)}") from exc
-            frames = None
+    used = "pyav" if frames is None else "torchcodec"
     if frames is None:
         frames = _decode_pyav(p, plan.indices, info.stream_index)
-        used = "pyav"
     if tuple(frames.shape[-2:]) != (plan.source_height, plan.source_width) and plan.source_height:
         raise VideoError(
             f"The decoded frames are {frames.shape[-1]}x{frames.shape[-2]} but the plan expected "
             f"{plan.source_width}x{plan.source_height}: the file changed between probe and decode."
         )
     frames = _resize(frames, plan.height, plan.width)
-    decode_s = time.perf_counter() - t0
-    return PreparedVideo(
-        frames=frames, metadata=_metadata(plan, used), plan=plan, info=info, decode_s=decode_s
-    )
+    return PreparedVideo(frames, _metadata(plan, used), plan, info, time.perf_counter() - t0)
 
 
 def prepare(

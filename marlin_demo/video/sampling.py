@@ -9,20 +9,6 @@ from marlin_demo.results import SamplingPlan
 from marlin_demo.video.info import TEMPORAL_PATCH_SIZE, VideoError, VideoInfo
 
 
-def _qwen_element(params: VideoParams, start_s: float | None, end_s: float | None) -> dict[str, Any]:
-    ele: dict[str, Any] = {
-        "fps": params.fps,
-        "max_frames": params.max_frames,
-        "min_frames": params.min_frames,
-        "max_pixels": params.max_pixels,
-    }
-    if start_s is not None:
-        ele["video_start"] = start_s
-    if end_s is not None:
-        ele["video_end"] = end_s
-    return ele
-
-
 def plan_sampling(
     info: VideoInfo,
     params: VideoParams | None = None,
@@ -37,7 +23,14 @@ def plan_sampling(
     params = params or VideoParams()
     if info.num_frames <= 0 or info.fps <= 0:
         raise VideoError("The video has zero duration (no frames were found): upload a clip with frames.")
-    ele = _qwen_element(params, start_s, end_s)
+    ele: dict[str, Any] = {
+        "fps": params.fps,
+        "max_frames": params.max_frames,
+        "min_frames": params.min_frames,
+        "max_pixels": params.max_pixels,
+        "video_start": start_s,  # None reads as a missing key: the whole video
+        "video_end": end_s,
+    }
     try:
         start_frame, end_frame, total = vp.calculate_video_frame_range(ele, info.num_frames, info.fps)
     except ValueError as exc:
@@ -70,12 +63,7 @@ def plan_sampling(
         raise VideoError(
             f"The video is {src_w}x{src_h}; its aspect ratio must be below {vp.MAX_RATIO}:1."
         ) from exc
-    merge = params.merge_size
-    tokens = (
-        (nframes // TEMPORAL_PATCH_SIZE)
-        * (height // (params.patch_size * merge))
-        * (width // (params.patch_size * merge))
-    )
+    tokens = (nframes // TEMPORAL_PATCH_SIZE) * (height // params.factor) * (width // params.factor)
     return SamplingPlan(
         indices=indices,
         timestamps=[i / info.fps for i in indices],

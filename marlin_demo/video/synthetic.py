@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from marlin_demo import contract
-from marlin_demo.video.decode import PreparedVideo, _resize
+from marlin_demo.video.decode import PreparedVideo, _metadata, _resize
 from marlin_demo.video.info import VideoInfo
 from marlin_demo.video.sampling import plan_sampling
 
@@ -30,8 +30,6 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
         display_height=height,
         rotation=0,
         codec="synthetic",
-        audio_streams=0,
-        video_streams=1,
     )
     plan = plan_sampling(info, contract.VideoParams())
     frames = np.zeros((plan.nframes, 3, height, width), dtype=np.uint8)
@@ -41,13 +39,7 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
         frames[k, 0] = 40
         frames[k, :, height // 2 - side // 2 : height // 2 + side // 2, x : x + side] = 220
     resized = _resize(torch.from_numpy(frames), plan.height, plan.width)
-    meta = {
-        "fps": fps,
-        "frames_indices": plan.indices,
-        "total_num_frames": total,
-        "video_backend": "synthetic",
-    }
-    return PreparedVideo(frames=resized, metadata=meta, plan=plan, info=info)
+    return PreparedVideo(frames=resized, metadata=_metadata(plan, "synthetic"), plan=plan, info=info)
 
 
 def full_window_clip(params: contract.VideoParams | None = None) -> PreparedVideo:

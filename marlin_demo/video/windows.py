@@ -1,13 +1,10 @@
-"""Windows on the source file: each window sampled as if cut as its own file; one-pass decoding.
-
-A window [s, e) holds the source frames i with s <= i / fps < e (``plan_sampling``'s timestamps).
-Its plan is ``plan_sampling`` on the window cut as a file (n frames at the same fps): local index j
-is source index i0 + j, and ``offset_s = i0 / fps`` maps its times back (``windows.map_*``).
-"""
+"""Windows on the source file: each window sampled as if cut as its own file (source frames i with
+s <= i / fps < e), all decoded in one pass (docs/LONG_VIDEOS.md, "Windows on the source file")."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -17,18 +14,17 @@ from typing import Any
 from marlin_demo.contract import VideoParams
 from marlin_demo.results import Window
 from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, plan_sampling
-from marlin_demo.video.decode import _check_complete, _resize, _rotation_k, _upright_chw, _video_stream
+from marlin_demo.video.decode import _check_complete, _metadata, _needs, _resize, _scan_frames
 from marlin_demo.video.fast import (
+    _Collected,
     _decode_run,
     _fast_workers,
-    _FastConverter,
     _index_for,
     _segments,
     fast_supported,
     pick_backend,
 )
 from marlin_demo.video.info import Backend, _short
-from marlin_demo.video.pipeline import _metadata
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +63,7 @@ def plan_window(info: VideoInfo, window: Window, params: VideoParams | None = No
     """The window's sampling plan, equal to qwen-vl-utils' plan on the window cut as its own file."""
     i0, n = window_frames(info, window)
     local = dataclasses.replace(info, num_frames=n, duration_s=n / info.fps)
-    return WindowPlan(
-        window=window,
-        first_frame=i0,
-        num_frames=n,
-        info=local,
-        plan=plan_sampling(local, params),
-        source_frames=info.num_frames,
-    )
+    return WindowPlan(window, i0, n, local, plan_sampling(local, params), source_frames=info.num_frames)
 
 
 def window_backend(plans: Sequence[WindowPlan], backend: Backend = "auto") -> str:
@@ -90,13 +79,10 @@ def window_backend(plans: Sequence[WindowPlan], backend: Backend = "auto") -> st
 def decode_windows(
     path: str, plans: Sequence[WindowPlan], backend: Backend = "auto"
 ) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
-    """One scan of the source for every window; yields (plan, frames, pictures decoded so far) per window.
-
-    Each picture is decoded at most once however the windows overlap, and each window is yielded
-    as soon as its last planned frame is in, so the model starts while the rest decode. ``backend``
-    as ``video.sample``; if the fast path cannot index the file or fails, the reference PyAV scan
-    serves the windows not yet handed out.
-    """
+    """One scan of the source for every window, each picture decoded at most once (docs/VIDEO_PREP.md);
+    yields (plan, frames, pictures decoded so far) as soon as a window's last planned frame is in, so the
+    model starts while the rest decode. ``backend`` as ``video.sample``; if the fast path cannot index the
+    file or fails, the reference PyAV scan serves the windows not yet handed out."""
     if not plans:
         return
     done = 0
@@ -110,9 +96,7 @@ def decode_windows(
                 return
         except Exception as exc:  # e.g. a seek that misses on an odd file: the scan is the fallback
             log.warning("fast window decode failed on %s (%s); scanning with PyAV", path, _short(exc))
-    for k, item in enumerate(_decode_windows_scan(path, plans)):
-        if k >= done:  # windows already handed out are not handed out again
-            yield item
+    yield from itertools.islice(_decode_windows_scan(path, plans), done, None)  # none handed out twice
 
 
 def _source_frames(plans: Sequence[WindowPlan]) -> int:
@@ -122,30 +106,20 @@ def _source_frames(plans: Sequence[WindowPlan]) -> int:
     return known or max(wp.first_frame + wp.num_frames for wp in plans)
 
 
-def _needs(plans: Sequence[WindowPlan]) -> dict[int, list[tuple[int, int]]]:
-    """Source frame index -> the (window, position) pairs that hold it."""
-    need: dict[int, list[tuple[int, int]]] = {}
-    for w, wp in enumerate(plans):
-        for pos, idx in enumerate(wp.source_indices):
-            need.setdefault(idx, []).append((w, pos))
-    return need
-
-
 def _window_result(
     wp: WindowPlan, frames: list[Any], backend: str, decoded: int, pts: list[float] | None
 ) -> PreparedVideo:
+    """The window's frames as ``video.sample`` returns them; the "truncated" error if one is missing."""
     import torch
 
+    _check_complete(wp.plan.indices, frames)
     meta = _metadata(wp.plan, backend)
     return PreparedVideo(torch.stack(frames), meta, wp.plan, wp.info, frames_decoded=decoded, frame_pts=pts)
 
 
 def _window_groups(index: Any, wanted: list[int], lasts: list[int]) -> list[list[int]]:
-    """The wanted frames (sorted) grouped by the first window that needs them, in time order.
-
-    A group runs to the end of the GOP holding its window's last planned frame (the next
-    keyframe), so no GOP is split between groups: each picture is still decoded once.
-    """
+    """The wanted frames (sorted) grouped by the first window that needs them, in time order; a group
+    runs to the end of its window's last GOP, so no GOP is split and each picture is decoded once."""
     import bisect
 
     keys = index.keyframes
@@ -167,52 +141,31 @@ def _decode_windows_fast(
     path: str, plans: Sequence[WindowPlan], index: Any
 ) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
     """Fast path for windows: the union of planned frames split into keyframe runs, decoded in parallel."""
-    import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    need = _needs(plans)
-    outs: list[list[Any]] = [[None] * len(wp.plan.indices) for wp in plans]
-    times: list[list[float]] = [[float("nan")] * len(wp.plan.indices) for wp in plans]
-    lock = threading.Lock()
+    got = _Collected([wp.plan for wp in plans], [wp.source_indices for wp in plans])
     stream_index = plans[0].info.stream_index
     workers = _fast_workers()
     last = [max(wp.source_indices) for wp in plans]
     # each window's new frames split across the workers, in time order, so that window 1 is
     # decoded by every worker at once and is ready first (the model starts on it meanwhile)
     runs = [
-        run for group in _window_groups(index, sorted(need), last) for run in _segments(index, group, workers)
+        run
+        for group in _window_groups(index, sorted(got.need), last)
+        for run in _segments(index, group, workers)
     ]
-
-    def run(start: int, want: list[int]) -> int:
-        converters: dict[tuple[int, int], _FastConverter] = {}  # per run: swscale contexts are per thread
-
-        def keep(idx: int, frame: Any) -> None:
-            t = float(frame.time) if frame.time is not None else float("nan")
-            small: dict[tuple[int, int], Any] = {}
-            for w, pos in need[idx]:
-                p = plans[w].plan
-                size = (p.height, p.width)
-                if size not in small:
-                    if size not in converters:
-                        converters[size] = _FastConverter(p)
-                    small[size] = converters[size](frame, idx)
-                with lock:
-                    outs[w][pos] = small[size]
-                    times[w][pos] = t
-
-        return _decode_run(path, stream_index, index, start, want, 1, keep)
-
-    nxt = 0
-    decoded = 0
+    nxt = decoded = 0
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs))), thread_name_prefix="decode-win")
     try:
-        futures = [(max(want), pool.submit(run, start, want)) for start, want in runs]
+        futures = [
+            (max(want), pool.submit(_decode_run, path, stream_index, index, start, want, 1, got.keeper()))
+            for start, want in runs
+        ]
         for done_upto, fut in futures:  # in time order: every frame <= done_upto is in
             decoded += fut.result()
             while nxt < len(plans) and last[nxt] <= done_upto:
-                _check_complete(plans[nxt].plan.indices, outs[nxt])
-                pv = _window_result(plans[nxt], outs[nxt], "fast", decoded, times[nxt])
-                outs[nxt] = []
+                pv = _window_result(plans[nxt], got.frames[nxt], "fast", decoded, got.times[nxt])
+                got.frames[nxt] = []
                 yield plans[nxt], pv, decoded
                 nxt += 1
     finally:
@@ -225,34 +178,22 @@ def _decode_windows_scan(
     path: str, plans: Sequence[WindowPlan]
 ) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
     """One sequential PyAV scan (frame-threaded), frames converted and resized as the reference PyAV path."""
-    import av
-
-    need = _needs(plans)
+    need = _needs([wp.source_indices for wp in plans])
     outs: list[list[Any]] = [[None] * len(wp.plan.indices) for wp in plans]
     last = [max(wp.source_indices) for wp in plans]
-    nxt = 0
-    n = -1
-    with av.open(path) as container:
-        stream = _video_stream(container, plans[0].info.stream_index)
-        stream.thread_type = "AUTO"
-        for frame in container.decode(stream):
-            n += 1
-            if n in need:
-                chw = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame))
-                resized: dict[tuple[int, int], Any] = {}
-                for w, pos in need[n]:
-                    p = plans[w].plan
-                    size = (p.height, p.width)
-                    if size not in resized:
-                        resized[size] = _resize(chw, p.height, p.width)
-                    outs[w][pos] = resized[size]
-            while nxt < len(plans) and n >= last[nxt]:
-                yield plans[nxt], _window_result(plans[nxt], outs[nxt], "pyav", n + 1, None), n + 1
-                outs[nxt] = []
-                nxt += 1
-            if nxt == len(plans):
-                return
-    if nxt < len(plans):
-        raise ValueError(
-            f"the video ended after {n + 1} frames, before window {nxt + 1}'s last planned frame."
-        )
+    nxt, n = 0, -1
+    for n, chw in _scan_frames(path, plans[0].info.stream_index, need):
+        resized: dict[tuple[int, int], Any] = {}
+        for w, pos in need.get(n, ()):
+            p = plans[w].plan
+            size = (p.height, p.width)
+            if size not in resized:
+                resized[size] = _resize(chw, p.height, p.width)
+            outs[w][pos] = resized[size]
+        while nxt < len(plans) and n >= last[nxt]:
+            yield plans[nxt], _window_result(plans[nxt], outs[nxt], "pyav", n + 1, None), n + 1
+            outs[nxt] = []
+            nxt += 1
+        if nxt == len(plans):
+            return
+    raise ValueError(f"the video ended after {n + 1} frames, before window {nxt + 1}'s last planned frame.")
