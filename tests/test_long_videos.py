@@ -332,7 +332,7 @@ def test_cli_json_keys_on_a_long_video(
     assert code == 0, out.err[-2000:]
     d = json.loads(out.out)  # stdout holds the JSON and nothing else
     assert {"span", "moments", "raw"} <= set(d)
-    assert d["raw"].count("[window ") == len(policy.find_windows(duration, 6.0, 0.0, None)) == 2
+    assert d["raw"].count("[window ") == len(policy.plan_windows(duration, 6.0, 0.0)) == 2
     assert all(set(m) == {"start", "end", "score"} for m in d["moments"])
     assert "window 1 of" not in out.err  # --json: no progress lines
 

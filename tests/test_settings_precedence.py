@@ -77,16 +77,17 @@ def test_default_limits_agree_with_the_window_limit() -> None:
     from marlin_demo.service import space
 
     for s in (settings_mod.from_env({}), settings_mod.from_env({"SPACE_ID": "owner/space"})):
-        policy.caption_windows(s.max_duration_s, s.caption_window_s, s.max_windows)  # raises when over
-        policy.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, s.max_windows)
+        # each raises when over
+        policy.plan_windows(s.max_duration_s, s.caption_window_s, 0.0, max_windows=s.max_windows)
+        policy.plan_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, max_windows=s.max_windows)
     s = settings_mod.Settings()
     assert (
-        len(policy.find_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s, None))
-        == s.max_windows
-        == 72
+        len(policy.plan_windows(s.max_duration_s, s.find_window_s, s.find_overlap_s)) == s.max_windows == 72
     )
     with pytest.raises(policy.WindowLimitError, match=r"needs 73 windows .* at most 72 windows are allowed"):
-        policy.find_windows(s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, s.max_windows)
+        policy.plan_windows(
+            s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, max_windows=s.max_windows
+        )
     # the GPU slot asked on ZeroGPU grows with the windows a long video needs, within the cap
     assert space.estimate_gpu_seconds(30, s, task="find") < space.estimate_gpu_seconds(600, s, task="find")
     each = space.call_seconds("caption", s)  # one call per window, each within a call's cap

@@ -36,7 +36,7 @@ D = Settings()  # the window defaults live in the settings alone
 def caption_windows(
     duration: float, length: float = D.caption_window_s, max_windows: int | None = D.max_windows
 ):
-    return policy.caption_windows(duration, length, max_windows)
+    return policy.plan_windows(duration, length, 0.0, max_windows=max_windows)
 
 
 def find_windows(
@@ -45,7 +45,7 @@ def find_windows(
     overlap: float = D.find_overlap_s,
     max_windows: int | None = D.max_windows,
 ):
-    return policy.find_windows(duration, length, overlap, max_windows)
+    return policy.plan_windows(duration, length, overlap, max_windows=max_windows)
 
 
 def _b(ws: list[Window]) -> list[tuple[float, float]]:

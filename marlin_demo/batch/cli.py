@@ -18,15 +18,14 @@ from marlin_demo.tasks import TASKS
 SETTINGS_FLAGS = settings_mod.flags_for("batch")
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from marlin_demo.batch.rows import run_local
     from marlin_demo.batch.writer import BatchError, ResultsWriter
+    from marlin_demo.engine import Engine
     from marlin_demo.library.inputs import InputError, collect
+    from marlin_demo.models import ModelLoadError
     from marlin_demo.models.fingerprint import fingerprint
     from marlin_demo.service.startup import check_limits
 
@@ -35,8 +34,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(f"error: {need}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        settings = settings_mod.from_args(args)
-        settings = check_limits(settings)
+        settings = check_limits(settings_mod.from_args(args))
         items = collect(args.input, args.task, args.query)
         fp = fingerprint(settings, "")
         fp.pop("data_digest", None)  # the inputs may grow between runs: only new items run
@@ -52,7 +50,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print("error: --workers must be at least 1.", file=sys.stderr)
         return EXIT_BAD_INPUT
     mode = "local" if args.ray is None else "ray"
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops as Ctrl-C does
     done = len(items) - len(pending)
     bar = tqdm(
         total=len(items), initial=done, unit="video", desc=args.task, file=sys.stderr, dynamic_ncols=True
@@ -61,7 +59,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
         if pending:
             with contextlib.redirect_stdout(sys.stderr):
                 if args.ray is None:
-                    _local(settings, pending, args, writer, bar)
+                    engine = Engine(settings)
+                    try:
+                        engine.load(args.variant)
+                    except ModelLoadError as exc:
+                        print(f"error: {exc}", file=sys.stderr)
+                        return EXIT_FAILED
+                    run_local(engine, pending, args.task, args.variant, writer, bar)
                 else:
                     from marlin_demo.batch.ray_runner import run_ray
 
@@ -70,9 +74,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
                     run_ray(
                         settings, pending, args.task, args.variant, writer, bar, address, args.workers, gpus
                     )
-    except _LoadFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     finally:
         bar.close()
         summary = writer.finish(items, mode, args.workers if args.ray is not None else 1)
@@ -81,23 +82,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
         f"{summary['error']} failed, {summary['pending']} pending (summary.json)"
     )
     return EXIT_OK
-
-
-class _LoadFailed(RuntimeError):
-    pass
-
-
-def _local(settings: Any, pending: list[Any], args: argparse.Namespace, writer: Any, bar: Any) -> None:
-    from marlin_demo.batch.rows import run_local
-    from marlin_demo.engine import Engine
-    from marlin_demo.models import ModelLoadError
-
-    engine = Engine(settings)
-    try:
-        engine.load(args.variant)
-    except ModelLoadError as exc:
-        raise _LoadFailed(str(exc)) from None
-    run_local(engine, pending, args.task, args.variant, writer, bar)
 
 
 def register(subparsers: Any) -> None:

@@ -1,11 +1,9 @@
-"""The same rows on Ray Data: a dataset of items, an actor pool of ``BatchWorker`` (one loaded variant each).
-
-The runtime and the pool are ``library.cluster``'s (``index --ray`` uses the same); this module holds
-batch's worker and writes each row through the local writer.
-"""
+"""The same rows on Ray Data: an actor pool of ``BatchWorker`` (one loaded variant each) on the runtime
+and pool of ``library.cluster`` (``index --ray`` uses the same), each row written by the local writer."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -27,25 +25,15 @@ class BatchWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        rows = []
-        for i in range(len(batch["id"])):
-            q = batch["query"][i]
-            item = Item(
-                id=str(batch["id"][i]),
-                video=str(batch["video"][i]),
-                path=str(batch["path"][i]),
-                query=None if q is None or q != q else str(q),
-                start=_seconds(batch["start"][i]) if "start" in batch else None,
-                end=_seconds(batch["end"][i]) if "end" in batch else None,
+        # each item crosses as JSON text, as its row comes back: Arrow never retypes a missing query or end
+        rows = [
+            json.dumps(
+                run_item(self.engine, Item(**json.loads(str(text))), self.task, self.variant),
+                ensure_ascii=False,
             )
-            # JSON text, so Arrow never retypes the nested result: the driver writes it unchanged
-            rows.append(json.dumps(run_item(self.engine, item, self.task, self.variant), ensure_ascii=False))
+            for text in batch["item"]
+        ]
         return {"row": np.array(rows, dtype=object)}
-
-
-def _seconds(value: Any) -> float | None:
-    """A range end as Arrow hands it back (None or NaN: not given)."""
-    return None if value is None or value != value else float(value)
 
 
 def run_ray(
@@ -59,10 +47,7 @@ def run_ray(
     workers: int,
     gpus_per_worker: float | None,
 ) -> None:
-    records = [
-        {"id": i.id, "video": i.video, "path": i.path, "query": i.query, "start": i.start, "end": i.end}
-        for i in items
-    ]
+    records = [{"item": json.dumps(dataclasses.asdict(i))} for i in items]
     kwargs = {"settings": settings, "task": task, "variant": variant}
     for row in rows_on_ray(BatchWorker, kwargs, records, address, workers, gpus_per_worker):
         record(row, writer, bar)

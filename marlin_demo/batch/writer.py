@@ -1,7 +1,5 @@
-"""``OUT/results.jsonl`` (append + flush + fsync per row), sidecars, run.json and summary.json.
-
-Both the local loop and the Ray driver write through ``ResultsWriter``, so the rows are the same.
-"""
+"""``OUT/results.jsonl`` (append + flush + fsync per row), sidecars, run.json and summary.json: the local
+loop and the Ray driver both write through ``ResultsWriter``, so the rows are the same."""
 
 from __future__ import annotations
 
@@ -105,17 +103,14 @@ class ResultsWriter:
 
     def pending(self, items: list[Any]) -> list[Any]:
         """Items without a row; a row whose id now names another video is a mismatch."""
-        out = []
         for item in items:
             row = self.done.get(item.id)
-            if row is None:
-                out.append(item)
-            elif row.get("video") != item.video:
+            if row is not None and row.get("video") != item.video:
                 raise BatchError(
                     f"{RESULTS_FILE} row {item.id!r} is for {row.get('video')}, not {item.video}: "
                     "use a new --out, or --fresh to start over there."
                 )
-        return out
+        return [item for item in items if item.id not in self.done]
 
     def write(self, row: dict[str, Any]) -> None:
         path = self.out / RESULTS_FILE

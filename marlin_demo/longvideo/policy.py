@@ -1,9 +1,5 @@
-"""Long videos: the window plan (``plan_for``) and the time ranges asked about. Each answer type maps its
-windows' answers to the video's time and merges them (``tasks``).
-
-Pure Python (no torch), so the service, runner, UI, ZeroGPU estimate and bench share one set of rules
-(docs/LONG_VIDEOS.md). Window lengths, overlap and limit are settings, never constants here.
-"""
+"""Long videos: the window plan (``plan_for``) and the time ranges asked about. Pure Python (no torch),
+so the service, runner, UI, ZeroGPU estimate and bench share one set of rules (docs/LONG_VIDEOS.md)."""
 
 from __future__ import annotations
 
@@ -56,16 +52,6 @@ def plan_windows(
     return [Window(i, round(s, 6), round(e, 6)) for i, (s, e) in enumerate(bounds)]
 
 
-def caption_windows(duration: float, length: float, max_windows: int | None) -> list[Window]:
-    """Caption windows: no overlap (an event is described once; a cut one is joined by merge_captions)."""
-    return plan_windows(duration, length, 0.0, max_windows=max_windows)
-
-
-def find_windows(duration: float, length: float, overlap: float, max_windows: int | None) -> list[Window]:
-    """Find windows: overlapping, so a short event on a boundary is seen whole by one window."""
-    return plan_windows(duration, length, overlap, max_windows=max_windows)
-
-
 def plan_for(task: str | Task, duration: float, settings: Settings, *, limit: bool = True) -> list[Window]:
     """The windows ``task`` answers a video of ``duration`` s in (one: answered whole); too many is a
     ``WindowLimitError`` unless ``limit=False`` (sizing a request that is refused anyway)."""
@@ -73,9 +59,7 @@ def plan_for(task: str | Task, duration: float, settings: Settings, *, limit: bo
     return plan_windows(duration, length, overlap, max_windows=settings.max_windows if limit else None)
 
 
-# ---------------------------------------------------------------------------
-# A time range: part of a video, answered as if cut as its own file, on the video's timeline
-# ---------------------------------------------------------------------------
+# ----------------- a time range: part of a video, answered as if cut as its own file, on the video's timeline
 
 #: the shortest range asked about (a second holds Marlin's minimum of 4 frames at any usual frame rate)
 MIN_RANGE_S = 1.0

@@ -1,9 +1,5 @@
-"""Every request's windows above the engine: each answered by ``Engine.run``, shifted to the video's
-timeline and merged into one result (a short video is one whole-clip window, answered as it is).
-
-The pure rules are ``policy``'s; this module runs one request's windows in order, each under its own
-time limit, and reports each finished window of a long video already merged (``WindowDone``).
-"""
+"""Every request's windows above the engine (the pure rules are ``policy``'s): each answered by
+``Engine.run`` under its own time limit, shifted to the video's timeline and merged into one result."""
 
 from __future__ import annotations
 
@@ -11,23 +7,14 @@ import dataclasses
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from marlin_demo.contract import clock_span
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy
-from marlin_demo.results import (
-    Loaded,
-    Metrics,
-    Prepared,
-    Progress,
-    Result,
-    Stage,
-    VideoInfo,
-    WindowDone,
-)
+from marlin_demo.results import Loaded, Prepared, Progress, Result, Stage, VideoInfo, WindowDone
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task, get_task
 from marlin_demo.tasks.registry import Made
@@ -42,11 +29,6 @@ ClipWork = Callable[[OnText, OnStage], Result]
 Execute = Callable[[ClipWork, OnText, OnStage], Result]
 
 
-def direct(work: ClipWork, on_text: OnText, on_stage: OnStage) -> Result:
-    """Run a clip's work here and now (no other request to take turns with)."""
-    return work(on_text, on_stage)
-
-
 #: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
 Span = tuple[float | None, float | None]
 
@@ -55,40 +37,29 @@ def window_plans(
     engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span | None = None
 ) -> list[WindowPlan] | None:
     """Each window's sampling plan for a video longer than one ``task`` window (None: answered whole);
-    too many is a ``WindowLimitError`` before anything is decoded. ``span``: always windows, even one."""
+    too many is a ``WindowLimitError`` before anything is decoded. ``span``: always windows, even one,
+    sampled as if the range were cut as its own file, on the video's timeline; the duration and window
+    limits apply to the range (bad ranges: ``policy.RangeError``)."""
     if span is not None:
-        return range_plans(engine, video, task, span)
-    if isinstance(video, PreparedVideo):
+        if isinstance(video, PreparedVideo):
+            raise ValueError("A time range needs the video file, not frames decoded beforehand.")
+        path = Path(video)
+        if not path.exists():
+            raise VideoError(f"No file at {path.name}: upload a video file.")
+        info = engine.info(path, whole=False)
+        start, end = policy.check_range(span[0], span[1], info.duration_s, engine.settings.max_duration_s)
+        windows = policy.range_windows(task, start, end, engine.settings)
+    elif isinstance(video, PreparedVideo):
         return None
-    path = Path(video)
-    if not path.is_file() or path.stat().st_size / 1e6 > engine.settings.max_upload_mb:
-        return None  # the engine says what is wrong, in its own words
-    info = engine.info(path)
-    windows = policy.plan_for(task, info.duration_s, engine.settings)
-    if len(windows) == 1:
-        return None
+    else:
+        path = Path(video)
+        if not path.is_file() or path.stat().st_size / 1e6 > engine.settings.max_upload_mb:
+            return None  # the engine says what is wrong, in its own words
+        info = engine.info(path)
+        windows = policy.plan_for(task, info.duration_s, engine.settings)
+        if len(windows) == 1:
+            return None
     return [plan_window(info, w, engine.params) for w in windows]
-
-
-def range_plans(
-    engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span
-) -> list[WindowPlan]:
-    """The windows of a time range, sampled as if it were cut as its own file, on the video's timeline;
-    the duration and window limits apply to the range (bad ranges: ``policy.RangeError``)."""
-    if isinstance(video, PreparedVideo):
-        raise ValueError("A time range needs the video file, not frames decoded beforehand.")
-    path = Path(video)
-    if not path.exists():
-        raise VideoError(f"No file at {path.name}: upload a video file.")
-    info = engine.info(path, whole=False)
-    start, end = policy.check_range(span[0], span[1], info.duration_s, engine.settings.max_duration_s)
-    windows = policy.range_windows(task, start, end, engine.settings)
-    return [plan_window(info, w, engine.params) for w in windows]
-
-
-def plans_range(plans: list[WindowPlan]) -> tuple[float, float]:
-    """The time range a list of window plans covers (the first window's start to the last one's end)."""
-    return plans[0].window.start, plans[-1].window.end
 
 
 @dataclass
@@ -99,41 +70,6 @@ class WindowRun:
     result: Result
     prepared: PreparedVideo
     started: float  # the request's start (after any first-use load, which is ``load_s``)
-
-
-def run_windows(
-    engine: Engine,
-    task: Task,
-    path: Path,
-    plans: list[WindowPlan],
-    variant: Variant,
-    query: str | None,
-    on_text: OnText,
-    on_stage: OnStage,
-    execute: Execute = direct,
-) -> Iterator[WindowRun]:
-    """Each window through ``Engine.run`` in ``execute``'s turns, in order; yields each answered window.
-
-    Stages: Prepared (the whole video, the windows), Loaded, then ``Progress("", k, n)`` as window k
-    starts. The time limit applies to each window's own work, never to waiting for other requests.
-    """
-    n = len(plans)
-    frames = engine.window_frames(path, plans)
-    first = next(frames)  # a decode failure is raised here, before any model is loaded
-    whole = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
-    if on_stage is not None:
-        on_stage(Prepared(whole, first[0].plan, first[2], tuple(wp.window for wp in plans)))
-    cold = not engine.is_loaded(variant)
-    loaded = engine.load(variant)
-    if on_stage is not None:
-        on_stage(Loaded(variant, cold, loaded.load_s))
-    started = time.perf_counter()
-    for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
-        if on_stage is not None:
-            on_stage(Progress("", k, n))
-        length = wp.window.end - wp.offset_s
-        work = functools.partial(_clip_work, engine, task.name, pv, variant, query, hit, length)
-        yield WindowRun(wp, execute(work, on_text, None), pv, started)
 
 
 def _clip_work(
@@ -162,16 +98,13 @@ def combined(
     ms = [r.result.metrics for r in runs]
     tokens = sum(m.output_tokens for m in ms)
     decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)
-    metrics = Metrics(
+    metrics = dataclasses.replace(
+        ms[0],  # its first token, memory kind, load and device
         latency_s=time.perf_counter() - runs[0].started,
-        ttft_s=ms[0].ttft_s,
         output_tokens=tokens,
         tokens_per_s=tokens / decode_time if decode_time > 0 else None,
         video_tokens=sum(m.video_tokens for m in ms),
         peak_memory_mb=max(m.peak_memory_mb for m in ms),
-        memory_kind=ms[0].memory_kind,
-        load_s=ms[0].load_s,
-        device=ms[0].device,
     )
     infos = [r.result.info for r in runs]
     prefills = [i.prefill_s for i in infos]
@@ -181,7 +114,6 @@ def combined(
         video=whole,
         decode_s=sum(r.prepared.decode_s for r in runs if not r.result.info.cached_video),
         prefill_s=None if None in prefills else sum(p or 0.0 for p in prefills),
-        first_text_s=infos[0].first_text_s,
         cached_video=all(i.cached_video for i in infos),
         reused_prefix=all(i.reused_prefix for i in infos),
         windows=infos,
@@ -202,17 +134,15 @@ def answer(
     query: str | None,
     on_text: OnText,
     on_stage: OnStage,
-    execute: Execute = direct,
+    execute: Execute,
     span: tuple[float, float] | None = None,
     *,
     decode_first: bool = False,
 ) -> Result:
-    """``task`` on ``video`` in the windows of ``plans``, each in one ``execute`` turn; a long video's
-    finished windows each come as a ``WindowDone`` stage.
-
-    ``plans`` None: one whole-clip window, the engine's answer and stages as they are (``decode_first``:
-    its frames made before the turn, ZeroGPU's call then holds only model work; that time is added to
-    the latency). ``span``: the range the windows cover, when only that was asked (``range_s``)."""
+    """``task`` on ``video`` in the windows of ``plans``, each in one ``execute`` turn. ``plans`` None: one
+    whole-clip window, the engine's answer and stages as they are (``decode_first``: its frames made before
+    the turn, so ZeroGPU's call holds only model work; that time is added to the latency). ``span``: the
+    range the windows cover, when only that was asked (``range_s``)."""
     entry = get_task(task)
     clean, _ = entry.ask(query, engine.settings)  # a bad query fails before anything is decoded
     if plans is None:
@@ -226,16 +156,30 @@ def answer(
         res = execute(work, on_text, on_stage)
         res.metrics.latency_s += prep_s
         return res
+    # the windowed path: Prepared (the whole video, the windows), Loaded, ``Progress("", k, n)`` as window k
+    # starts, ``WindowDone`` after it; the time limit covers each window's own work, never the wait
     n, path = len(plans), Path(str(video))
+    frames = engine.window_frames(path, plans)
+    first = next(frames)  # a decode failure is raised here, before any model is loaded
+    whole = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
+    if on_stage is not None:
+        on_stage(Prepared(whole, first[0].plan, first[2], tuple(wp.window for wp in plans)))
+    cold = not engine.is_loaded(variant)
+    loaded = engine.load(variant)
+    if on_stage is not None:
+        on_stage(Loaded(variant, cold, loaded.load_s))
+    started = time.perf_counter()
     runs: list[WindowRun] = []
-    result: Result | None = None
-    whole = engine.info(path, whole=False)
-    for wr in run_windows(engine, entry, path, plans, variant, query, on_text, on_stage, execute):
-        runs.append(wr)  # each window is parsed, repaired (and scored) once; only the merge is redone
-        made = combined(engine, variant, clean or "", runs, n, whole)
-        result = entry.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
-        result.range_s = span
+    for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
         if on_stage is not None:
-            on_stage(WindowDone(len(runs), n, result))
-    assert result is not None  # plans is never empty
-    return result
+            on_stage(Progress("", k, n))
+        length = wp.window.end - wp.offset_s
+        work = functools.partial(_clip_work, engine, entry.name, pv, variant, query, hit, length)
+        # each window is parsed, repaired (and scored) once; only the merge is redone
+        runs.append(WindowRun(wp, execute(work, on_text, None), pv, started))
+        made = combined(engine, variant, clean or "", runs, n, whole)
+        res = entry.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
+        res.range_s = span
+        if on_stage is not None:
+            on_stage(WindowDone(k, n, res))
+    return res

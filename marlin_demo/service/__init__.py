@@ -1,19 +1,11 @@
-"""The one request path: every caller (UI tabs, API endpoints, CLI, bench) runs the model through here.
-
-A request is a staged stream (``results.Stage``: Prepared, Loaded, Progress, Done) that comes from
-inside the engine's own run, so timings, the time limit and the caches are the same whichever caller
-asks. ``compare`` (the Compare tab and ``/compare``) runs several variants in turn: bad input fails
-before any runs; a variant's own user-facing failure is kept in ``Comparison.errors`` and does not hide
-the others; with no answer at all, ``Comparison.require_answer`` names each failure. Asked to
-(``warm_reruns``), it times a cold variant's answer again once loaded, so every variant has a warm figure.
-"""
+"""The one request path: every caller (UI tabs, API endpoints, CLI, bench) runs the model through here,
+so timings, the time limit and the caches are the same whichever caller asks (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
-import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -25,16 +17,7 @@ from marlin_demo import agreement
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError, graphs
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.models import pick_device
-from marlin_demo.results import (
-    Done,
-    Loaded,
-    Partial,
-    Prepared,
-    Progress,
-    Result,
-    Stage,
-    WindowDone,
-)
+from marlin_demo.results import Done, Loaded, Partial, Prepared, Progress, Result, Stage, WindowDone
 from marlin_demo.service import capacity, space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
@@ -66,7 +49,6 @@ __all__ = [
 
 Video = str | Path | PreparedVideo
 T = TypeVar("T")
-R = TypeVar("R", bound=Result)
 
 
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
@@ -79,7 +61,7 @@ def is_cold(engine: Engine, variant: Variant) -> bool:
     return not engine.is_loaded(variant)
 
 
-def answer(
+def run(
     engine: Engine,
     task: str,
     video: Video,
@@ -92,59 +74,14 @@ def answer(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> Result:
-    """Answer in ``runner.window_plans``' windows (a short video: one whole-clip window), held by the
-    engine's scheduler, one turn per window (on ZeroGPU, one GPU call each).
-
-    ``start_s``/``end_s`` (None: from 0, to the end): only that range is decoded and asked, answered on
-    the video's own timeline (``range_s``); a bad range is a ``RangeError``. ``metrics.queue_s`` is the
-    part of ``latency_s`` spent waiting for other requests' turns; ``stop`` set: it leaves at once.
-    """
+    """The blocking form, in ``runner.window_plans``' windows (a short video: one whole-clip window), one
+    scheduler turn each (on ZeroGPU, one GPU call each). ``start_s``/``end_s``: only that range is asked, on
+    the video's own timeline (a bad one: ``RangeError``); ``stop`` set: it leaves at once."""
     kind = get_task(task)
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
-    with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, kind, variant, _share(engine, video, plans))
-        asked = None if span is None or plans is None else runner.plans_range(plans)
-        res = _answer_kept(engine, kind, video, plans, variant, query, on_text, on_stage, execute, asked)
-        if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
-            res.metrics.latency_s += ticket.queue_s
-        res.metrics.queue_s = ticket.queue_s
-    return execute.report(res)
-
-
-def _answer_kept(
-    engine: Engine,
-    task: str | Task,
-    video: Video,
-    plans: list[WindowPlan] | None,
-    variant: Variant,
-    query: str | None,
-    on_text: Callable[[str], None] | None,
-    on_stage: Callable[[Stage], None] | None,
-    execute: _Turns,
-    span: tuple[float, float] | None,
-) -> Result:
-    """The windows answered; when ZeroGPU refuses a later window's call, those answered before it are the
-    answer, marked ``partial`` (with none answered, the refusal is the error)."""
-    last: list[WindowDone] = []
-
-    def keep(stage: Stage) -> None:
-        if isinstance(stage, WindowDone):
-            last[:] = [stage]
-        if on_stage is not None:
-            on_stage(stage)
-
-    first = space.zero_gpu()  # a whole clip's frames are made before its GPU call (the model's alone)
-    try:
-        return runner.answer(
-            engine, task, video, plans, variant, query, on_text, keep, execute, span, decode_first=first
-        )
-    except space.GpuRefused as exc:
-        if not last:
-            raise
-        res = last[0].result
-        res.partial = Partial(str(exc), last[0].window, last[0].windows)
-        return res
+    asked = None if span is None or plans is None else (plans[0].window.start, plans[-1].window.end)
+    return _in_turns(engine, kind, video, plans, variant, query, on_text, on_stage, stop, asked)
 
 
 def answer_plans(
@@ -158,9 +95,46 @@ def answer_plans(
 ) -> Result:
     """Answer these windows of a file, chosen by the caller (a library search's best windows), in
     turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
-    with scheduler_for(engine).request(len(plans), stop) as ticket:
-        execute = _Turns(engine, ticket, task, variant, _share(engine, path, plans))
-        res = _answer_kept(engine, task, path, plans, variant, query, None, None, execute, None)
+    return _in_turns(engine, get_task(task), path, plans, variant, query, None, None, stop, None)
+
+
+def _in_turns(
+    engine: Engine,
+    task: Task,
+    video: Video,
+    plans: list[WindowPlan] | None,
+    variant: Variant,
+    query: str | None,
+    on_text: Callable[[str], None] | None,
+    on_stage: Callable[[Stage], None] | None,
+    stop: threading.Event | None,
+    span: tuple[float, float] | None,
+) -> Result:
+    """The windows answered in the scheduler's turns; when ZeroGPU refuses a later window's call, those
+    answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
+    last: list[WindowDone] = []
+
+    def keep(stage: Stage) -> None:
+        if isinstance(stage, WindowDone):
+            last[:] = [stage]
+        if on_stage is not None:
+            on_stage(stage)
+
+    with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
+        device = pick_device(engine.settings.device)
+        execute = _Turns(engine, ticket, task.name, variant, _share(engine, video, plans), device)
+        first = space.zero_gpu()  # a whole clip's frames are made before its GPU call (the model's alone)
+        try:
+            res = runner.answer(
+                engine, task, video, plans, variant, query, on_text, keep, execute, span, decode_first=first
+            )
+        except space.GpuRefused as exc:
+            if not last:
+                raise
+            res = last[0].result
+            res.partial = Partial(str(exc), last[0].window, last[0].windows)
+        if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
+            res.metrics.latency_s += ticket.queue_s
         res.metrics.queue_s = ticket.queue_s
     return execute.report(res)
 
@@ -190,32 +164,24 @@ def _share(engine: Engine, video: Video, plans: list[WindowPlan] | None, always:
     return capacity.prefill_share(tokens, engine.params)
 
 
+@dataclass
 class _Turns:
     """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one call sized for its
     largest window's frames (``share``) and for the decoding ``variant`` is known to run
-    (``Engine.decode_expected``)."""
+    (``Engine.decode_expected``); ``calls``, ``asked_s`` and ``used_s`` count the calls made."""
 
-    def __init__(
-        self, engine: Engine, ticket: Ticket, task: str | Task, variant: Variant, share: float = 1.0
-    ) -> None:
-        self.engine = engine
-        self.scheduler = scheduler_for(engine)
-        self.ticket = ticket
-        self.task = get_task(task).name
-        self.variant = variant
-        self.share = share
-        self.device = pick_device(engine.settings.device)
-        self.calls = 0
-        self.asked_s = 0
-        self.used_s = 0.0
+    engine: Engine
+    ticket: Ticket
+    task: str
+    variant: Variant
+    share: float
+    device: str
+    calls: int = 0
+    asked_s: int = 0
+    used_s: float = 0.0
 
-    def __call__(
-        self,
-        work: Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T],
-        on_text: Callable[[str], None] | None,
-        on_stage: Callable[[Any], None] | None,
-    ) -> T:
-        with self.scheduler.turn(self.ticket):
+    def __call__(self, work: space.Work[T], on_text: runner.OnText, on_stage: runner.OnStage) -> T:
+        with scheduler_for(self.engine).turn(self.ticket):
             if not space.zero_gpu():
                 return work(on_text, on_stage)
             decode = self.engine.decode_expected(self.variant, self.device)
@@ -225,21 +191,17 @@ class _Turns:
                 self.engine.note_decode(self.variant, "eager")
                 return self._call(work, "eager", on_text, on_stage)
 
-    def _call(
-        self,
-        work: Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T],
-        decode: str,
-        on_text: Callable[[str], None] | None,
-        on_stage: Callable[[Any], None] | None,
-    ) -> T:
+    def _call(self, work: space.Work[T], decode: str, on_text: runner.OnText, on_stage: runner.OnStage) -> T:
         """One ZeroGPU call of ``work`` sized for ``decode``; what the answer decoded with is remembered."""
         t0 = time.perf_counter()
         granted = True
-        seconds = space.call_seconds(self.task, self.engine.settings, self.share, decode)
-        asked = space.asked_seconds(seconds, self.device)
+        asked = space.asked_seconds(
+            space.call_seconds(self.task, self.engine.settings, self.share, decode), self.device
+        )
         try:
-            sized = functools.partial(space.sized_work, work, decode)
-            result = space.gpu_call(sized, asked, on_text, on_stage)
+            result = space.gpu_call(
+                functools.partial(space.sized_work, work, decode), asked, on_text, on_stage
+            )
         except space.GpuRefused:
             granted = False  # refused before it started: nothing asked of the quota
             raise
@@ -248,11 +210,10 @@ class _Turns:
                 self.calls += 1
                 self.asked_s += asked
                 self.used_s += time.perf_counter() - t0
-        info = getattr(result, "info", None)
-        self.engine.note_decode(self.variant, getattr(info, "decode", ""))
+        self.engine.note_decode(self.variant, getattr(getattr(result, "info", None), "decode", ""))
         return result
 
-    def report(self, res: R) -> R:
+    def report(self, res: Result) -> Result:
         """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""
         res.info.runtime = dataclasses.replace(
             res.info.runtime,
@@ -266,7 +227,7 @@ class _Turns:
 def asked_range(
     engine: Engine, video: str | Path, start_s: float | None, end_s: float | None
 ) -> tuple[float, float] | None:
-    """The time range a request would ask about (None: the whole video), checked as ``answer`` checks it,
+    """The time range a request would ask about (None: the whole video), checked as ``run`` checks it,
     so a caller can say what is wrong, or what it costs, before Run (a bad range: ``RangeError``)."""
     if start_s is None and end_s is None:
         return None
@@ -279,20 +240,6 @@ def _span(start_s: float | None, end_s: float | None) -> runner.Span | None:
     return None if start_s is None and end_s is None else (start_s, end_s)
 
 
-def run(
-    engine: Engine,
-    task: str,
-    video: Video,
-    variant: Variant,
-    query: str | None = None,
-    *,
-    start_s: float | None = None,
-    end_s: float | None = None,
-) -> Result:
-    """The blocking form: the ``Done`` stage's result (errors raised as they are); a range as ``answer``."""
-    return answer(engine, task, video, variant, query, start_s=start_s, end_s=end_s)
-
-
 def stream(
     engine: Engine,
     task: str,
@@ -303,59 +250,39 @@ def stream(
     start_s: float | None = None,
     end_s: float | None = None,
 ) -> Generator[Stage, None, None]:
-    """Yield the request's stages as they happen: Prepared, Loaded, Progress (each new text), Done; a long
-    video's window k starts with ``Progress("", k, n)``, then its own text so far.
-
-    The model runs in a worker thread; closing the generator early (a client that went away) stops the
-    generation at its next token, so an abandoned request does not keep the model busy.
-    """
-    updates: queue.Queue[tuple[str, Any]] = queue.Queue()
+    """The request's stages as they happen (a long video's window k starts with ``Progress("", k, n)``).
+    Closing it early (a client that went away) stops the generation at its next token, so an abandoned
+    request does not keep the model busy."""
     stop = threading.Event()
     current: list[int | None] = [None, None]  # the window being answered (a long video), 1-based
 
-    def on_text(text: str) -> None:
-        if stop.is_set():
-            engine.note_cancelled()
-            raise Cancelled()
-        updates.put(("stage", Progress(text, current[0], current[1])))
+    def work(_: Callable[[str], None], put: Callable[[Any], None]) -> Result:
+        def on_text(text: str) -> None:
+            if stop.is_set():
+                engine.note_cancelled()
+                raise Cancelled()
+            put(Progress(text, current[0], current[1]))
 
-    def on_stage(stage: Stage) -> None:
-        if isinstance(stage, Progress):  # a long video's window k of n starts: its text follows
-            current[:] = [stage.window, stage.windows]
-        updates.put(("stage", stage))
+        def on_stage(stage: Stage) -> None:
+            if isinstance(stage, Progress):  # a long video's window k of n starts: its text follows
+                current[:] = [stage.window, stage.windows]
+            put(stage)
 
-    def work() -> None:
-        try:
-            res = answer(
-                engine, task, video, variant, query, on_text, on_stage, stop, start_s=start_s, end_s=end_s
-            )
-            updates.put(("stage", Done(res)))
-        except Cancelled:
-            pass
-        except BaseException as exc:
-            updates.put(("error", exc))
-        finally:
-            updates.put(("end", None))
+        return run(engine, task, video, variant, query, on_text, on_stage, stop, start_s=start_s, end_s=end_s)
 
-    threading.Thread(target=work, daemon=True, name=f"marlin-{task}").start()
     try:
-        while True:
-            kind, value = updates.get()
+        for kind, value in space.threaded(work, f"marlin-{task}"):
             if kind == "stage":
                 yield value
-                if isinstance(value, Done):
-                    return
-            elif kind == "error":
+            elif kind == "done":
+                yield Done(value)
+            elif not isinstance(value, Cancelled):
                 raise value
-            else:
-                return
     finally:
         stop.set()
 
 
-# ---------------------------------------------------------------------------
-# Several variants on one video (the Compare tab and /compare)
-# ---------------------------------------------------------------------------
+# ------------------------------------------------- several variants on one video (the Compare tab, /compare)
 
 
 @dataclass(frozen=True)
@@ -388,12 +315,8 @@ class WarmRerun:
 
 @dataclass
 class Comparison:
-    """Every variant's outcome, in the order they ran.
-
-    ``footprint_mb``: each answering variant's weights in memory (``LoadedModel.footprint_mb``, measured
-    at its load): its own size on any device, where a run's ``peak_memory_mb`` counts the whole process
-    (CPU) or every model then on the GPU. ``reruns``: the warm re-runs (``WarmRerun``) by variant, and
-    ``rerun_errors`` why one gave no answer."""
+    """Every variant's outcome, in the order they ran. ``footprint_mb``: each one's weights alone
+    (``LoadedModel.footprint_mb``), where a run's ``peak_memory_mb`` counts the process or the whole GPU."""
 
     task: str
     query: str | None
@@ -415,11 +338,9 @@ class Comparison:
 
     def warm(self, variant: str) -> Result | None:
         """The variant's warm run: its re-run, else its own run when that was warm (None: only a cold one)."""
-        if variant in self.reruns:
-            return self.reruns[variant]
-        if variant in self.results and not self.cold.get(variant):
-            return self.results[variant]
-        return None
+        if variant in self.reruns or self.cold.get(variant):
+            return self.reruns.get(variant)
+        return self.results.get(variant)
 
     def payload(self, example: Mapping[str, Any] | None) -> dict[str, Any]:
         """The ``/compare`` JSON: ``agreement.compare_payload`` of the answers, ``errors``
@@ -431,18 +352,17 @@ class Comparison:
             out["errors"] = dict(self.errors)
         out["cold"] = {v: self.cold[v] for v in self.results}
         out["footprint_mb"] = {v: round(mb, 2) for v, mb in self.footprint_mb.items()}
-        out["warm"] = {v: _warm_figure(self.warm(v), v in self.reruns) for v in self.results}
+        out["warm"] = {
+            v: None
+            if (w := self.warm(v)) is None
+            else {
+                "latency_s": round(w.metrics.latency_s, 3),
+                "rerun": v in self.reruns,
+                "reused_prefix": w.info.reused_prefix,
+            }
+            for v in self.results
+        }
         return out
-
-
-def _warm_figure(res: Result | None, rerun: bool) -> dict[str, Any] | None:
-    if res is None:
-        return None
-    return {
-        "latency_s": round(res.metrics.latency_s, 3),
-        "rerun": rerun,
-        "reused_prefix": res.info.reused_prefix,
-    }
 
 
 CompareEvent = Prepared | VariantStarted | VariantFinished | WarmRerun | Comparison
@@ -461,8 +381,8 @@ def compare(
     warm_reruns: bool = False,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
     """Run ``task`` on each variant in turn: Prepared, per variant Started/Finished, then the Comparison
-    (contract: the module's docstring). ``live`` also yields each variant's ``Loaded`` and ``Progress``
-    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``answer``. ``warm_reruns``: on a
+    (contract: docs/DESIGN.md). ``live`` also yields each variant's ``Loaded`` and ``Progress``
+    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``run``. ``warm_reruns``: on a
     one-window request, ``warm_reruns_for`` chooses answers to time again (each after a ``WarmRerun``)."""
     clean = check_query(engine, task, query)
     # decoded once here (bad input fails now), so every variant reads the same cached frames
@@ -479,7 +399,21 @@ def compare(
     out = Comparison(task, clean, info, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
-        return _answer_one(engine, task, video, v, clean, live, start_s, end_s)
+        """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on
+        (closing this generator stops the model)."""
+        if not live:
+            return run(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
+        res = None
+        with contextlib.closing(
+            stream(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
+        ) as stages:
+            for stage in stages:
+                if isinstance(stage, Done):
+                    res = stage.result
+                elif isinstance(stage, Loaded | Progress):
+                    yield stage
+        assert res is not None
+        return res
 
     for i, v in enumerate(variants):
         cold = is_cold(engine, v)
@@ -520,30 +454,3 @@ def warm_reruns_for(engine: Engine, run: Comparison) -> list[str]:
     if len({w.info.reused_prefix for w in figures.values()}) < 2:
         return []
     return [v for v, w in figures.items() if not w.info.reused_prefix and v not in tried]
-
-
-def _answer_one(
-    engine: Engine,
-    task: str,
-    video: Video,
-    variant: Variant,
-    query: str | None,
-    live: bool,
-    start_s: float | None,
-    end_s: float | None,
-) -> Generator[Loaded | Progress, None, Result]:
-    """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on (closing
-    this generator stops the model)."""
-    if not live:
-        return answer(engine, task, video, variant, query, start_s=start_s, end_s=end_s)
-    res = None
-    with contextlib.closing(
-        stream(engine, task, video, variant, query, start_s=start_s, end_s=end_s)
-    ) as stages:
-        for stage in stages:
-            if isinstance(stage, Done):
-                res = stage.result
-            elif isinstance(stage, Loaded | Progress):
-                yield stage
-    assert res is not None
-    return res

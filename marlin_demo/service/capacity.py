@@ -1,17 +1,17 @@
 """What a request can cost and which videos the app can finish: the limits derived from measured speeds.
 
-``speeds.json`` holds per-device figures from the GPU check, the tiny stand-in on a CPU and
-scripts/cpu_check.py (per instruction-set class and thread count, with each variant's peak memory).
-Start-up refuses settings that contradict them (``conflicts``), so a video the limits accept is one the
-app can answer; the request time limit applies per window.
+``speeds.json`` holds per-device figures (docs/SPACE.md, "Limits that agree"). Start-up refuses settings
+that contradict them (``conflicts``), so a video the limits accept is one the app can answer.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,20 +91,11 @@ def cpu_key(isa: str, threads: int) -> str:
     return f"cpu-{isa}-{threads}t"
 
 
-def cpu_threads() -> int:
-    """The threads torch computes with here (what an entry's ``threads`` is compared with)."""
-    import torch
-
-    return int(torch.get_num_threads())
-
-
 def cpu_speed(table: Mapping[str, Speed], isa: str, threads: int, dtype: str) -> tuple[Speed, float] | None:
     """The CPU entry for this class, threads and compute type (None: none qualifies), and its rate factor.
-
     Its class: this CPU's, else the fastest measured below it. Its threads: the most at or under this
     many (more threads are no slower), else the fewest above, scaled down by the ratio (pessimistic:
-    decode, bound by memory, grows less with cores than prefill).
-    """
+    decode, bound by memory, grows less with cores than prefill)."""
     cpu = [s for s in table.values() if s.isa and s.compute_dtype == dtype]
     rank = {name: i for i, name in enumerate(ISA_ORDER)}
     same = [s for s in cpu if s.isa == isa]
@@ -153,18 +144,16 @@ def speed_for(settings: Settings, device: str) -> Speed | None:
         return speeds()["h200"]
     if settings.is_tiny:
         return speeds()["cpu-tiny"]
+    import torch
+
     dtype = compute.choose("cpu", "bfloat16", settings.compute_dtype).dtype
-    found = cpu_speed(speeds(), cpu_isa(), cpu_threads(), dtype)
+    found = cpu_speed(speeds(), cpu_isa(), torch.get_num_threads(), dtype)  # the threads torch computes with
     return None if found is None else scaled(*found)
 
 
 def total_memory_mb() -> float:
     """This machine's memory for one process: the smaller of the RAM and the container's limit (cgroup)."""
-    total = 0.0
-    with open("/proc/meminfo", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) / 1024
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20  # /proc/meminfo's MemTotal
     for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             raw = Path(limit).read_text().strip()
@@ -205,7 +194,7 @@ def max_new_tokens(task: str, settings: Settings) -> int:
     return get_task(task).tokens(settings)
 
 
-def prefill_share(video_tokens: int, params: VideoParams | None = None) -> float:
+def prefill_share(video_tokens: float, params: VideoParams | None = None) -> float:
     """A clip's (or window's) share of the full window whose prefill the speeds table measured: its video
     tokens over the largest window's, at most 1."""
     return min(1.0, max(0.0, video_tokens / largest_window_tokens(params)))
@@ -230,23 +219,11 @@ def window_s(task: str, settings: Settings, speed: Speed) -> float:
 
 
 def gpu_call_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) -> int:
-    """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before).
-
-    ``GPU_MARGIN`` times ``model_s`` of the call's own frames (``share``) on the measured H200 (every token
-    at the slowest measured decode, 16.3 tok/s on the PyTorch linear-attention path), within
+    """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before):
+    ``GPU_MARGIN`` times ``model_s`` of its own frames (``share``) on the measured H200, within
     [``MIN_GPU_S``, ``MAX_GPU_S``]. ZeroGPU aborts a call that runs past it and the answer is lost, so it
-    covers the longest answer the task allows: ``spaces`` multiplies it by the card's factor (1.5 on the
-    Space's card), and only a card running a worst-case window more than 1.9x slower than the H200 cuts a
-    call short. The request is only what the call needs left of a visitor's quota to start; it is charged
-    the time it uses (``zerogpu.json`` ``quota_use``).
-
-    The least a call sensibly asks: a short clip saves its prefill and frames, not its decoding, which is
-    most of a caption's call (768 tokens at 16.3 tok/s: 47 of 52 s), so a 1-second clip's caption still
-    asks 63 s (66 s for a full window); asking less needs a lower token limit or a faster measured decode.
-    A find's call is mostly overhead and lands on the floor: ``MIN_GPU_S`` leaves room for what each
-    ZeroGPU call does before the model runs and the speeds table (one warm process) never timed: a CUDA
-    context in the call's forked process and every loaded variant's weights copied onto the card
-    (``spaces``' ``worker_init``: ``torch.init``, ``torch.move``)."""
+    covers the longest answer the task allows; the request only admits the call, which is charged the time
+    it uses. docs/CONFIGURATION.md (Sizing a ZeroGPU call) says why the floor and the figures."""
     asked = math.ceil(GPU_MARGIN * model_s(task, settings, speed, share))
     return int(min(MAX_GPU_S, max(MIN_GPU_S, asked)))
 
@@ -267,14 +244,11 @@ def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | N
 def _tokens_fitting_day(task: str, settings: Settings, speed: Speed) -> int:
     """The largest token limit whose window call fits ``call_fits_day`` (0 if none does)."""
     field_name = get_task(task).max_new_tokens
-    low, high = 0, max_new_tokens(task, settings)  # the call grows with the limit: bisect it
-    while low < high:
-        mid = (low + high + 1) // 2
-        if call_fits_day(task, settings.with_(**{field_name: mid}), speed):
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    limits = range(max_new_tokens(task, settings) + 1)  # the call grows with the limit: bisect it
+    too_many = bisect.bisect_left(
+        limits, True, key=lambda n: not call_fits_day(task, settings.with_(**{field_name: n}), speed)
+    )
+    return max(0, too_many - 1)
 
 
 def window_count(task: str, duration_s: float, settings: Settings) -> int:
@@ -313,22 +287,24 @@ def conflicts(settings: Settings, device: str, zero_gpu: bool = False) -> list[s
     """One sentence per way these settings contradict the measured speeds (empty: they agree)."""
     out: list[str] = []
     speed = speed_for(settings, device)
+    if speed is None:  # never measured: nothing to contradict
+        return out
     for task, entry in TASKS.items():
         tokens = env_name(entry.max_new_tokens)
-        if speed is not None and window_s(task, settings, speed) > settings.request_timeout_s:
+        if window_s(task, settings, speed) > settings.request_timeout_s:
             need = math.ceil(window_s(task, settings, speed))
             out.append(
                 f"{env_name('request_timeout_s')}={settings.request_timeout_s:g} is shorter than one {task} "
                 f"window can take here ({need} s at {speed.decode_tokens_per_s:g} tokens/s on {speed.name}, "
                 f"service/speeds.json): raise it to at least {need} or lower {tokens}."
             )
-        if zero_gpu and speed is not None and GPU_MARGIN * model_s(task, settings, speed) > MAX_GPU_S:
+        if zero_gpu and GPU_MARGIN * model_s(task, settings, speed) > MAX_GPU_S:
             out.append(
                 f"{tokens}={max_new_tokens(task, settings)} makes one {task} window ask ZeroGPU for more "
                 f"than the {MAX_GPU_S} s one call may have ({speed.decode_tokens_per_s:g} tokens/s on "
                 f"{speed.name}): lower it."
             )
-        elif zero_gpu and speed is not None and not call_fits_day(task, settings, speed):
+        elif zero_gpu and not call_fits_day(task, settings, speed):
             asked, day = gpu_call_s(task, settings, speed), zerogpu.daily_quota_s("unauthenticated")
             out.append(
                 f"{tokens}={max_new_tokens(task, settings)} makes one {task} window's ZeroGPU call ask for "

@@ -1,8 +1,6 @@
-"""What a request will cost, said before it runs: one line, whatever the machine.
-
-GPU seconds of a visitor's daily quota on ZeroGPU, the visitor's time on a CPU; both from the measured
-speeds (``capacity``) and the window plan the request will run, so the line and the limits agree.
-"""
+"""What a request will cost, said before it runs, in one line: GPU seconds of a visitor's daily quota on
+ZeroGPU, the visitor's time on a CPU; both from the measured speeds (``capacity``) and the window plan the
+request will run, so the line and the limits agree."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from marlin_demo.service import capacity, space, zerogpu
 from marlin_demo.service.zerogpu import duration_words
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.tasks import get_task
-from marlin_demo.video import SamplingPlan, largest_window_tokens
+from marlin_demo.video import SamplingPlan
 
 
 @dataclass(frozen=True)
@@ -40,13 +38,12 @@ def estimate(
     windows = plan_for(task, max(duration_s, 0.0), settings, limit=False)
     covered_s = max(plan.nframes / max(plan.sample_fps, 1e-9), 1e-9)
     per_s = plan.video_tokens / covered_s
-    largest = largest_window_tokens(params)
     p = params or VideoParams()
     first = 0.0
     for w in windows:  # a window's frames cost their share of a full window's preparation and prefill
         seconds = min(w.duration, duration_s)
         frames = min(1.0, seconds * p.fps / p.max_frames)
-        share = min(1.0, per_s * seconds / largest)
+        share = capacity.prefill_share(per_s * seconds, params)
         first += speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share
     decode = len(windows) * capacity.max_new_tokens(task, settings) / speed.decode_tokens_per_s
     return Estimate(first_s=first, most_s=first + decode, windows=len(windows))
@@ -83,14 +80,9 @@ def estimate_line(
         return f"How long {noun} takes on this CPU was never measured (see docs/SPEED.md): expect minutes."
     est = estimate(task, plan, duration_s, settings, speed, params)
     dtype = compute_choice(settings, (variants or settings.variant_list or ["gptq"])[0], device).dtype
-    return _time_sentence(f"On this CPU ({dtype}), {who} of this clip takes", est, task, settings, runs)
-
-
-def _time_sentence(head: str, est: Estimate, task: str, settings: Settings, runs: int) -> str:
-    """'<head> about T to read it, and up to M if the answer runs to its N-token limit.'"""
     return (
-        f"{head} about {duration_words(est.first_s * runs)} to read it, and up to "
-        f"{duration_words(est.most_s * runs)} if {_answers(est.windows * runs)} to its "
+        f"On this CPU ({dtype}), {who} of this clip takes about {duration_words(est.first_s * runs)} to read "
+        f"it, and up to {duration_words(est.most_s * runs)} if {_answers(est.windows * runs)} to its "
         f"{capacity.max_new_tokens(task, settings)}-token limit."
     )
 
@@ -99,18 +91,14 @@ def _answers(n: int) -> str:
     return "every answer runs" if n > 1 else "the answer runs"
 
 
-# ---------------------------------------------------------------------------------------------------
-# ZeroGPU: what a request, a library's indexing or a search asks of a visitor's daily quota
-# ---------------------------------------------------------------------------------------------------
+# ----------------- ZeroGPU: what a request, a library's indexing or a search asks of a visitor's daily quota
 
 
 @dataclass(frozen=True)
 class GpuCost:
-    """ZeroGPU calls a piece of work makes, before it runs: ``calls`` calls of one ``task`` window each,
-    each asking ``each_s`` seconds. ZeroGPU starts a call only when its request, times the card's
-    ``factor``, is left of the visitor's quota, and then charges the time it used, times the factor: from
-    ``read_s`` (reading its frames, no answer yet) to ``use_s`` (every allowed token) per call
-    (``zerogpu.json`` ``quota_use``)."""
+    """ZeroGPU calls a piece of work makes, before it runs: ``calls`` calls of one ``task`` window, each
+    asking ``each_s`` s to start and charged the time it used (from ``read_s``, reading its frames, to
+    ``use_s``, every allowed token), both times the card's ``factor`` (``zerogpu.json`` ``quota_use``)."""
 
     task: str
     calls: int
@@ -160,36 +148,11 @@ def gpu_cost(
     )
 
 
-def request_gpu_cost(
-    task: str,
-    duration_s: float,
-    settings: Settings,
-    runs: int = 1,
-    factor: float | None = None,
-    share: float = 1.0,
-) -> GpuCost:
-    """A request on ``duration_s`` seconds of video (a time range's length, when one is asked), ``runs``
-    variants in turn: one call per window per variant."""
-    windows = capacity.window_count(task, duration_s, settings)
-    return gpu_cost(task, windows * max(1, runs), settings, factor, share)
-
-
-def quota_words() -> str:
-    """A visitor's daily ZeroGPU quota, as the page says it."""
-    day, free = zerogpu.daily_quota_s("unauthenticated"), zerogpu.daily_quota_s("free")
-    return (
-        f"a visitor has {duration_words(day)} of GPU a day without signing in, "
-        f"{duration_words(free)} with a free account"
-    )
-
-
 def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
     """The longest time range whose request fits a day of ``tier``, every answer to its token limit
     (``GpuCost.fits``; 0: not even one window does)."""
-    windows = 0
-    while windows < settings.max_windows and gpu_cost(task, (windows + 1) * max(1, runs), settings).fits(
-        tier
-    ):
+    windows, runs = 0, max(1, runs)
+    while windows < settings.max_windows and gpu_cost(task, (windows + 1) * runs, settings).fits(tier):
         windows += 1
     return float(get_task(task).covered_s(windows, settings)) if windows >= 1 else 0.0
 
@@ -201,6 +164,8 @@ def gpu_cost_line(
     the card's factor counted) and the time it is charged, up to every token (``reading``: from reading
     its frames, where the calls were sized by them); the daily quotas (unless a sentence after says them)."""
     n, one = cost.calls, cost.calls == 1
+    day, free = (duration_words(zerogpu.daily_quota_s(t)) for t in ("unauthenticated", "free"))
+    quota = f"; a visitor has {day} of GPU a day without signing in, {free} with a free account"
     used = f"up to {duration_words(cost.charged_s)}{'' if one else ' in all'}"
     if reading:
         used = f"about {duration_words(capacity.charged_s(n * cost.read_s, cost.factor))} to read, {used}"
@@ -209,15 +174,21 @@ def gpu_cost_line(
         f"{'it' if one else 'each'} needs {cost.start_s} s of a visitor's daily GPU quota left to start "
         f"({cost.each_s} s x{cost.factor:g} on this card), then is charged only the time it uses, "
         f"x{cost.factor:g}: {used} if {_answers(n)} to its {capacity.max_new_tokens(cost.task, settings)}"
-        f"-token limit{f'; {quota_words()}' if quotas else ''}."
+        f"-token limit{quota if quotas else ''}."
     )
 
 
-def _short_of_day(cost: GpuCost) -> str:
-    """'Then its 3 calls need 255 s of quota to all start: more than' (every answer to its limit)."""
+def _short_of_day(cost: GpuCost, what: str, settings: Settings, reading: bool = False) -> str:
+    """``gpu_cost_line`` without the quotas, then 'Then its 3 calls need 255 s of quota to all start: more
+    than the 2 min of a visitor who is not signed in' (every answer to its limit)."""
     calls = "its call needs" if cost.calls == 1 else f"its {cost.calls} calls need"
     start = "to start" if cost.calls == 1 else "to all start"
-    return f"Then {calls} {cost.needs_s} s of quota {start}: more than"
+    line = gpu_cost_line(cost, what, settings, reading, quotas=False)  # what follows names them
+    day = duration_words(zerogpu.daily_quota_s("unauthenticated"))
+    return (
+        f"{line} Then {calls} {cost.needs_s} s of quota {start}: more than the {day} of a visitor who is "
+        "not signed in"
+    )
 
 
 def request_gpu_line(
@@ -231,17 +202,16 @@ def request_gpu_line(
     """The line before a run on ZeroGPU: its calls, what they ask of the quota, and where they may not all
     start in the day of a visitor who is not signed in, the way out: sign in, or a time range that fits
     (each tier's, with a PRO account's day named, when not even a free account's fits the request)."""
-    cost = request_gpu_cost(task, duration_s, settings, runs, share=share)
+    windows = capacity.window_count(task, duration_s, settings)  # one call per window per variant
+    cost = gpu_cost(task, windows * max(1, runs), settings, share=share)
     if cost.fits("unauthenticated"):
         return gpu_cost_line(cost, what, settings, reading=True)
-    line = gpu_cost_line(cost, what, settings, reading=True, quotas=False)  # the way out names them
-    day, free = (duration_words(zerogpu.daily_quota_s(t)) for t in ("unauthenticated", "free"))
+    short = _short_of_day(cost, what, settings, reading=True)
+    free = duration_words(zerogpu.daily_quota_s("free"))
     fits_day = longest_fitting_s(task, settings, runs)
-    short = f"{line} {_short_of_day(cost)}"
     if cost.fits("free"):
         way = f", or choose a time range of at most {duration_words(fits_day)}" if fits_day else ""
-        signin = f"sign in (a free account has {free} a day)"
-        return f"{short} the {day} of a visitor who is not signed in; {signin}{way}."
+        return f"{short}; sign in (a free account has {free} a day){way}."
     fits_free = longest_fitting_s(task, settings, runs, "free")
     ranges = [
         f"{duration_words(seconds)} {who}"
@@ -250,10 +220,7 @@ def request_gpu_line(
     ]
     way = f"choose a time range of at most {' or '.join(ranges)}" if ranges else "choose a shorter time range"
     pro = duration_words(zerogpu.daily_quota_s("pro"))
-    return (
-        f"{short} the {day} of a visitor who is not signed in and the {free} of a free account; {way} "
-        f"(a PRO account has {pro} a day)."
-    )
+    return f"{short} and the {free} of a free account; {way} (a PRO account has {pro} a day)."
 
 
 def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str:
@@ -274,19 +241,14 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
     search can answer, one caption call per window; said before anyone searches."""
     windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
     clips = f"{len(durations)} example clip{'s' if len(durations) != 1 else ''}"
+    what = f"No prebuilt library matches this model, so the first search indexes the {clips}"
     if not space.zero_gpu():
-        first = (
-            f"No prebuilt library matches this model, so the first search indexes the {clips} before it "
-            "answers: it"
-        )
-        return cpu_work_line("caption", windows, settings, first)
-    what = f"No prebuilt library matches this model, so the first search indexes the {clips} first, which"
+        return cpu_work_line("caption", windows, settings, f"{what} before it answers: it")
+    what += " first, which"
     cost = gpu_cost("caption", windows, settings)
     if cost.fits("unauthenticated"):
         return gpu_cost_line(cost, what, settings)
-    day = duration_words(zerogpu.daily_quota_s("unauthenticated"))
-    line = gpu_cost_line(cost, what, settings, quotas=False)
-    return f"{line} {_short_of_day(cost)} the {day} of a visitor who is not signed in."
+    return f"{_short_of_day(cost, what, settings)}."
 
 
 def search_cost_line(find_windows: int, settings: Settings) -> str:

@@ -1,8 +1,5 @@
-"""Find in chosen parts of a video: the seam a library search's stage 2 runs through.
-
-Only the caption windows the full-text stage chose are asked, each covered by ``plan_for("find")``'s
-windows for its length, in the scheduler's turns like every windowed request.
-"""
+"""Find in chosen parts of a video (the caption windows a library search's full-text stage chose): the
+seam its stage 2 runs through, in the scheduler's turns like every windowed request."""
 
 from __future__ import annotations
 

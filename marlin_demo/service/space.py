@@ -1,12 +1,8 @@
 """Hugging Face Space helpers: ZeroGPU calls and GPU-time estimates, no-ops everywhere else.
 
 A ``spaces.GPU`` call asking for too little is killed, one asking for much more lowers the visitor's
-queue priority: so each window is its own call (``gpu_call``) sized from the measured speeds
-(``capacity``) for the decoding its variant will run, the page streams between calls and a Stop between
-them holds no GPU. Each call runs in a process forked from the app's (``spaces`` 0.51.3 keeps it for the
-next call only when that call is scheduled on the same idle GPU), so a CUDA graph lives at most as long
-as that process: each call captures what it needs and is sized for it. Before launch, one call warms
-every variant up (``warm_up``), so no visitor's call pays the first launch's compile. Off ZeroGPU
+queue priority: so each window is its own call (``gpu_call``) sized from the measured speeds for the
+decoding its variant will run (why: docs/DESIGN.md, "Decoding, and ZeroGPU's processes"). Off ZeroGPU
 nothing here imports ``spaces`` (``app.py`` imports it before CUDA).
 """
 
@@ -100,17 +96,11 @@ def sized_work(work: Work[T], decode: str, on_text: Any, on_stage: Any) -> T:
 
 
 def gpu_call(
-    work: Work[T],
-    seconds: int,
-    on_text: Callable[[str], None] | None,
-    on_stage: Callable[[Any], None] | None,
+    work: Work[T], seconds: int, on_text: Callable[[str], None] | None, on_stage: Callable[[Any], None] | None
 ) -> T:
-    """Run ``work(on_text, on_stage)`` as one ``spaces.GPU`` call of ``seconds``.
-
-    The arguments cross to the forked process pickled (the engine by reference, ``Engine.__reduce__``).
-    A generator, so text and stages stream back; a caller that stops listening (``on_text`` raises)
-    closes the call and the GPU with it. A refusal becomes ``GpuRefused`` with its sentence.
-    """
+    """Run ``work(on_text, on_stage)`` as one ``spaces.GPU`` call of ``seconds``, its arguments pickled (the
+    engine by reference, ``Engine.__reduce__``). A generator, so text and stages stream back; a caller that
+    stops listening (``on_text`` raises) closes the call and the GPU with it."""
     result: Any = None
     try:
         with contextlib.closing(gpu_function()(work, seconds)) as items:
@@ -142,19 +132,23 @@ def gpu_function() -> Callable[..., Generator[tuple[str, Any], None, None]]:
     if not _DECORATED:
         import spaces
 
-        _DECORATED.append(spaces.GPU(duration=_call_seconds)(_in_gpu_call))
+        # the dynamic duration: the seconds the caller sized the call for
+        _DECORATED.append(spaces.GPU(duration=lambda work, seconds: seconds)(_in_gpu_call))
     return _DECORATED[0]
 
 
-def _call_seconds(work: Work[Any], seconds: int) -> int:
-    """``spaces.GPU``'s dynamic duration: the seconds the caller sized this call for."""
-    return seconds
-
-
 def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
-    """Inside the GPU call (ZeroGPU's forked process): ``work`` in a thread, its callbacks turned into
-    items: ("text", t), ("stage", s), ("done", r), or ("error", exc): an exception raised out of the call
-    would reach the app as ``spaces``' "ZeroGPU worker error" naming only its class, not its sentence."""
+    """Inside the GPU call (ZeroGPU's forked process): ``work`` as ``threaded``'s items: an exception
+    raised out of the call would reach the app as ``spaces``' "ZeroGPU worker error" naming only its class,
+    not its sentence."""
+    yield from threaded(work, "marlin-gpu-call")
+
+
+def threaded(
+    work: Callable[[Callable[[str], None], Callable[[Any], None]], Any], name: str
+) -> Iterator[tuple[str, Any]]:
+    """``work`` in a daemon thread, its callbacks turned into items as they come: ("text", t), ("stage",
+    s), then ("done", its result) or ("error", its exception)."""
     items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def target() -> None:
@@ -163,7 +157,7 @@ def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
         except BaseException as exc:
             items.put(("error", exc))
 
-    threading.Thread(target=target, daemon=True, name="marlin-gpu-call").start()
+    threading.Thread(target=target, daemon=True, name=name).start()
     while True:
         kind, value = items.get()
         yield kind, value

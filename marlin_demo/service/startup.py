@@ -123,8 +123,8 @@ def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings
     reasons = {v: why for v, why in reasons.items() if v in settings.variant_list}
     if not reasons:
         return settings, {}
-    kept = [v for v in settings.variants.split(",") if v.strip() and v.strip() not in reasons]
-    return settings.with_(variants=",".join(v.strip() for v in kept)), reasons
+    kept = [v.strip() for v in settings.variants.split(",") if v.strip() and v.strip() not in reasons]
+    return settings.with_(variants=",".join(kept)), reasons
 
 
 def preload(engine: Engine) -> dict[str, str]:
@@ -164,10 +164,8 @@ def _derived_time_limit(settings: Settings, device: str) -> Settings:
     if device != "cpu" or settings.is_tiny or env_value("request_timeout_s"):
         return settings
     speed = None if settings.request_timeout_s != default else capacity.speed_for(settings, device)
-    if speed is None:
-        return settings
-    need = max(math.ceil(capacity.window_s(task, settings, speed)) for task in TASKS)
-    if need <= settings.request_timeout_s:
+    need = 0 if speed is None else max(math.ceil(capacity.window_s(task, settings, speed)) for task in TASKS)
+    if speed is None or need <= settings.request_timeout_s:
         return settings
     log.warning(
         "%s raised from %g to %d s: one window of the real model can take that long on this CPU (%s, "

@@ -1,12 +1,8 @@
 """What ZeroGPU allows, in one place: its Pythons, its torch releases, its GPU sizes, quotas and refusals.
 
-The facts live in ``zerogpu.json`` with their source (hub-docs ``spaces-zerogpu.md`` as of 2026-08,
-``spaces`` 0.51), including ``spaces``' refusals word for word. The per-card duration factor changes
-with ``spaces`` releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``.
-
-How a call meets the quota (``zerogpu.json`` ``quota_use``): its requested duration times the factor is
-only the admission check (it must be at most what the visitor has left); once it ends, the visitor is
-charged the time it actually used, times the factor.
+The facts live in ``zerogpu.json`` with their source, ``spaces``' refusals word for word (how a call
+meets the quota: its ``quota_use``, docs/SPACE.md). The per-card duration factor changes with ``spaces``
+releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``.
 """
 
 from __future__ import annotations
@@ -43,9 +39,7 @@ def spaces_card_table() -> list[dict[str, Any]] | None:
     """``spaces``' per-card table (model, memory, duration_factor...), read without importing ``spaces``
     (its import patches gradio and torch); None when ``spaces`` is not installed or has no table."""
     spec = importlib.util.find_spec("spaces")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
+    for folder in (spec and spec.submodule_search_locations) or []:
         path = Path(folder).joinpath(*SPACES_CONFIGS)
         if path.is_file():
             try:
@@ -59,12 +53,10 @@ def spaces_card_table() -> list[dict[str, Any]] | None:
 def _this_card() -> str | None:
     """The GPU model the driver reports ("Model: ..." in /proc/driver/nvidia/gpus/*/information)."""
     try:
-        for folder in sorted(NVIDIA_GPUS.iterdir()):
-            info = folder / "information"
-            if info.is_file():
-                for line in info.read_text().splitlines():
-                    if line.startswith("Model:"):
-                        return line.split("Model:", 1)[1].strip()
+        for info in sorted(NVIDIA_GPUS.glob("*/information")):
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    return line.split("Model:", 1)[1].strip()
     except OSError:
         return None
     return None
@@ -78,10 +70,7 @@ def duration_factor(card: str | None = None) -> float:
     if table is None:
         return float(facts()["duration_factor"]["fallback"])
     wanted = card if card is not None else _this_card()
-    for row in table:
-        if row.get("model") == wanted:
-            return float(row["duration_factor"])
-    return float(table[0]["duration_factor"])
+    return float(next((row for row in table if row.get("model") == wanted), table[0])["duration_factor"])
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -108,10 +97,9 @@ def read_refusal(exc: BaseException) -> Refusal | None:
         if not isinstance(fact, dict):
             continue
         found = re.search(fact["pattern"], message)
-        if found is None:
+        # the words of one case under another's title are not spaces' refusal
+        if found is None or (title not in ("", "Error") and title != fact["title"]):
             continue
-        if title not in ("", "Error") and title != fact["title"]:
-            continue  # the words of one case under another's title: not spaces' refusal
         got = found.groupdict()
         return Refusal(
             kind=kind,
@@ -147,8 +135,7 @@ def refusal_sentence(refusal: Refusal) -> str:
     """The one sentence a visitor reads: what ZeroGPU did, how much was left if it said so, what to do."""
     day, free = duration_words(daily_quota_s("unauthenticated")), duration_words(daily_quota_s("free"))
     sign_in = f"sign in to Hugging Face ({free} of GPU a day with a free account, {day} without)"
-    k = refusal.kind
-    if k == "over_quota":  # a shorter range would not help: each of its calls needs as much left to start
+    if refusal.kind == "over_quota":  # a shorter range would not help: each call needs as much left to start
         wait = f"try again in {wait_words(refusal.wait)}" if refusal.wait else "try again later"
         who = {"free": "your free account's", "pro": "your PRO account's"}.get(refusal.tier, "your")
         todo = wait if refusal.tier else f"{wait}, or {sign_in}"
@@ -157,33 +144,20 @@ def refusal_sentence(refusal: Refusal) -> str:
             f"left to start, and {refusal.left_s} s are left (a call is charged only the time it uses); "
             f"{todo}."
         )
-    if k == "runs_limit":
-        return (
-            "ZeroGPU refused the next GPU call: you have used up your GPU runs for now; "
-            f"try again later, or {sign_in}."
-        )
-    if k == "space_limit":
-        return (
-            "ZeroGPU refused the next GPU call: without a signed-in visitor this Space's shared GPU "
-            f"limit is used up; {sign_in} and run it again, or try again later."
-        )
-    if k == "over_maximum":
-        asked = f"its {refusal.requested_s} s are" if refusal.requested_s else "it asks for"
-        return (
-            f"ZeroGPU refused the GPU call: {asked} more than one call may have for you; "
-            f"{sign_in} for a larger limit, or try again later."
-        )
-    if k == "pending_credits":
-        return (
-            "ZeroGPU refused the GPU call: too many of your GPU credits are held by tasks still "
-            "running; try again once they have finished."
-        )
-    if k == "queue_timeout":
-        return (
-            f"ZeroGPU had no free GPU for this call within 60 s; try again in a moment, or {sign_in} "
-            "for a higher place in its queue."
-        )
-    return (
-        "ZeroGPU stopped the GPU call: it ran past the seconds this Space sized it for; try again, "
-        "and tell the Space's owner if it happens again."
+    asked = f"its {refusal.requested_s} s are" if refusal.requested_s else "it asks for"
+    return {
+        "runs_limit": "ZeroGPU refused the next GPU call: you have used up your GPU runs for now; "
+        f"try again later, or {sign_in}.",
+        "space_limit": "ZeroGPU refused the next GPU call: without a signed-in visitor this Space's shared "
+        f"GPU limit is used up; {sign_in} and run it again, or try again later.",
+        "over_maximum": f"ZeroGPU refused the GPU call: {asked} more than one call may have for you; "
+        f"{sign_in} for a larger limit, or try again later.",
+        "pending_credits": "ZeroGPU refused the GPU call: too many of your GPU credits are held by tasks "
+        "still running; try again once they have finished.",
+        "queue_timeout": f"ZeroGPU had no free GPU for this call within 60 s; try again in a moment, or "
+        f"{sign_in} for a higher place in its queue.",
+    }.get(
+        refusal.kind,
+        "ZeroGPU stopped the GPU call: it ran past the seconds this Space sized it for; try again, and tell "
+        "the Space's owner if it happens again.",
     )
