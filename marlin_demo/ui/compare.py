@@ -33,11 +33,11 @@ from marlin_demo.ui.compare_view import (
     titled,
     write_session_csv,
 )
-from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI, UIContext, variant_label
+from marlin_demo.ui.context import PRIVATE_UI, UIContext, variant_label
 from marlin_demo.ui.example_list import example_labels, short_name
 from marlin_demo.ui.inputs import require_upload, session_of, user_errors
 from marlin_demo.ui.one_clip import Clip, while_shown
-from marlin_demo.ui.running import RunState, StageView, Updates, follow, run_buttons, with_buttons
+from marlin_demo.ui.running import RunState, StageView, Updates, follow, wire_run_and_stop, with_buttons
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.views import view_of
 from marlin_demo.variants import colors
@@ -402,7 +402,6 @@ STOPPED_HTML = (
 def listen(ctx: UIContext, tab: CompareTab) -> None:
     """Wire the streaming UI comparison (Stop shown only while it runs; ``api`` has ``/compare``)."""
     running_in: dict[str, CompareView] = {}  # the sessions whose comparison is running (for Stop)
-    stopped_in: dict[str, CompareView] = {}  # the sessions that pressed Stop on one, until it is said
     buttons = [tab.run, tab.stop]
 
     def compare_ui(
@@ -439,12 +438,22 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         finally:
             running_in.pop(session, None)
 
+    # Stop: Gradio closes the running generator, which closes the request: the model stops at its
+    # next token. The variants that finished are not tabled (their tables need the whole comparison);
+    # the cards say which variant stopped and which never ran.
+    def stopped(request: gr.Request) -> Updates:
+        view = running_in.get(session_of(request))
+        if view is None:
+            return {tab.summary: gr.skip()}
+        # the writing variant stopped there, the ones after it never ran
+        return {tab.summary: STOPPED_HTML, tab.cards: view.cards(view.live, stopped=True)}
+
     tab.task.change(lambda t: gr.update(visible=get_task(t).query), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
         lambda on: gr.update(value=run_label(ctx, bool(on))), tab.include_bf16, tab.run, **PRIVATE_UI
     )
-    tab.run.click(lambda: run_buttons(buttons, True), None, buttons, **PRIVATE_UI)
-    running = tab.run.click(
+    wire_run_and_stop(
+        [tab.run.click],
         compare_ui,
         [
             tab.clip.video,
@@ -457,35 +466,8 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             tab.clip.stamp,
         ],
         [*tab.outputs, *buttons],
-        js=STAMP_JS,
-        api_visibility="private",
-        show_progress="hidden",  # the progress area (summary) and the cards say what runs
-        **GPU_EVENT,
-    )
-
-    # Stop: Gradio closes the running generator, which closes the request: the model stops at its
-    # next token. The variants that finished are not tabled (their tables need the whole comparison);
-    # the cards say which variant stopped and which never ran. Whether a comparison was running is
-    # read when Stop is pressed; the message then goes through the queue, after the stopped run's
-    # last messages, so none of them can overwrite it.
-    def was_running(request: gr.Request) -> Updates:
-        view = running_in.get(session_of(request))
-        if view is not None:
-            stopped_in[session_of(request)] = view
-        return run_buttons(buttons, False)
-
-    def stopped(request: gr.Request) -> Updates:
-        view = stopped_in.pop(session_of(request), None)
-        if view is None:
-            return {tab.summary: gr.skip()}
-        # the writing variant stopped there, the ones after it never ran
-        return {tab.summary: STOPPED_HTML, tab.cards: view.cards(view.live, stopped=True)}
-
-    tab.stop.click(was_running, None, buttons, cancels=[running], **PRIVATE_UI).then(
+        buttons,
+        None,  # the progress area (summary) and the cards say what runs
         stopped,
-        None,
-        [tab.summary, tab.cards],
-        api_visibility="private",
-        show_progress="hidden",
-        concurrency_limit=None,
+        js=STAMP_JS,
     )

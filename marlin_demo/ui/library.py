@@ -337,8 +337,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
         outputs,
         buttons,
         tab.progress,
-        lambda: STOPPED_HTML,
-        tab.headline,
+        lambda request: {tab.headline: STOPPED_HTML},
     )
 
     def priced(query: str) -> str:

@@ -159,8 +159,7 @@ class RunTab:
             [*self.outputs, *buttons],
             buttons,
             self.progress,
-            lambda: self.stopped,
-            self.answer,
+            lambda request: {self.answer: self.stopped},
             example,
             js=STAMP_JS,
         )

@@ -18,6 +18,7 @@ from gradio.blocks import Block
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI
+from marlin_demo.ui.inputs import session_of
 
 Updates = dict[Block, Any]
 """What a listener yields: the components it changes, each with its new value or ``gr.update``."""
@@ -40,8 +41,11 @@ def with_buttons(outputs: Iterator[Updates], buttons: Sequence[Block]) -> Iterat
     yield run_buttons(buttons, False)
 
 
-def waiting_updates(buttons: Sequence[Block], progress: Block) -> Updates:
-    """What a Run click shows at once, before the request leaves the queue: Stop and the wait."""
+def waiting_updates(buttons: Sequence[Block], progress: Block | None) -> Updates:
+    """What a Run click shows at once, before the request leaves the queue: Stop and the wait (on the tab's
+    bar, where it has one)."""
+    if progress is None:
+        return run_buttons(buttons, True)
     wait = progress_html(0.0, "Waiting for its turn (one request runs at a time)…", scroll=True)
     return {**run_buttons(buttons, True), progress: wait}
 
@@ -52,23 +56,24 @@ def wire_run_and_stop(
     inputs: list[Any],
     outputs: list[Any],
     buttons: list[Any],
-    progress: Any,
-    stopped: Callable[[], str],
-    stopped_target: Any,
+    progress: Block | None,
+    stopped: Callable[[gr.Request], Updates],
     example: tuple[Any, Any, Any] | None = None,
     js: str | None = None,
 ) -> list[Any]:
-    """Run (streamed, with the tab's own bar) and Stop (cancels it; ``stopped()`` in ``stopped_target``).
-    ``example`` = (the examples' input event, a quick first step, the run): a click shows the kept answer
-    or the wait, then runs like Run. ``js`` runs in the browser before each step that reads ``inputs``
-    (``clip_owner.STAMP_JS``). Returns the events a follow-up step chains on."""
+    """Run (streamed, with the tab's own bar; ``progress`` None: the tab's outputs say it) and Stop (cancels
+    it; says ``stopped(request)``, among ``outputs``). ``example`` = (the examples' input event, a quick
+    first step, the run): a click shows the kept answer or the wait, then runs like Run. ``js`` runs in the
+    browser before each step that reads ``inputs`` (``clip_owner.STAMP_JS``). Returns the events a
+    follow-up step chains on."""
     run_options: dict[str, Any] = {
         "js": js,
         "api_visibility": "private",
         "show_progress": "hidden",  # the tab's own progress bar says where it is (and no "Error" pill)
         **GPU_EVENT,
     }
-    gr.on(triggers, lambda: waiting_updates(buttons, progress), None, [*buttons, progress], **PRIVATE_UI)
+    bar = [] if progress is None else [progress]
+    gr.on(triggers, lambda: waiting_updates(buttons, progress), None, [*buttons, *bar], **PRIVATE_UI)
     # a run right after a Stop is not dropped while the stopped one ends
     main = gr.on(triggers, fn, inputs, outputs, trigger_mode="multiple", **run_options)
     runs, ends = [main], [main]
@@ -77,13 +82,22 @@ def wire_run_and_stop(
         first = loaded.then(first_fn, inputs, outputs, js=js, **PRIVATE_UI)
         runs.append(first.then(example_fn, inputs, outputs, **run_options))
         ends += [first, runs[-1]]
-    # Stop puts the buttons back at once and cancels the run; its sentence comes in a queued
-    # step after it, over the page's one message stream, so a message the stopped run sent
-    # before the cancel reached the server cannot land after it and overwrite "Stopped".
-    buttons[1].click(lambda: run_buttons(buttons, False), None, buttons, cancels=runs, **PRIVATE_UI).then(
-        lambda: {stopped_target: stopped(), progress: ""},
+    # Stop puts the buttons back at once and cancels the run; what it says is read then (what was running
+    # when it was pressed) and said in a queued step after it, over the page's one message stream, so a
+    # message the stopped run sent before the cancel reached the server cannot land after it.
+    said: dict[str, Updates] = {}
+
+    def stop(request: gr.Request) -> Updates:
+        said[session_of(request)] = {**dict.fromkeys(bar, ""), **stopped(request)}
+        return run_buttons(buttons, False)
+
+    def say_stopped(request: gr.Request) -> Updates:
+        return said.pop(session_of(request), None) or gr.skip()
+
+    buttons[1].click(stop, None, buttons, cancels=runs, **PRIVATE_UI).then(
+        say_stopped,
         None,
-        [stopped_target, progress],
+        outputs,
         api_visibility="private",
         show_progress="hidden",
         concurrency_limit=None,  # never waits behind another session's step
