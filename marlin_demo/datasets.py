@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import Event
+from marlin_demo.records import write_json
 from marlin_demo.settings import EXAMPLES_FILE
 
 logger = logging.getLogger(__name__)
@@ -449,9 +450,7 @@ def convert_charades(
             "check --videos."
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_json(target, entries)
     return report
 
 
