@@ -50,11 +50,12 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> Path:
     """Write through a temporary file and a rename: a kill leaves the old file or the new, never half."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+    return path
 
 
 def open_out(
