@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import Event
+from marlin_demo.exits import fail
 from marlin_demo.records import write_json
 from marlin_demo.settings import EXAMPLES_FILE
 
@@ -476,8 +477,7 @@ def cmd_convert_charades(args: argparse.Namespace) -> int:
     try:
         report = convert_charades(args.annotations, args.videos, args.out, limit=args.limit, force=args.force)
     except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     target = Path(args.out) / EXAMPLES_FILE
     queries = "query" if report.queries == 1 else "queries"
     print(f"Wrote {target}: {report.videos} video(s), {report.queries} {queries}.")

@@ -26,7 +26,7 @@ from marlin_demo.bench.records import REQUESTS_FILE, RESULT_FILES, VARIANTS_FILE
 from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.exits import EXIT_FAILED, EXIT_OK, fail, missing_extra
 from marlin_demo.models.fingerprint import fingerprint
 from marlin_demo.records import append_jsonl, now, read_jsonl
 from marlin_demo.service.startup import check_limits
@@ -50,8 +50,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         return _bench(args)
     except (BenchError, DatasetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(str(exc))
 
 
 def data_folder(data: str | None) -> Path:
