@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.exits import EXIT_BAD_INPUT
+from marlin_demo.exits import fail
 from marlin_demo.service import space
 from marlin_demo.ui import gradio_hooks
 
@@ -48,8 +47,7 @@ def build(
     try:
         settings = check_limits(settings, space.zero_gpu())
     except ValueError as exc:  # settings that contradict the speeds or ZeroGPU: one line, exit 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT) from None
+        raise SystemExit(fail(str(exc))) from None
     if space.zero_gpu():
         prepare_zero_gpu()  # before any load: GPTQ's kernel is chosen from the platform, not by finding nvcc
     engine, status = start_engine(settings)

@@ -17,12 +17,10 @@ from typing import Any
 
 from marlin_demo import settings as settings_mod
 from marlin_demo import variants
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, TINY_NOTE, fail
 from marlin_demo.results import Done, Progress
 from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.tasks.registry import seconds
-
-TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
 
 # Subcommands that live in their own modules register themselves through `register(subparsers)`.
 PLUGIN_MODULES = ("marlin_demo.bench", "marlin_demo.quantize", "marlin_demo.batch", "marlin_demo.library")
@@ -141,15 +139,13 @@ def cmd_task(args: argparse.Namespace) -> int:
     from marlin_demo.models import ModelLoadError
 
     if not os.path.isfile(args.video):  # said before any model is loaded
-        print(f"error: No file at {args.video}: give the path of a video file.", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(f"No file at {args.video}: give the path of a video file.")
     try:
         with contextlib.redirect_stdout(sys.stderr):
             engine = _engine(args)
             result = run_with_progress(engine, args)
     except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED if isinstance(exc, ModelLoadError) else EXIT_BAD_INPUT
+        return fail(str(exc), EXIT_FAILED if isinstance(exc, ModelLoadError) else EXIT_BAD_INPUT)
     answer = get_task(args.command).answer
     chosen = [flag for flag, _ in answer.formats if getattr(args, flag)]
     if args.json:
@@ -212,5 +208,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return fail("interrupted", EXIT_INTERRUPTED)

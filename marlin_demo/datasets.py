@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.contract import Event
+from marlin_demo.exits import fail
+from marlin_demo.records import write_json
 from marlin_demo.settings import EXAMPLES_FILE
 
 logger = logging.getLogger(__name__)
@@ -449,9 +451,7 @@ def convert_charades(
             "check --videos."
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_json(target, entries)
     return report
 
 
@@ -477,8 +477,7 @@ def cmd_convert_charades(args: argparse.Namespace) -> int:
     try:
         report = convert_charades(args.annotations, args.videos, args.out, limit=args.limit, force=args.force)
     except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     target = Path(args.out) / EXAMPLES_FILE
     queries = "query" if report.queries == 1 else "queries"
     print(f"Wrote {target}: {report.videos} video(s), {report.queries} {queries}.")

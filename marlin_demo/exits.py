@@ -1,6 +1,9 @@
-"""The exit codes of every command: scripts tell a mistake in their input from a failure by them."""
+"""The exit codes of every command (scripts tell a mistake in their input from a failure by them), and the
+lines every command prints alike."""
 
 from __future__ import annotations
+
+import sys
 
 EXIT_OK = 0
 #: a model could not be loaded, or the work itself failed (quantize, a batch that could not run)
@@ -9,6 +12,15 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 #: stopped with Ctrl-C (128 + SIGINT, as shells report it)
 EXIT_INTERRUPTED = 130
+#: printed before an answer of the tiny model (caption, find, search)
+TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    """Say what went wrong as the command's one ``error:`` line on stderr; returns the code to exit with."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
 
 #: pyproject.toml's extras: what each brings that a command imports (the Space installs none of them)
 EXTRAS = {"batch": ("ray",), "bench": ("matplotlib",)}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.exits import EXIT_FAILED, EXIT_OK, fail, missing_extra
 from marlin_demo.library import cluster
 from marlin_demo.tasks import TASKS
 
@@ -31,8 +31,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     need = missing_extra("batch", "batch --ray") if args.ray is not None else None
     if need:  # before anything is written to --out
-        print(f"error: {need}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(need)
     try:
         settings = check_limits(settings_mod.from_args(args))
         items = collect(args.input, args.task, args.query)
@@ -42,13 +41,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
         writer = ResultsWriter(Path(args.out), fp, fresh=args.fresh, sidecars=args.sidecars)
         pending = writer.pending(items)
     except (InputError, BatchError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(str(exc))
     if writer.repaired:
         print("note: a torn last line of results.jsonl (an interrupted write) was removed.", file=sys.stderr)
     if args.workers < 1:
-        print("error: --workers must be at least 1.", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail("--workers must be at least 1.")
     mode = "local" if args.ray is None else "ray"
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops as Ctrl-C does
     done = len(items) - len(pending)
@@ -63,8 +60,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                     try:
                         engine.load(args.variant)
                     except ModelLoadError as exc:
-                        print(f"error: {exc}", file=sys.stderr)
-                        return EXIT_FAILED
+                        return fail(str(exc), EXIT_FAILED)
                     run_local(engine, pending, args.task, args.variant, writer, bar)
                 else:
                     from marlin_demo.batch.ray_runner import run_ray

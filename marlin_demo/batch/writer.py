@@ -8,14 +8,13 @@ import os
 import re
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from marlin_demo.records import RUN_FILE, append_jsonl, now, open_out, read_jsonl, write_json
 from marlin_demo.subtitles import to_srt, to_webvtt
 
 RESULTS_FILE = "results.jsonl"
-RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
 SIDECAR_DIR = "sidecars"
 
@@ -24,21 +23,9 @@ class BatchError(ValueError):
     """An unusable --out: one line for the user."""
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def read_rows(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """Rows on disk, and whether a torn last line (killed mid-write) was cut off the file."""
-    if not path.exists():
-        return [], False
-    data = path.read_bytes()
+    data = path.read_bytes() if path.exists() else b""
     cut = data.rfind(b"\n") + 1
     repaired = cut < len(data)
     if repaired:
@@ -46,15 +33,7 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], bool]:
             fh.truncate(cut)
             fh.flush()
             os.fsync(fh.fileno())
-    rows = []
-    for line in data[:cut].decode("utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and "id" in rec:
-            rows.append(rec)
-    return rows, repaired
+    return [rec for rec in read_jsonl(path) if "id" in rec], repaired
 
 
 def safe_name(item_id: str) -> str:
@@ -67,35 +46,11 @@ class ResultsWriter:
     def __init__(self, out: Path, fingerprint: dict[str, Any], fresh: bool = False, sidecars: bool = False):
         self.out = out
         self.sidecars = sidecars
-        if out.exists() and not out.is_dir():
-            raise BatchError(f"--out {out} is a file: give a folder.")
-        if fresh and out.is_dir():
-            for name in (RUN_FILE, RESULTS_FILE, SUMMARY_FILE):
-                (out / name).unlink(missing_ok=True)
-        out.mkdir(parents=True, exist_ok=True)
-        run_path = out / RUN_FILE
-        if run_path.exists():
-            try:
-                self.run = json.loads(run_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                raise BatchError(
-                    f"{run_path} is damaged: use a new --out, or --fresh to start over."
-                ) from None
-            old = self.run.get("fingerprint", {})
-            diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in fingerprint.items() if old.get(k) != v]
-            if diffs:
-                raise BatchError(
-                    f"{out} holds results of a different set-up ({'; '.join(diffs)}): "
-                    "use a new --out, or --fresh to start over there."
-                )
-        elif (out / RESULTS_FILE).exists():
-            raise BatchError(
-                f"{out} has {RESULTS_FILE} but no {RUN_FILE}: "
-                "use a new --out, or --fresh to start over there."
-            )
-        else:
-            self.run = {"created": _now(), "fingerprint": fingerprint, "sessions": []}
-            _write_atomic(run_path, self.run)
+        run = open_out(out, fingerprint, fresh, RESULTS_FILE, (SUMMARY_FILE,), BatchError)
+        if run is None:
+            run = {"created": now(), "fingerprint": fingerprint, "sessions": []}
+            write_json(out / RUN_FILE, run)
+        self.run = run
         rows, self.repaired = read_rows(out / RESULTS_FILE)
         self.done: dict[str, dict[str, Any]] = {r["id"]: r for r in rows}
         self._started = time.perf_counter()
@@ -113,11 +68,7 @@ class ResultsWriter:
         return [item for item in items if item.id not in self.done]
 
     def write(self, row: dict[str, Any]) -> None:
-        path = self.out / RESULTS_FILE
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_jsonl(self.out / RESULTS_FILE, row)
         self.done[row["id"]] = row
         self._written += 1
         if self.sidecars and row.get("status") == "ok":
@@ -139,11 +90,11 @@ class ResultsWriter:
     def finish(self, items: list[Any], mode: str, workers: int) -> dict[str, Any]:
         """Record this session and write summary.json (recomputed from every row on disk)."""
         wall = round(time.perf_counter() - self._started, 3)
-        session = dict(finished=_now(), wall_s=wall, rows=self._written, mode=mode, workers=workers)
+        session = dict(finished=now(), wall_s=wall, rows=self._written, mode=mode, workers=workers)
         self.run.setdefault("sessions", []).append(session)
-        _write_atomic(self.out / RUN_FILE, self.run)
+        write_json(self.out / RUN_FILE, self.run)
         summary = summarize(list(self.done.values()), items, self.run["sessions"])
-        _write_atomic(self.out / SUMMARY_FILE, summary)
+        write_json(self.out / SUMMARY_FILE, summary)
         return summary
 
 

@@ -22,20 +22,13 @@ from marlin_demo.bench.matrix import (
     plan_requests,
     record_key,
 )
-from marlin_demo.bench.records import (
-    REQUESTS_FILE,
-    RESULT_FILES,
-    VARIANTS_FILE,
-    _now,
-    append_jsonl,
-    prepare_out,
-    read_jsonl,
-)
+from marlin_demo.bench.records import REQUESTS_FILE, RESULT_FILES, VARIANTS_FILE, prepare_out
 from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.exits import EXIT_FAILED, EXIT_OK, fail, missing_extra
 from marlin_demo.models.fingerprint import fingerprint
+from marlin_demo.records import append_jsonl, now, read_jsonl
 from marlin_demo.service.startup import check_limits
 from marlin_demo.tasks import TASKS
 from marlin_demo.variants import kinds
@@ -57,8 +50,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         return _bench(args)
     except (BenchError, DatasetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(str(exc))
 
 
 def data_folder(data: str | None) -> Path:
@@ -121,7 +113,7 @@ def _bench(args: argparse.Namespace) -> int:
             for v in [v for v in variants if pending[v]]:
                 load_failed |= not measure.bench_variant(engine, v, pending[v], out, bar)
         if import_s:
-            append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": _now()})
+            append_jsonl(out / VARIANTS_FILE, {"kind": "imports", "import_s": import_s, "time": now()})
         results = write_outputs(
             out, examples, data_dir, variants, tasks, args.repeats, settings, run, engine.model_label
         )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from marlin_demo.datasets import load_dataset
+from marlin_demo.exits import fail
 from marlin_demo.models.tiny import default_cache_dir
 from marlin_demo.settings import EXAMPLES_DIR
 
@@ -166,14 +166,9 @@ def cmd_build_long_set(args: argparse.Namespace) -> int:
     except ValueError:
         durations = []
     if not durations or any(d <= 0 for d in durations):
-        print(
-            f"error: --durations {args.durations!r}: give clip lengths in seconds, e.g. 150,360.",
-            file=sys.stderr,
-        )
-        return 2
+        return fail(f"--durations {args.durations!r}: give clip lengths in seconds, e.g. 150,360.")
     if args.queries_per_example is not None and args.queries_per_example < 1:
-        print("error: --queries-per-example must be at least 1.", file=sys.stderr)
-        return 2
+        return fail("--queries-per-example must be at least 1.")
     root = build_long_set(args.out, durations, args.queries_per_example)
     print(f"Wrote {root / 'examples.json'}: {len(durations)} long clip(s); run `bench --data {root}`.")
     return 0

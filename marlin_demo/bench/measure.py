@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.bench.matrix import Request
-from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, append_jsonl
+from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE
+from marlin_demo.records import append_jsonl, now
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import get_task
 from marlin_demo.variants import kind_of
@@ -33,7 +34,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
 
         res = service.run(engine, req.task, req.example.video, req.variant, rec["query"])
     except Exception as exc:
-        rec.update(ok=False, error=f"{type(exc).__name__}: {exc}", time=_now())
+        rec.update(ok=False, error=f"{type(exc).__name__}: {exc}", time=now())
         return rec
     rec.update(
         ok=True,
@@ -45,7 +46,7 @@ def run_request(engine: Any, req: Request) -> dict[str, Any]:
         repaired=bool(res.repaired),
         repairs=list(res.info.repairs),
         raw=res.raw,
-        time=_now(),
+        time=now(),
         windows=max(1, len(res.info.windows)),  # a long video's windows answered
         **get_task(req.task).answer.record(res),  # what the answer said (caption: events; find: the span)
     )
@@ -61,7 +62,7 @@ def bench_variant(engine: Any, variant: str, pending: Sequence[Request], out: Pa
         loaded = engine.load(variant)
     except ModelLoadError as exc:
         append_jsonl(
-            out / VARIANTS_FILE, {"kind": "load", "variant": variant, "error": str(exc), "time": _now()}
+            out / VARIANTS_FILE, {"kind": "load", "variant": variant, "error": str(exc), "time": now()}
         )
         bar.write(f"error: {variant}: {exc}", file=sys.stderr)
         bar.update(len(pending))
@@ -73,7 +74,7 @@ def bench_variant(engine: Any, variant: str, pending: Sequence[Request], out: Pa
         "compile": "on" if engine.settings.compile else "off",
         "quantized": loaded.source.quantized,
         "allocated_after_load_mb": None,
-        "time": _now(),
+        "time": now(),
     }
     load_rec["load_s"] = loaded.load_s
     load_rec["footprint_mb"] = loaded.footprint_mb

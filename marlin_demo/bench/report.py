@@ -17,8 +17,9 @@ from marlin_demo.bench.environment import environment
 from marlin_demo.bench.matrix import SCHEMA
 from marlin_demo.bench.plots import write_plots
 from marlin_demo.bench.quality import quality_rows
-from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE, _now, read_jsonl
+from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE
 from marlin_demo.datasets import Example, summarize
+from marlin_demo.records import now, read_jsonl
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import TASKS
 
@@ -357,7 +358,7 @@ def write_outputs(
     )
     results = {
         "schema": SCHEMA,
-        "timestamp": _now(),
+        "timestamp": now(),
         "first_run": run.get("created"),
         "model_label": model_label,
         "models": {

@@ -22,7 +22,7 @@ from typing import Any, cast
 from marlin_demo import settings as settings_mod
 from marlin_demo.bench.longset import LONG_SET, resolve_data
 from marlin_demo.datasets import DatasetError, load_dataset
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_OK
+from marlin_demo.exits import EXIT_OK, fail
 from marlin_demo.library import index
 from marlin_demo.library.database import LibraryError, Store
 from marlin_demo.library.inputs import Item
@@ -238,8 +238,7 @@ def cmd_search_bench(args: argparse.Namespace) -> int:
         if not (data / "examples.json").is_file():
             raise ValueError(f"--data {args.data}: no examples.json there (give `long` or a data folder).")
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(str(exc))
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     with contextlib.redirect_stdout(sys.stderr):
@@ -258,8 +257,7 @@ def cmd_search_bench(args: argparse.Namespace) -> int:
                 note=lambda line: print(f"bench search: {line}", file=sys.stderr, flush=True),
             )
         except (DatasetError, LibraryError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return fail(str(exc))
     (out / "results.json").write_text(json.dumps(r, indent=1) + "\n", encoding="utf-8")
     text = render(r)
     (out / "summary.md").write_text(text + "\n", encoding="utf-8")

@@ -42,7 +42,7 @@ class Warmed:
 def warm_clip(device: str) -> PreparedVideo:
     """A full window on CUDA (the largest prefill and static cache a visitor's call reaches), 2 s on a CPU
     (nothing compiles there). Kept once built: the caller builds it before its GPU call, whose forked
-    process then finds it built (``clear`` when done)."""
+    process then finds it built (``warm_clip.cache_clear()`` frees its frames, 144 MB for a full window)."""
     return full_window_clip() if device == "cuda" else synthetic_clip(2.0, 64, 64)
 
 
@@ -64,8 +64,3 @@ def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
     with engine.gpu_lock:
         engine.prefixes.clear()
     return out
-
-
-def clear() -> None:
-    """Forget the warm-up's clip (its frames: 144 MB for a full window)."""
-    warm_clip.cache_clear()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, missing_extra
+from marlin_demo.exits import EXIT_FAILED, EXIT_OK, TINY_NOTE, fail, missing_extra
 from marlin_demo.library import cluster
 
 #: index takes batch's settings; search those too (but ``--top-k`` is its own: moments to return)
@@ -21,16 +21,6 @@ INDEX_FLAGS = settings_mod.flags_for("batch")
 SEARCH_FLAGS = tuple(f for f in INDEX_FLAGS if f != "top_k") + settings_mod.flags_for("search")
 #: What names the model a library was built with: ``search`` uses them unless a flag says otherwise.
 MODEL_FIELDS = tuple("model bf16_id gptq_id revision gptq_revision extra_variants trust_remote_code".split())
-TINY_NOTE = "Note: the tiny offline stand-in has random weights: its answers are meaningless."
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def _err(message: str, code: int = EXIT_BAD_INPUT) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
 
 
 def _caption_here(settings: Any, variant: str, todo: list[Any]) -> Iterator[Any]:
@@ -53,10 +43,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     from marlin_demo.service.startup import check_limits
 
     if args.workers < 1:
-        return _err("--workers must be at least 1.")
+        return fail("--workers must be at least 1.")
     need = missing_extra("batch", "index --ray") if args.ray is not None else None
     if need:
-        return _err(need)
+        return fail(need)
     try:
         settings = check_limits(settings_mod.from_args(args))
         items = collect(args.input, "caption")
@@ -66,7 +56,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         variant = args.variant or store.meta().get("setup", {}).get("variant") or "gptq"
         store.check_setup(index.setup_fingerprint(settings, variant))
     except (InputError, LibraryError, ValueError) as exc:
-        return _err(str(exc))
+        return fail(str(exc))
 
     def captions(todo: list[Any]) -> Iterator[Any]:
         if args.ray is None:
@@ -74,7 +64,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         address = None if args.ray == "local" else args.ray
         return index.caption_ray(settings, todo, variant, address, args.workers, args.gpus_per_worker)
 
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     def note(line: str) -> None:
         print(f"index: {line}", file=sys.stderr, flush=True)
@@ -83,7 +73,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             summary = index.index(store, items, captions, prune_gone=args.prune, note=note)
     except ModelLoadError as exc:  # the one model load (every video's own failure is a row)
-        return _err(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     out = summary.to_dict(store)
     store.close()
     if args.json:
@@ -130,7 +120,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         settings = check_limits(settings_mod.from_args(args, base))
         variant = args.variant or setup.get("variant") or "gptq"
     except (LibraryError, ValueError) as exc:
-        return _err(str(exc))
+        return fail(str(exc))
 
     def progress(done: int, total: int) -> None:
         if not args.json:
@@ -146,9 +136,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                 store, args.query, settings, engine, variant, top_k=args.moments, progress=progress
             )
     except ModelLoadError as exc:
-        return _err(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     except USER_ERRORS as exc:
-        return _err(str(exc))
+        return fail(str(exc))
     for line in answer.skipped:
         print(f"warning: skipped {line}", file=sys.stderr)
     out = answer.to_dict()

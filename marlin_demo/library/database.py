@@ -11,9 +11,10 @@ import shutil
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from marlin_demo.records import now
 
 DB_FILE = "library.sqlite"
 THUMBS_DIR = "thumbs"
@@ -174,10 +175,6 @@ def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     db.execute("COMMIT")
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
 class Store:
     """One connection to ``DIR/library.sqlite`` (created with its schema when missing)."""
 
@@ -229,7 +226,7 @@ class Store:
         """Record ``setup`` in a new library; refuse one built with another (batch's fingerprint rule)."""
         old = self.meta().get("setup")
         if old is None:
-            self.set_meta(setup=setup, schema=SCHEMA_VERSION, created=_now())
+            self.set_meta(setup=setup, schema=SCHEMA_VERSION, created=now())
             return
         diffs = [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in setup.items() if old.get(k) != v]
         if diffs:
@@ -296,7 +293,7 @@ class Store:
             self.db.execute(
                 "INSERT INTO videos(id, digest, name, path, size, mtime_ns, duration, indexed, span) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (vid, digest, name, path, size, mtime_ns, duration, _now(), span),
+                (vid, digest, name, path, size, mtime_ns, duration, now(), span),
             )
             self.db.executemany(
                 "INSERT INTO windows(video, k, start, end, scene, events, thumbnail) "

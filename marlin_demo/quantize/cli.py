@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from marlin_demo.exits import EXIT_FAILED, EXIT_OK, fail
 from marlin_demo.quantize.build import Options, run
 from marlin_demo.quantize.recipes import RECIPES, QuantizeError
 from marlin_demo.settings import EXAMPLES_DIR
@@ -68,11 +67,9 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     try:
         report = run(opts)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(str(exc))
     except (QuantizeError, RuntimeError, OSError) as exc:
-        print(f"error: quantization failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(f"quantization failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -42,7 +42,6 @@ __all__ = [
     "call_share",
     "check_query",
     "compare",
-    "is_cold",
     "run",
     "stream",
 ]
@@ -54,11 +53,6 @@ T = TypeVar("T")
 def check_query(engine: Engine, task: str, query: str | None) -> str | None:
     """The cleaned query of a task that takes one (else None); an unknown task or bad query: ValueError."""
     return get_task(task).ask(query or "", engine.settings)[0]
-
-
-def is_cold(engine: Engine, variant: Variant) -> bool:
-    """Whether a request on ``variant`` would load it first (its first use, or after an unload)."""
-    return not engine.is_loaded(variant)
 
 
 def run(
@@ -416,7 +410,7 @@ def compare(
         return res
 
     for i, v in enumerate(variants):
-        cold = is_cold(engine, v)
+        cold = not engine.is_loaded(v)
         out.cold[v] = cold
         yield VariantStarted(v, i, len(variants), cold)
         try:
@@ -447,7 +441,7 @@ def warm_reruns_for(engine: Engine, run: Comparison) -> list[str]:
     still loaded, so the re-run is warm); else, when a warm figure reused its variant's earlier reading of
     the clip (``RunInfo.reused_prefix``) and another read it afresh, the one that read it afresh."""
     tried = run.reruns.keys() | run.rerun_errors.keys()
-    todo = [v for v in run.results if run.cold.get(v) and v not in tried and not is_cold(engine, v)]
+    todo = [v for v in run.results if run.cold.get(v) and v not in tried and engine.is_loaded(v)]
     if todo:
         return todo
     figures = {v: w for v in run.results if (w := run.warm(v)) is not None}

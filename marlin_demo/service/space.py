@@ -196,7 +196,7 @@ def warm_up(engine: Engine) -> str:
     except Exception as exc:  # refused, the call's process died...: the app starts all the same
         failed = [f"{type(exc).__name__}: {exc}"]
     finally:
-        warmup.clear()
+        warmup.warm_clip.cache_clear()  # its frames: 144 MB for a full window
     if failed:
         _warm.clear()  # the first visitor's call asks for the compile, as it did before the start-up call
         log.warning("the start-up GPU call (%s s) did not warm every variant: %s", seconds, "; ".join(failed))

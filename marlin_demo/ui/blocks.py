@@ -108,7 +108,7 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
                 key = ctx.answers.key(task, example, ctx.default_variant, query)
                 if ctx.answers.get(key) is not None:
                     continue
-                cold = service.is_cold(ctx.engine, ctx.default_variant)
+                cold = not ctx.engine.is_loaded(ctx.default_variant)
                 try:
                     result = service.run(ctx.engine, task, path, ctx.default_variant, query)
                 except Exception:  # an example that cannot be answered runs live on its click

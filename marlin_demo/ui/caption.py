@@ -12,12 +12,13 @@ import gradio as gr
 
 from marlin_demo import subtitles
 from marlin_demo.contract import Event
+from marlin_demo.records import write_json
 from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.tasks import CAPTION
 from marlin_demo.tasks.caption import chapters_of
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.clip_owner import clip_stem
-from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext, write_json
+from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
 from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView

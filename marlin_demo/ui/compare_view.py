@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from marlin_demo import service
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import Result, memory_label
 from marlin_demo.tasks import get_task
@@ -204,7 +203,7 @@ def cards_html(
     """A column per variant (``card``: its answer, as its task's view draws it); one not started yet says
     whether it will load (or, ``stopped``, never ran)."""
     live = live or {}
-    will_load = {v: service.is_cold(ctx.engine, v) for v in variants}
+    will_load = {v: not ctx.engine.is_loaded(v) for v in variants}
     args = (duration, truth, card)
     cols = "".join(
         _card(v, results.get(v), cold.get(v), *args, live.get(v), will_load[v], stopped) for v in variants

@@ -4,7 +4,6 @@ its own gets ``AnswerTab``: its answer's text and JSON (``ui.views`` finds each 
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -171,8 +170,7 @@ class RunView(BarView):
     """A run tab while its request runs: the bar, the tab's stages, the answer (kept for an example)."""
 
     def __init__(self, ctx: UIContext, tab: RunTab, asked: Asked, **bar: Any) -> None:
-        cold = functools.partial(service.is_cold, ctx.engine, asked.variant)
-        super().__init__(tab.progress, asked.variant, cold, **bar)
+        super().__init__(tab.progress, asked.variant, lambda: not ctx.engine.is_loaded(asked.variant), **bar)
         self.ctx, self.tab, self.path = ctx, tab, asked.path
         self.result: Result | None = None
         self.cold = False
