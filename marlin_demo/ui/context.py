@@ -3,7 +3,6 @@ event options the tabs share."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -136,15 +135,6 @@ def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, An
     """Ground-truth entries whose clip is present (the examples are optional and rendered separately)."""
     folder = examples_json.parent
     return [e for e in agreement.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
-
-
-def write_json(path: Path, data: Any) -> Path:
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def tiny_in_use(ctx: UIContext) -> bool:
-    return ctx.engine.settings.is_tiny
 
 
 def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
