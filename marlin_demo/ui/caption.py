@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import json
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -12,7 +13,6 @@ import gradio as gr
 
 from marlin_demo import subtitles
 from marlin_demo.contract import Event
-from marlin_demo.records import write_json
 from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.tasks import CAPTION
 from marlin_demo.tasks.caption import chapters_of
@@ -115,10 +115,9 @@ class CaptionTab(RunTab):
 
     def final(self, ctx: UIContext, result: CaptionResult, path: str, cold: bool) -> Updates:
         duration = result.info.duration_s
-        if result.events:
-            tl = timeline.timeline_html(
-                duration, result.events, player=f"#{CLIP_ID}", windows=_windows_of(result)
-            )
+        if result.events:  # (the timeline draws no windows for a video answered whole)
+            windows = [(w["start"], w["end"]) for w in result.windows]
+            tl = timeline.timeline_html(duration, result.events, player=f"#{CLIP_ID}", windows=windows)
         else:
             tl = timeline.placeholder(
                 "No timed events could be read from the answer, so there is nothing to draw."
@@ -179,10 +178,6 @@ def stream_message(
     }
 
 
-def _windows_of(result: CaptionResult) -> list[tuple[float, float]]:
-    return [(w["start"], w["end"]) for w in result.windows] if len(result.windows) > 1 else []
-
-
 def _rows(events: list[Event]) -> Any:
     """The events table (times in tenths, as the timeline), shown only with rows: by ``visible="hidden"``,
     not CSS, since a table hidden until it drew a row sometimes never drew one (zero fit while hidden)."""
@@ -196,15 +191,14 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
     stem = clip_stem(video)
     data = CAPTION.answer.to_json(result)  # ``/caption``'s JSON, the CLI's too
     texts = {  # an empty one is not written (SRT without cues, no chapters)
+        "events.json": json.dumps(data, ensure_ascii=False, indent=2) + "\n",
         "vtt": subtitles.to_webvtt(result.events),
         "srt": subtitles.to_srt(result.events),
         "chapters.txt": "".join(line + "\n" for line in data["chapters"]["lines"]),
     }
-    files = [write_json(folder / f"{stem}.events.json", data)]
-    for ext, text in texts.items():
-        if text:
-            files.append(folder / f"{stem}.{ext}")
-            files[-1].write_text(text, encoding="utf-8")
+    files = {folder / f"{stem}.{ext}": text for ext, text in texts.items() if text}
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
     return [str(f) for f in files]
 
 

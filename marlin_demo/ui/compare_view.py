@@ -16,7 +16,7 @@ from marlin_demo.results import Result, memory_label
 from marlin_demo.tasks import get_task
 from marlin_demo.ui import about, timeline
 from marlin_demo.ui.assets import asset
-from marlin_demo.ui.context import CLIP_ID, UIContext, fmt, tiny_in_use, variant_label
+from marlin_demo.ui.context import CLIP_ID, UIContext, fmt, variant_label
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.timeline import clock
 from marlin_demo.variants import short
@@ -211,7 +211,7 @@ def cards_html(
     tiny = (
         '<p class="cc-tiny">Tiny stand-in: random weights, so agreement and scores only exercise the '
         "pipeline.</p>"
-        if tiny_in_use(ctx)
+        if ctx.engine.settings.is_tiny
         else ""
     )
     return f'{tiny}<div class="cc-grid" style="--cc-cols:{max(1, len(variants))}">{cols}</div>'
@@ -388,14 +388,11 @@ def _cost_row(variant: str, result: Result, cold: Mapping[str, bool]) -> dict[st
 
 
 def metrics_frame(
-    results: Mapping[str, Result],
-    cold: Mapping[str, bool],
-    payload: Mapping[str, Any] | None = None,
+    results: Mapping[str, Result], cold: Mapping[str, bool], payload: Mapping[str, Any]
 ) -> pd.DataFrame:
     """One row per variant; ``results`` holds the variants that answered (no error strings). From the
     ``payload`` (``service.Comparison.payload``): its weights' footprint and its warm latency (a cold
     run's warm re-run; none when it has none)."""
-    payload = payload or {}
     footprint, warm = payload.get("footprint_mb") or {}, payload.get("warm") or {}
     rows = [
         {

@@ -137,9 +137,5 @@ def available_examples(examples_json: Path = EXAMPLES_JSON) -> list[dict[str, An
     return [e for e in agreement.load_examples(examples_json) if (folder / str(e["video"])).is_file()]
 
 
-def tiny_in_use(ctx: UIContext) -> bool:
-    return ctx.engine.settings.is_tiny
-
-
 def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}{unit}"

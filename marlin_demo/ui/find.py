@@ -177,12 +177,11 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
 
 
 def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
-    """A long video's find windows (none for a video that fits one window)."""
+    """A long video's find windows (the timeline draws none for a video that fits one window)."""
     try:
-        parts = policy.plan_for("find", duration, ctx.engine.settings)
+        return [(w.start, w.end) for w in policy.plan_for("find", duration, ctx.engine.settings)]
     except ValueError:
         return []
-    return [(w.start, w.end) for w in parts] if len(parts) > 1 else []
 
 
 def render(ctx: UIContext, clip: Clip) -> FindTab:

@@ -1,22 +1,7 @@
-"""The one module that reaches into Gradio's internals, each reach with its reason and its named test in
-``tests/test_hardening.py`` (which fails naming the reach when Gradio changes under it). It imports Gradio
-only inside its functions, so :func:`skip_stub_rewrite` can run before Gradio is first imported.
-
-1. Gradio's component metaclass rewrites each component's ``.pyi`` stub at every import
-   (``gradio.component_meta.create_or_modify_pyi``, no setting to turn it off; only Gradio's developers
-   need it): :func:`skip_stub_rewrite` skips it, about 1.4 s less CPU per app start (docs/SPEED.md).
-2. Gradio downloads a file sent as an http(s) URL before any validator or endpoint sees it
-   (``Block.async_move_resource_to_block_cache``, no setting either): :func:`refuse_url_downloads`
-   refuses a URL there (:data:`NO_URLS`).
-3. Gradio's MCP bridge writes a dict result as Python's repr, so the endpoints answer it JSON text; it
-   calls through its own client, which sends ``x-gradio-user: mcp`` (:func:`from_mcp`).
-4. Gradio's idle queue looks for work every millisecond on Linux (``Queue.sleep_when_free``; 50 ms on
-   Windows), a tenth of a core taken from the model on 2 vCPUs: :func:`quiet_queue` sets Windows' pace.
-5. ``gr.Video`` runs ``ffprobe`` each time it shows a video (``processing_utils.video_is_playable``): 11 s
-   of the app's 15 s start on 2 cores; :func:`remember_playable` answers an unchanged file from memory.
-6. Where Gradio keeps uploads (:func:`upload_folder`): ``GRADIO_TEMP_DIR``, else its default, as Gradio
-   resolves it, so a check that a path is an upload follows Gradio's own rule.
-"""
+"""The one module that reaches into Gradio's internals: each reach says its reason in its docstring
+(docs/SPEED.md has the timings) and has its named test in ``tests/test_hardening.py`` (which fails naming the
+reach when Gradio changes under it). Gradio is imported only inside the functions, so
+:func:`skip_stub_rewrite` can run before Gradio is first imported."""
 
 from __future__ import annotations
 
@@ -41,7 +26,8 @@ MCP_USER_HEADER = ("x-gradio-user", "mcp")
 
 
 def refuse_url_downloads(demo: gr.Blocks) -> int:
-    """Every component of ``demo`` refuses a URL Gradio would download; how many were adjusted."""
+    """Every component of ``demo`` refuses a URL (``NO_URLS``): Gradio downloads one before any validator or
+    endpoint sees it (``Block.async_move_resource_to_block_cache``). How many were adjusted."""
     from gradio.blocks import Block
 
     adjusted = 0
@@ -72,7 +58,8 @@ QUEUE_PROGRESS_POLL_S = 0.1
 
 
 def quiet_queue(demo: gr.Blocks) -> None:
-    """The queue ``demo.queue()`` made polls at :data:`QUEUE_IDLE_POLL_S` (its pace is read per wait)."""
+    """The queue ``demo.queue()`` made polls at :data:`QUEUE_IDLE_POLL_S` (its pace is read per wait): idle,
+    Gradio looks for work every millisecond on Linux, a tenth of a core taken from the model on 2 vCPUs."""
     queue = demo._queue
     for name, seconds in (
         ("sleep_when_free", QUEUE_IDLE_POLL_S),
@@ -84,7 +71,8 @@ def quiet_queue(demo: gr.Blocks) -> None:
 
 
 def remember_playable() -> None:
-    """``video_is_playable`` probes a file once per (path, size, modification time) in this process."""
+    """``video_is_playable`` (``ffprobe`` each time ``gr.Video`` shows a video: 11 s of a 15 s start on 2
+    cores) probes a file once per (path, size, modification time) in this process."""
     from gradio import processing_utils
 
     probe = processing_utils.video_is_playable
@@ -107,13 +95,14 @@ def remember_playable() -> None:
 
 
 def from_mcp(request: Any) -> bool:
-    """The call came through Gradio's MCP bridge."""
+    """The call came through Gradio's MCP bridge (the endpoints then answer JSON text: it would write a dict
+    as Python's repr)."""
     headers = getattr(request, "headers", None) or {}
     name, value = MCP_USER_HEADER
     return bool(headers.get(name) == value)
 
 
-#: the module and the step :func:`skip_stub_rewrite` replaces (item 1)
+#: the module and the step :func:`skip_stub_rewrite` replaces
 MODULE = "gradio.component_meta"
 STEP = "create_or_modify_pyi"
 
@@ -144,7 +133,8 @@ class _SkipStubRewrite(importlib.abc.MetaPathFinder):
 
 
 def skip_stub_rewrite() -> bool:
-    """Skip the stub rewrite in this process; False when Gradio was imported already (too late)."""
+    """Skip the stub rewrite in this process (Gradio rewrites each component's ``.pyi`` stub at every import,
+    about 1.4 s of CPU); False when Gradio was imported already (too late)."""
     if MODULE in sys.modules:
         return False
     if not any(isinstance(f, _SkipStubRewrite) for f in sys.meta_path):

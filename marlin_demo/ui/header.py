@@ -13,7 +13,7 @@ from marlin_demo.models import ModelLoadError, compute_choice, pick_device
 from marlin_demo.service import capacity
 from marlin_demo.service.startup import FALLBACK_FIX
 from marlin_demo.ui.assets import asset
-from marlin_demo.ui.context import PRIVATE_UI, UIContext, tiny_in_use, variant_label
+from marlin_demo.ui.context import PRIVATE_UI, UIContext, variant_label
 from marlin_demo.ui.running import PAGE_JS
 
 LOGO = (
@@ -71,7 +71,7 @@ def banners_html(ctx: UIContext) -> str:
             f"<div>Reason: {html.escape(status.fallback_reason or '')}</div>"
             f"<div>Fix: {html.escape(FALLBACK_FIX)}</div></div>"
         )
-    elif tiny_in_use(ctx):
+    elif ctx.engine.settings.is_tiny:
         out.append(
             '<div class="mh-banner mh-warn" role="alert" title="It has the architecture of Marlin-2B and '
             'was taught only the answer format, so every tab works offline on a CPU."><b>Tiny stand-in: '
@@ -151,9 +151,7 @@ def render(ctx: UIContext) -> gr.HTML:
     return gr.HTML(header_html(ctx), elem_id="marlin-header", js_on_load=PAGE_JS + KEYBOARD_JS)
 
 
-def listen(
-    ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe] = ()
-) -> None:
+def listen(ctx: UIContext, demo: gr.Blocks, header: gr.HTML, after: Iterable[gr.HTML | gr.Dataframe]) -> None:
     """Re-render the header on load and when one of ``after`` changes, so the chips follow the engine."""
     for event in [demo.load, *(component.change for component in after)]:
         event(functools.partial(header_html, ctx), None, header, **PRIVATE_UI)

@@ -44,10 +44,8 @@ def with_buttons(outputs: Iterator[Updates], buttons: Sequence[Block]) -> Iterat
 def waiting_updates(buttons: Sequence[Block], progress: Block | None) -> Updates:
     """What a Run click shows at once, before the request leaves the queue: Stop and the wait (on the tab's
     bar, where it has one)."""
-    if progress is None:
-        return run_buttons(buttons, True)
     wait = progress_html(0.0, "Waiting for its turn (one request runs at a time)…", scroll=True)
-    return {**run_buttons(buttons, True), progress: wait}
+    return {**run_buttons(buttons, True), **({} if progress is None else {progress: wait})}
 
 
 def wire_run_and_stop(

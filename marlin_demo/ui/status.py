@@ -18,7 +18,7 @@ from marlin_demo.service import cost, space
 from marlin_demo.tasks import CAPTION, TASKS, get_task
 from marlin_demo.ui import example_notes
 from marlin_demo.ui.assets import asset
-from marlin_demo.ui.context import UIContext, fmt, tiny_in_use
+from marlin_demo.ui.context import UIContext, fmt
 from marlin_demo.ui.inputs import require_upload, user_errors
 from marlin_demo.video import plan_sampling
 
@@ -154,7 +154,7 @@ def notice_html(ctx: UIContext, result: Result, what: str) -> str:
         items = items or "<li>details not recorded</li>"
         part = "the video" if result.range_s is None else "the range asked"
         notes.append(f"<b>Repaired.</b> The answer was adjusted to fit {part}:<ul>{items}</ul>")
-    if tiny_in_use(ctx):
+    if ctx.engine.settings.is_tiny:
         notes.append(
             "<b>Tiny stand-in.</b> These words come from random weights that only learned the answer "
             "format: they say nothing about the video."
