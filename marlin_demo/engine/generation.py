@@ -5,6 +5,7 @@ eager, in CUDA graphs (``graphs``) or compiled (``compiled``), and its streamer 
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 from marlin_demo.engine import compiled, graphs, scoring
 from marlin_demo.engine.prefix_cache import Prefix
 from marlin_demo.models import LoadedModel
+from marlin_demo.results import MemoryKind
 
 
 @dataclass
@@ -179,3 +181,13 @@ def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def peak_memory(device: str) -> tuple[float, MemoryKind]:
+    """The process's peak memory in MB and what it measured: CUDA's peak allocated, else the peak RSS."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda_peak_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss"

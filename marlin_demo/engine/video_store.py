@@ -46,7 +46,7 @@ class VideoStore:
         return len(self._videos)
 
     def digest(self, path: Path) -> str:
-        """``cached_file_digest``: a file that cannot be read (e.g. permission denied) is said as a VideoError."""
+        """``cached_file_digest``; a file that cannot be read (permission denied) is said as a VideoError."""
         try:
             return cached_file_digest(path)
         except OSError:
