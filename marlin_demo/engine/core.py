@@ -177,10 +177,6 @@ class Engine:
         """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
         return self.store.prepare(video)[0]
 
-    def prepare_cached(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
-        """``prepare`` plus whether the frames came from the cache (nothing decoded in this call)."""
-        return self.store.prepare(video)
-
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
         """The validated facts of a file; ``whole=False``: the duration limit is the caller's (a range)."""
         return self.store.info(path, whole=whole)
@@ -228,7 +224,7 @@ class Engine:
         cache."""
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
-        prepared, cached_video = self.prepare_cached(video)
+        prepared, cached_video = self.store.prepare(video)
         cached_video = cached_video if cached is None else cached
         if on_stage is not None:
             on_stage(Prepared(prepared.info, prepared.plan, cached_video))
