@@ -23,6 +23,7 @@ from marlin_demo.contract import VideoParams
 from marlin_demo.engine import Engine, EngineError, video_store
 from marlin_demo.engine.prefix_cache import PrefixCache
 from marlin_demo.settings import Settings, from_env
+from marlin_demo.video import digest
 from marlin_demo.video.fast import _PacketIndex, _segments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,7 +260,7 @@ def test_video_cache_bounds_and_no_second_decode(
     gop_clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_settings: Settings
 ) -> None:
     calls = {"sample": 0, "digest": 0}
-    real_sample, real_digest = video_store.sample, video_store.file_digest
+    real_sample, real_digest = video_store.sample, digest.file_digest
 
     def counting_sample(*a: object, **kw: object) -> video.PreparedVideo:
         calls["sample"] += 1
@@ -270,7 +271,8 @@ def test_video_cache_bounds_and_no_second_decode(
         return real_digest(path)
 
     monkeypatch.setattr(video_store, "sample", counting_sample)
-    monkeypatch.setattr(video_store, "file_digest", counting_digest)
+    monkeypatch.setattr(digest, "file_digest", counting_digest)
+    digest._stamped_digest.cache_clear()  # the process-wide stamp cache: this test counts its own reads
     eng = Engine(tiny_settings, video_cache_size=2)
     first = eng.prepare(gop_clips["bframes"])
     assert eng.prepare(gop_clips["bframes"]) is first

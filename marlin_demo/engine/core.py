@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import resource
 import threading
 import time
 import weakref
@@ -18,7 +17,7 @@ from typing import Any, cast
 
 from marlin_demo import contract
 from marlin_demo.engine import compiled, graphs, scoring
-from marlin_demo.engine.generation import Generation, free_memory, generate, trim_heap
+from marlin_demo.engine.generation import Generation, free_memory, generate, peak_memory, trim_heap
 from marlin_demo.engine.prefix_cache import Prefix, PrefixCache
 from marlin_demo.engine.prompt import compact_pads, encode, render_prompt
 from marlin_demo.engine.video_store import VideoStore
@@ -27,6 +26,7 @@ from marlin_demo.results import (
     CaptionResult,
     FindResult,
     Loaded,
+    MemoryKind,
     Metrics,
     Prepared,
     Result,
@@ -177,10 +177,6 @@ class Engine:
         """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
         return self.store.prepare(video)[0]
 
-    def prepare_cached(self, video: str | Path | PreparedVideo) -> tuple[PreparedVideo, bool]:
-        """``prepare`` plus whether the frames came from the cache (nothing decoded in this call)."""
-        return self.store.prepare(video)
-
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
         """The validated facts of a file; ``whole=False``: the duration limit is the caller's (a range)."""
         return self.store.info(path, whole=whole)
@@ -228,7 +224,7 @@ class Engine:
         cache."""
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
-        prepared, cached_video = self.prepare_cached(video)
+        prepared, cached_video = self.store.prepare(video)
         cached_video = cached_video if cached is None else cached
         if on_stage is not None:
             on_stage(Prepared(prepared.info, prepared.plan, cached_video))
@@ -280,8 +276,8 @@ class Engine:
         on_text: Callable[[str], None] | None,
         deadline: float,
         logprobs: bool,
-    ) -> tuple[Generation, float, list[int], float | None, bool]:
-        """Prefill (or reuse the video's prefix) and generate under the GPU lock: (generation, peak MB,
+    ) -> tuple[Generation, tuple[float, MemoryKind], list[int], float | None, bool]:
+        """Prefill (or reuse the video's prefix) and generate under the GPU lock: (generation, peak memory,
         prompt ids, prefill s, prefix reused?). Out of memory releases the caches and says so."""
         import torch
 
@@ -307,11 +303,7 @@ class Engine:
                     raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
                 decode = graphs.wanted(self.settings.decode, loaded.device, self.settings.compile)
                 gen = generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix, logprobs, decode)
-                if cuda:
-                    torch.cuda.synchronize()
-                    peak = torch.cuda.max_memory_allocated() / 2**20
-                else:
-                    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                peak = peak_memory(loaded.device)
             except (torch.OutOfMemoryError, FaultInjected) as exc:
                 self.prefixes.clear()
                 free_memory()
@@ -332,7 +324,7 @@ class Engine:
         prepared: PreparedVideo,
         t_start: float,
         latency: float,
-        peak: float,
+        peak: tuple[float, MemoryKind],
     ) -> Metrics:
         """Latency, first-token time and decode rate of one clip's answer."""
         ttft = None if gen.first_token_at is None else gen.first_token_at - t_start
@@ -344,8 +336,8 @@ class Engine:
             output_tokens=gen.output_tokens,
             tokens_per_s=tps,
             video_tokens=prepared.plan.video_tokens,
-            peak_memory_mb=peak,
-            memory_kind="cuda_peak_allocated" if loaded.device == "cuda" else "cpu_peak_rss",
+            peak_memory_mb=peak[0],
+            memory_kind=peak[1],
             load_s=loaded.load_s,
             device=loaded.device,
         )

@@ -5,6 +5,7 @@ eager, in CUDA graphs (``graphs``) or compiled (``compiled``), and its streamer 
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 from marlin_demo.engine import compiled, graphs, scoring
 from marlin_demo.engine.prefix_cache import Prefix
 from marlin_demo.models import LoadedModel
+from marlin_demo.results import MemoryKind
 
 
 @dataclass
@@ -83,19 +85,17 @@ def _decoding(
     """The static cache and step (graphs), or the compiled cache (compiled), or eager's plain arguments;
     a prefix is copied for eager decoding and loaded into the static cache for a step."""
     prompt_len = inputs["input_ids"].shape[1]
+    step, capture_s, compile_s, extra, ran = None, 0.0, 0.0, {}, "eager"
     if decode == "compiled":  # compiles a new cache size first: that time is kept out of latency
         extra = compiled.prepare(loaded, prompt_len, max_new_tokens, ids_kw)
         compile_s = extra.pop("_compile_s", 0.0)
         ran = "compiled" if "compile_config" in extra else "eager"
-        plain = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
-        return _Decoding(plain, extra, compile_s=compile_s, ran=ran)
-    step, capture_s = None, 0.0
-    if decode in ("graphs", "static"):  # before the prefix sets its rope deltas: a capture generates
+    elif decode in ("graphs", "static"):  # before the prefix sets its rope deltas: a capture generates
         step, capture_s = graphs.prepare(loaded, prompt_len, max_new_tokens, ids_kw, decode == "graphs")
         graphs.check_required(step, loaded)
     if step is None:
         plain = dict(inputs) if prefix is None else prefix.generate_kwargs(loaded.model, inputs)
-        return _Decoding(plain, {}, capture_s=capture_s)
+        return _Decoding(plain, extra, capture_s=capture_s, compile_s=compile_s, ran=ran)
     if prefix is None:
         gen_inputs = {**dict(inputs), "cache": step.cache}
     else:
@@ -179,3 +179,13 @@ def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def peak_memory(device: str) -> tuple[float, MemoryKind]:
+    """The process's peak memory in MB and what it measured: CUDA's peak allocated, else the peak RSS."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda_peak_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss"

@@ -75,10 +75,9 @@ def wanted(choice: str, device: str, compile_on: bool = False) -> str:
 
 @dataclass
 class GraphState:
-    """Per loaded variant: its decode steps by cache size, the capture time paid, why it is off if it is."""
+    """Per loaded variant: its decode steps by cache size, and why it is off if it is."""
 
     steps: OrderedDict[int, DecodeStep] = field(default_factory=OrderedDict)
-    capture_s: float = 0.0
     fallback: str = ""  # non-empty: decodes eagerly, for this reason
 
 
@@ -224,7 +223,6 @@ def prepare(
                     torch.cuda.empty_cache()
             return None, time.perf_counter() - t0
         spent = time.perf_counter() - t0
-        state.capture_s += spent
         state.steps[size] = step
         while len(state.steps) > KEEP:
             state.steps.popitem(last=False)

@@ -21,12 +21,11 @@ from marlin_demo.video import (
     PreparedVideo,
     VideoError,
     check_duration,
-    pick_backend,
     plan_sampling,
     sample,
     validate,
 )
-from marlin_demo.video.digest import file_digest, frames_digest
+from marlin_demo.video.digest import cached_file_digest, frames_digest
 from marlin_demo.video.windows import WindowPlan, decode_windows
 
 
@@ -40,7 +39,6 @@ class VideoStore:
         self.limits = limits
         self.lock = threading.Lock()
         self._videos: OrderedDict[tuple[str, str, str], PreparedVideo] = OrderedDict()
-        self._digests: OrderedDict[tuple[Any, ...], str] = OrderedDict()
         self._infos: OrderedDict[tuple[str, str], VideoInfo] = OrderedDict()
         self._window_sets: OrderedDict[tuple[Any, ...], list[PreparedVideo]] = OrderedDict()
 
@@ -48,23 +46,12 @@ class VideoStore:
         return len(self._videos)
 
     def digest(self, path: Path) -> str:
-        """The file's sha256, remembered per (path, size, mtime, inode): a repeat does not re-read it. A file
-        that cannot be read (e.g. permission denied) is said as a VideoError."""
+        """``cached_file_digest``; a file that cannot be read (permission denied) is said as a VideoError."""
         try:
-            st = path.stat()
-            stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
-            with self.lock:
-                known = self._digests.get(stamp)
-            if known is not None:
-                return known
-            digest = file_digest(path)
+            return cached_file_digest(path)
         except OSError:
             validate(path, self.limits)
             raise
-        with self.lock:
-            self._digests[stamp] = digest
-            _bound(self._digests, 256)
-        return digest
 
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
         """The validated facts of a file, probed once per (content, path); ``whole=False``: the duration
@@ -99,9 +86,7 @@ class VideoStore:
                 self._videos.move_to_end(key)
                 return hit, True
         info = validate(path, self.limits)
-        plan = plan_sampling(info, self.params)
-        backend = pick_backend(info, plan) if self.backend == "auto" else self.backend
-        prepared = sample(path, plan, backend=backend, info=info)
+        prepared = sample(path, plan_sampling(info, self.params), backend=self.backend, info=info)
         prepared.digest = "|".join(key)
         with self.lock:
             self._videos[key] = prepared

@@ -150,7 +150,7 @@ def answer(
         prep_s = 0.0
         if decode_first and not isinstance(video, PreparedVideo):
             t0 = time.perf_counter()
-            video, cached = engine.prepare_cached(video)
+            video, cached = engine.store.prepare(video)
             prep_s = time.perf_counter() - t0
         work = functools.partial(_clip_work, engine, entry.name, video, variant, query, cached, None)
         res = execute(work, on_text, on_stage)

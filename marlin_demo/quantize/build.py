@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from marlin_demo.engine.generation import peak_memory
 from marlin_demo.models import ModelLoadError, pick_device
 from marlin_demo.models.kernels import import_gptqmodel
 from marlin_demo.quantize.artifact import (
@@ -291,13 +291,9 @@ def _write_records(
 
 def _memory_fields(device: str) -> dict[str, Any]:
     """The run's peak memory and what that figure measured (CPU RSS counts the libraries too)."""
-    import torch
-
-    if device == "cuda":
-        peak, kind = torch.cuda.max_memory_allocated() / 2**20, "cuda_peak_allocated"
-        note = "torch.cuda.max_memory_allocated over the whole run"
-    else:
-        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss"
+    peak, kind = peak_memory(device)
+    note = "torch.cuda.max_memory_allocated over the whole run"
+    if kind == "cpu_peak_rss":
         note = "process peak RSS, which includes torch/transformers/gptqmodel themselves"
     return {"peak_memory_mb": round(peak, 1), "memory_kind": kind, "memory_note": note}
 

@@ -382,7 +382,7 @@ def compare(
     # decoded once here (bad input fails now), so every variant reads the same cached frames
     plans = runner.window_plans(engine, video, task, _span(start_s, end_s))  # too many windows: refused now
     if plans is None:
-        prepared, cached = engine.prepare_cached(video)
+        prepared, cached = engine.store.prepare(video)
         yield Prepared(prepared.info, prepared.plan, cached)
         info = prepared.info
     else:  # a long video (or a range): every window decoded now, in one scan (then cached)

@@ -19,16 +19,16 @@ def file_digest(path: str | Path) -> str:
 
 
 @lru_cache(maxsize=256)
-def _stamped_digest(path: str, size: int, mtime_ns: int) -> str:
-    del size, mtime_ns  # part of the cache key only: a changed file is hashed again
+def _stamped_digest(path: str, *stamp: int) -> str:
+    del stamp  # part of the cache key only: a changed (or replaced) file is hashed again
     return file_digest(path)
 
 
 def cached_file_digest(path: str | Path) -> str:
-    """``file_digest``, remembered per (path, size, mtime): a repeat does not read the file again."""
+    """``file_digest``, remembered per (path, size, mtime, inode): a repeat does not read the file again."""
     p = Path(path)
     st = p.stat()
-    return _stamped_digest(str(p.resolve()), st.st_size, st.st_mtime_ns)
+    return _stamped_digest(str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
 def frames_digest(frames: Any, metadata: dict[str, Any]) -> str:
