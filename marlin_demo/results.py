@@ -134,22 +134,13 @@ class Metrics:
     queue_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "latency_s": _round(self.latency_s),
-            "ttft_s": _round(self.ttft_s),
-            "output_tokens": self.output_tokens,
-            "tokens_per_s": _round(self.tokens_per_s, 2),
-            "video_tokens": self.video_tokens,
-            "peak_memory_mb": _round(self.peak_memory_mb, 1),
-            "memory_kind": self.memory_kind,
-            "load_s": _round(self.load_s),
-            "device": self.device,
-            "queue_s": _round(self.queue_s),
-        }
+        """Every field in order, the times and rates rounded (``_DIGITS``)."""
+        items = dataclasses.asdict(self).items()
+        return {k: v if v is None or k not in _DIGITS else round(float(v), _DIGITS[k]) for k, v in items}
 
 
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(float(value), digits)
+#: the digits each rounded ``Metrics`` field keeps in the public JSON
+_DIGITS = {"latency_s": 3, "ttft_s": 3, "tokens_per_s": 2, "peak_memory_mb": 1, "load_s": 3, "queue_s": 3}
 
 
 @dataclass
@@ -192,7 +183,7 @@ class Partial:
     windows_total: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "windows_done": self.windows_done, "windows_total": self.windows_total}
+        return dataclasses.asdict(self)
 
     def note(self) -> str:
         """The label a partial answer carries where it is shown."""

@@ -20,7 +20,7 @@ from typing import Any
 from marlin_demo import variants
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
-from marlin_demo.models import compute
+from marlin_demo.models import ModelLoadError, compute, pick_device
 from marlin_demo.service import zerogpu
 from marlin_demo.settings import Settings, env_name
 from marlin_demo.tasks import TASKS, get_task
@@ -135,6 +135,14 @@ def for_decode(speed: Speed, decode: str) -> Speed:
         decode_tokens_per_s=speed.graphs_decode_tokens_per_s,
         overhead_s=speed.overhead_s + speed.graphs_capture_s,
     )
+
+
+def device_of(settings: Settings) -> str | None:
+    """The device these settings run on, or None where none can be picked (the load then says why)."""
+    try:
+        return pick_device(settings.device)
+    except ModelLoadError:
+        return None
 
 
 def speed_for(settings: Settings, device: str) -> Speed | None:
