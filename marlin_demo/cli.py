@@ -197,17 +197,13 @@ def cmd_tiny(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_app(argv: Sequence[str]) -> int:
-    from marlin_demo.app import main as app_main  # alias: this module has its own main()
-
-    app_main(argv, prog="marlin-demo app")
-    return EXIT_OK
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["app"]:  # every app.py flag passes through untouched
-        return cmd_app(argv[1:])
+        from marlin_demo.app import main as app_main  # alias: this module has its own main()
+
+        app_main(argv[1:], prog="marlin-demo app")
+        return EXIT_OK
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

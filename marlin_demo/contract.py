@@ -14,6 +14,7 @@ quantifiers, so hostile multi-megabyte input parses in linear time (no catastrop
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -199,10 +200,7 @@ _NUM = r"\d{1,12}(?:\.\d{1,12})?"
 
 def _to_seconds(token: str) -> float:
     """'1.8' -> 1.8, '01:15' -> 75.0, '1:01:15.5' -> 3675.5."""
-    total = 0.0
-    for part in token.split(":"):
-        total = total * 60.0 + float(part)
-    return total
+    return functools.reduce(lambda total, part: total * 60.0 + float(part), token.split(":"), 0.0)
 
 
 def _norm_line(line: str) -> str:

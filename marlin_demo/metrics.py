@@ -5,6 +5,7 @@ mIoU, ROUGE-L, keyword coverage and one-to-one event matching. Definitions and e
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -167,17 +168,12 @@ def event_scores(pred: Sequence[EventLike], ref: Sequence[EventLike], min_iou: f
     }
 
 
-_SCORER: Any = None
-
-
+@functools.cache
 def _rouge_scorer() -> Any:
     """One RougeScorer per process (import is deferred: it pulls in nltk)."""
-    global _SCORER
-    if _SCORER is None:
-        from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer
 
-        _SCORER = rouge_scorer.RougeScorer(["rougeL"])
-    return _SCORER
+    return rouge_scorer.RougeScorer(["rougeL"])
 
 
 def rouge_l(pred_text: str, ref_text: str) -> float:

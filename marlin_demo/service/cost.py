@@ -45,7 +45,7 @@ def estimate(
         frames = min(1.0, seconds * p.fps / p.max_frames)
         share = capacity.prefill_share(per_s * seconds, params)
         first += speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share
-    decode = len(windows) * capacity.max_new_tokens(task, settings) / speed.decode_tokens_per_s
+    decode = len(windows) * get_task(task).tokens(settings) / speed.decode_tokens_per_s
     return Estimate(first_s=first, most_s=first + decode, windows=len(windows))
 
 
@@ -79,7 +79,7 @@ def estimate_line(
     return (
         f"On this CPU ({dtype}), {who} of this clip takes about {duration_words(est.first_s * runs)} to read "
         f"it, and up to {duration_words(est.most_s * runs)} if {_answers(est.windows * runs)} to its "
-        f"{capacity.max_new_tokens(task, settings)}-token limit."
+        f"{get_task(task).tokens(settings)}-token limit."
     )
 
 
@@ -169,7 +169,7 @@ def gpu_cost_line(
         f"{what} makes {n} GPU call{'' if one else 's'} of up to {cost.each_s} s{'' if one else ' each'}: "
         f"{'it' if one else 'each'} needs {cost.start_s} s of a visitor's daily GPU quota left to start "
         f"({cost.each_s} s x{cost.factor:g} on this card), then is charged only the time it uses, "
-        f"x{cost.factor:g}: {used} if {_answers(n)} to its {capacity.max_new_tokens(cost.task, settings)}"
+        f"x{cost.factor:g}: {used} if {_answers(n)} to its {get_task(cost.task).tokens(settings)}"
         f"-token limit{quota if quotas else ''}."
     )
 
