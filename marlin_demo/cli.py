@@ -75,7 +75,7 @@ def format_answer(result: Any, task: str) -> str:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    settings_mod.add_arguments(p, command="run")
+    settings_mod.add_arguments(p, only=settings_mod.flags_for("run"))
     p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
     p.add_argument(
         "--start",

@@ -70,9 +70,6 @@ class SamplingPlan:
     min_pixels: int = 0
     max_pixels: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
 class Window:
@@ -85,9 +82,6 @@ class Window:
     @property
     def duration(self) -> float:
         return self.end - self.start
-
-    def to_dict(self) -> dict[str, float]:
-        return {"start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True)

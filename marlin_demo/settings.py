@@ -288,15 +288,9 @@ def flag_of(name: str) -> str:
     return str(meta.get("flag") or "--" + name.replace("_", "-"))
 
 
-def add_arguments(
-    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, command: Command | None = None
-) -> None:
-    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment.
-
-    ``command``: only the settings that command takes (``flags_for``); ``only``: these names.
-    """
-    if command is not None:
-        only = flags_for(command)
+def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment;
+    ``only``: these names (a command's: ``flags_for``)."""
     for f in fields(Settings):
         if only is not None and f.name not in only:
             continue
