@@ -1,11 +1,7 @@
-"""Agreement between variants and scores against ground truth (pure Python: no gradio, no torch).
-
-One module for the Compare tab, ``/compare`` and the benchmark, so a visitor sees the benchmark's
-numbers. Pairs are keyed ``"a|b"`` in the order the results were given; each task's answer type says how
-two answers agree and how one scores against the truth (``tasks.Answer.agree`` / ``score``: find by
-temporal IoU, caption by matched events, ``min_iou`` 0.3, and ROUGE-L). Results may be result objects or
-their ``to_dict()`` shapes (stored benchmark rows). Conventions tested in ``tests/test_compare.py``.
-"""
+"""Agreement between variants and scores against ground truth (pure Python), one module for the Compare
+tab, ``/compare`` and the benchmark, so a visitor sees the benchmark's numbers. Each task's answer says how
+two agree and how one scores (``tasks.Answer.agree`` / ``score``); results may be objects or their
+``to_dict()`` shapes (stored benchmark rows). Conventions: ``tests/test_compare.py``."""
 
 from __future__ import annotations
 

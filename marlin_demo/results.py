@@ -14,13 +14,9 @@ from marlin_demo.contract import Event
 
 @dataclass
 class VideoInfo:
-    """What the file holds, as the sampler will see it.
-
-    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's ``average_fps`` / ``num_frames``
-    when torchcodec can open the file (``metadata_source == "torchcodec"``), otherwise the same quantities
-    from a PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after applying ``rotation``
-    (degrees counter-clockwise, 0/90/180/270).
-    """
+    """What the file holds, as the sampler will see it: ``fps``/``num_frames`` are torchcodec's when it opens
+    the file (``metadata_source == "torchcodec"``), else a PyAV packet scan's; ``display_*`` are
+    ``width``/``height`` after ``rotation`` (degrees counter-clockwise, 0/90/180/270)."""
 
     path: str
     size_bytes: int
@@ -48,13 +44,9 @@ class VideoInfo:
 
 @dataclass
 class SamplingPlan:
-    """Which frames are sampled, at what size, and what they cost in vision tokens.
-
-    ``indices`` are absolute source-frame indices; ``timestamps[i] = indices[i] / source_fps``.
-    ``total_frames`` is the number of frames in the sampled range (the whole video
-    unless ``start_s``/``end_s`` were given), as qwen-vl-utils reports it.
-    ``source_height``/``source_width`` are the upright decoded size the resize starts from.
-    """
+    """Which frames are sampled, at what size, and what they cost in vision tokens: ``indices`` are
+    absolute source frames (``timestamps[i] = indices[i] / source_fps``), ``total_frames`` those in the
+    sampled range as qwen-vl-utils counts them, ``source_*`` the upright decoded size resized from."""
 
     indices: list[int]
     timestamps: list[float]
@@ -139,13 +131,10 @@ _DIGITS = {"latency_s": 3, "ttft_s": 3, "tokens_per_s": 2, "peak_memory_mb": 1, 
 
 @dataclass
 class Runtime:
-    """Where and how an answer was computed: the public answer's ``runtime`` block.
-
-    ``kernel`` is the variant's linear kernel (GPTQModel's class names for gptq, ``bitsandbytes-nf4``,
-    ``bf16``/``fp32`` for 16-bit weights); ``compute_dtype`` what it computed in, which on a CPU without
-    native bf16 is float32 (``models.compute``). ``gpu_calls`` / ``gpu_asked_s`` / ``gpu_used_s``: the
-    ZeroGPU calls this request made, the seconds they asked for and the seconds they held (0 off ZeroGPU).
-    """
+    """Where and how an answer was computed (the public ``runtime`` block): ``kernel`` the variant's linear
+    kernel (GPTQModel's class name, ``bitsandbytes-nf4``, ``bf16``/``fp32``), ``compute_dtype`` what it
+    computed in (float32 on a CPU without native bf16), ``gpu_*`` this request's ZeroGPU calls, the seconds
+    they asked for and held (0 off ZeroGPU)."""
 
     device: str = ""
     compute_dtype: str = ""
