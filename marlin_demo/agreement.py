@@ -21,10 +21,6 @@ from marlin_demo.video.digest import cached_file_digest
 DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
 
-def _to_dict(result: Any) -> dict[str, Any]:
-    return dict(result) if isinstance(result, Mapping) else result.to_dict()
-
-
 def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> dict[str, dict[str, float]]:
     """Pairwise agreement for every pair of variants, keyed ``"a|b"`` in the given order."""
     compare = get_task(task).answer.agree
@@ -96,7 +92,7 @@ def compare_payload(
     payload: dict[str, Any] = {
         "task": task,
         "query": query if get_task(task).query else None,
-        "results": {name: _to_dict(r) for name, r in results.items()},
+        "results": {name: dict(r) if isinstance(r, Mapping) else r.to_dict() for name, r in results.items()},
         "agreement": agreement(task, results),
     }
     if example is not None:

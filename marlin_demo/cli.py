@@ -53,23 +53,16 @@ def format_run(info: Any) -> str:
     return " · ".join(parts)
 
 
-def _asked(result: Any) -> list[str]:
-    """The range asked about and a partial answer's label, when there are any."""
-    lines = []
-    if result.range_s is not None:
-        lines.append(f"Range: {seconds(result.range_s[0])} - {seconds(result.range_s[1])} of the video")
-    if result.partial is not None:
-        lines.append(result.partial.note())
-    return lines
-
-
 def format_answer(result: Any, task: str) -> str:
     """The readable answer: the task, variant and model, the range asked and a partial answer's label, what
     the task's answer says (its ``text``), then its cost."""
     d = result.to_dict()
-    head = f"{task.capitalize()} · {d['variant']} · {d['model']}"
-    lines = [head, *_asked(result), *get_task(task).answer.text(result)]
-    lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
+    lines = [f"{task.capitalize()} · {d['variant']} · {d['model']}"]
+    if result.range_s is not None:
+        lines.append(f"Range: {seconds(result.range_s[0])} - {seconds(result.range_s[1])} of the video")
+    if result.partial is not None:
+        lines.append(result.partial.note())
+    lines += [*get_task(task).answer.text(result), "", format_metrics(d["metrics"]), format_run(result.info)]
     return "\n".join(lines)
 
 

@@ -103,12 +103,6 @@ def _event_span(item: EventLike | Sequence[float]) -> Span:
     return (float(item[0]), float(item[1]))
 
 
-def _description(item: EventLike) -> str:
-    if isinstance(item, Event):
-        return item.description
-    return str(item.get("description", ""))
-
-
 def match_events(
     pred: Sequence[EventLike | Sequence[float]],
     ref: Sequence[EventLike | Sequence[float]],
@@ -210,7 +204,8 @@ def keyword_coverage(pred_text: str, ref_text: str) -> float:
 
 def caption_text(scene: str, events: Iterable[EventLike]) -> str:
     """The text a caption is scored on: the scene, then each event's description, one per line."""
-    return "\n".join([scene or "", *(_description(e) for e in events)]).strip()
+    texts = (e.description if isinstance(e, Event) else str(e.get("description", "")) for e in events)
+    return "\n".join([scene or "", *texts]).strip()
 
 
 def caption_scores(
