@@ -1,11 +1,7 @@
-"""Agreement between variants and scores against ground truth (pure Python: no gradio, no torch).
-
-One module for the Compare tab, ``/compare`` and the benchmark, so a visitor sees the benchmark's
-numbers. Pairs are keyed ``"a|b"`` in the order the results were given; each task's answer type says how
-two answers agree and how one scores against the truth (``tasks.Answer.agree`` / ``score``: find by
-temporal IoU, caption by matched events, ``min_iou`` 0.3, and ROUGE-L). Results may be result objects or
-their ``to_dict()`` shapes (stored benchmark rows). Conventions tested in ``tests/test_compare.py``.
-"""
+"""Agreement between variants and scores against ground truth (pure Python), one module for the Compare
+tab, ``/compare`` and the benchmark, so a visitor sees the benchmark's numbers. Each task's answer says how
+two agree and how one scores (``tasks.Answer.agree`` / ``score``); results may be objects or their
+``to_dict()`` shapes (stored benchmark rows). Conventions: ``tests/test_compare.py``."""
 
 from __future__ import annotations
 
@@ -23,10 +19,6 @@ from marlin_demo.tasks import get_task
 from marlin_demo.video.digest import cached_file_digest
 
 DEFAULT_EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
-
-
-def _to_dict(result: Any) -> dict[str, Any]:
-    return dict(result) if isinstance(result, Mapping) else result.to_dict()
 
 
 def agreement(task: str, results: Mapping[str, Any], min_iou: float = 0.3) -> dict[str, dict[str, float]]:
@@ -100,7 +92,7 @@ def compare_payload(
     payload: dict[str, Any] = {
         "task": task,
         "query": query if get_task(task).query else None,
-        "results": {name: _to_dict(r) for name, r in results.items()},
+        "results": {name: dict(r) if isinstance(r, Mapping) else r.to_dict() for name, r in results.items()},
         "agreement": agreement(task, results),
     }
     if example is not None:

@@ -51,29 +51,22 @@ def format_run(info: Any) -> str:
     return " · ".join(parts)
 
 
-def _asked(result: Any) -> list[str]:
-    """The range asked about and a partial answer's label, when there are any."""
-    lines = []
-    if result.range_s is not None:
-        lines.append(f"Range: {seconds(result.range_s[0])} - {seconds(result.range_s[1])} of the video")
-    if result.partial is not None:
-        lines.append(result.partial.note())
-    return lines
-
-
 def format_answer(result: Any, task: str) -> str:
     """The readable answer: the task, variant and model, the range asked and a partial answer's label, what
     the task's answer says (its ``text``), then its cost."""
     d = result.to_dict()
-    head = f"{task.capitalize()} · {d['variant']} · {d['model']}"
-    lines = [head, *_asked(result), *get_task(task).answer.text(result)]
-    lines += ["", format_metrics(d["metrics"]), format_run(result.info)]
+    lines = [f"{task.capitalize()} · {d['variant']} · {d['model']}"]
+    if result.range_s is not None:
+        lines.append(f"Range: {seconds(result.range_s[0])} - {seconds(result.range_s[1])} of the video")
+    if result.partial is not None:
+        lines.append(result.partial.note())
+    lines += [*get_task(task).answer.text(result), "", format_metrics(d["metrics"]), format_run(result.info)]
     return "\n".join(lines)
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    settings_mod.add_arguments(p, command="run")
+    settings_mod.add_arguments(p, only=settings_mod.flags_for("run"))
     p.add_argument("--variant", default="gptq", help="gptq (default), bnb4, bf16 or an extra variant's name")
     p.add_argument(
         "--start",
@@ -193,17 +186,13 @@ def cmd_tiny(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_app(argv: Sequence[str]) -> int:
-    from marlin_demo.app import main as app_main  # alias: this module has its own main()
-
-    app_main(argv, prog="marlin-demo app")
-    return EXIT_OK
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["app"]:  # every app.py flag passes through untouched
-        return cmd_app(argv[1:])
+        from marlin_demo.app import main as app_main  # alias: this module has its own main()
+
+        app_main(argv[1:], prog="marlin-demo app")
+        return EXIT_OK
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -1,19 +1,15 @@
-"""Marlin-2B's input/output contract: prompts, video parameters, parsers, repair.
+"""Marlin-2B's input/output contract: prompts, video parameters, parsers, repair. Pure Python (no ML
+imports): every layer depends on it, so it must import instantly and run anywhere.
 
-Pure Python on purpose (no torch, no ML imports): the UI, API, CLI, tests and benchmark all depend on it, and
-it must import instantly and run anywhere.
-
-The prompt strings are facts of the model's fine-tuning (see ``shared/REFERENCE.md``) and must not be
-reworded. The parsers are tolerant (they extract what they can from stray formats) but honest: ``format_ok``
-says whether the trained format was produced, and ``repair_*`` report every change they make in ``repairs``
-instead of fixing output silently.
-
-All regular expressions here run on single, whitespace-normalised lines and use bounded or non-overlapping
-quantifiers, so hostile multi-megabyte input parses in linear time (no catastrophic backtracking).
+The prompts are facts of the model's fine-tuning (``shared/REFERENCE.md``): never reword them. The parsers
+read stray formats too, but honestly: ``format_ok`` says whether the trained format was produced and
+``repair_*`` note every change in ``repairs``. Every regex runs on one whitespace-normalised line with
+bounded quantifiers, so hostile multi-megabyte input parses in linear time (no catastrophic backtracking).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -169,13 +165,9 @@ _THINK_LINE_RE = re.compile(r"^[ \t]*</?think>[ \t]*(?:\r?\n|$)", re.MULTILINE)
 
 
 def strip_think(text: str) -> str:
-    """Remove reasoning markup the model may emit before its answer.
-
-    Drops every whole ``<think>...</think>`` block, then any stray tag: a line holding only ``<think>``
-    (Marlin often starts with one and never closes it) is removed as a line, an inline stray tag is removed
-    alone. An unclosed ``<think>`` cannot tell where reasoning ends, so the text after it is kept. Uses
-    ``str.find`` (linear time) rather than a lazy regex.
-    """
+    """Remove reasoning markup: every whole ``<think>...</think>`` block, then stray tags (a line of only
+    ``<think>``, which Marlin often opens and never closes, goes as a line). An unclosed ``<think>`` cannot
+    tell where reasoning ends, so the text after it is kept. ``str.find``: linear, unlike a lazy regex."""
     if not text:
         return ""
     parts: list[str] = []
@@ -199,10 +191,7 @@ _NUM = r"\d{1,12}(?:\.\d{1,12})?"
 
 def _to_seconds(token: str) -> float:
     """'1.8' -> 1.8, '01:15' -> 75.0, '1:01:15.5' -> 3675.5."""
-    total = 0.0
-    for part in token.split(":"):
-        total = total * 60.0 + float(part)
-    return total
+    return functools.reduce(lambda total, part: total * 60.0 + float(part), token.split(":"), 0.0)
 
 
 def _norm_line(line: str) -> str:
@@ -238,14 +227,10 @@ def _match_event(line: str) -> tuple[Event, bool] | None:
 
 
 def parse_caption(text: str) -> CaptionParse:
-    """Parse ``Scene: ...`` / ``Events:`` / ``<start - end> description`` output.
-
-    Tolerates units, missing angle brackets, clock times, dashes, bullets, markdown-decorated or missing
-    headers. With an ``Events:`` header, everything before it is the scene; without one, the scene is the
-    non-event text before the first event line. Event times and order are kept exactly as written
-    (``repair_caption`` fixes them, with notes). ``format_ok`` is True only for a canonical ``Scene:`` header,
-    a bare ``Events:`` header and at least one canonical ``<a - b> text`` line.
-    """
+    """Parse ``Scene: ...`` / ``Events:`` / ``<start - end> description`` output, tolerating units, missing
+    brackets, clock times, dashes, bullets and decorated or missing headers (without ``Events:``, the scene
+    is the text before the first event line). Times and order stay as written (``repair_caption`` fixes
+    them, with notes); ``format_ok``: canonical ``Scene:``/``Events:`` headers and a canonical event line."""
     lines = [_norm_line(raw) for raw in strip_think(text or "").splitlines()]
 
     header = next(((i, m) for i, line in enumerate(lines) if (m := _EVENTS_HDR_RE.match(line))), None)
@@ -288,13 +273,9 @@ _SPAN_ANY_RE = re.compile(
 
 
 def parse_span(text: str) -> SpanParse:
-    """Parse a grounding answer.
-
-    ``From <start> to <end>.`` (the trained format) gives ``format_ok=True``. Usable stray formats
-    (``3.5 - 8.2 seconds``, ``between 01:15 and 01:21``, ``3.5 to 8.2``, ``from 3.5s to 8.2s``) give a span
-    with ``format_ok=False``. Nothing usable gives ``span=None``. A reversed range is kept as written
-    (``repair_span`` swaps it, with a note).
-    """
+    """Parse a grounding answer: ``From <start> to <end>.`` (trained) gives ``format_ok=True``, a usable stray
+    format (``3.5 - 8.2 seconds``, ``between 01:15 and 01:21``, ``from 3.5s to 8.2s``) a span with
+    ``format_ok=False``, nothing usable ``span=None``. A reversed range stays as written (``repair_span``)."""
     norm = _norm_line(strip_think(text or ""))
     if m := _CANON_SPAN_RE.match(norm):
         return SpanParse(span=(float(m["a"]), float(m["b"])), format_ok=True)
@@ -357,13 +338,10 @@ def _loop_key(text: str) -> str:
 
 
 def _loop_keep(keys: list[str]) -> list[bool]:
-    """Which items survive repetition-loop trimming.
-
-    An item is dropped when it repeats the item just before it, or when its key occurs more than twice overall
-    and this is not its first occurrence. A description seen exactly twice, apart, is plausible (a door opens
-    twice) and is kept. When something was dropped, a final item that is a strict prefix of an earlier one (a
-    loop cut off by the token limit) is dropped too.
-    """
+    """Which items survive repetition-loop trimming: not one repeating the item before it, nor a later copy
+    of a key seen more than twice (seen exactly twice, apart, is plausible: a door opens twice). When
+    something was dropped, a last item that is a strict prefix of an earlier one (a loop cut off by the
+    token limit) goes too."""
     counts = Counter(keys)
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each key's first index
     keep = [
@@ -444,11 +422,9 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
 
 
 def repair_span(parse: SpanParse, duration: float | None) -> SpanParse:
-    """Swap a reversed span and clamp it into [0, duration]; returns a new object.
-
-    A span starting at or after the clip's end, or of zero length after clamping, becomes ``None`` with a
-    note: a span is never invented. ``duration=None`` only swaps and drops zero-length spans.
-    """
+    """Swap a reversed span and clamp it into [0, duration] (a new object). One starting at or after the
+    end, or of zero length, becomes ``None`` with a note: a span is never invented (``duration=None``: only
+    swapped, and dropped at zero length)."""
     dur = _check_duration(duration)
     notes: list[str] = []
     span = parse.span

@@ -1,9 +1,6 @@
-"""Benchmark data: a folder with ``examples.json`` and its videos, plus a Charades-STA converter.
-
-The format is ``examples/examples.json``'s (docs/BENCHMARK.md); an entry without scene and events
-(e.g. converted from Charades-STA) has no caption truth, so only its ``find`` queries run. Loading
-validates everything up front, one sentence naming the entry and the fix, so a long benchmark never
-dies half-way on a typo. Nothing here imports torch (PyAV only to probe a missing duration).
+"""Benchmark data: a folder with ``examples.json`` (format: docs/BENCHMARK.md) and its videos, plus a
+Charades-STA converter. Loading validates everything up front, one sentence naming the entry and the
+fix, so a long benchmark never dies half-way on a typo. No torch (PyAV only to probe a missing duration).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ mIoU, ROUGE-L, keyword coverage and one-to-one event matching. Definitions and e
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -102,12 +103,6 @@ def _event_span(item: EventLike | Sequence[float]) -> Span:
     return (float(item[0]), float(item[1]))
 
 
-def _description(item: EventLike) -> str:
-    if isinstance(item, Event):
-        return item.description
-    return str(item.get("description", ""))
-
-
 def match_events(
     pred: Sequence[EventLike | Sequence[float]],
     ref: Sequence[EventLike | Sequence[float]],
@@ -167,17 +162,12 @@ def event_scores(pred: Sequence[EventLike], ref: Sequence[EventLike], min_iou: f
     }
 
 
-_SCORER: Any = None
-
-
+@functools.cache
 def _rouge_scorer() -> Any:
     """One RougeScorer per process (import is deferred: it pulls in nltk)."""
-    global _SCORER
-    if _SCORER is None:
-        from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer
 
-        _SCORER = rouge_scorer.RougeScorer(["rougeL"])
-    return _SCORER
+    return rouge_scorer.RougeScorer(["rougeL"])
 
 
 def rouge_l(pred_text: str, ref_text: str) -> float:
@@ -214,7 +204,8 @@ def keyword_coverage(pred_text: str, ref_text: str) -> float:
 
 def caption_text(scene: str, events: Iterable[EventLike]) -> str:
     """The text a caption is scored on: the scene, then each event's description, one per line."""
-    return "\n".join([scene or "", *(_description(e) for e in events)]).strip()
+    texts = (e.description if isinstance(e, Event) else str(e.get("description", "")) for e in events)
+    return "\n".join([scene or "", *texts]).strip()
 
 
 def caption_scores(

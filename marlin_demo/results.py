@@ -14,13 +14,9 @@ from marlin_demo.contract import Event
 
 @dataclass
 class VideoInfo:
-    """What the file holds, as the sampler will see it.
-
-    ``fps`` and ``num_frames`` are the numbers sampling uses: torchcodec's ``average_fps`` / ``num_frames``
-    when torchcodec can open the file (``metadata_source == "torchcodec"``), otherwise the same quantities
-    from a PyAV packet scan. ``width``/``height`` are as stored; ``display_*`` after applying ``rotation``
-    (degrees counter-clockwise, 0/90/180/270).
-    """
+    """What the file holds, as the sampler will see it: ``fps``/``num_frames`` are torchcodec's when it opens
+    the file (``metadata_source == "torchcodec"``), else a PyAV packet scan's; ``display_*`` are
+    ``width``/``height`` after ``rotation`` (degrees counter-clockwise, 0/90/180/270)."""
 
     path: str
     size_bytes: int
@@ -48,13 +44,9 @@ class VideoInfo:
 
 @dataclass
 class SamplingPlan:
-    """Which frames are sampled, at what size, and what they cost in vision tokens.
-
-    ``indices`` are absolute source-frame indices; ``timestamps[i] = indices[i] / source_fps``.
-    ``total_frames`` is the number of frames in the sampled range (the whole video
-    unless ``start_s``/``end_s`` were given), as qwen-vl-utils reports it.
-    ``source_height``/``source_width`` are the upright decoded size the resize starts from.
-    """
+    """Which frames are sampled, at what size, and what they cost in vision tokens: ``indices`` are
+    absolute source frames (``timestamps[i] = indices[i] / source_fps``), ``total_frames`` those in the
+    sampled range as qwen-vl-utils counts them, ``source_*`` the upright decoded size resized from."""
 
     indices: list[int]
     timestamps: list[float]
@@ -70,9 +62,6 @@ class SamplingPlan:
     min_pixels: int = 0
     max_pixels: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
 class Window:
@@ -85,9 +74,6 @@ class Window:
     @property
     def duration(self) -> float:
         return self.end - self.start
-
-    def to_dict(self) -> dict[str, float]:
-        return {"start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True)
@@ -134,33 +120,21 @@ class Metrics:
     queue_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "latency_s": _round(self.latency_s),
-            "ttft_s": _round(self.ttft_s),
-            "output_tokens": self.output_tokens,
-            "tokens_per_s": _round(self.tokens_per_s, 2),
-            "video_tokens": self.video_tokens,
-            "peak_memory_mb": _round(self.peak_memory_mb, 1),
-            "memory_kind": self.memory_kind,
-            "load_s": _round(self.load_s),
-            "device": self.device,
-            "queue_s": _round(self.queue_s),
-        }
+        """Every field in order, the times and rates rounded (``_DIGITS``)."""
+        items = dataclasses.asdict(self).items()
+        return {k: v if v is None or k not in _DIGITS else round(float(v), _DIGITS[k]) for k, v in items}
 
 
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(float(value), digits)
+#: the digits each rounded ``Metrics`` field keeps in the public JSON
+_DIGITS = {"latency_s": 3, "ttft_s": 3, "tokens_per_s": 2, "peak_memory_mb": 1, "load_s": 3, "queue_s": 3}
 
 
 @dataclass
 class Runtime:
-    """Where and how an answer was computed: the public answer's ``runtime`` block.
-
-    ``kernel`` is the variant's linear kernel (GPTQModel's class names for gptq, ``bitsandbytes-nf4``,
-    ``bf16``/``fp32`` for 16-bit weights); ``compute_dtype`` what it computed in, which on a CPU without
-    native bf16 is float32 (``models.compute``). ``gpu_calls`` / ``gpu_asked_s`` / ``gpu_used_s``: the
-    ZeroGPU calls this request made, the seconds they asked for and the seconds they held (0 off ZeroGPU).
-    """
+    """Where and how an answer was computed (the public ``runtime`` block): ``kernel`` the variant's linear
+    kernel (GPTQModel's class name, ``bitsandbytes-nf4``, ``bf16``/``fp32``), ``compute_dtype`` what it
+    computed in (float32 on a CPU without native bf16), ``gpu_*`` this request's ZeroGPU calls, the seconds
+    they asked for and held (0 off ZeroGPU)."""
 
     device: str = ""
     compute_dtype: str = ""
@@ -192,7 +166,7 @@ class Partial:
     windows_total: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "windows_done": self.windows_done, "windows_total": self.windows_total}
+        return dataclasses.asdict(self)
 
     def note(self) -> str:
         """The label a partial answer carries where it is shown."""

@@ -223,13 +223,6 @@ class Settings:
 _TYPES: dict[str, type] = {"int": int, "float": float}  # a field's annotation -> how its text is read
 
 
-def _convert(kind: str, raw: str) -> object:
-    """``kind`` is the field's annotation, a string under ``from __future__ import annotations``."""
-    if kind == "bool":
-        return raw.strip().lower() in {"1", "true", "yes", "on"}
-    return _TYPES.get(kind, str)(raw)
-
-
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``MARLIN_*`` variables (then Gradio's ``GRADIO_SERVER_*``), defaults elsewhere."""
     env = os.environ if environ is None else environ
@@ -240,8 +233,10 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
         names = [f.metadata["env"], f.metadata.get("fallback_env")]
         name = next((n for n in names if n and env.get(n, "") != ""), None)
         if name is not None:
+            raw, kind = env[name], str(f.type)  # the annotation, a string: annotations are postponed
+            truthy = raw.strip().lower() in {"1", "true", "yes", "on"}
             try:
-                values[f.name] = _convert(str(f.type), env[name])
+                values[f.name] = truthy if kind == "bool" else _TYPES.get(kind, str)(raw)
             except ValueError as exc:
                 raise ValueError(f"{name}={env[name]!r} is not a valid {f.type}") from exc
     return Settings(**values)
@@ -288,15 +283,9 @@ def flag_of(name: str) -> str:
     return str(meta.get("flag") or "--" + name.replace("_", "-"))
 
 
-def add_arguments(
-    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, command: Command | None = None
-) -> None:
-    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment.
-
-    ``command``: only the settings that command takes (``flags_for``); ``only``: these names.
-    """
-    if command is not None:
-        only = flags_for(command)
+def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment;
+    ``only``: these names (a command's: ``flags_for``)."""
     for f in fields(Settings):
         if only is not None and f.name not in only:
             continue

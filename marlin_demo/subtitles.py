@@ -1,10 +1,7 @@
-"""Caption events -> WebVTT / SRT subtitle text and video chapters (pure Python).
-
-So that players accept every file: an event that ends not after its start (in whole ms), has
-non-finite times or no description is skipped, not stretched (an invented duration would misreport
-the model); negative times clamp to 0; cues go in start order (WebVTT requires it); text is one
-line (a blank line ends a cue), ``-->`` becomes ``→``, and WebVTT escapes ``&``, ``<``, ``>``.
-"""
+"""Caption events -> WebVTT / SRT subtitle text and video chapters (pure Python). So that players accept
+every file, an event without a positive length (in whole ms), finite times or a description is skipped,
+not stretched (an invented duration would misreport the model); negative times clamp to 0; cues go in
+start order (WebVTT requires it), one line each (a blank line ends a cue), ``-->`` as ``→``."""
 
 from __future__ import annotations
 

@@ -26,10 +26,11 @@ class VariantKind:
     short: str  # in table headings and comparisons ("GPTQ")
     color: str  # the same in the page's charts and the bench's plots
     loader: Loader  # which loader in ``models`` runs it
-    repo_field: str  # the ``Settings`` field holding its Hub id (or local folder)
-    revision_field: str  # the ``Settings`` field holding that repo's revision
-    tiny_folder: str  # the tiny stand-in's folder it loads from ("gptq" or "bf16")
     package: str  # the package its loader needs (named when the load fails)
+    # where its weights come from: by default the 16-bit checkpoint's, which most kinds load another way
+    repo_field: str = "bf16_id"  # the ``Settings`` field holding its Hub id (or local folder)
+    revision_field: str = "revision"  # the ``Settings`` field holding that repo's revision
+    tiny_folder: str = "bf16"  # the tiny stand-in's folder it loads from ("gptq" or "bf16")
     fix: str = REINSTALL  # what to do when that package is missing or broken
     dtype: str = "bfloat16"  # torch dtype of its 16-bit weights and compute
 
@@ -101,9 +102,6 @@ register(
         short="bnb4",
         color="#f59e0b",
         loader="bnb4",
-        repo_field="bf16_id",
-        revision_field="revision",
-        tiny_folder="bf16",
         package="bitsandbytes",
     )
 )
@@ -114,9 +112,6 @@ register(
         short="bf16",
         color="#8b5cf6",
         loader="transformers",
-        repo_field="bf16_id",
-        revision_field="revision",
-        tiny_folder="bf16",
         package="transformers",
     )
 )

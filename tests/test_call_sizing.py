@@ -7,6 +7,7 @@ import pytest
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.service import capacity, space, zerogpu
+from marlin_demo.tasks import get_task
 
 ON_SPACE = settings_mod.from_env({"SPACE_ID": "owner/space"})
 H200 = capacity.speeds()["h200"]
@@ -26,9 +27,7 @@ def test_one_window_call_fits_an_unsigned_day_and_is_never_cut_short(task: str) 
     assert capacity.charged_s(asked, largest_factor()) <= day  # the whole day holds one window's call
     assert capacity.call_fits_day(task, ON_SPACE, H200, largest_factor())  # type: ignore[arg-type]
     # the longest window at the slowest measured decode: overhead, prefill, every token the task allows
-    worst = (
-        H200.overhead_s + H200.prefill_s + capacity.max_new_tokens(task, ON_SPACE) / H200.decode_tokens_per_s
-    )  # type: ignore[arg-type]
+    worst = H200.overhead_s + H200.prefill_s + get_task(task).tokens(ON_SPACE) / H200.decode_tokens_per_s  # type: ignore[arg-type]
     assert asked >= capacity.GPU_MARGIN * worst and capacity.GPU_MARGIN > 1
 
 

@@ -17,6 +17,7 @@ from marlin_demo.contract import VideoParams
 from marlin_demo.service import capacity, cost, space, zerogpu
 from marlin_demo.service.startup import check_limits
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import get_task
 from marlin_demo.video import plan_sampling, probe
 
 LOCAL = settings_mod.from_env({})
@@ -124,7 +125,7 @@ def test_a_call_is_sized_by_its_frames_down_to_the_floor(tmp_path: Path) -> None
     h200 = capacity.speeds()["h200"]
     full = capacity.gpu_call_s("caption", ON_SPACE, h200)
     one_second = capacity.gpu_call_s("caption", ON_SPACE, h200, share)
-    decode = capacity.max_new_tokens("caption", ON_SPACE) / h200.decode_tokens_per_s
+    decode = get_task("caption").tokens(ON_SPACE) / h200.decode_tokens_per_s
     assert 0 < share < 0.05
     assert math.ceil(capacity.GPU_MARGIN * (h200.overhead_s + decode)) <= one_second < full == 66
     assert capacity.gpu_call_s("find", ON_SPACE, h200, share) == capacity.MIN_GPU_S
@@ -227,7 +228,7 @@ def test_limits_derived_from_a_cpu_entry(key: str) -> None:
     the recorded preparation and overhead; far beyond the GPU-sized default time limit, which says so."""
     speed = capacity.speeds()[key]
     for task in ("caption", "find"):
-        tokens = capacity.max_new_tokens(task, REAL_CPU)
+        tokens = get_task(task).tokens(REAL_CPU)
         expected = speed.overhead_s + speed.prefill_s + tokens / speed.decode_tokens_per_s
         assert capacity.model_s(task, REAL_CPU, speed) == pytest.approx(expected)
         assert capacity.window_s(task, REAL_CPU, speed) == pytest.approx(expected + speed.prepare_s)

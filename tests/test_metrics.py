@@ -217,9 +217,10 @@ def test_rouge_l(pred: str, ref: str, expected: float) -> None:
 
 def test_rouge_scorer_created_once() -> None:
     rouge_l("a", "a")
-    first = metrics._SCORER
+    first = metrics._rouge_scorer()
     rouge_l("b", "c")
-    assert metrics._SCORER is first is not None
+    assert metrics._rouge_scorer() is first is not None
+    assert metrics._rouge_scorer.cache_info().misses == 1  # built by the first rouge_l, then reused
 
 
 def test_keywords() -> None:

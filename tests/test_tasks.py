@@ -71,7 +71,7 @@ def test_the_limits_count_it(count: Task) -> None:
     """Its windows, token limit, GPU call and the header's limits come from its entry's settings."""
     s = Settings(caption_window_s=20.0, max_windows=3, caption_max_new_tokens=100)
     assert [(w.start, w.end) for w in policy.plan_for("count", 50.0, s)] == [(0, 20), (20, 40), (40, 50)]
-    assert capacity.max_new_tokens("count", s) == 100
+    assert tasks.get_task("count").tokens(s) == 100
     assert capacity.longest_video_s("count", s) == 60.0
     assert capacity.limits_line(s).endswith(", counts up to 60 s")
     assert space.call_seconds("count", s) == space.call_seconds("caption", s)

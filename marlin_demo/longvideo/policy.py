@@ -22,12 +22,10 @@ def plan_windows(
     length: float,
     overlap: float = 0.0,
     *,
-    min_last: float = MIN_LAST_WINDOW_S,
     max_windows: int | None = None,
 ) -> list[Window]:
     """Windows [k*step, min(k*step + length, duration)], step = length - overlap; none inside another,
-    and a last one shorter than ``min_last`` joins the previous one. A short video: exactly [0, duration].
-    """
+    and a last one shorter than ``MIN_LAST_WINDOW_S`` joins the one before (a short video: [0, duration])."""
     duration, length, overlap = float(duration), float(length), float(overlap)
     if not (math.isfinite(duration) and duration > 0):
         raise ValueError(f"duration must be a positive number of seconds, got {duration!r}.")
@@ -40,7 +38,7 @@ def plan_windows(
     while bounds[-1][1] < duration:
         start = len(bounds) * step
         bounds.append((start, min(start + length, duration)))
-    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < min_last:
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < MIN_LAST_WINDOW_S:
         bounds.pop()
         bounds[-1] = (bounds[-1][0], duration)
     if max_windows is not None and len(bounds) > max_windows:

@@ -20,7 +20,7 @@ from typing import Any
 from marlin_demo import variants
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
-from marlin_demo.models import compute
+from marlin_demo.models import ModelLoadError, compute, pick_device
 from marlin_demo.service import zerogpu
 from marlin_demo.settings import Settings, env_name
 from marlin_demo.tasks import TASKS, get_task
@@ -137,6 +137,14 @@ def for_decode(speed: Speed, decode: str) -> Speed:
     )
 
 
+def device_of(settings: Settings) -> str | None:
+    """The device these settings run on, or None where none can be picked (the load then says why)."""
+    try:
+        return pick_device(settings.device)
+    except ModelLoadError:
+        return None
+
+
 def speed_for(settings: Settings, device: str) -> Speed | None:
     """The figures for this device and model: the H200's on any GPU, the tiny stand-in's on a CPU, else
     ``cpu_speed``'s for this CPU in the compute type it will use (None: never measured, nothing derived)."""
@@ -189,11 +197,6 @@ def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
     return out
 
 
-def max_new_tokens(task: str, settings: Settings) -> int:
-    """The token limit of one ``task`` answer (the task's own setting)."""
-    return get_task(task).tokens(settings)
-
-
 def prefill_share(video_tokens: float, params: VideoParams | None = None) -> float:
     """A clip's (or window's) share of the full window whose prefill the speeds table measured: its video
     tokens over the largest window's, at most 1."""
@@ -210,7 +213,7 @@ def read_s(speed: Speed, share: float = 1.0) -> float:
 def model_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) -> float:
     """The longest one window's model work can take: ``read_s``, then every allowed token. On ZeroGPU the
     most one call is charged for, before the card's factor (it is charged the time it uses)."""
-    return read_s(speed, share) + max_new_tokens(task, settings) / speed.decode_tokens_per_s
+    return read_s(speed, share) + get_task(task).tokens(settings) / speed.decode_tokens_per_s
 
 
 def window_s(task: str, settings: Settings, speed: Speed) -> float:
@@ -244,7 +247,7 @@ def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | N
 def _tokens_fitting_day(task: str, settings: Settings, speed: Speed) -> int:
     """The largest token limit whose window call fits ``call_fits_day`` (0 if none does)."""
     field_name = get_task(task).max_new_tokens
-    limits = range(max_new_tokens(task, settings) + 1)  # the call grows with the limit: bisect it
+    limits = range(get_task(task).tokens(settings) + 1)  # the call grows with the limit: bisect it
     too_many = bisect.bisect_left(
         limits, True, key=lambda n: not call_fits_day(task, settings.with_(**{field_name: n}), speed)
     )
@@ -300,14 +303,14 @@ def conflicts(settings: Settings, device: str, zero_gpu: bool = False) -> list[s
             )
         if zero_gpu and GPU_MARGIN * model_s(task, settings, speed) > MAX_GPU_S:
             out.append(
-                f"{tokens}={max_new_tokens(task, settings)} makes one {task} window ask ZeroGPU for more "
+                f"{tokens}={entry.tokens(settings)} makes one {task} window ask ZeroGPU for more "
                 f"than the {MAX_GPU_S} s one call may have ({speed.decode_tokens_per_s:g} tokens/s on "
                 f"{speed.name}): lower it."
             )
         elif zero_gpu and not call_fits_day(task, settings, speed):
             asked, day = gpu_call_s(task, settings, speed), zerogpu.daily_quota_s("unauthenticated")
             out.append(
-                f"{tokens}={max_new_tokens(task, settings)} makes one {task} window's ZeroGPU call ask for "
+                f"{tokens}={entry.tokens(settings)} makes one {task} window's ZeroGPU call ask for "
                 f"{asked} s, {charged_s(asked)} s with the card's factor {zerogpu.duration_factor():g}: more "
                 f"than a visitor who is not signed in has in a day ({day} s): lower it to at most "
                 f"{_tokens_fitting_day(task, settings, speed)}."

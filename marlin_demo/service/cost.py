@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
-from marlin_demo.models import ModelLoadError, compute_choice, pick_device
+from marlin_demo.models import compute_choice
 from marlin_demo.service import capacity, space, zerogpu
 from marlin_demo.service.zerogpu import duration_words
 from marlin_demo.settings import Settings, Variant
@@ -45,7 +45,7 @@ def estimate(
         frames = min(1.0, seconds * p.fps / p.max_frames)
         share = capacity.prefill_share(per_s * seconds, params)
         first += speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share
-    decode = len(windows) * capacity.max_new_tokens(task, settings) / speed.decode_tokens_per_s
+    decode = len(windows) * get_task(task).tokens(settings) / speed.decode_tokens_per_s
     return Estimate(first_s=first, most_s=first + decode, windows=len(windows))
 
 
@@ -69,21 +69,17 @@ def estimate_line(
         return request_gpu_line(
             task, duration_s, settings, runs, share=share, what=f"On ZeroGPU, {who} of this clip"
         )
-    try:
-        device = pick_device(settings.device)
-    except ModelLoadError:
+    if capacity.device_of(settings) != "cpu":
         return ""
-    if device != "cpu":
-        return ""
-    speed = capacity.speed_for(settings, device)
+    speed = capacity.speed_for(settings, "cpu")
     if speed is None:
         return f"How long {noun} takes on this CPU was never measured (see docs/SPEED.md): expect minutes."
     est = estimate(task, plan, duration_s, settings, speed, params)
-    dtype = compute_choice(settings, (variants or settings.variant_list or ["gptq"])[0], device).dtype
+    dtype = compute_choice(settings, (variants or settings.variant_list or ["gptq"])[0], "cpu").dtype
     return (
         f"On this CPU ({dtype}), {who} of this clip takes about {duration_words(est.first_s * runs)} to read "
         f"it, and up to {duration_words(est.most_s * runs)} if {_answers(est.windows * runs)} to its "
-        f"{capacity.max_new_tokens(task, settings)}-token limit."
+        f"{get_task(task).tokens(settings)}-token limit."
     )
 
 
@@ -173,7 +169,7 @@ def gpu_cost_line(
         f"{what} makes {n} GPU call{'' if one else 's'} of up to {cost.each_s} s{'' if one else ' each'}: "
         f"{'it' if one else 'each'} needs {cost.start_s} s of a visitor's daily GPU quota left to start "
         f"({cost.each_s} s x{cost.factor:g} on this card), then is charged only the time it uses, "
-        f"x{cost.factor:g}: {used} if {_answers(n)} to its {capacity.max_new_tokens(cost.task, settings)}"
+        f"x{cost.factor:g}: {used} if {_answers(n)} to its {get_task(cost.task).tokens(settings)}"
         f"-token limit{quota if quotas else ''}."
     )
 
@@ -225,9 +221,8 @@ def request_gpu_line(
 
 def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str:
     """Off ZeroGPU: about how long ``windows`` windows of ``task`` take at most on this machine."""
-    try:
-        device = pick_device(settings.device)
-    except ModelLoadError:
+    device = capacity.device_of(settings)
+    if device is None:
         return ""
     speed = capacity.speed_for(settings, device)
     if speed is None:

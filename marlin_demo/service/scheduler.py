@@ -1,10 +1,7 @@
-"""Model work one window at a time, in turn, across every request of an engine.
-
-A request asks for a turn before each window, first come first served, so requests take turns window
-by window: a short clip waits at most about one window of a long video, whose own windows still run in
-order. The scheduler also sizes the prefix cache for every held request's windows (so they do not push
-out each other's) and bounds the requests it holds (``MARLIN_QUEUE_SIZE``; one more is turned away).
-"""
+"""Model work one window at a time across every request of an engine: a request asks for a turn before
+each window, first come first served, so a short clip waits at most about one window of a long video. It
+also sizes the prefix cache for every held request's windows (so they do not push out each other's) and
+bounds the requests held (``MARLIN_QUEUE_SIZE``; one more is turned away)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
-from marlin_demo.models import ModelLoadError, pick_device
+from marlin_demo.models import ModelLoadError
 from marlin_demo.models.kernels import GPTQ_NO_COMPILER, allow_compiler_builds
 from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings, env_name, env_value
@@ -110,15 +110,9 @@ def start_engine(settings: Settings, total_mb: float | None = None) -> tuple[Eng
 def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings, dict[str, str]]:
     """The settings without the variants this CPU cannot run (``capacity.withheld``: failed here, or
     more memory than ``total_mb``), and why each is left out; elsewhere every variant is offered."""
-    if settings.is_tiny:
+    if settings.is_tiny or capacity.device_of(settings) != "cpu":  # (no device: the load says why)
         return settings, {}
-    try:
-        device = pick_device(settings.device)
-    except ModelLoadError:
-        return settings, {}  # the load says what is wrong with the device
-    if device != "cpu":
-        return settings, {}
-    speed = capacity.speed_for(settings, device)
+    speed = capacity.speed_for(settings, "cpu")
     reasons = capacity.withheld(speed, capacity.total_memory_mb() if total_mb is None else total_mb)
     reasons = {v: why for v, why in reasons.items() if v in settings.variant_list}
     if not reasons:
@@ -144,9 +138,8 @@ def check_limits(settings: Settings, zero_gpu: bool = False) -> Settings:
     """The settings to run with, once they agree with the measured speeds (``capacity``); else a ValueError
     with one sentence per conflict. The real model on a CPU gets an unset time limit raised to one
     window's measured time (``_derived_time_limit``)."""
-    try:
-        device = pick_device(settings.device)
-    except ModelLoadError:
+    device = capacity.device_of(settings)
+    if device is None:
         return settings  # the load says what is wrong with the device
     settings = _derived_time_limit(settings, device)
     found = capacity.conflicts(settings, device, zero_gpu)

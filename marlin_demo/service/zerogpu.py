@@ -1,9 +1,6 @@
-"""What ZeroGPU allows, in one place: its Pythons, its torch releases, its GPU sizes, quotas and refusals.
-
-The facts live in ``zerogpu.json`` with their source, ``spaces``' refusals word for word (how a call
-meets the quota: its ``quota_use``, docs/SPACE.md). The per-card duration factor changes with ``spaces``
-releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``.
-"""
+"""What ZeroGPU allows, in one place (``zerogpu.json``, each fact with its source; ``spaces``' refusals word
+for word): Pythons, torch releases, GPU sizes, quotas. The per-card duration factor changes with
+``spaces`` releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``."""
 
 from __future__ import annotations
 

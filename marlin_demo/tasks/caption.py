@@ -41,14 +41,10 @@ _STOP = frozenset(
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
-def _content_words(text: str) -> list[str]:
-    """Casefolded words minus stop words, each cut to its first 4 letters (a crude, exact stemmer)."""
-    return [w[:4] for w in _WORD_RE.findall(text.casefold()) if w not in _STOP]
-
-
 def description_similarity(a: str, b: str) -> float:
-    """ROUGE-L F1 between the content-word lists of two descriptions (0..1)."""
-    x, y = _content_words(a), _content_words(b)
+    """ROUGE-L F1 between the content-word lists of two descriptions (0..1): casefolded words minus stop
+    words, each cut to its first 4 letters (a crude, exact stemmer)."""
+    x, y = ([w[:4] for w in _WORD_RE.findall(t.casefold()) if w not in _STOP] for t in (a, b))
     if not x or not y:
         return 0.0
     prev = [0] * (len(y) + 1)

@@ -1,10 +1,7 @@
-"""The tasks Marlin answers, as data: one ``Task`` entry per task in one registry, each with its ``Answer``:
-what its answers do (built, merged across windows, printed, compared, scored, described, benched).
-
-Layers read a task's entry and ask its answer instead of comparing the task's name or the result's type, so
-a new task is one ``register_task`` call (and, when it answers in a shape of its own, one ``Answer``
-subclass). Pure: nothing here imports torch or any layer above ``results``.
-"""
+"""The tasks Marlin answers, as data: one ``Task`` entry each, with its ``Answer`` (what its answers do).
+Layers ask the entry instead of comparing the task's name or the result's type, so a new task is one
+``register_task`` call (and, for a shape of its own, one ``Answer`` subclass). Pure: no layer above
+``results``."""
 
 from __future__ import annotations
 
