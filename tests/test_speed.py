@@ -216,7 +216,7 @@ def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pyte
 
 
 def test_segments_cover_every_frame_from_a_keyframe() -> None:
-    index = _PacketIndex(pts=list(range(3600)), keyframes=list(range(0, 3600, 250)), time_base=1 / 30)
+    index = _PacketIndex(pts=list(range(3600)), keyframes=list(range(0, 3600, 250)))
     wanted = torch.linspace(0, 3599, 240).round().long().tolist()
     for workers in (1, 2, 4, 16):
         runs = _segments(index, wanted, workers)
@@ -226,7 +226,7 @@ def test_segments_cover_every_frame_from_a_keyframe() -> None:
         if workers <= 2:
             assert len(runs) <= workers + 1
     # all-intra: every frame is a keyframe, so only the wanted frames are decoded
-    intra = _PacketIndex(pts=list(range(100)), keyframes=list(range(100)), time_base=1.0)
+    intra = _PacketIndex(pts=list(range(100)), keyframes=list(range(100)))
     assert _segments(intra, [0, 10, 20, 30], 2) == [(0, [0]), (10, [10]), (20, [20]), (30, [30])]
 
 

@@ -44,7 +44,6 @@ class _PacketIndex:
 
     pts: list[int]  # presentation order: frame index i has pts[i] (stream time base)
     keyframes: list[int]  # frame indices whose packet is flagged as a keyframe, ascending
-    time_base: float
 
 
 def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
@@ -52,7 +51,6 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
     pts: list[int] = []
     key_pts: list[int] = []
     with _open_stream(path, stream_index) as (container, stream):
-        tb = float(stream.time_base)
         for packet in _shown_packets(container, stream):
             if packet.pts is None:
                 return None
@@ -63,7 +61,7 @@ def _packet_index(path: str, stream_index: int | None) -> _PacketIndex | None:
     if not pts or len(set(pts)) != len(pts):
         return None
     where = {p: i for i, p in enumerate(pts)}
-    return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts), time_base=tb)
+    return _PacketIndex(pts=pts, keyframes=sorted(where[p] for p in key_pts))
 
 
 def _nonref_rule(codec: Any) -> Callable[[Any], bool] | None:
