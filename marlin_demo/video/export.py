@@ -21,7 +21,6 @@ def export_clip(
     start: float,
     end: float,
     out_path: str | os.PathLike[str],
-    timeout_s: float = 600.0,
     *,
     info: VideoInfo | None = None,
 ) -> Path:
@@ -60,6 +59,7 @@ def export_clip(
         "-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p",
         "-c:a", "aac", "-b:a", "128k", "-movflags", "+faststart", str(out),
     ]  # fmt: skip
+    timeout_s = 600.0
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
