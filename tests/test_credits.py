@@ -99,9 +99,12 @@ def test_example_cache_is_lazy_unless_asked(monkeypatch: pytest.MonkeyPatch) -> 
     from marlin_demo.ui.context import CACHE_ENV, cache_mode_from_env
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
-    assert cache_mode_from_env(on_space=False) == cache_mode_from_env(on_space=True) == "lazy"
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert cache_mode_from_env() == "lazy"
+    monkeypatch.setenv("SPACE_ID", "user/space")  # the same default on a Space
+    assert cache_mode_from_env() == "lazy"
     monkeypatch.setenv(CACHE_ENV, "Eager")
-    assert cache_mode_from_env(on_space=False) == "eager"
+    assert cache_mode_from_env() == "eager"
     monkeypatch.setenv(CACHE_ENV, "always")
     with pytest.raises(ValueError, match="not one of eager, lazy, off"):
-        cache_mode_from_env(on_space=False)
+        cache_mode_from_env()

@@ -15,7 +15,6 @@ from gradio.blocks import Block
 
 from marlin_demo import service, tasks
 from marlin_demo.engine import Engine
-from marlin_demo.service import space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
@@ -139,7 +138,7 @@ def make_context(engine: Engine, settings: Settings, status: ModelStatus | None 
         settings=settings,
         status=status,
         output_dir=out,
-        cache_mode=cache_mode_from_env(space.on_space()),
+        cache_mode=cache_mode_from_env(),
         examples=available_examples(settings.examples_path / EXAMPLES_FILE),
         examples_dir=settings.examples_path,
     )

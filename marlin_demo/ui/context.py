@@ -121,10 +121,9 @@ def default_output_dir(settings: Settings) -> Path:
     return Path(tempfile.gettempdir()) / "marlin-demo-outputs"
 
 
-def cache_mode_from_env(on_space: bool) -> CacheMode:
+def cache_mode_from_env() -> CacheMode:
     """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere: eager answering of the 24
     examples on a busy 2-core CPU (tiny stand-in) took until 707 s, and a visitor's request waits behind."""
-    del on_space  # the same default on a Space and locally (see above)
     raw = settings_mod.env_value("cache_examples").lower() or "lazy"
     if raw not in ("eager", "lazy", "off"):
         raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")
