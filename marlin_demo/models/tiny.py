@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.contract import CAPTION_PROMPT, VideoParams, find_prompt
+from marlin_demo.contract import CAPTION_PROMPT, DETAILED_PROMPT, VideoParams, find_prompt
 from marlin_demo.settings import env_value
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ _WORDS = (
 def _corpus() -> list[str]:
     """Text the BPE is trained on: the prompts, the answer formats, plain English."""
     rng = random.Random(SEED)
-    lines = [CAPTION_PROMPT, find_prompt("a person opens the door"), "Describe the video in detail."]
+    lines = [CAPTION_PROMPT, find_prompt("a person opens the door"), DETAILED_PROMPT]
     for _ in range(400):
         n = rng.randint(4, 12)
         lines.append(" ".join(rng.choice(_WORDS) for _ in range(n)).capitalize() + ".")
