@@ -76,7 +76,7 @@ class UIContext:
         return self.examples_dir / str(example["video"])
 
     def ground_truth(self, video: str | os.PathLike[str] | None) -> dict[str, Any] | None:
-        """The example this clip is (see ``compare.ground_truth_for``), or None."""
+        """The example this clip is (see ``agreement.ground_truth_for``), or None."""
         return agreement.ground_truth_for(video, self.examples_dir / EXAMPLES_FILE)
 
     def new_run_dir(self, kind: str) -> Path:
