@@ -427,7 +427,12 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     # no card still says it is queued: the variants after the stopped one never ran, and say so
     assert "runs after the variants before it" not in pg.inner_text("#compare-cards")
     assert pg.locator("#compare-session tbody tr").count() == rows  # the stopped run added nothing
+    # the comparison before it ran to the end: its cost table, charts and scores are not left under
+    # "Stopped" as if they were this one's (the session's runs and cold/warm tables stay)
+    assert not pg.is_visible("#compare-metrics") and not pg.is_visible("#compare-scores")
+    assert pg.is_visible("#compare-session")
     _shot(pg, "3b_compare_stopped")
+    _shot_phone(pg, "3b_compare_stopped_phone")
     assert "Stopped" in pg.inner_text("#compare-summary")  # no late message of the stopped run replaced it
 
 

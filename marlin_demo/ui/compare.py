@@ -383,12 +383,14 @@ class CompareView(StageView[Updates]):
 
 
 def cleared_outputs(tab: CompareTab) -> Updates:
-    """Nothing of an earlier comparison (its clip changed, or a new one starts); the session's runs stay."""
+    """Nothing of an earlier comparison (new clip, or Stop ended the next one); the session's runs stay."""
     return {
         tab.summary: "",
         tab.cards: EMPTY_CARDS,
         tab.metrics_table: gr.update(visible=False),
-        **{plot: gr.update(visible=False) for plot in tab.plots},
+        # "hidden", not False: a chart Gradio has drawn is kept mounted (unmounted, its resize handler
+        # reads a width that is gone and throws)
+        **{plot: gr.update(visible="hidden") for plot in tab.plots},
         tab.scores: gr.update(visible=False),
     }
 
@@ -446,7 +448,12 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
         if view is None:
             return {tab.summary: gr.skip()}
         # the writing variant stopped there, the ones after it never ran
-        return {tab.summary: STOPPED_HTML, tab.cards: view.cards(view.live, stopped=True)}
+        # and the last comparison's cost and scores go: they must not stand under "Stopped" as its own
+        return {
+            **cleared_outputs(tab),
+            tab.summary: STOPPED_HTML,
+            tab.cards: view.cards(view.live, stopped=True),
+        }
 
     tab.task.change(lambda t: gr.update(visible=get_task(t).query), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
