@@ -58,11 +58,14 @@ if (!window.__marlinKeys) {
     const to = usable(again) ? again : usable(other) ? other : null;
     if (to) to.focus();
   };
+  // tidy() at once: Gradio names a radio anew each time the selection changes, and an arrow key the
+  // page handles before the next frame would find the radio alone in its group. The focus waits a frame.
   let queued = false;
   new MutationObserver(() => {
+    tidy();
     if (queued) return;
     queued = true;
-    requestAnimationFrame(() => { queued = false; tidy(); follow(); });
+    requestAnimationFrame(() => { queued = false; follow(); });
   }).observe(document.body, {
     childList: true, subtree: true, attributes: true,
     attributeFilter: ['aria-selected', 'name', 'class', 'style', 'hidden', 'disabled'],

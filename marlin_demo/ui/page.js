@@ -25,18 +25,19 @@ if (!window.__marlinScroll) {
   };
   new MutationObserver(bring).observe(document.body, { childList: true, subtree: true });
 }
-// A double-click on Run: its second click lands on Stop, which has taken Run's place. style.css keeps
-// Stop deaf for its first 0.4 s on screen, but a page busy at that moment (a long redraw) can hit-test
-// the second click after that. So a click on Stop is also dropped when the visitor made it within 0.4 s
-// of their click on Run, by the events' own time (when the click happened, not when it was handled).
+// A double-click on Run: its second click lands on Stop, which has taken Run's place, or on Run again
+// when Stop is not drawn yet (the swap waits on the server): one run stopped, or two queued. style.css keeps
+// Stop deaf for its first 0.4 s on screen, but a page busy at that moment (a long redraw) can hit-test the
+// second click after that. So a click on Run or Stop is dropped when the visitor made it within 0.4 s of
+// their last click on Run, by the events' own time (when the click happened, not when it was handled).
 if (!window.__marlinRunClick) {
   window.__marlinRunClick = { at: -Infinity };
   document.addEventListener('click', (ev) => {
     const button = ev.target instanceof Element ? ev.target.closest('button[id]') : null;
-    if (button && button.id.endsWith('-run')) window.__marlinRunClick.at = ev.timeStamp;
-    else if (button && button.id.endsWith('-stop') && ev.timeStamp - window.__marlinRunClick.at < 400) {
+    if (!button || !/-(run|stop)$/.test(button.id)) return;
+    if (ev.timeStamp - window.__marlinRunClick.at < 400) {
       ev.stopImmediatePropagation();
       ev.preventDefault();
-    }
+    } else if (button.id.endsWith('-run')) window.__marlinRunClick.at = ev.timeStamp;
   }, true);
 }
