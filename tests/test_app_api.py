@@ -260,22 +260,26 @@ def test_a_short_caption_is_answered_between_a_long_videos_windows(client: Clien
     server's own times, not from when each answer reaches the client (the long one's last window can end
     while the short one's answer is on its way): the short one waited about one window, not the whole
     long video. The long one need not wait in turn: it decodes its next window's frames outside its
-    turns, and on a slow machine the short one's turn fits in that time (seen on CI)."""
-    long_clip = _long_clip(tmp_path, 160, 120)
+    turns, and on a slow machine the short one's turn fits in that time (seen on CI). The short one can
+    also arrive in such a gap (a loaded machine) and wait for nothing, which shows nothing: the pair then
+    runs again on a new long clip, cold again, three times at most."""
     short = EXAMPLES / "flower.mp4"
-
-    job = client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream")
-    for msg in job:
-        if msg.get("window") == 1:
-            break  # the long video's first window has its turn now
-    short_again = client.predict(handle_file(short), "bf16", api_name="/caption")
-    assert job.result(timeout=600)
-    long_again = job.outputs()[-1]
-    short_m, long_m = short_again["metrics"], long_again["result"]["metrics"]
-    assert short_m["queue_s"] > 0  # the short one waited for the window in progress...
-    # ...and no longer: three windows of about equal work, so waiting for the rest of the long video
-    # (two windows or more) is over half its time, and waiting for one window at most under a half
-    assert short_m["queue_s"] < long_m["latency_s"] / 2, "the short caption waited for the whole long video"
+    for size in ((160, 120), (192, 144), (224, 168)):
+        long_clip = _long_clip(tmp_path, *size)
+        job = client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream")
+        for msg in job:
+            if msg.get("window") == 1:
+                break  # the long video's first window has its turn now
+        short_again = client.predict(handle_file(short), "bf16", api_name="/caption")
+        assert job.result(timeout=600)
+        long_again = job.outputs()[-1]
+        short_m, long_m = short_again["metrics"], long_again["result"]["metrics"]
+        # it waited no longer than a window: three windows of about equal work, so waiting for the rest of
+        # the long video (two windows or more) is over half its time, and waiting for one at most under a half
+        assert short_m["queue_s"] < long_m["latency_s"] / 2, "the short one waited for the whole long video"
+        if short_m["queue_s"] > 0:
+            break
+    assert short_m["queue_s"] > 0, "the short caption never came while one of the long video's windows ran"
 
     long_alone = list(client.submit(handle_file(long_clip), "bf16", api_name="/caption_stream"))[-1]
     short_alone = client.predict(handle_file(short), "bf16", api_name="/caption")
