@@ -808,7 +808,9 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
         note = pg.inner_text("#library-cost")
         indexes = r"the first search indexes the \d+ example clips first, which makes \d+ GPU calls of up to"
         assert re.search(indexes, note), note
-        assert "more than the 2 min of a visitor who is not signed in" in note, note
+        assert "in the 2 min of a visitor who is not signed in, its last call starts only if the" in note, (
+            note
+        )
         # the quota is spent: indexing stops at its first refused call and says so, naming the quota
         pg.fill("#library-query textarea", "a ball rolls")
         pg.click("#library-run")

@@ -91,6 +91,36 @@ def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
     assert zerogpu.read_refusal(mislabelled) is None
 
 
+def test_a_refusal_names_the_calls_size_and_what_still_starts_as_the_stand_in_then_does() -> None:
+    """A call is admitted on its own request: with 93 s left a 66 s call (99 s at x1.5) is refused, and a
+    call of up to 62 s still starts; the sentence says that, not a wait or the Space's limit."""
+    refusal = zerogpu.read_refusal(Quota(left_s=93, visitor="free").refusal(99))
+    assert refusal is not None
+    said = zerogpu.refusal_sentence(refusal, 66, 15)
+    assert "it needs 99 s of your free account's daily GPU quota left to start (66 s times" in said, said
+    assert "and 93 s are left; a call of up to 62 s can still start now" in said, said
+    assert "try again" not in said and "shared GPU limit" not in said, said
+    for seconds, starts in ((62, True), (63, False)):  # what the stand-in then does with 93 s left
+        q = Quota(left_s=93, visitor="free")
+        try:
+            q.schedule(seconds)
+            started = True
+        except Exception:
+            started = False
+        assert started is starts, seconds
+    # nothing this Space makes fits: ZeroGPU's own wait, attributed to it
+    spent = zerogpu.read_refusal(Quota(left_s=20, visitor="free").refusal(23))
+    assert spent is not None and "ZeroGPU says try again in 13 h 12 min" in zerogpu.refusal_sentence(
+        spent, 15, 15
+    )
+    # no visitor token: spaces says no figures, so the call's size and that a smaller one may start
+    none = zerogpu.read_refusal(Quota(left_s=0, visitor="none").refusal(99))
+    assert none is not None
+    said = zerogpu.refusal_sentence(none, 66, 15)
+    assert said.startswith("ZeroGPU refused the next GPU call of 66 s: without a signed-in visitor"), said
+    assert "a smaller call may still start" in said and "used up" not in said, said
+
+
 def test_refused_midway_the_windows_answered_return_as_a_partial_answer(engine: Engine, quota: Quota) -> None:
     each = charged(engine)
     # each call charged its whole request (as if it used all of it): two windows' calls, not three

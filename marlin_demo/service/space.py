@@ -95,8 +95,8 @@ class GpuRefused(EngineError):
     """ZeroGPU refused (or stopped) a call: the message is the visitor's one sentence, ``refusal`` what
     ``spaces`` said; a request with windows answered before it returns them instead (``partial``)."""
 
-    def __init__(self, refusal: zerogpu.Refusal) -> None:
-        super().__init__(zerogpu.refusal_sentence(refusal))
+    def __init__(self, refusal: zerogpu.Refusal, asked_s: int | None = None) -> None:
+        super().__init__(zerogpu.refusal_sentence(refusal, asked_s, capacity.MIN_GPU_S))
         self.refusal = refusal
 
 
@@ -133,7 +133,7 @@ def gpu_call(
         if refusal is None:
             raise
         log.warning("ZeroGPU refused a %s s call: %s", seconds, refusal)
-        raise GpuRefused(refusal) from None
+        raise GpuRefused(refusal, seconds) from None
     _warm.set()  # Triton's kernels are on disk now: later calls ask for their own time only
     return result  # type: ignore[no-any-return]
 
