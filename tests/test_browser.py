@@ -8,6 +8,7 @@ so each test selects its tab first. Waits are on page state, never fixed sleeps.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -823,6 +824,103 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
         assert zero_gpu_server.alive()
     finally:
         context.close()
+
+
+# ---------------------------------------------------------------------------
+# Two visitors at once on ZeroGPU, each sending its own visitor token (X-IP-Token, as ZeroGPU's proxy adds
+# it): every call each one's page starts (Caption, Find, Compare's variants, a Library search) is charged to
+# that visitor, and each one's sentences speak of its own quota only
+# ---------------------------------------------------------------------------
+ANA, BEN = "free-ana", "pro-ben"  # the stand-in reads each token's kind from its prefix
+VISITOR_CLIP = EXAMPLES / "flower.mp4"  # 5 s: one call per run and per variant
+
+
+@pytest.fixture(scope="module")
+def two_visitor_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    from test_library_app import known_library
+
+    root = tmp_path_factory.mktemp("marlin-two-visitors")
+    floor = capacity.charged_s(capacity.MIN_GPU_S, Quota().factor)  # what the smallest call needs to start
+    env = {
+        **zero_gpu_env(root / "gpu.jsonl"),
+        "MARLIN_CACHE_EXAMPLES": "off",
+        "MARLIN_STAND_IN_USED_S": str(ZERO_GPU_USED_S),
+        # Ben (PRO) never runs out; Ana's day holds her caption, find and Compare's first variant (each
+        # charged 10 s x1.5 of use) and then less than the smallest call's request
+        "MARLIN_STAND_IN_QUOTA_S": f"pro=2400,{3 * ZERO_GPU_USED_S * Quota().factor + floor - 1:g}",
+    }
+    flags = ["--variants", "gptq,bnb4", "--caption-max-new-tokens", "16", "--find-max-new-tokens", "12",
+             "--library", str(known_library(root)), "--search-candidates", "2",
+             "--queue-size", "16"]  # fmt: skip
+    server = start_app(root / "app", *flags, extra_env=env, address_flags=False)
+    yield server
+    stop_app(server)
+
+
+def _both(pages: dict, act) -> None:
+    """``act(page)`` for each visitor in turn, without waiting for the other's run: they run at once."""
+    for pg in pages.values():
+        act(pg)
+
+
+def test_two_visitors_at_once_each_pays_for_its_own_calls(browser, two_visitor_server: AppServer) -> None:
+    log = two_visitor_server.root.parent / "gpu.jsonl"
+    contexts = {
+        t: browser.new_context(viewport=DESKTOP, extra_http_headers={"X-IP-Token": t}) for t in (ANA, BEN)
+    }
+    pages = {t: c.new_page() for t, c in contexts.items()}
+    try:
+        for pg in pages.values():
+            pg.goto(two_visitor_server.url)
+            pg.wait_for_selector("#caption-run", timeout=60_000)
+            _upload(pg, "#clip-video", VISITOR_CLIP)
+            _clip_line(pg, "a caption of this clip makes 1 GPU call")
+        _both(pages, lambda pg: pg.click("#caption-run"))
+        _both(pages, _caption_done)
+        _both(pages, lambda pg: _open_tab(pg, "Find · when"))
+        _both(pages, lambda pg: pg.fill("#find-query textarea", "a flower opens"))
+        _both(pages, lambda pg: pg.click("#find-run"))
+        _both(pages, lambda pg: pg.wait_for_selector("#find-metrics .md-card", timeout=RUN_TIMEOUT_MS))
+        _both(pages, lambda pg: _open_tab(pg, "Compare · GPTQ vs bnb4"))
+        _both(pages, lambda pg: pg.click("#compare-run"))
+        for pg in pages.values():  # over: Compare is back, and no card still waits to start
+            pg.wait_for_selector("#compare-run", state="visible", timeout=RUN_TIMEOUT_MS)
+            pg.wait_for_function(
+                "document.querySelectorAll('#compare-cards .cc-card').length === 2", timeout=30_000
+            )
+        cards = {t: pg.inner_text("#compare-cards") for t, pg in pages.items()}
+        assert "starting…" not in cards[ANA] and "starting…" not in cards[BEN], cards
+        assert pages[BEN].locator("#compare-cards .cc-card .cc-stats").count() == 2  # both of Ben's ran
+        _shot(pages[ANA], "9_zerogpu_two_visitors_compare_refused")
+        _both(pages, lambda pg: _open_tab(pg, "Library · search all"))
+        _both(pages, lambda pg: pg.fill("#library-query textarea", "a dog jumped into the pool"))
+        _both(pages, lambda pg: pg.click("#library-run"))
+        pages[BEN].wait_for_selector("#library-moments img", timeout=RUN_TIMEOUT_MS)
+        pages[ANA].wait_for_selector("#library-status .ms-error", timeout=RUN_TIMEOUT_MS)
+        searched = pages[ANA].inner_text("#library-status")
+        _shot(pages[ANA], "9_zerogpu_two_visitors_search_refused")
+        said = {t: pg.inner_text("body") for t, pg in pages.items()}
+    finally:
+        for c in contexts.values():
+            c.close()
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    asked = [e for e in entries if "visitor_request" in e]
+    assert asked[0]["visitor"] is None  # the start-up call: charged to no visitor
+    by = {t: [e for e in entries if e.get("visitor") == f"token {t}"] for t in (ANA, BEN)}
+    assert {e["visitor"] for e in asked[1:]} == {f"token {ANA}", f"token {BEN}"}, asked  # no call unowned
+    settled = {t: [e for e in es if e.get("settled")] for t, es in by.items()}
+    refused = {t: [e for e in es if e.get("refused")] for t, es in by.items()}
+    # Ana: caption, find, Compare's gptq; then Compare's bnb4 and the search's first find are refused
+    assert len(settled[ANA]) == 3 and len(refused[ANA]) == 2, by[ANA]
+    # Ben: caption, find, both variants (and any warm re-time), the search's two finds; nothing refused
+    assert len(settled[BEN]) >= 6 and refused[BEN] == [], by[BEN]
+    left = settled[ANA][-1]["left_s"]  # what Ana's own day has left, and Ben's from his
+    assert left < capacity.charged_s(capacity.MIN_GPU_S, Quota().factor) <= settled[BEN][-1]["left_s"]
+    factor = r"\(\d+ s times this card's factor\)"
+    mine = rf"your free account's daily GPU quota left to start {factor}, and {left:g} s are left"
+    assert re.search(mine, cards[ANA]) and re.search(mine, searched), (cards[ANA], searched)
+    assert "refused the next GPU call" not in said[BEN] and "s are left" not in said[BEN]  # never refused
+    assert "PRO" not in cards[ANA] and str(round(settled[BEN][-1]["left_s"])) not in said[ANA]
 
 
 def _example(pg, tab: str, title: str):

@@ -19,7 +19,7 @@ with "Space app has reached its GPU limit"). When the call ends its hold is sett
 used, times the factor (hub-docs ``spaces-zerogpu.md``: the quota consumed is the task's effective duration;
 ZeroGPU Explorers discussion #82: the requested duration only guards the start), so short calls leave the
 rest of the day to later ones. ``QUOTAS`` holds them in-process (a test may put a visitor's own there). A
-server reads ``MARLIN_STAND_IN_QUOTA_S`` (each visitor's quota when first seen), ``MARLIN_STAND_IN_VISITOR``
+server reads ``MARLIN_STAND_IN_QUOTA_S`` (each visitor's quota when first seen; ``pro=2400,60``: by kind), ``MARLIN_STAND_IN_VISITOR``
 (the kind of a visitor whose token does not name one, and of a request with no token: ``none``, ``ip``: a
 token but not signed in, ``free`` (the default), ``pro``; a token ``pro-...`` names its kind) and
 ``MARLIN_STAND_IN_USED_S`` (the GPU seconds each call is charged in place of its time here: this CPU's time
@@ -110,10 +110,17 @@ KINDS = ("none", "ip", "free", "pro")
 
 
 def _new_quota(kind: str) -> Quota:
-    """A visitor's quota when first seen: the day the environment sets (``MARLIN_STAND_IN_*``)."""
-    left = os.environ.get("MARLIN_STAND_IN_QUOTA_S")
+    """A visitor's quota when first seen: the day the environment sets for its kind (``MARLIN_STAND_IN_*``;
+    ``MARLIN_STAND_IN_QUOTA_S``: seconds for every kind, or ``pro=2400,free=300,60``: by kind, else 60)."""
+    left: float | None = None
+    for part in os.environ.get("MARLIN_STAND_IN_QUOTA_S", "").split(","):
+        name, _, seconds = part.strip().rpartition("=")
+        if seconds and name in ("", kind):
+            left = float(seconds)
+            if name:
+                break
     used = os.environ.get("MARLIN_STAND_IN_USED_S")
-    return Quota(None if left is None else float(left), kind, used_s=None if used is None else float(used))
+    return Quota(left, kind, used_s=None if used is None else float(used))
 
 
 #: each visitor's quota, by ``visitor_of``'s key (tests put their own visitor's here)
