@@ -136,8 +136,10 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     assert [e["held"] for e in settled] == [_charged(start_up), held, held]  # admitted on its request
     assert all(e["charged_s"] == 60.0 for e in settled)  # charged its use
     assert [e["left_s"] for e in settled] == [None, held + 60 - 1, held - 1]  # the start-up: no quota
-    said = f"it needs {held} s of your free account's daily GPU quota left to start, and {held - 1} s are"
-    assert said in str(refused.value)
+    said = (
+        f"it needs {held} s of your free account's daily GPU quota left to start ({each} s times this card's"
+    )
+    assert said in str(refused.value) and f"factor), and {held - 1} s are left" in str(refused.value)
     assert len([e for e in entries if e.get("refused")]) == 2  # refused before any process started
     assert all(c["child"] != c["parent"] == server.proc.pid for c in calls)  # each in a forked process
     text = server.log_path.read_text()

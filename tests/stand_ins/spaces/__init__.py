@@ -7,8 +7,8 @@ back. The real package cannot run here: it asks the platform's device service fo
 and whether torch was imported before this package, is appended as a JSON line to the file named by
 ``MARLIN_STAND_IN_GPU_LOG`` (when set), for the test to read.
 
-Each visitor's daily quota is kept as ZeroGPU keeps it, one per visitor, keyed as ``spaces`` 0.51.3 keys
-them (``zero/client.py`` ``schedule``): by the request's ``X-IP-Token`` header, else by the client's address
+Each visitor's daily quota is kept as ZeroGPU keeps it, one per visitor, keyed as ``spaces`` 0.51.3 keys them
+(``zero/client.py`` ``schedule``): by the request's ``X-IP-Token`` header, else by the client's address
 (``visitor_of``). ``spaces`` finds the request in Gradio's context variable, read in the calling thread
 (``spaces.utils.gradio_request_var``); a call with no request there (the start-up call, the examples' cache,
 made before or beside any visitor) is charged to no visitor: it is logged ``"visitor": null`` and never
@@ -19,13 +19,13 @@ with "Space app has reached its GPU limit"). When the call ends its hold is sett
 used, times the factor (hub-docs ``spaces-zerogpu.md``: the quota consumed is the task's effective duration;
 ZeroGPU Explorers discussion #82: the requested duration only guards the start), so short calls leave the
 rest of the day to later ones. ``QUOTAS`` holds them in-process (a test may put a visitor's own there). A
-server reads ``MARLIN_STAND_IN_QUOTA_S`` (each visitor's quota when first seen; ``pro=2400,60``: by kind), ``MARLIN_STAND_IN_VISITOR``
-(the kind of a visitor whose token does not name one, and of a request with no token: ``none``, ``ip``: a
-token but not signed in, ``free`` (the default), ``pro``; a token ``pro-...`` names its kind) and
-``MARLIN_STAND_IN_USED_S`` (the GPU seconds each call is charged in place of its time here: this CPU's time
-is not a GPU's, and a test that needs the quota to run out at a known call fixes it). Without a quota no
-call is refused. Each call is logged with the visitor it was charged to, and each settled call with what
-it used and was charged.
+server reads ``MARLIN_STAND_IN_QUOTA_S`` (each visitor's quota when first seen; ``pro=2400,60``: by kind),
+``MARLIN_STAND_IN_VISITOR`` (the kind of a visitor whose token does not name one, and of a request with no
+token: ``none``, ``ip``: a token but not signed in, ``free`` (the default), ``pro``; a token ``pro-...``
+names its kind) and ``MARLIN_STAND_IN_USED_S`` (the GPU seconds each call is charged in place of its time
+here: this CPU's time is not a GPU's, and a test that needs the quota to run out at a known call fixes it).
+Without a quota no call is refused. Each call is logged with the visitor it was charged to, and each settled
+call with what it used and was charged.
 """
 
 from __future__ import annotations
