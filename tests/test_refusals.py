@@ -206,3 +206,14 @@ def _entries(log: Path) -> list[dict[str, Any]]:
 def _example(video: str) -> dict[str, Any]:
     examples = json.loads((ROOT / "examples" / "examples.json").read_text())
     return next(e for e in examples if e["video"] == video)
+
+
+def test_a_compare_refused_for_every_variant_says_the_sentence_once() -> None:
+    from marlin_demo.engine import EngineError
+
+    run = service.Comparison("caption", None, None, ["gptq", "bnb4"])  # type: ignore[arg-type]
+    said = "ZeroGPU refused the next GPU call: it needs 94 s of your daily GPU quota left to start."
+    run.errors = {"gptq": said, "bnb4": said}
+    with pytest.raises(EngineError) as refused:
+        run.require_answer()
+    assert str(refused.value) == f"No variant could answer: {said}"
