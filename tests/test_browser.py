@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gradio_client import Client, handle_file
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from stand_ins.spaces import Quota
 from ui_support import (
@@ -832,6 +833,7 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
 # that visitor, and each one's sentences speak of its own quota only
 # ---------------------------------------------------------------------------
 ANA, BEN = "free-ana", "pro-ben"  # the stand-in reads each token's kind from its prefix
+CLEO, DAN = "pro-cleo", "pro-dan"  # an API client and an MCP client, each with its own token
 VISITOR_CLIP = EXAMPLES / "flower.mp4"  # 5 s: one call per run and per variant
 
 
@@ -855,6 +857,26 @@ def two_visitor_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App
     server = start_app(root / "app", *flags, extra_env=env, address_flags=False)
     yield server
     stop_app(server)
+
+
+def _mcp_caption(server: AppServer, headers: dict[str, str]) -> dict:
+    """One MCP ``caption`` call with these headers (a real MCP client over streamable HTTP)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+    from test_mcp import data_url, json_of, mcp_url
+
+    async def run() -> dict:
+        async with streamablehttp_client(mcp_url(server), headers=headers) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                got = await session.call_tool("caption", {"video": data_url(VISITOR_CLIP, "video/mp4")})
+                return json_of(got)
+
+    with ThreadPoolExecutor(1) as other:  # Playwright's own loop runs in this thread
+        return other.submit(asyncio.run, run()).result()
 
 
 def _both(pages: dict, act) -> None:
@@ -903,7 +925,14 @@ def test_two_visitors_at_once_each_pays_for_its_own_calls(browser, two_visitor_s
     finally:
         for c in contexts.values():
             c.close()
+    # the API and MCP carry their caller's token too (Gradio's MCP bridge passes the request's headers on)
+    api = Client(two_visitor_server.url, verbose=False, headers={"X-IP-Token": CLEO})
+    assert api.predict(handle_file(str(VISITOR_CLIP)), "gptq", api_name="/caption")["raw"]
+    assert _mcp_caption(two_visitor_server, {"X-IP-Token": DAN})["raw"]
     entries = [json.loads(line) for line in log.read_text().splitlines()]
+    for token in (CLEO, DAN):
+        assert [e["visitor"] for e in entries if e.get("settled") and e["visitor"] == f"token {token}"], token
+    entries = [e for e in entries if e.get("visitor") not in (f"token {CLEO}", f"token {DAN}")]
     asked = [e for e in entries if "visitor_request" in e]
     assert asked[0]["visitor"] is None  # the start-up call: charged to no visitor
     by = {t: [e for e in entries if e.get("visitor") == f"token {t}"] for t in (ANA, BEN)}
