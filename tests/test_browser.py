@@ -821,6 +821,11 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
         assert "stopped after 0 of " in said and "ZeroGPU refused the next GPU call: it needs" in said, said
         assert "of your free account's daily GPU quota left to start" in said, said
         assert pg.inner_text("#library-headline").strip() == "", "no empty library said instead of why"
+        # the index build the search started (in a thread of its own) was charged to this visitor, whose
+        # request sent no token: its address
+        log = zero_gpu_server.root.parent / "gpu.jsonl"
+        refused = [json.loads(line) for line in log.read_text().splitlines() if '"refused"' in line]
+        assert refused and {e["visitor"] for e in refused} == {"address 127.0.0.1"}, refused
         _shot(pg, "9_zerogpu_library_refused")
         assert zero_gpu_server.alive()
     finally:
