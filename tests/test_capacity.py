@@ -109,10 +109,16 @@ def test_gpu_request_follows_windows_and_the_note_says_it(monkeypatch: pytest.Mo
     )
     note = cost.request_gpu_line("caption", 600, s)
     assert f"makes 10 GPU calls of up to {each} s each" in note
-    # nine calls charged at most their use, the tenth started on its whole request
-    assert f"its 10 calls need {round(9 * use * 1.5) + round(each * 1.5)} s of quota to all start" in note
+    # each call is admitted on its own request and charged its use: the tenth starts only while the nine
+    # before it leave its request, in each tier's day
+    start = round(each * 1.5)
+    assert (
+        f"in the 2 min of a visitor who is not signed in, its last call starts only if the 9 calls before it "
+        f"are charged at most {120 - start} s in all; in the 5 min of a free account, its last call starts "
+        f"only if the 9 calls before it are charged at most {300 - start} s in all (their answers, run to "
+        f"their limits, are charged {round(9 * use * 1.5)} s)"
+    ) in note
     # no account's day holds them: a range that fits each, and PRO's day named
-    assert "more than the 2 min of a visitor who is not signed in and the 5 min of a free account" in note
     assert "choose a time range of at most 60 s without signing in or 3 min with a free account" in note
     assert "(a PRO account has 40 min a day)" in note
 

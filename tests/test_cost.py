@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stand_ins.spaces import Quota
 
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
@@ -106,3 +107,32 @@ def test_durations_read_as_a_wait(seconds: float, words: str) -> None:
 )
 def test_spaces_wait_reads_as_a_wait_not_a_clock_time(wait: str, words: str) -> None:
     assert zerogpu.wait_words(wait) == words
+
+
+def test_compares_two_calls_are_said_as_zero_gpu_then_starts_them(
+    tiny: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compare's line on a short clip without an account: each call is admitted on its own request, so the
+    second starts exactly when the first was charged at most what the line says, as the stand-in (ZeroGPU's
+    rule) then does; never "its 2 calls need 172 s to all start" when both then run."""
+    monkeypatch.setattr(space, "zero_gpu", lambda: True)
+    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the stand-in's card
+    what = "On ZeroGPU, a caption on 2 variants of this clip"
+    line = cost.request_gpu_line("caption", 5.0, tiny, runs=2, what=what)
+    two = cost.gpu_cost("caption", 2, tiny)
+    room = zerogpu.daily_quota_s("unauthenticated") - two.start_s
+    said = f"its last call starts only if the call before it is charged at most {room} s"
+    assert f"in the 2 min of a visitor who is not signed in, {said}" in line, line
+    assert "to all start" not in line and "more than the 2 min" not in line, line
+    for first_charged, second_starts in ((room, True), (room + 1, False)):
+        day = Quota(left_s=zerogpu.daily_quota_s("unauthenticated"), visitor="ip")
+        held = day.schedule(two.each_s)  # the first call starts on its request ...
+        day.used_s = first_charged / day.factor
+        day.settle(held, 0.0)  # ... and is charged what it used
+        try:
+            day.schedule(two.each_s)
+            started = True
+        except Exception as exc:  # spaces' refusal, which the app reads as one
+            assert zerogpu.read_refusal(exc) is not None, exc
+            started = False
+        assert started is second_starts, (first_charged, line)

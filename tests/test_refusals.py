@@ -8,8 +8,11 @@ whole request (``Quota.used_s``) so the quota runs out at a known call.
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import stand_ins.spaces
@@ -23,6 +26,8 @@ from marlin_demo.service import space, zerogpu
 from marlin_demo.service.scheduler import scheduler_for
 from marlin_demo.settings import Settings
 from marlin_demo.ui import compare_view
+from marlin_demo.ui.blocks import answer_examples_at_start
+from marlin_demo.ui.context import UIContext
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -42,14 +47,16 @@ def engine(tiny_settings: Settings) -> Engine:
 
 
 @pytest.fixture
-def quota(monkeypatch: pytest.MonkeyPatch) -> Quota:
-    """ZeroGPU as the stand-in ``spaces`` runs it, with a quota the test sets."""
+def quota(monkeypatch: pytest.MonkeyPatch) -> Iterator[Quota]:
+    """ZeroGPU as the stand-in ``spaces`` runs it, the test running as one visitor's request (Gradio's
+    context variable set, as for an event), with a quota the test sets."""
     q = Quota()
     monkeypatch.setitem(sys.modules, "spaces", stand_ins.spaces)
-    monkeypatch.setattr(stand_ins.spaces, "QUOTA", q)
     monkeypatch.setattr(space, "zero_gpu", lambda: True)
     monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
-    return q
+    with stand_ins.spaces.visiting("a-visitor") as (key, _):
+        monkeypatch.setattr(stand_ins.spaces, "QUOTAS", {key: q})
+        yield q
 
 
 def charged(engine: Engine, task: str = "caption") -> int:
@@ -82,6 +89,36 @@ def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
     mislabelled = RuntimeError("GPU task aborted")
     mislabelled.title = "Something else"  # type: ignore[attr-defined]
     assert zerogpu.read_refusal(mislabelled) is None
+
+
+def test_a_refusal_names_the_calls_size_and_what_still_starts_as_the_stand_in_then_does() -> None:
+    """A call is admitted on its own request: with 93 s left a 66 s call (99 s at x1.5) is refused, and a
+    call of up to 62 s still starts; the sentence says that, not a wait or the Space's limit."""
+    refusal = zerogpu.read_refusal(Quota(left_s=93, visitor="free").refusal(99))
+    assert refusal is not None
+    said = zerogpu.refusal_sentence(refusal, 66, 15)
+    assert "it needs 99 s of your free account's daily GPU quota left to start (66 s times" in said, said
+    assert "and 93 s are left; a call of up to 62 s can still start now" in said, said
+    assert "try again" not in said and "shared GPU limit" not in said, said
+    for seconds, starts in ((62, True), (63, False)):  # what the stand-in then does with 93 s left
+        q = Quota(left_s=93, visitor="free")
+        try:
+            q.schedule(seconds)
+            started = True
+        except Exception:
+            started = False
+        assert started is starts, seconds
+    # nothing this Space makes fits: ZeroGPU's own wait, attributed to it
+    spent = zerogpu.read_refusal(Quota(left_s=20, visitor="free").refusal(23))
+    assert spent is not None and "ZeroGPU says try again in 13 h 12 min" in zerogpu.refusal_sentence(
+        spent, 15, 15
+    )
+    # no visitor token: spaces says no figures, so the call's size and that a smaller one may start
+    none = zerogpu.read_refusal(Quota(left_s=0, visitor="none").refusal(99))
+    assert none is not None
+    said = zerogpu.refusal_sentence(none, 66, 15)
+    assert said.startswith("ZeroGPU refused the next GPU call of 66 s: without a signed-in visitor"), said
+    assert "a smaller call may still start" in said and "used up" not in said, said
 
 
 def test_refused_midway_the_windows_answered_return_as_a_partial_answer(engine: Engine, quota: Quota) -> None:
@@ -131,3 +168,52 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(engine: Engi
     assert "gptq" not in out.results and "and 0 s are left" in out.errors["gptq"]
     payload = out.payload(None)
     assert payload["errors"]["gptq"] == out.errors["gptq"]
+
+
+def test_every_call_of_a_visitors_request_is_charged_to_that_visitor_and_the_examples_to_no_one(
+    engine: Engine, quota: Quota, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``spaces`` reads the visitor from Gradio's request context variable in the thread that calls: a
+    streamed run (the page, ``/caption_stream``) answers in a thread of its own, window by window, and
+    Compare streams each variant; every call must be charged to the visitor who asked. The examples' cache
+    runs for no visitor, even when a visitor's request builds the page."""
+    log = tmp_path / "gpu.jsonl"
+    monkeypatch.setenv("MARLIN_STAND_IN_GPU_LOG", str(log))
+    (visitor,) = stand_ins.spaces.QUOTAS  # the fixture's visitor, whose request the test runs as
+    stages = list(service.stream(engine, "caption", str(LONG), "bf16"))  # three windows, three calls
+    assert isinstance(stages[-1].result, CaptionResult) and stages[-1].result.partial is None
+    events = list(service.compare(engine, "find", str(SHORT), ["bf16", "gptq"], "a flower", live=True))
+    assert set(events[-1].results) == {"bf16", "gptq"}
+    asked = [e["visitor"] for e in _entries(log) if "visitor_request" in e]
+    results = [stages[-1].result, *events[-1].results.values()]
+    windows = sum(r.to_dict()["runtime"]["gpu_calls"]["calls"] for r in results)  # one call per window
+    assert asked == windows * [visitor] and windows >= 5, asked
+    example = _example("flower.mp4")
+    ctx = UIContext(engine, engine.settings, None, tmp_path / "out", examples=[example])  # type: ignore[arg-type]
+    quota.left_s = 0  # the visitor's day is spent: the examples are not theirs to pay
+    answer_examples_at_start(ctx).join(timeout=600)
+    cached = [e["visitor"] for e in _entries(log) if "visitor_request" in e][windows:]
+    assert len(cached) >= 2 and set(cached) == {None}, cached  # a caption and a find, charged to no one
+    query = example["queries"][0]["query"]
+    for task, q in (("caption", None), ("find", query)):  # answered, so the clicks show them at once
+        assert ctx.answers.get(ctx.answers.key(task, example, ctx.default_variant, q)) is not None, task
+
+
+def _entries(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _example(video: str) -> dict[str, Any]:
+    examples = json.loads((ROOT / "examples" / "examples.json").read_text())
+    return next(e for e in examples if e["video"] == video)
+
+
+def test_a_compare_refused_for_every_variant_says_the_sentence_once() -> None:
+    from marlin_demo.engine import EngineError
+
+    run = service.Comparison("caption", None, None, ["gptq", "bnb4"])  # type: ignore[arg-type]
+    said = "ZeroGPU refused the next GPU call: it needs 94 s of your daily GPU quota left to start."
+    run.errors = {"gptq": said, "bnb4": said}
+    with pytest.raises(EngineError) as refused:
+        run.require_answer()
+    assert str(refused.value) == f"No variant could answer: {said}"

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import stand_ins.spaces
 from gradio_client import Client, handle_file
-from stand_ins.spaces import Quota
 from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
 from marlin_demo import contract
@@ -109,8 +108,9 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     share = capacity.prefill_share(plan_sampling(probe(clip), contract.VideoParams()).video_tokens)
     each, start_up = space.call_seconds("caption", settings, share), space.warm_up_seconds(settings, 2)
     held = _charged(each)
-    # each call charged 40 s x1.5 of use: the start-up call and two captions, then too little for a third
-    quota = 3 * 60 + held - 1
+    # each visitor call charged 40 s x1.5 of use: two captions, then too little for a third (the start-up
+    # call is charged to no visitor)
+    quota = 2 * 60 + held - 1
     env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(quota), "MARLIN_STAND_IN_USED_S": "40"}
     server = start_app(tmp_path / "app", "--variants", "bf16,gptq", extra_env=env, address_flags=False)
     try:
@@ -128,14 +128,18 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     assert entries[0] == {"imported": True, "torch_already_imported": False}  # app.py: spaces before torch
     calls = [e for e in entries if e.get("call")]
     assert [c["duration"] for c in calls] == [start_up, each, each], entries  # no compile asked by a visitor
-    # each visitor call saw the visitor's request, as spaces reads it (the start-up call had none)
-    seen = [e["visitor_request"] for e in entries if "visitor_request" in e]
-    assert seen[:3] == [False, True, True], entries
+    # each visitor call saw the visitor's request, as spaces reads it (the start-up call had none), and was
+    # charged to the client's address (no X-IP-Token header), the start-up call to no visitor
+    seen = [e["visitor"] for e in entries if "visitor_request" in e]
+    assert seen == [None] + 4 * ["address 127.0.0.1"], entries
     settled = [e for e in entries if e.get("settled")]
     assert [e["held"] for e in settled] == [_charged(start_up), held, held]  # admitted on its request
     assert all(e["charged_s"] == 60.0 for e in settled)  # charged its use
-    said = f"it needs {held} s of your free account's daily GPU quota left to start, and {held - 1} s are"
-    assert said in str(refused.value)
+    assert [e["left_s"] for e in settled] == [None, held + 60 - 1, held - 1]  # the start-up: no quota
+    said = (
+        f"it needs {held} s of your free account's daily GPU quota left to start ({each} s times this card's"
+    )
+    assert said in str(refused.value) and f"factor), and {held - 1} s are left" in str(refused.value)
     assert len([e for e in entries if e.get("refused")]) == 2  # refused before any process started
     assert all(c["child"] != c["parent"] == server.proc.pid for c in calls)  # each in a forked process
     text = server.log_path.read_text()
@@ -164,7 +168,8 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
     assert len(calls) == len(settled) == 2 and not [e for e in entries if e.get("refused")]
     # each visitor call saw the visitor's request, as spaces reads it: the start-up call had none
     assert [e["visitor_request"] for e in entries if "visitor_request" in e] == [False, True, True], entries
-    left = day - warmed["charged_s"]  # the stand-in charges the start-up call to the same quota
+    assert warmed["visitor"] is None and warmed["left_s"] is None  # the start-up call: charged to no one
+    left = day
     for call, done in zip(calls, settled, strict=True):
         held = round(call["duration"] * 1.5)  # admitted on its request: it needs this much left to start
         assert done["held"] == held and 2 * held > day  # two requests added up are more than the day
@@ -176,20 +181,21 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
 
 # ------------------------------------------------------------------ the start-up call, in this process
 @pytest.fixture
-def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Quota:
+def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """ZeroGPU as the stand-in ``spaces`` runs it in this process (each call forked from it), no call made
-    yet, and a quota the test may set (as in test_refusals.py)."""
-    q = Quota()
+    yet, and every visitor's day already spent (``MARLIN_STAND_IN_QUOTA_S=0``)."""
     monkeypatch.setitem(sys.modules, "spaces", stand_ins.spaces)
-    monkeypatch.setattr(stand_ins.spaces, "QUOTA", q)
+    monkeypatch.setattr(stand_ins.spaces, "QUOTAS", {})
+    monkeypatch.setenv("MARLIN_STAND_IN_QUOTA_S", "0")
     monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
     monkeypatch.setattr(space, "_warm", threading.Event())  # no call has run in this process
     monkeypatch.setenv("MARLIN_STAND_IN_GPU_LOG", str(tmp_path / "gpu.jsonl"))
-    return q
 
 
 @pytest.mark.slow
-def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(quota: Quota, tmp_path: Path) -> None:
+def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(quota: None, tmp_path: Path) -> None:
+    """The start-up call runs before any visitor, with no request: charged to no one, so it runs even when
+    every visitor's day is spent."""
     from marlin_demo.engine import Engine
 
     engine = Engine(Settings(model="tiny", variants="bf16"))
@@ -199,23 +205,34 @@ def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(quota: Quota,
     assert space.warm_up(engine) == ""
     assert space.asked_seconds(seconds, "cuda") == seconds  # after: the first visitor's own time only
     assert engine.decoded == {"bf16": "eager"}  # what the call answered (a CPU: eager)
-    calls = [e for e in _entries(tmp_path / "gpu.jsonl") if e.get("call")]
+    entries = _entries(tmp_path / "gpu.jsonl")
+    calls = [e for e in entries if e.get("call")]
     assert [c["duration"] for c in calls] == [space.warm_up_seconds(engine.settings, 1)]
+    assert [e["visitor"] for e in entries if "visitor" in e] == [None, None], entries  # asked, settled
+    assert stand_ins.spaces.QUOTAS == {}  # no visitor's quota was touched
 
 
 @pytest.mark.slow
-def test_a_refused_start_up_call_is_logged_and_the_first_visitor_asks_for_the_compile(
-    quota: Quota, caplog: pytest.LogCaptureFixture
+def test_a_failed_start_up_call_is_the_owners_to_read_and_a_visitor_reads_one_plain_sentence(
+    quota: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from marlin_demo.engine import Engine
+    from marlin_demo.engine import Engine, warmup
 
-    quota.left_s, quota.visitor = 0, "none"  # no visitor at start-up: the Space's own limit
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(warmup, "run", broken)  # the call's forked process inherits it
     engine = Engine(Settings(model="tiny", variants="bf16"))
     engine.load("bf16")
     with caplog.at_level("WARNING"):
-        note = space.warm_up(engine)  # refused: no exception, the app goes on starting
-    assert note.startswith("The GPU warm-up at start-up did not finish (GpuRefused: ")
-    assert f"asks ZeroGPU for up to {space.FIRST_CALL_COMPILE_S} s more" in note
-    assert "did not warm every variant" in caplog.text
+        note = space.warm_up(engine)  # failed: no exception, the app goes on starting
+    assert "did not warm every variant: RuntimeError: no kernel image" in caplog.text  # the owner's log
+    assert note == ""  # on a CPU the next call asks for its own time all the same: nothing to tell a visitor
     seconds = space.call_seconds("find", engine.settings)
-    assert space.asked_seconds(seconds, "cuda") > seconds  # today's behaviour: the first call asks for it
+    assert space.asked_seconds(seconds, "cuda") > seconds  # on CUDA the first call asks for the compile
+    said = space.first_call_note("cuda")  # what the page's banner says there, until a call has run
+    more = space.FIRST_CALL_COMPILE_S
+    assert said.startswith(f"The next GPU call asks ZeroGPU for up to {more} s more than its own work")
+    assert "Error" not in said and "sign in" not in said and said.count(". ") == 0, said
+    space._warm.set()  # a call has run: what a call asks no longer changes, the banner goes
+    assert space.first_call_note("cuda") == ""

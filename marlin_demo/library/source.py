@@ -4,6 +4,7 @@ first while every visitor who searches meanwhile follows its progress (kept with
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import threading
@@ -66,7 +67,11 @@ class LibrarySource:
             if self.ready or (self._thread is not None and self._thread.is_alive()):
                 return
             self.error, self.done, self.failed, self.failures = None, 0, 0, []
-            self._thread = threading.Thread(target=self._build, name="library-index", daemon=True)
+            # in the starter's context: the first visitor's search pays for the build (docs/SPACE.md)
+            run = contextvars.copy_context().run
+            self._thread = threading.Thread(
+                target=run, args=(self._build,), name="library-index", daemon=True
+            )
             self._thread.start()
 
     def _build(self) -> None:

@@ -324,11 +324,13 @@ class Comparison:
     rerun_errors: dict[str, str] = field(default_factory=dict)
 
     def require_answer(self) -> None:
-        """Raise an ``EngineError`` naming each failure when no variant answered."""
+        """Raise an ``EngineError`` naming each failure when no variant answered (one sentence said once when
+        every variant got the same one, a ZeroGPU refusal say)."""
         if not self.results:
-            raise EngineError(
-                "No variant could answer: " + " | ".join(f"{v}: {e}" for v, e in self.errors.items())
-            )
+            said = set(self.errors.values())
+            each = " | ".join(f"{v}: {e}" for v, e in self.errors.items())
+            once = len(self.errors) > 1 and len(said) == 1
+            raise EngineError("No variant could answer: " + (said.pop() if once else each))
 
     def warm(self, variant: str) -> Result | None:
         """The variant's warm run: its re-run, else its own run when that was warm (None: only a cold one)."""

@@ -174,17 +174,34 @@ def gpu_cost_line(
     )
 
 
-def _short_of_day(cost: GpuCost, what: str, settings: Settings, reading: bool = False) -> str:
-    """``gpu_cost_line`` without the quotas, then 'Then its 3 calls need 255 s of quota to all start: more
-    than the 2 min of a visitor who is not signed in' (every answer to its limit)."""
-    calls = "its call needs" if cost.calls == 1 else f"its {cost.calls} calls need"
-    start = "to start" if cost.calls == 1 else "to all start"
+def _last_starts(cost: GpuCost, tier: str) -> str:
+    """Whether the calls all start within a fresh day of ``tier``: each is admitted on its own request and
+    charged its use, so the last starts only while the ones before it leave its request ('its last call
+    starts only if the 2 calls before it are charged at most 21 s in all')."""
+    room = zerogpu.daily_quota_s(tier) - cost.start_s
+    if room < 0:
+        return "not even its first call can start"
+    n = cost.calls - 1
+    before = "the call before it is" if n == 1 else f"the {n} calls before it are"
+    return f"its last call starts only if {before} charged at most {room} s{' in all' if n > 1 else ''}"
+
+
+def _short_of_day(
+    cost: GpuCost, what: str, settings: Settings, reading: bool = False, free_too: bool = False
+) -> str:
+    """``gpu_cost_line`` without the quotas, then what a fresh day of a visitor who is not signed in (and,
+    ``free_too``, of a free account) starts of its calls, and what the calls before the last are charged
+    if every answer runs to its limit."""
     line = gpu_cost_line(cost, what, settings, reading, quotas=False)  # what follows names them
-    day = duration_words(zerogpu.daily_quota_s("unauthenticated"))
-    return (
-        f"{line} Then {calls} {cost.needs_s} s of quota {start}: more than the {day} of a visitor who is "
-        "not signed in"
+    day, free = (duration_words(zerogpu.daily_quota_s(t)) for t in ("unauthenticated", "free"))
+    then = f"in the {day} of a visitor who is not signed in, {_last_starts(cost, 'unauthenticated')}"
+    if free_too:
+        then += f"; in the {free} of a free account, {_last_starts(cost, 'free')}"
+    worst = capacity.charged_s((cost.calls - 1) * cost.use_s, cost.factor)
+    limit = {0: "", 1: f" (its answer, run to its limit, is charged {worst} s)"}.get(
+        cost.calls - 1, f" (their answers, run to their limits, are charged {worst} s)"
     )
+    return f"{line} Then, {then}{limit}"
 
 
 def request_gpu_line(
@@ -202,11 +219,11 @@ def request_gpu_line(
     cost = gpu_cost(task, windows * max(1, runs), settings, share=share)
     if cost.fits("unauthenticated"):
         return gpu_cost_line(cost, what, settings, reading=True)
-    short = _short_of_day(cost, what, settings, reading=True)
     free = duration_words(zerogpu.daily_quota_s("free"))
     fits_day = longest_fitting_s(task, settings, runs)
     if cost.fits("free"):
         way = f", or choose a time range of at most {duration_words(fits_day)}" if fits_day else ""
+        short = _short_of_day(cost, what, settings, reading=True)
         return f"{short}; sign in (a free account has {free} a day){way}."
     fits_free = longest_fitting_s(task, settings, runs, "free")
     ranges = [
@@ -216,7 +233,8 @@ def request_gpu_line(
     ]
     way = f"choose a time range of at most {' or '.join(ranges)}" if ranges else "choose a shorter time range"
     pro = duration_words(zerogpu.daily_quota_s("pro"))
-    return f"{short} and the {free} of a free account; {way} (a PRO account has {pro} a day)."
+    short = _short_of_day(cost, what, settings, reading=True, free_too=True)
+    return f"{short}; {way} (a PRO account has {pro} a day)."
 
 
 def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str:

@@ -9,6 +9,7 @@ nothing here imports ``spaces`` (``app.py`` imports it before CUDA).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -76,12 +77,26 @@ def asked_seconds(seconds: int, device: str) -> int:
     return max(seconds, min(seconds + FIRST_CALL_COMPILE_S, day, MAX_GPU_S))
 
 
+def first_call_note(device: str) -> str:
+    """What a visitor reads when the start-up call did not warm the kernels, while it changes what their
+    call asks (``asked_seconds``: on CUDA, until a call has run here); "" otherwise."""
+    more = asked_seconds(0, device)
+    if not more:
+        return ""
+    left = capacity.charged_s(more, zerogpu.duration_factor())
+    return (
+        f"The next GPU call asks ZeroGPU for up to {more} s more than its own work, to compile the GPU "
+        f"kernels (the Space could not do it at start-up), so it needs up to {left} s more of your daily "
+        "GPU quota left to start; it is still charged only the time it uses."
+    )
+
+
 class GpuRefused(EngineError):
     """ZeroGPU refused (or stopped) a call: the message is the visitor's one sentence, ``refusal`` what
     ``spaces`` said; a request with windows answered before it returns them instead (``partial``)."""
 
-    def __init__(self, refusal: zerogpu.Refusal) -> None:
-        super().__init__(zerogpu.refusal_sentence(refusal))
+    def __init__(self, refusal: zerogpu.Refusal, asked_s: int | None = None) -> None:
+        super().__init__(zerogpu.refusal_sentence(refusal, asked_s, capacity.MIN_GPU_S))
         self.refusal = refusal
 
 
@@ -118,7 +133,7 @@ def gpu_call(
         if refusal is None:
             raise
         log.warning("ZeroGPU refused a %s s call: %s", seconds, refusal)
-        raise GpuRefused(refusal) from None
+        raise GpuRefused(refusal, seconds) from None
     _warm.set()  # Triton's kernels are on disk now: later calls ask for their own time only
     return result  # type: ignore[no-any-return]
 
@@ -148,7 +163,8 @@ def threaded(
     work: Callable[[Callable[[str], None], Callable[[Any], None]], Any], name: str
 ) -> Iterator[tuple[str, Any]]:
     """``work`` in a daemon thread, its callbacks turned into items as they come: ("text", t), ("stage",
-    s), then ("done", its result) or ("error", its exception)."""
+    s), then ("done", its result) or ("error", its exception). The thread runs in a copy of the caller's
+    context: ``spaces`` finds the visitor a GPU call is charged to in Gradio's request context variable."""
     items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def target() -> None:
@@ -157,7 +173,8 @@ def threaded(
         except BaseException as exc:
             items.put(("error", exc))
 
-    threading.Thread(target=target, daemon=True, name=name).start()
+    run = contextvars.copy_context().run
+    threading.Thread(target=run, args=(target,), daemon=True, name=name).start()
     while True:
         kind, value = items.get()
         yield kind, value
@@ -200,11 +217,7 @@ def warm_up(engine: Engine) -> str:
     if failed:
         _warm.clear()  # the first visitor's call asks for the compile, as it did before the start-up call
         log.warning("the start-up GPU call (%s s) did not warm every variant: %s", seconds, "; ".join(failed))
-        return (
-            f"The GPU warm-up at start-up did not finish ({'; '.join(failed)[:300]}), so the first GPU "
-            f"call after this restart asks ZeroGPU for up to {FIRST_CALL_COMPILE_S} s more, for the kernels' "
-            "compile."
-        )
+        return first_call_note(pick_device(engine.settings.device))  # the why is the owner's, in the log
     for w in done:
         engine.note_decode(w.variant, w.decode)
     log.info("start-up GPU call (%s s asked) warmed %s", seconds, "; ".join(w.line() for w in done))

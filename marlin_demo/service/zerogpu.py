@@ -128,25 +128,43 @@ def wait_words(wait: str) -> str:
     return duration_words(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
-def refusal_sentence(refusal: Refusal) -> str:
-    """The one sentence a visitor reads: what ZeroGPU did, how much was left if it said so, what to do."""
+def _fits_now(refusal: Refusal, asked_s: int | None) -> int | None:
+    """The longest call that could start with what ``spaces`` said is left (its factor read from the refused
+    call's request and duration); None where it did not say."""
+    if refusal.left_s is None or not refusal.requested_s or not asked_s:
+        return None
+    return int(refusal.left_s * asked_s / refusal.requested_s)
+
+
+def refusal_sentence(refusal: Refusal, asked_s: int | None = None, smallest_s: int | None = None) -> str:
+    """The one sentence a visitor reads: what ZeroGPU did to this call (``asked_s``: its duration), how much
+    was left if it said so, and what does fit now: a call is admitted on its own request, so where a call
+    of ``smallest_s`` (the smallest this Space makes) would start, a smaller call still runs today."""
     day, free = duration_words(daily_quota_s("unauthenticated")), duration_words(daily_quota_s("free"))
     sign_in = f"sign in to Hugging Face ({free} of GPU a day with a free account, {day} without)"
-    if refusal.kind == "over_quota":  # a shorter range would not help: each call needs as much left to start
-        wait = f"try again in {wait_words(refusal.wait)}" if refusal.wait else "try again later"
+    smallest = f"the smallest call this Space makes asks {smallest_s} s" if smallest_s else ""
+    if refusal.kind == "over_quota":
         who = {"free": "your free account's", "pro": "your PRO account's"}.get(refusal.tier, "your")
-        todo = wait if refusal.tier else f"{wait}, or {sign_in}"
-        return (
-            f"ZeroGPU refused the next GPU call: it needs {refusal.requested_s} s of {who} daily GPU quota "
-            f"left to start, and {refusal.left_s} s are left (a call is charged only the time it uses); "
-            f"{todo}."
-        )
+        need = f"it needs {refusal.requested_s} s of {who} daily GPU quota left to start"
+        if asked_s and refusal.requested_s and refusal.requested_s != asked_s:
+            need += f" ({asked_s} s times this card's factor)"
+        fits = _fits_now(refusal, asked_s)
+        if fits is not None and smallest_s and fits >= smallest_s:  # what is left still starts a smaller call
+            now = f"a call of up to {fits} s can still start now ({smallest}), charged only the time it uses"
+        else:
+            wait = f"ZeroGPU says try again in {wait_words(refusal.wait)}" if refusal.wait else ""
+            wait = wait or "try again later"
+            now = wait if refusal.tier else f"{wait}, or {sign_in}"
+        return f"ZeroGPU refused the next GPU call: {need}, and {refusal.left_s} s are left; {now}."
     asked = f"its {refusal.requested_s} s are" if refusal.requested_s else "it asks for"
+    size = f" of {asked_s} s" if asked_s else ""
+    smaller = f"; a smaller call may still start ({smallest})" if smallest else ""
     return {
         "runs_limit": "ZeroGPU refused the next GPU call: you have used up your GPU runs for now; "
         f"try again later, or {sign_in}.",
-        "space_limit": "ZeroGPU refused the next GPU call: without a signed-in visitor this Space's shared "
-        f"GPU limit is used up; {sign_in} and run it again, or try again later.",
+        "space_limit": f"ZeroGPU refused the next GPU call{size}: without a signed-in visitor (no visitor "
+        "token came with the request) it draws on what ZeroGPU allows this Space for such calls, which has "
+        f"too little left for it{smaller}; {sign_in} and run it again.",
         "over_maximum": f"ZeroGPU refused the GPU call: {asked} more than one call may have for you; "
         f"{sign_in} for a larger limit, or try again later.",
         "pending_credits": "ZeroGPU refused the GPU call: too many of your GPU credits are held by tasks "

@@ -3,6 +3,7 @@ and head go to ``launch()``, not ``Blocks()``, so ``build_demo`` returns them fo
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib.util
 import logging
@@ -115,7 +116,9 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
                     continue
                 ctx.answers.keep(key, result, cold)
 
-    thread = threading.Thread(target=run, name="marlin-examples", daemon=True)
+    # an empty context, whoever builds the page: on ZeroGPU the examples' cache is charged to no visitor
+    empty = contextvars.Context()
+    thread = threading.Thread(target=empty.run, args=(run,), name="marlin-examples", daemon=True)
     thread.start()
     return thread
 

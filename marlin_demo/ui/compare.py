@@ -342,10 +342,11 @@ class CompareView(StageView[Updates]):
             self.v, self.rerun = event.variant, True
             self.progress(1.0, desc=f"{self.v}: timing its answer again, warm")
             return self.show("Starting…")
-        if isinstance(event, service.VariantFinished):
+        if isinstance(event, service.VariantFinished):  # its card shows its answer or why it gave none
             self.live.pop(event.variant, None)
             self.results[event.variant] = event.result if event.result is not None else event.error
-        elif isinstance(event, service.Comparison):
+            return {self.tab.cards: self.cards(self.live)}
+        if isinstance(event, service.Comparison):
             self.comparison = event
         return None
 

@@ -5,6 +5,7 @@ thumbnails: the browser never names a server path. See docs/LIBRARY.md."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import html
 import json
@@ -217,7 +218,9 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
         except BaseException as exc:
             events.put(("error", exc))
 
-    threading.Thread(target=work, name="library-search", daemon=True).start()
+    # in the search's context: its GPU calls are charged to the visitor who searches (docs/SPACE.md)
+    run = contextvars.copy_context().run
+    threading.Thread(target=run, args=(work,), name="library-search", daemon=True).start()
     try:
         while True:
             kind, value = events.get()

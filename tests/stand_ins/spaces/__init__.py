@@ -7,22 +7,30 @@ back. The real package cannot run here: it asks the platform's device service fo
 and whether torch was imported before this package, is appended as a JSON line to the file named by
 ``MARLIN_STAND_IN_GPU_LOG`` (when set), for the test to read.
 
-A visitor's daily quota is kept as ZeroGPU keeps it. A call's requested duration times the card's factor
-is only the admission check (``spaces`` 0.51.3 ``zero/client.py`` ``schedule``): it is held while the call
-runs, and a call asking for more than is left is refused with the very ``gr.Error`` that ``spaces`` raises
-(same title and words; without a visitor token the refusal is "Space app has reached its GPU limit"). When
-the call ends its hold is settled to the time it actually used, times the factor (hub-docs
-``spaces-zerogpu.md``: the quota consumed is the task's effective duration; ZeroGPU Explorers discussion
-#82: the requested duration only guards the start), so short calls leave the rest of the day to later ones.
-``QUOTA`` sets it in-process; a server reads ``MARLIN_STAND_IN_QUOTA_S`` (seconds left),
-``MARLIN_STAND_IN_VISITOR`` (``none``: no token; ``ip``: a token but not signed in; ``free``; ``pro``) and
-``MARLIN_STAND_IN_USED_S`` (the GPU seconds each call is charged in place of its time here: this CPU's time
-is not a GPU's, and a test that needs the quota to run out at a known call fixes it). Without a quota no
-call is refused. Each settled call is logged with what it used and was charged.
+Each visitor's daily quota is kept as ZeroGPU keeps it, one per visitor, keyed as ``spaces`` 0.51.3 keys them
+(``zero/client.py`` ``schedule``): by the request's ``X-IP-Token`` header, else by the client's address
+(``visitor_of``). ``spaces`` finds the request in Gradio's context variable, read in the calling thread
+(``spaces.utils.gradio_request_var``); a call with no request there (the start-up call, the examples' cache,
+made before or beside any visitor) is charged to no visitor: it is logged ``"visitor": null`` and never
+refused. A call's requested duration times the card's factor is only the admission check: it is held while
+the call runs, and a call asking for more than its visitor has left is refused with the very ``gr.Error``
+that ``spaces`` raises (same title and words; the "none" kind, a request without a visitor token, is refused
+with "Space app has reached its GPU limit"). When the call ends its hold is settled to the time it actually
+used, times the factor (hub-docs ``spaces-zerogpu.md``: the quota consumed is the task's effective duration;
+ZeroGPU Explorers discussion #82: the requested duration only guards the start), so short calls leave the
+rest of the day to later ones. ``QUOTAS`` holds them in-process (a test may put a visitor's own there). A
+server reads ``MARLIN_STAND_IN_QUOTA_S`` (each visitor's quota when first seen; ``pro=2400,60``: by kind),
+``MARLIN_STAND_IN_VISITOR`` (the kind of a visitor whose token does not name one, and of a request with no
+token: ``none``, ``ip``: a token but not signed in, ``free`` (the default), ``pro``; a token ``pro-...``
+names its kind) and ``MARLIN_STAND_IN_USED_S`` (the GPU seconds each call is charged in place of its time
+here: this CPU's time is not a GPU's, and a test that needs the quota to run out at a known call fixes it).
+Without a quota no call is refused. Each call is logged with the visitor it was charged to, and each settled
+call with what it used and was charged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -35,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["GPU", "QUOTA", "Quota", "forked"]
+__all__ = ["GPU", "KINDS", "QUOTAS", "Quota", "forked", "visiting", "visitor_of"]
 
 #: spaces 0.51.3 zero/client.py, word for word
 EXAMPLES_RETRY_MESSAGE = "Try re-running outside of examples if it happened after clicking one"
@@ -97,18 +105,68 @@ class Quota:
         return gr.Error(message, title="ZeroGPU quota exceeded", print_exception=False)
 
 
-def _quota_from_env() -> Quota:
-    left = os.environ.get("MARLIN_STAND_IN_QUOTA_S")
+#: the kinds of visitor ``spaces``' refusals tell apart (``Quota.visitor``)
+KINDS = ("none", "ip", "free", "pro")
+
+
+def _new_quota(kind: str) -> Quota:
+    """A visitor's quota when first seen: the day the environment sets for its kind (``MARLIN_STAND_IN_*``;
+    ``MARLIN_STAND_IN_QUOTA_S``: seconds for every kind, or ``pro=2400,free=300,60``: by kind, else 60)."""
+    left: float | None = None
+    for part in os.environ.get("MARLIN_STAND_IN_QUOTA_S", "").split(","):
+        name, _, seconds = part.strip().rpartition("=")
+        if seconds and name in ("", kind):
+            left = float(seconds)
+            if name:
+                break
     used = os.environ.get("MARLIN_STAND_IN_USED_S")
-    return Quota(
-        None if left is None else float(left),
-        os.environ.get("MARLIN_STAND_IN_VISITOR", "free"),
-        used_s=None if used is None else float(used),
-    )
+    return Quota(left, kind, used_s=None if used is None else float(used))
 
 
-#: the quota every call is charged to (tests replace it)
-QUOTA = _quota_from_env()
+#: each visitor's quota, by ``visitor_of``'s key (tests put their own visitor's here)
+QUOTAS: dict[str, Quota] = {}
+_QUOTAS_LOCK = threading.Lock()
+
+
+def visitor_of(request: Any) -> tuple[str, str] | None:
+    """The (key, kind) of the visitor a call is charged to, as ``spaces`` 0.51.3 keys quotas: the request's
+    ``X-IP-Token`` header, else its client's address; a token ``<kind>-...`` names its kind (``KINDS``),
+    else ``MARLIN_STAND_IN_VISITOR`` does. None: no request, so no visitor (the start-up call)."""
+    if request is None:
+        return None
+    default = os.environ.get("MARLIN_STAND_IN_VISITOR", "free")
+    token = (getattr(request, "headers", None) or {}).get("x-ip-token")
+    if token:
+        prefix = token.split("-", 1)[0]
+        return f"token {token}", prefix if prefix in KINDS[1:] and "-" in token else default
+    return f"address {getattr(getattr(request, 'client', None), 'host', None)}", default
+
+
+def quota_of(visitor: tuple[str, str]) -> Quota:
+    """The visitor's quota (made when first seen)."""
+    key, kind = visitor
+    with _QUOTAS_LOCK:
+        if key not in QUOTAS:
+            QUOTAS[key] = _new_quota(kind)
+        return QUOTAS[key]
+
+
+@contextlib.contextmanager
+def visiting(token: str | None = None, host: str = "127.0.0.1") -> Iterator[tuple[str, str]]:
+    """This thread's code runs as a request of the visitor sending ``token`` (None: no token) from
+    ``host``, as Gradio sets its request context variable for an event; yields the visitor's key and kind."""
+    import gradio as gr
+    from gradio.context import LocalContext
+
+    headers = {} if token is None else {"x-ip-token": token}
+    request = gr.Request(headers=headers, client={"host": host})
+    reset = LocalContext.request.set(request)
+    try:
+        seen = visitor_of(request)
+        assert seen is not None
+        yield seen
+    finally:
+        LocalContext.request.reset(reset)
 
 
 def _record(entry: dict[str, Any]) -> None:
@@ -157,10 +215,10 @@ def forked(
         proc.join()
 
 
-def _request_in_context() -> bool:
-    """Whether this thread sees the Gradio request that ``spaces`` charges a call to."""
+def _request_in_context() -> Any:
+    """The Gradio request this thread sees, which ``spaces`` charges a call to (None: none)."""
     context = sys.modules.get("gradio.context")
-    return context is not None and context.LocalContext.request.get(None) is not None
+    return None if context is None else context.LocalContext.request.get(None)
 
 
 def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
@@ -171,12 +229,15 @@ def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
             seconds = duration(*args, **kwargs) if callable(duration) else duration
             # spaces finds the visitor (whose quota a call is charged to) in Gradio's request context
             # variable, read in the calling thread (spaces.utils.gradio_request_var)
-            _record({"visitor_request": _request_in_context()})
-            quota = QUOTA  # the one the call was admitted on settles it, whatever a test sets meanwhile
+            visitor = visitor_of(_request_in_context())
+            key = None if visitor is None else visitor[0]
+            _record({"visitor_request": visitor is not None, "visitor": key})
+            # no visitor: charged to no one's quota, never refused
+            quota = quota_of(visitor) if visitor else Quota(None, used_s=_new_quota("none").used_s)
             try:
                 held = quota.schedule(seconds)  # refused here, before any process starts, as spaces does
             except Exception as exc:
-                _record({"refused": True, "duration": seconds, "message": str(exc)})
+                _record({"refused": True, "duration": seconds, "message": str(exc), "visitor": key})
                 raise
             t0 = time.monotonic()
             try:
@@ -185,7 +246,8 @@ def GPU(fn: Callable[..., Any] | None = None, duration: Any = 60) -> Any:
                 took = time.monotonic() - t0
                 charged = quota.settle(held, took)
                 _record({"settled": True, "duration": seconds, "held": held, "took_s": round(took, 3),
-                         "charged_s": round(charged, 3)})  # fmt: skip
+                         "charged_s": round(charged, 3), "visitor": key,
+                         "left_s": None if quota.left_s is None else round(quota.left_s, 3)})  # fmt: skip
 
         return call
 
