@@ -50,6 +50,13 @@ class ResultsClip:
         with self._lock:
             return self._is_shown(session, clip)
 
+    def taken(self, tab: str, session: str, clip: str) -> bool:
+        """A newer request of ``tab`` started on another clip than ``clip``: the tab is that request's."""
+        with self._lock:
+            screen = self._screens.get(session)
+            owner = None if screen is None else screen[2].get(tab)
+            return owner is not None and not same_file(owner, clip)
+
     def _is_shown(self, session: str, clip: str) -> bool:
         screen = self._screens.get(session)
         return screen is None or same_file(screen[1], clip)

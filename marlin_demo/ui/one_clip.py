@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,16 +117,21 @@ def while_shown(
     stamp: float | None,
     updates: Generator[Updates, None, None],
     gone: Updates,
-) -> Iterator[Updates]:
+) -> Generator[Updates, None, bool]:
     """The request's ``updates`` while ``path`` (read at ``stamp``) is on screen; then ``gone``, and the
-    request is closed. A request whose clip left before it started shows nothing and never runs."""
+    request is closed. A request whose clip left before it started shows nothing and never runs. True
+    when a newer request of ``tab`` took its place: the tab's outputs and buttons are that one's (no
+    ``gone``, and ``running.with_buttons`` leaves them)."""
     session = session_of(request)
     with contextlib.closing(updates):
-        if not ctx.results_clip.start(tab, session, path, stamp):
-            yield gone
-            return
-        for update in updates:
-            if not ctx.results_clip.shows(session, path):
-                yield gone
-                return
-            yield update
+        if ctx.results_clip.start(tab, session, path, stamp):
+            for update in updates:
+                if not ctx.results_clip.shows(session, path):
+                    break
+                yield update
+            else:
+                return False
+        if ctx.results_clip.taken(tab, session, path):
+            return True
+        yield gone
+        return False
