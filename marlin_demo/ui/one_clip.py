@@ -47,13 +47,15 @@ def render(ctx: UIContext) -> Clip:
         with gr.Column(scale=8, min_width=300):
             gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
-                # shown with a clip; labelled by their placeholders (and aria labels): one short line
+                # shown with a clip; labelled by their placeholders (and aria labels): one short line.
+                # No ``minimum``: Gradio would refuse a negative From before our code runs (an HTTP
+                # error, the run left waiting); ``service.asked_range`` says what is allowed instead
                 start = gr.Number(
-                    None, label="From (s)", show_label=False, placeholder="From (s)", minimum=0,
+                    None, label="From (s)", show_label=False, placeholder="From (s)",
                     elem_id="clip-start", min_width=80, visible=False,
                 )  # fmt: skip
                 end = gr.Number(
-                    None, label="To (s)", show_label=False, placeholder="To (s)", minimum=0,
+                    None, label="To (s)", show_label=False, placeholder="To (s)",
                     elem_id="clip-end", min_width=80, visible=False,
                 )  # fmt: skip
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
