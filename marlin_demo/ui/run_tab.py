@@ -28,6 +28,7 @@ from marlin_demo.ui.running import (
     RunState,
     Updates,
     follow,
+    run_buttons,
     scroll_mark,
     waiting_updates,
     wire_run_and_stop,
@@ -189,35 +190,39 @@ class RunView(BarView):
 
 def run_updates(
     ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request | None, example: bool = False
-) -> Iterator[Updates]:
+) -> Generator[Updates, None, bool]:
     """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
-    kept for its next click. A bad clip, query or run is said once, under its input (no toast)."""
+    kept for its next click. A bad clip, query or run is said once, under its input (no toast). True: a
+    newer request of the tab took its place (``while_shown``)."""
     *own, start, end, stamp = values
     asked = tab.ask(ctx, own, None if example else (start, end))  # an example is the whole clip
     if not isinstance(asked, Asked):
         yield {tab.progress: "", **asked}
-        return
+        return False
     key, kept = kept_answer(ctx, tab.name, *asked.what) if example else (None, None)
     if kept is not None:
-        return  # the first step showed it
+        return False  # the first step showed it
     view = tab.view_type(ctx, tab, asked)
     span = asked.span or (None, None)
     every = ctx.settings.stream_every_s if tab.throttle else None
 
     def stages() -> Generator[Updates, None, None]:
-        yield view.start()
+        yield {**view.start(), **run_buttons(tab.buttons, True)}  # (a run it waited for put Run back)
         request = service.stream(ctx.engine, tab.name, *asked.what, start_s=span[0], end_s=span[1])
         yield from follow(request, view, every)
 
     try:
         with user_errors():
-            yield from while_shown(ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""})
+            taken = yield from while_shown(
+                ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""}
+            )
     except gr.Error as exc:
         said = status_html(exc.message, error=True)
         yield {**tab.cleared(), tab.timeline: timeline.placeholder("No result."), tab.clip.status: said}
-        return
+        return False
     if key is not None and view.result is not None:
         ctx.answers.keep(key, view.result, view.cold)
+    return taken
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
