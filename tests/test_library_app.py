@@ -233,7 +233,8 @@ def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer)
         pg.click("#library-run")
         pg.wait_for_selector("#library-moments img", timeout=240_000)
         head = pg.inner_text("#library-headline")
-        assert "“a dog jumped into the pool”" in head and "3 videos, 3 windows" in head
+        assert "“a dog jumped into the pool”" in head
+        assert "3 videos, 3 caption windows; find was asked in 3 windows" in head
         captions = pg.locator("#library-moments .caption-label").all_inner_texts()
         assert captions and all(" s · score " in c and "text " in c for c in captions)
         assert captions[0].startswith("garden/pool.mp4")  # dog + jump + pool: the best text and a head start
