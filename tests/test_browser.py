@@ -640,7 +640,18 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         pg.wait_for_selector("#caption-timeline .mt-win-done", timeout=RUN_TIMEOUT_MS)
         assert pg.locator("#caption-timeline .mt-win").count() == 2
         _shot(pg, "7_long_caption_running")
+        # Stop in window 2: what is kept says it covers window 1's part only, and so do its files' names
+        assert _click_as_soon_as_shown(pg, "#caption-stop")
+        pg.wait_for_selector("#caption-scene .mc-stopped", timeout=30_000)
+        notice = pg.inner_text("#caption-notice")
+        assert "Partial answer: 1 of 2 windows answered" in notice, notice
+        assert "cover 0–7 s of the video only" in notice, notice
+        kept = '#caption-files td.filename[aria-label="ball_rolls.windows-1-1-of-2.srt"]'
+        pg.wait_for_selector(kept, state="attached", timeout=30_000)
+        pg.wait_for_selector("#caption-run", state="visible", timeout=30_000)
+        pg.click("#caption-run")  # the whole clip this time: its answer says nothing of a part
         pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+        assert "Partial" not in pg.inner_text("#caption-notice")
         assert "cpu · float32" in pg.inner_text("#caption-metrics")  # what this answer computed in
         assert pg.locator("#caption-timeline .mt-win").count() == 2  # the finished timeline keeps them
         assert pg.inner_text("#caption-progress").strip() == ""
