@@ -300,3 +300,25 @@ def test_the_cards_add_up_to_the_requests_time_and_say_what_they_leave_out() -> 
     # a warm run paid no load: the note does not add the variant's earlier one
     warm = metrics_html(m, False, "gptq", RunInfo(total_s=1.0))
     assert "load 2.41" not in warm and "latency 0.77 s + 0.23 s" in warm
+
+
+def test_each_timeline_bar_is_spoken_by_the_label_it_shows() -> None:
+    """Issue 52: a bar showing "1. A dog runs" was spoken "Play from 2.0 s: A dog runs" (WCAG 2.5.3, label
+    in name: a voice user says what they see). Each bar's spoken name starts with its visible label, the
+    whole one, and holds the number a narrow bar shows instead."""
+    events = [
+        {"start": 2.0, "end": 5.0, "description": "A dog runs"},
+        {"start": 6, "end": 9, "description": "Rain"},
+    ]
+    moments = [Moment(1.0, 3.0, 0.9), Moment(7.0, 8.0, 0.4)]
+    for out in (timeline.timeline_html(12.0, events), timeline.timeline_html(12.0, moments=moments)):
+        bars = re.findall(
+            r'<button type="button" class="mt-item ([^"]+)"[^>]*aria-label="([^"]+)"[^>]*>(.*?)</button>', out
+        )
+        assert len(bars) == 2, out
+        for cls, spoken, inner in bars:
+            long = re.search(r'class="mt-long">([^<]*)<', inner)
+            shown = long.group(1) if long else re.sub(r"<[^>]+>", "", inner)  # the span's one label
+            assert spoken.startswith(shown), (cls, spoken, shown)
+            short = re.search(r'class="mt-short">([^<]*)<', inner)
+            assert short is None or short.group(1) in spoken, (cls, spoken)
