@@ -402,10 +402,10 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     assert "ttft_s" not in session, session
     # the verdict's link opens About at the card's published figures
     pg.click("#compare-verdict a.cs-figures")
-    heading = pg.locator("#about-facts h3", has_text="the published figures")
+    heading = pg.locator("#about-facts h2", has_text="the published figures")
     heading.wait_for(timeout=30_000)
     pg.wait_for_function(
-        """() => { const h = [...document.querySelectorAll('#about-facts h3')]
+        """() => { const h = [...document.querySelectorAll('#about-facts h2')]
              .find(e => e.textContent.includes('the published figures'));
            const r = h && h.getBoundingClientRect(); return r && r.top >= 0 && r.top < innerHeight; }""",
         timeout=10_000,
@@ -712,6 +712,20 @@ CONTRAST_JS = """async () => {
   const never = /only non-text characters|too short to determine|contains an image node/;
   const unmeasured = r.incomplete.flatMap(v => v.nodes).filter(n => !n.any.some(a => never.test(a.message)));
   return [...r.violations.flatMap(v => v.nodes), ...unmeasured].map(said);
+}"""
+#: axe-core's rules on the page's structure (issue 52): headings one level at a time, a box that scrolls
+#: reachable by keyboard, no empty table header, only the ARIA attributes an element's role allows
+STRUCTURE_RULES = [
+    "heading-order",
+    "scrollable-region-focusable",
+    "empty-table-header",
+    "aria-allowed-attr",
+    "aria-prohibited-attr",
+]
+STRUCTURE_JS = """async (rules) => {
+  const r = await axe.run(document, { runOnly: rules });
+  const said = (v, n) => v.id + ': ' + n.target.join(' ') + ': ' + n.html.slice(0, 160);
+  return r.violations.flatMap(v => v.nodes.map(n => said(v, n)));
 }"""
 #: switch the theme as Gradio does (``dark`` on the body) and wait for the colour transitions it starts;
 #: Chromium keeps a link's colour across that change, so links are put back fresh, as a page loaded in
@@ -1066,6 +1080,14 @@ def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_te
             if button:
                 bottom = pg.evaluate(f"document.querySelector('{button}').getBoundingClientRect().bottom")
                 assert bottom <= PHONE["height"], (tab, bottom)
+            # before a run the examples come right after Run: they start on the first screen (they were at
+            # 1,131 px), and on Caption (no query field above them) its first example is whole in view
+            examples = f"#{button[1:].split('-')[0]}-examples" if button else None
+            if examples and pg.locator(examples).count():
+                top = pg.locator(examples).bounding_box()
+                assert top and top["y"] + 24 <= PHONE["height"], (tab, top)
+                first = pg.locator(f"{examples} button").first.bounding_box()
+                assert tab != "Caption" or (first and first["y"] + first["height"] <= PHONE["height"]), first
             _shot(pg, f"11_first_screen_{tab.split()[0].lower()}_phone")
         _open_tab(pg, "Find")
         _upload(pg, "#clip-video", CLIP)
@@ -1113,16 +1135,16 @@ MATCHING_JS = "(selectors) => selectors.filter(s => document.querySelector(s))"
 
 @pytest.fixture(scope="module")
 def tour(browser, app_server: AppServer) -> Iterator[dict[str, list[str]]]:
-    """One visit of every tab with a result (Caption, Find, Compare, About), as a visitor would, in both
-    themes: at each stop the texts axe-core cannot pass, and which of the selectors that reach Gradio's
-    markup match (the Library's are checked where a library is searched, tests/test_library_app.py). One
-    set of model runs serves both tests below."""
+    """One visit of every tab (Caption, Find and Compare with a result, Library, About), as a visitor
+    would, in both themes: at each stop the texts and the structure axe-core cannot pass, and which of the
+    selectors that reach Gradio's markup match (the Library's are checked where a library is searched,
+    tests/test_library_app.py). One set of model runs serves the tests below."""
     if not AXE.is_file():
         pytest.skip("axe-core is not installed (bash scripts/dev.sh setup installs it with npm)")
     selectors = [s for s in gradio_selectors() + SCRIPT_SELECTORS if not s.startswith(LIBRARY_SELECTOR)]
     context = browser.new_context(viewport=DESKTOP)
     pg = context.new_page()
-    seen: dict[str, list[str]] = {"contrast": [], "matched": []}
+    seen: dict[str, list[str]] = {"contrast": [], "matched": [], "structure": []}
 
     def check(where: str) -> None:
         pg.mouse.move(0, 0)  # no hover colours
@@ -1130,6 +1152,9 @@ def tour(browser, app_server: AppServer) -> Iterator[dict[str, list[str]]]:
         for theme in ("light", "dark"):
             pg.evaluate(THEME_JS, theme == "dark")
             seen["contrast"].extend(f"{where} ({theme}): {v}" for v in pg.evaluate(CONTRAST_JS))
+            seen["structure"].extend(
+                f"{where} ({theme}): {v}" for v in pg.evaluate(STRUCTURE_JS, STRUCTURE_RULES)
+            )
             if where != "about":
                 _shot(pg, f"10_{where}_{theme}")
         pg.evaluate(THEME_JS, False)
@@ -1153,6 +1178,14 @@ def tour(browser, app_server: AppServer) -> Iterator[dict[str, list[str]]]:
         pg.wait_for_selector("#compare-metrics", state="visible", timeout=RUN_TIMEOUT_MS)
         pg.wait_for_selector("#compare-run", state="visible", timeout=30_000)
         check("compare")
+        _select_tab(pg, "Library · search all")
+        # the line under the clip follows the tab: the Library runs nothing on it, so no tab's cost is said
+        pg.wait_for_function(
+            """() => { const t = document.querySelector('#clip-status')?.innerText || '';
+                       return t.includes('Ready') && !t.includes('On this CPU'); }""",
+            timeout=30_000,
+        )
+        check("library")  # its gallery still empty (the library is built at the first search)
         _select_tab(pg, "About")
         pg.wait_for_selector("#about-run", timeout=30_000)
         check("about")
@@ -1167,6 +1200,13 @@ def test_every_text_reaches_wcag_aa_contrast(tour: dict[str, list[str]]) -> None
     strip with its selected tab), in both themes: the page switches theme as Gradio's ``?__theme=`` does
     (the ``dark`` class on the body). A text axe cannot measure fails."""
     assert not tour["contrast"], "\n".join(tour["contrast"][:30])
+
+
+def test_every_tab_passes_axes_structure_rules(tour: dict[str, list[str]]) -> None:
+    """axe-core's STRUCTURE_RULES over every tab, light and dark (issue 52: About's code blocks could not
+    be scrolled by keyboard, its headings skipped a level and a table header was empty; the empty
+    Library gallery carried an aria-label its element may not have)."""
+    assert not tour["structure"], "\n".join(tour["structure"][:30])
 
 
 def test_every_selector_into_gradios_markup_matches(tour: dict[str, list[str]]) -> None:

@@ -34,6 +34,8 @@ from marlin_demo.ui.status import status_html
 
 PLAYER_ID = "library-video"
 CSS = asset("library.css")
+#: ``js_on_load`` of the tab's first line: the gallery's thumbnails named by their moments
+LABELS_JS = asset("library.js")
 
 
 def default_source(ctx: UIContext) -> LibrarySource:
@@ -264,7 +266,7 @@ def render(ctx: UIContext) -> LibraryTab:
     if source.items is not None and gpu_here():
         source.start()  # a GPU is here now: the index is ready before the first visitor asks
     with gr.Column(elem_id="library-tab"):
-        gr.HTML(about_html(source), elem_id="library-about")
+        gr.HTML(about_html(source), elem_id="library-about", js_on_load=LABELS_JS)
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=320):
                 query = gr.Textbox(
