@@ -140,14 +140,15 @@ def metrics_html(
 
 def _total_hint(m: Mapping[str, Any], total_s: float, cold: bool) -> str:
     """What the Total card adds up: the load (a cold run's), the latency and the rest (checking the clip,
-    planning), so no second of the server's goes unsaid, and what it leaves out is named."""
+    decoding a long video's windows before their turns), so no second of the server's goes unsaid, and
+    what it leaves out is named."""
     load = float(m.get("load_s") or 0.0) if cold else 0.0
     latency = float(m.get("latency_s") or 0.0)
     rest = max(0.0, total_s - load - latency)
     loaded = f"load {load:.2f} s + " if cold else ""
     return (
-        f"the server's time on it: {loaded}latency {latency:.2f} s + {rest:.2f} s checking and planning the "
-        "clip (not counted: its upload and the page's queue before it started)"
+        f"the server's time on it: {loaded}latency {latency:.2f} s + {rest:.2f} s outside the model's turns "
+        "(checking the clip; a long video's frames) (not counted: its upload and the page's queue before it)"
     )
 
 
