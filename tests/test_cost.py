@@ -90,8 +90,9 @@ def test_the_line_before_run_says_this_machines_time_from_its_last_answer(tiny: 
     engine = Engine(tiny)
     service.run(engine, "caption", EXAMPLES / "flower.mp4", "gptq")  # the load and first-use costs
     first = service.run(engine, "caption", EXAMPLES / "parking_lot.mp4", "gptq")
-    measured = capacity.measured("cpu", "gptq")
+    measured = capacity.measured(tiny, "cpu", "gptq")
     assert measured is not None and measured != capacity.speed_for(tiny, "cpu")
+    assert capacity.measured(tiny.with_(model="marlin"), "cpu", "gptq") is None  # the tiny's, not the model's
     info, plan = _plan("parking_lot.mp4")  # its own figures give back its own time
     own = cost.estimate("caption", plan, info.duration_s, tiny, measured, engine.params)
     writing = first.metrics.output_tokens / measured.decode_tokens_per_s

@@ -134,7 +134,7 @@ def _in_turns(
             res.metrics.latency_s += ticket.queue_s
         res.metrics.queue_s = ticket.queue_s
         if plans is None and not space.zero_gpu():  # one whole clip answered here: it prices the next Run
-            capacity.observe(device, variant, res.metrics, res.info, engine.params)
+            capacity.observe(engine.settings, device, variant, res.metrics, res.info, engine.params)
     return execute.report(res)
 
 

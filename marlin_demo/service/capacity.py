@@ -160,12 +160,21 @@ def speed_for(settings: Settings, device: str) -> Speed | None:
     return None if found is None else scaled(*found)
 
 
-#: per (device, variant), the figures this process's own last fresh answer measured (``observe``)
-_MEASURED: dict[tuple[str, str], Speed] = {}
+#: per device, model, compute type and variant: the figures this process's last fresh answer measured
+_MEASURED: dict[tuple[str, ...], Speed] = {}
+
+
+def _measured_key(settings: Settings, device: str, variant: str) -> tuple[str, ...]:
+    return (device, settings.model, settings.compute_dtype, variant)
 
 
 def observe(
-    device: str, variant: str, metrics: Metrics, info: RunInfo, params: VideoParams | None = None
+    settings: Settings,
+    device: str,
+    variant: str,
+    metrics: Metrics,
+    info: RunInfo,
+    params: VideoParams | None = None,
 ) -> None:
     """Keep what one fresh whole-clip answer took here (frames decoded, prefill, tokens): the line before the
     next Run says this machine's time as it is now, not the table's figures, which carry a margin for
@@ -178,7 +187,7 @@ def observe(
     share = max(prefill_share(metrics.video_tokens, params), 1e-6)
     writing = metrics.output_tokens / metrics.tokens_per_s
     rest = metrics.latency_s - metrics.queue_s - info.decode_s - info.prefill_s - writing
-    _MEASURED[(device, variant)] = Speed(
+    _MEASURED[_measured_key(settings, device, variant)] = Speed(
         name="this machine's last answer",
         decode_tokens_per_s=float(metrics.tokens_per_s),
         prefill_s=float(info.prefill_s) / share,
@@ -187,9 +196,9 @@ def observe(
     )
 
 
-def measured(device: str, variant: str) -> Speed | None:
-    """``observe``'s figures for this device and variant (None: nothing answered here yet)."""
-    return _MEASURED.get((device, variant))
+def measured(settings: Settings, device: str, variant: str) -> Speed | None:
+    """``observe``'s figures for this device, model, compute type and variant (None: none answered yet)."""
+    return _MEASURED.get(_measured_key(settings, device, variant))
 
 
 def total_memory_mb() -> float:
