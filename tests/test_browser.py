@@ -817,8 +817,9 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
         notice = pg.inner_text("#caption-notice")
         assert "Partial answer: 2 of 3 windows answered. ZeroGPU refused" in notice, notice
         assert "try again in 13 h 12 min" in notice, notice  # a wait, not a clock time
-        # the answer's JSON download (the API's shape): the two windows answered (0-4 s, 4-8 s), and why
-        link = '#caption-files td.filename[aria-label="ball_rolls.events.json"]'
+        # the answer's JSON download (the API's shape): the two windows answered (0-4 s, 4-8 s), and why; its
+        # name says the part it covers, as a stopped caption's does
+        link = '#caption-files td.filename[aria-label="ball_rolls.windows-1-2-of-3.events.json"]'
         pg.wait_for_selector(link, timeout=30_000)
         href = pg.locator("#caption-files a").first.get_attribute("href")
         got = httpx.get(pg.evaluate("(h) => new URL(h, document.baseURI).href", href), timeout=30).json()
