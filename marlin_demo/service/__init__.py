@@ -71,11 +71,14 @@ def run(
     """The blocking form, in ``runner.window_plans``' windows (a short video: one whole-clip window), one
     scheduler turn each (on ZeroGPU, one GPU call each). ``start_s``/``end_s``: only that range is asked, on
     the video's own timeline (a bad one: ``RangeError``); ``stop`` set: it leaves at once."""
+    t0 = time.perf_counter()
     kind = get_task(task)
     span = _span(start_s, end_s)
     plans = runner.window_plans(engine, video, kind, span)
     asked = None if span is None or plans is None else (plans[0].window.start, plans[-1].window.end)
-    return _in_turns(engine, kind, video, plans, variant, query, on_text, on_stage, stop, asked)
+    res = _in_turns(engine, kind, video, plans, variant, query, on_text, on_stage, stop, asked)
+    res.info.total_s = time.perf_counter() - t0  # what the page's figures add up to (the Total card)
+    return res
 
 
 def answer_plans(
@@ -130,6 +133,8 @@ def _in_turns(
         if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
             res.metrics.latency_s += ticket.queue_s
         res.metrics.queue_s = ticket.queue_s
+        if plans is None and not space.zero_gpu():  # one whole clip answered here: it prices the next Run
+            capacity.observe(engine.settings, device, variant, res.metrics, res.info, engine.params)
     return execute.report(res)
 
 

@@ -20,7 +20,7 @@ from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.running import Updates
-from marlin_demo.ui.status import STATUS_JS, clip_status, tab_work
+from marlin_demo.ui.status import STATUS_JS, clip_status
 
 HINT = (
     "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
@@ -93,13 +93,9 @@ def listen(
     status = functools.partial(clip_status, ctx)
     gr.on(changes, status, inputs, clip.status, trigger_mode="always_last", **PRIVATE_UI)
 
-    def priced(video: str | None, start: Any, end: Any, tab: str | None, *choices: Any) -> Any:
-        """The line for the tab just selected; one that runs nothing on the clip (Library, About) leaves
-        it as it was, so the page above the tabs does not jump as they are switched."""
-        return gr.skip() if tab_work(ctx, tab) is None else status(video, start, end, tab, *choices)
-
-    # a State set by an event does not fire its own change: the line follows the select itself
-    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(priced, inputs, clip.status, **PRIVATE_UI)
+    # a State set by an event does not fire its own change: the line follows the select itself (a tab that
+    # runs nothing on the clip, Library or About, gets the clip's facts without another tab's cost)
+    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(status, inputs, clip.status, **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
     def clear(video: str | None, stamp: float | None, request: gr.Request) -> Updates:
