@@ -191,6 +191,7 @@ class RunInfo:
     decode: str = ""
     decode_note: str = ""  # why graphs (or compile) were asked for and eager ran
     capture_s: float = 0.0  # capturing a new cache size's decode step in this request (inside latency_s)
+    replayed_steps: int = 0  # decode steps that ran the captured step (a CPU: the same step, uncaptured)
     repairs: list[str] = field(default_factory=list)
     cached_video: bool = False
     reused_prefix: bool = False

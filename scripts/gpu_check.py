@@ -532,15 +532,23 @@ def measure_row(run: Pass, spec: dict[str, Any], row: dict[str, Any]) -> None:
             row["compile_s"] = round(res.info.compile_s, 2)
             row["decode_ran"], row["decode_note"] = res.info.decode, res.info.decode_note
             row["capture_s"] = round(max(row.get("capture_s", 0.0), first.info.capture_s), 3)
+            # per call: decode steps that replayed the captured step, of the tokens after the prefill's first
+            row.setdefault("replayed", {})[task] = [_replayed(first), _replayed(res)]
         if spec.get("long_caption"):  # same engine and cache size bucket: nothing compiles again
             engine.settings = engine.settings.with_(caption_max_new_tokens=spec["long_caption"])
             res = engine.run("caption", run.clip, variant)
             row["caption_long"] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
+            row["replayed"]["caption_long"] = [_replayed(res)]
             row["compile_s"] = round(res.info.compile_s, 2)
         if spec["decode"] == "graphs":
             row["identity"] = identity(engine, run.clip, variant, run.caption_tokens)
     finally:
         engine.unload(variant)
+
+
+def _replayed(res: Any) -> dict[str, int]:
+    """How many of a call's decode steps replayed the captured step (``steps``: all of them)."""
+    return {"replayed": res.info.replayed_steps, "steps": max(0, res.metrics.output_tokens - 1)}
 
 
 def identity(engine: Any, clip: Any, variant: str, tokens: int) -> dict[str, Any]:
@@ -561,6 +569,7 @@ def identity(engine: Any, clip: Any, variant: str, tokens: int) -> dict[str, Any
         "tokens": len(a),
         "first_difference": next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None),
         "graphs_decode": graphs_run.gen.decode,
+        "graphs_replayed": graphs_run.info.replayed_steps,
         "eager_tokens_per_s": eager_run.metrics.tokens_per_s,
         "eager_latency_s": eager_run.metrics.latency_s,
     }
@@ -624,6 +633,7 @@ def warm_up_phase(args: argparse.Namespace) -> int:
             peak_memory_mb=res.metrics.peak_memory_mb,
             decode=res.info.decode,
             capture_s=first.info.capture_s,
+            replayed=[_replayed(first), _replayed(res)],
         )
     Path(args.out).write_text(json.dumps(out, indent=2))
     return 0

@@ -260,6 +260,7 @@ class Engine:
             decode=gen.decode,
             decode_note=gen.decode_note,
             capture_s=gen.capture_s,
+            replayed_steps=gen.replayed,
             prefill_s=prefill_s,
             first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
             cached_video=cached_video,
