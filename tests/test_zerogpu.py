@@ -24,6 +24,7 @@ from marlin_demo import contract
 from marlin_demo.models import kernels
 from marlin_demo.service import capacity, space, startup, zerogpu
 from marlin_demo.settings import Settings
+from marlin_demo.ui import about, compare_view
 from marlin_demo.video import plan_sampling, probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,8 +102,9 @@ def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: 
 # --------------------------------------------------------------------------------- the app on ZeroGPU
 @pytest.mark.slow
 def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tmp_path: Path) -> None:
-    """One GPU call before launch runs every offered variant (the log says which); a visitor's calls then
-    ask for their own time only: the calls read [start-up, each, each], then the quota refuses."""
+    """One GPU call before launch runs every offered variant and checks its decode step (the log says which,
+    and the verdict); a visitor's calls then ask for their own time only: the calls read [start-up, each,
+    each], then the quota refuses."""
     log = tmp_path / "gpu.jsonl"
     settings = Settings(model="tiny", variants="bf16,gptq")
     clip = EXAMPLES / "flower.mp4"
@@ -112,6 +114,7 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     # each call charged 40 s x1.5 of use: the start-up call and two captions, then too little for a third
     quota = 3 * 60 + held - 1
     env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(quota), "MARLIN_STAND_IN_USED_S": "40"}
+    env["MARLIN_DECODE"] = "graphs"  # a CPU: the step uncaptured, checked at start-up as on the GPU
     server = start_app(tmp_path / "app", "--variants", "bf16,gptq", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)
@@ -142,6 +145,10 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     warmed = [line for line in text.splitlines() if "marlin_demo.engine.warmup: warm-up: " in line]
     assert [line.split("warm-up: ")[1].split(":")[0] for line in warmed] == ["bf16", "gptq"], text[-3000:]
     assert "start-up GPU call (" in text and "did not warm" not in text
+    for variant in ("bf16", "gptq"):  # the verdict on each variant's step, in the log
+        assert f"start-up check of the decode step: {variant}: CUDA graphs (23 decode steps" in text, text[
+            -3000:
+        ]
 
 
 @pytest.mark.slow
@@ -210,7 +217,7 @@ def test_a_refused_start_up_call_is_logged_and_the_first_visitor_asks_for_the_co
     from marlin_demo.engine import Engine
 
     quota.left_s, quota.visitor = 0, "none"  # no visitor at start-up: the Space's own limit
-    engine = Engine(Settings(model="tiny", variants="bf16"))
+    engine = Engine(Settings(model="tiny", variants="bf16", decode="graphs", caption_max_new_tokens=8))
     engine.load("bf16")
     with caplog.at_level("WARNING"):
         note = space.warm_up(engine)  # refused: no exception, the app goes on starting
@@ -219,3 +226,70 @@ def test_a_refused_start_up_call_is_logged_and_the_first_visitor_asks_for_the_co
     assert "did not warm every variant" in caplog.text
     seconds = space.call_seconds("find", engine.settings)
     assert space.asked_seconds(seconds, "cuda") > seconds  # today's behaviour: the first call asks for it
+    # no verdict on its step: the variant decodes eagerly, and the log and the answer say why
+    said = (
+        "start-up check of the decode step: bf16: eager (no verdict: the start-up GPU call failed (GpuRefused"
+    )
+    assert said in caplog.text
+    res = engine.caption(EXAMPLES / "flower.mp4", "bf16")
+    assert res.info.decode == "eager" and res.raw
+    assert res.info.decode_note.startswith(
+        "start-up check: no verdict: the start-up GPU call failed (GpuRefused"
+    )
+
+
+@pytest.mark.slow
+def test_the_start_up_check_turns_graphs_off_where_a_replay_differs(
+    quota: Quota, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up call checks each variant's step: gptq's replay is planted to change one logit (its top
+    token's, made the lowest), so replaying differs from running the step uncaptured. gptq falls back to
+    eager, the log says why, and it answers as eager decoding does; bf16 and bnb4 pass and keep the step."""
+    from marlin_demo.engine import Engine, graphs
+
+    settings = Settings(model="tiny", variants="bf16,gptq,bnb4", decode="graphs", caption_max_new_tokens=12)
+    engine = Engine(settings)
+    for variant in engine.variants:
+        engine.load(variant)
+    planted_on = engine.load("gptq").model
+    replay = graphs.replay
+
+    def planted(step: graphs.DecodeStep, form: graphs.Form) -> Any:
+        out = replay(step, form)
+        if step.model is planted_on:
+            logits = out.logits[0, -1]
+            logits[int(logits.argmax())] = logits.min() - 1.0
+        return out
+
+    monkeypatch.setattr(graphs, "replay", planted)
+    clip = EXAMPLES / "flower.mp4"
+    reference = Engine(settings.with_(decode="eager")).caption(clip, "gptq")
+    unchecked = engine.caption(clip, "gptq")  # what a visitor would get without the check
+    assert unchecked.info.decode == "static" and unchecked.raw != reference.raw
+    with caplog.at_level("INFO"):
+        assert space.warm_up(engine) == ""  # in the call's forked process, the plant included
+    checks = engine.graph_checks or {}
+    assert checks["bf16"].passed and checks["bnb4"].passed, checks
+    assert not checks["gptq"].passed
+    assert checks["gptq"].why.startswith("decode step 1 of 23: its replayed logits differ from uncaptured")
+    assert "start-up check of the decode step: gptq: eager (decode step 1 of 23" in caplog.text
+    for variant in ("bf16", "bnb4"):
+        assert f"start-up check of the decode step: {variant}: CUDA graphs (23 decode steps" in caplog.text
+    assert engine.decode_expected("gptq", "cuda") == "eager"  # its calls: sized for eager
+    res = engine.caption(clip, "gptq")
+    assert res.info.decode == "eager" and res.raw == reference.raw  # eager's answer, the plant unused
+    assert res.info.decode_note.startswith("start-up check: decode step 1 of 23: its replayed logits differ")
+    ok = engine.caption(clip, "bf16")
+    assert ok.info.decode == "static" and ok.info.decode_note == "checked at start-up"
+    assert ok.info.replayed_steps == ok.metrics.output_tokens - 1
+    # the page says it as a fact, not an error: Compare's decode field and a line on About
+    assert "decode: eager (start-up check: decode step 1 of 23" in _card(res)
+    assert "decode: static (checked at start-up)" in _card(ok)
+    line = about.decoding_line(engine.graph_checks)
+    assert "**gptq** eagerly (decode step 1 of 23: its replayed logits differ" in line
+    assert "**bf16** in CUDA graphs (23 decode steps replayed = uncaptured, logit for logit)" in line
+
+
+def _card(result: Any) -> str:
+    """Compare's column for ``result`` (a caption of a 5 s clip, nothing loaded for it)."""
+    return compare_view._card(result.variant, result, False, 5.0, None, compare_view.caption_card)

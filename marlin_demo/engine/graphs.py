@@ -3,10 +3,10 @@ static-cache size and shape of a step's inputs, replayed for every token (docs/D
 
 ``generate`` keeps its own loop, so greedy tokens are eager decoding's: on a ``StaticCache`` (fixed addresses)
 its decode steps call a ``DecodeStep``, which copies each token's inputs into the fixed buffers of their shape
-and replays the graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the tests'
-token identity). The shapes are the two a request passes: from a video's prefix, and without one. A variant
-whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md); so does a request with a step of
-another shape.
+and replays the graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the
+tests' token identity). The shapes are the two a request passes: from a video's prefix, and without one. A
+variant whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md); so does a request with a step
+of another shape. The start-up call checks each variant's step (``judge``) before any visitor relies on it.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class DecodeStep:
         else:
             _fill(form.inputs, kwargs)
         self.replayed += 1
-        trace = _TRACE.get()
+        trace = None if self.making else _TRACE.get()  # the throwaway generations are not the request's
         output = self.model(**form.inputs) if trace is not None and trace.uncaptured else replay(self, form)
         if trace is not None:
             trace.logits.append(output.logits[:, -1].float().clone())
@@ -328,6 +328,45 @@ def _throwaway(model: Any, cache: Any, ids: Any, gen_kwargs: dict[str, Any]) -> 
         **GREEDY,
         **gen_kwargs,
     )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The start-up check of one variant's captured step: whether replaying it gave, step by step, the very
+    logits its forward gives uncaptured on the same buffers (the same kernels: no rounding can differ), and
+    ``why`` in one clause. Graphs run only for a variant whose check passed (``Engine.graph_checks``)."""
+
+    variant: str
+    passed: bool
+    why: str
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """ "gptq: CUDA graphs (checked: ...)" or "gptq: eager (...)"."""
+        return f"{self.variant}: {'CUDA graphs' if self.passed else 'eager'} ({self.why})"
+
+
+def judge(variant: str, runs: list[tuple[Trace, Any]], seconds: float) -> Verdict:
+    """The verdict on two traced generations of one prompt, replayed then uncaptured (each with its
+    ``Generation``): any step that did not replay, or any logit that differs, fails it."""
+    import torch
+
+    (replayed, a), (uncaptured, b) = runs
+    steps = len(replayed.logits)
+    if a.decode not in ("graphs", "static") or a.replayed < steps or steps == 0:
+        return Verdict(
+            variant, False, f"the step did not replay every token ({a.decode_note or a.decode})", seconds
+        )
+    for i, (x, y) in enumerate(zip(replayed.logits, uncaptured.logits, strict=False)):
+        if not torch.equal(x, y):
+            diff = float((x - y).abs().max()) if x.shape == y.shape else float("nan")
+            why = (
+                f"decode step {i + 1} of {steps}: its replayed logits differ from uncaptured (max {diff:.3g})"
+            )
+            return Verdict(variant, False, why, seconds)
+    if len(uncaptured.logits) != steps or a.token_ids != b.token_ids:
+        return Verdict(variant, False, "the replayed and uncaptured runs decoded different tokens", seconds)
+    return Verdict(variant, True, f"{steps} decode steps replayed = uncaptured, logit for logit", seconds)
 
 
 def seed(cache: Any, source: Any) -> None:
