@@ -5,6 +5,7 @@ ZeroGPU stand-in (``tests/stand_ins/spaces``: each GPU call in a forked process,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -71,7 +72,8 @@ def hopper_with_nvcc(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     looked: list[int] = []
     monkeypatch.setattr(kernels, "_nvcc", lambda: looked.append(1) or "/usr/local/bin/nvcc")
     yield looked
-    kernels.allow_compiler_builds(True)  # the process's default again
+    kernels.allow_compiler_builds(True)  # the process's defaults again
+    torch.compiler.set_stance("default")
 
 
 def test_gptq_kernel_on_zero_gpu_needs_no_compiler(hopper_with_nvcc: list[int]) -> None:
@@ -293,3 +295,44 @@ def test_the_start_up_check_turns_graphs_off_where_a_replay_differs(
 def _card(result: Any) -> str:
     """Compare's column for ``result`` (a caption of a 5 s clip, nothing loaded for it)."""
     return compare_view._card(result.variant, result, False, 5.0, None, compare_view.caption_card)
+
+
+# ------------------------------------------------------------------ nothing compiles on the Space's path
+def _compiles_in_call(
+    engine: Any, variant: str, on_text: Any, on_stage: Any
+) -> tuple[str, str, dict[str, int]]:
+    """Inside a GPU call (forked): one caption, and what dynamo compiled meanwhile in this process."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    res = engine.caption(EXAMPLES / "flower.mp4", variant)
+    return (
+        res.raw,
+        res.info.kernel,
+        {k: counters[g][k] for g, k in (("stats", "unique_graphs"), ("frames", "total"))},
+    )
+
+
+@pytest.mark.slow
+def test_nothing_compiles_on_the_space_s_path(
+    quota: Quota, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """GPTQModel's gptq_torch kernel wraps its dequantize in torch.compile (10 graphs on the tiny here, before
+    dynamo was switched off), bitsandbytes wraps its default ops: through ZeroGPU's calls, after the app's
+    start-up preparation, every variant answers and dynamo compiles nothing (each call runs its work in a
+    thread of the forked process, as on the Space)."""
+    import torch
+
+    from marlin_demo.engine import Engine
+
+    request.addfinalizer(lambda: torch.compiler.set_stance("default"))  # this process's stance again
+    monkeypatch.setattr(kernels, "_COMPILER_BUILDS", [*kernels._COMPILER_BUILDS])  # restored after
+    startup.prepare_zero_gpu()  # what the app does on ZeroGPU before any load
+    engine = Engine(Settings(model="tiny", variants="gptq,bnb4,bf16", gptq_backend="gptq_torch"))
+    for variant in engine.variants:
+        raw, kernel, compiled = space.gpu_call(
+            functools.partial(_compiles_in_call, engine, variant), 60, None, None
+        )
+        assert raw and compiled == {"unique_graphs": 0, "total": 0}, (variant, compiled)
+        if variant == "gptq":
+            assert kernel.startswith("TorchLinear"), kernel  # the kernel whose dequantize is wrapped
