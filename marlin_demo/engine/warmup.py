@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marlin_demo.engine import graphs
-from marlin_demo.engine.core import USER_ERRORS, Engine
+from marlin_demo.engine.core import USER_ERRORS, ClipRun, Engine
 from marlin_demo.models import pick_device
 from marlin_demo.tasks import get_task
 from marlin_demo.video import PreparedVideo, full_window_clip, synthetic_clip
@@ -60,10 +60,7 @@ def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
     for variant in variants:
         t0 = time.perf_counter()
         try:
-            with graphs.tracing(False, TOKENS) as trace:  # the first replays: it is the check's first run
-                done = engine.run_clip(clip, variant, prompt, TOKENS)
-            stepped = done.gen.decode in ("graphs", "static")
-            verdict = check(engine, clip, variant, prompt, (trace, done.gen)) if stepped else None
+            done, verdict = warm(engine, clip, variant, prompt)
         except USER_ERRORS as exc:
             out.append(Warmed(variant, time.perf_counter() - t0, error=str(exc)))
             continue
@@ -74,6 +71,18 @@ def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
     with engine.gpu_lock:
         engine.prefixes.clear()
     return out
+
+
+def warm(
+    engine: Engine, clip: PreparedVideo, variant: str, prompt: str
+) -> tuple[ClipRun, graphs.Verdict | None]:
+    """One variant's warm-up run (its step captured and replayed, each step traced) and, where it decoded
+    in a step, the check of that step (None where it decoded otherwise)."""
+    with graphs.tracing(False, TOKENS) as trace:  # the first run replays: it is the check's first half
+        done = engine.run_clip(clip, variant, prompt, TOKENS)
+    if done.gen.decode not in ("graphs", "static"):
+        return done, None
+    return done, check(engine, clip, variant, prompt, (trace, done.gen))
 
 
 def check(
