@@ -333,17 +333,19 @@ def _throwaway(model: Any, cache: Any, ids: Any, gen_kwargs: dict[str, Any]) -> 
 @dataclass(frozen=True)
 class Verdict:
     """The start-up check of one variant's captured step: whether replaying it gave, step by step, the very
-    logits its forward gives uncaptured on the same buffers (the same kernels: no rounding can differ), and
-    ``why`` in one clause. Graphs run only for a variant whose check passed (``Engine.graph_checks``)."""
+    logits its forward gives uncaptured on the same buffers (the same kernels: no rounding can differ),
+    ``why`` in one clause, and how the variant decodes after it (``decode``: graphs, static on a CPU, or
+    eager). Graphs run only for a variant whose check passed (``Engine.graph_checks``)."""
 
     variant: str
     passed: bool
     why: str
     seconds: float = 0.0
+    decode: str = "eager"
 
     def line(self) -> str:
-        """ "gptq: CUDA graphs (checked: ...)" or "gptq: eager (...)"."""
-        return f"{self.variant}: {'CUDA graphs' if self.passed else 'eager'} ({self.why})"
+        """ "gptq: graphs (24 decode steps, ...)" or "gptq: eager (decode step 3 of 23: ...)"."""
+        return f"{self.variant}: {self.decode} ({self.why})"
 
 
 def judge(variant: str, runs: list[tuple[Trace, Any]], seconds: float) -> Verdict:
@@ -354,9 +356,8 @@ def judge(variant: str, runs: list[tuple[Trace, Any]], seconds: float) -> Verdic
     (replayed, a), (uncaptured, b) = runs
     steps = len(replayed.logits)
     if a.decode not in ("graphs", "static") or a.replayed < steps or steps == 0:
-        return Verdict(
-            variant, False, f"the step did not replay every token ({a.decode_note or a.decode})", seconds
-        )
+        why = f"the step did not replay every token ({a.decode_note or a.decode})"
+        return Verdict(variant, False, why, seconds)
     for i, (x, y) in enumerate(zip(replayed.logits, uncaptured.logits, strict=False)):
         if not torch.equal(x, y):
             diff = float((x - y).abs().max()) if x.shape == y.shape else float("nan")
@@ -366,7 +367,8 @@ def judge(variant: str, runs: list[tuple[Trace, Any]], seconds: float) -> Verdic
             return Verdict(variant, False, why, seconds)
     if len(uncaptured.logits) != steps or a.token_ids != b.token_ids:
         return Verdict(variant, False, "the replayed and uncaptured runs decoded different tokens", seconds)
-    return Verdict(variant, True, f"{steps} decode steps replayed = uncaptured, logit for logit", seconds)
+    why = f"{steps} decode steps replayed and run uncaptured: the same logits, bit for bit"
+    return Verdict(variant, True, why, seconds, a.decode)
 
 
 def seed(cache: Any, source: Any) -> None:

@@ -136,17 +136,22 @@ again later.
 """
 
 
+#: how a variant decodes after its start-up check, in words (``Verdict.decode``)
+HOW = {
+    "graphs": "in CUDA graphs",
+    "static": "in its static step, uncaptured as there is no GPU here",
+    "eager": "eagerly",
+}
+
+
 def decoding_line(checks: Mapping[str, Verdict] | None) -> str:
     """On ZeroGPU, how each variant decodes after the start-up call checked its captured step (a plain fact,
     never an error: a variant whose check failed answers the same words, eagerly); "" elsewhere."""
     if checks is None:
         return ""
-    said = "; ".join(
-        f"**{v.variant}** {'in CUDA graphs' if v.passed else 'eagerly'} ({v.why})" for v in checks.values()
-    )
-    return (
-        f"\n**Decoding on this GPU**, checked when the Space started: {said or 'no variant was checked'}.\n"
-    )
+    said = "; ".join(f"**{v.variant}** {HOW.get(v.decode, v.decode)} ({v.why})" for v in checks.values())
+    said = said or "none was checked"
+    return f"\n**How each variant decodes here**, checked when the Space started: {said}.\n"
 
 
 def render(ctx: UIContext) -> gr.Markdown:
