@@ -329,6 +329,8 @@ def test_nothing_compiles_on_the_space_s_path(
     monkeypatch.setattr(kernels, "_COMPILER_BUILDS", [*kernels._COMPILER_BUILDS])  # restored after
     startup.prepare_zero_gpu()  # what the app does on ZeroGPU before any load
     engine = Engine(Settings(model="tiny", variants="gptq,bnb4,bf16", gptq_backend="gptq_torch"))
+    for variant in engine.variants:  # loaded before the calls, as the app preloads on a Space (and a load in
+        engine.load(variant)  # a forked call would wait on the worker pool GPTQModel made in this process)
     for variant in engine.variants:
         raw, kernel, compiled = space.gpu_call(
             functools.partial(_compiles_in_call, engine, variant), 60, None, None
