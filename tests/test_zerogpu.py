@@ -317,8 +317,8 @@ def _compiles_in_call(
 def test_nothing_compiles_on_the_space_s_path(
     quota: Quota, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    """GPTQModel's gptq_torch kernel wraps its dequantize in torch.compile (10 graphs on the tiny here, before
-    dynamo was switched off), bitsandbytes wraps its default ops: through ZeroGPU's calls, after the app's
+    """GPTQModel's gptq_torch kernel wraps its dequantize in torch.compile (8 to 10 graphs on the tiny here
+    without force_eager), bitsandbytes wraps its default ops: through ZeroGPU's calls, after the app's
     start-up preparation, every variant answers and dynamo compiles nothing (each call runs its work in a
     thread of the forked process, as on the Space)."""
     import torch
