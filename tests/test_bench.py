@@ -20,7 +20,7 @@ from media_factory import examples_subset
 from marlin_demo import bench, cli
 from marlin_demo.bench.cli import data_folder
 from marlin_demo.bench.longset import resolve_data
-from marlin_demo.contract import Event
+from marlin_demo.contract import Event, VideoParams
 from marlin_demo.engine import EngineError
 from marlin_demo.models import LoadedModel, ModelLoadError, Source
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo, VideoInfo
@@ -76,6 +76,7 @@ class FakeEngine:
         self.settings = settings
         self.video_cache_size = video_cache_size
         self.model_label = "fake"
+        self.params = VideoParams()  # the service reads the engine's video parameters, as Engine has them
 
     def load(self, variant: str) -> LoadedModel:
         if variant in self.fail_load:
