@@ -3,7 +3,6 @@ and head go to ``launch()``, not ``Blocks()``, so ``build_demo`` returns them fo
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import importlib.util
 import logging
@@ -16,6 +15,7 @@ from gradio.blocks import Block
 
 from marlin_demo import service, tasks
 from marlin_demo.engine import Engine
+from marlin_demo.service import space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
@@ -116,11 +116,7 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
                     continue
                 ctx.answers.keep(key, result, cold)
 
-    # an empty context, whoever builds the page: on ZeroGPU the examples' cache is charged to no visitor
-    empty = contextvars.Context()
-    thread = threading.Thread(target=empty.run, args=(run,), name="marlin-examples", daemon=True)
-    thread.start()
-    return thread
+    return space.uncharged(run, "marlin-examples")
 
 
 def mcp_on(settings: Settings) -> bool:
