@@ -174,15 +174,11 @@ def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, N
     turn, so a ZeroGPU call holds only model work), Loaded, then per window ``Progress("", k, n)`` (several
     windows), its text, ``WindowDone``; returns the answer. A short clip's answer is the engine's, as it is;
     the time limit covers each window's own work, never the wait."""
-    t0, n = time.perf_counter(), len(req.plans)
-    if req.whole:
-        frames: Iterator[tuple[WindowPlan, PreparedVideo, bool]] = iter(
-            [(req.plans[0], *engine.store.prepare(req.video))]
-        )
-    else:
-        frames = engine.window_frames(Path(str(req.video)), list(req.plans))
+    t0, n, path = time.perf_counter(), len(req.plans), Path(str(req.video))
+    whole_clip = iter([(req.plans[0], *engine.store.prepare(req.video))]) if req.whole else None
+    frames = whole_clip or engine.window_frames(path, list(req.plans))
     first = next(frames)  # a decode failure is raised here, before any model is loaded
-    whole = first[1].info if req.whole else engine.info(Path(str(req.video)), whole=False)
+    whole = first[1].info if req.whole else engine.info(path, whole=False)
     shown = () if req.whole else tuple(wp.window for wp in req.plans)
     yield Prepared(whole, first[1].plan if req.whole else first[0].plan, first[2], shown)
     prep_s = time.perf_counter() - t0
@@ -192,7 +188,7 @@ def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, N
     started, runs = time.perf_counter(), []
     for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
         at = (None, None) if req.whole else (k, n)
-        if at[0] is not None:
+        if not req.whole:
             yield Progress("", k, n)
         length = None if req.whole else wp.window.end - wp.offset_s
         work = functools.partial(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "stream",
 ]
 
+log = logging.getLogger(__name__)
 Video = str | Path | PreparedVideo
 T = TypeVar("T")
 
@@ -76,7 +78,7 @@ def request(
     opaque key of who asked."""
     entry = get_task(task)
     clean = entry.ask(query or "", engine.settings)[0]
-    span = _span(start_s, end_s)
+    span = None if start_s is None and end_s is None else (start_s, end_s)  # None: the whole video
     plans = list(plans or runner.window_plans(engine, video, entry, span))
     asked = None if span is None else (plans[0].window.start, plans[-1].window.end)
     return Request(entry, video, variant, clean, tuple(plans), asked, visitor)
@@ -101,27 +103,14 @@ def run(
     raise Cancelled()
 
 
-def answer_plans(
-    engine: Engine,
-    task: str | Task,
-    path: Path,
-    plans: list[WindowPlan],
-    variant: Variant,
-    query: str | None = None,
-    stop: threading.Event | None = None,
-) -> Result:
-    """Answer these windows of a file, chosen by the caller (a library search's best windows), in
-    turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
-    return run(engine, request(engine, task, path, variant, query, plans=plans), stop=stop)
-
-
 def call_share(
     engine: Engine, task: str | Task, video: Video, start_s: float | None = None, end_s: float | None = None
 ) -> float:
     """What a request's ZeroGPU calls are sized by (``space.call_seconds``): the largest share of a full
     window's prefill among its windows (a short clip: its own frames), so a page can say it before Run."""
     try:
-        plans = runner.window_plans(engine, video, get_task(task), _span(start_s, end_s))
+        span = None if start_s is None and end_s is None else (start_s, end_s)
+        plans = runner.window_plans(engine, video, get_task(task), span)
     except (VideoError, OSError):  # sized as a full window; the run says what is wrong
         return 1.0
     return _share(engine, plans, always=True)
@@ -151,19 +140,15 @@ class _Turns:
 
     def execute(self) -> runner.Execute:
         """The runner's ``execute``: the clip's work in a thread, within the turn (no frame of its own)."""
-        if space.zero_gpu():
-            return self.gpu
-        return functools.partial(runner.threaded, within=self.turn)
-
-    def turn(self) -> contextlib.AbstractContextManager[None]:
-        return scheduler_for(self.engine).turn(self.ticket)
+        turn = functools.partial(scheduler_for(self.engine).turn, self.ticket)
+        return self.gpu if space.zero_gpu() else functools.partial(runner.threaded, within=turn)
 
     def gpu(self, work: runner.ClipWork) -> Iterator[runner.Item]:
         """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected; a variant that no
         longer captures raises ``GraphsUnavailable`` before its prefill and is asked again, sized for
         eager. What the answer decoded with is remembered; a refused call asked nothing of the quota."""
         variant = self.req.variant
-        with self.turn():
+        with scheduler_for(self.engine).turn(self.ticket):
             decode = self.engine.decode_expected(variant, self.device)
             while True:
                 seconds = space.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
@@ -176,6 +161,7 @@ class _Turns:
                     return
                 except space.GpuRefused:
                     refused = True  # refused before it started: nothing asked of the quota
+                    log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
                     raise
                 except graphs.GraphsUnavailable:
                     if decode == "eager":
@@ -207,11 +193,6 @@ def asked_range(
         return None
     info = engine.info(Path(video), whole=False)
     return policy.check_range(start_s, end_s, info.duration_s, engine.settings.max_duration_s)
-
-
-def _span(start_s: float | None, end_s: float | None) -> runner.Span | None:
-    """The time range asked for, or None for the whole video (neither end given)."""
-    return None if start_s is None and end_s is None else (start_s, end_s)
 
 
 def stream(

@@ -180,6 +180,7 @@ def build_demo(
         demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
+    # a gate for the page's steps only: model work (GPU_EVENT) is ordered by the scheduler's turns
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     gradio_hooks.quiet_queue(demo)
     if ctx.cache_mode == "eager":
