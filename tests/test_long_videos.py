@@ -29,12 +29,13 @@ from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.datasets import Example, Query, load_dataset
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy, runner
-from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, WindowDone
+from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, Window, WindowDone
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import FIND
 from marlin_demo.tasks.find import record_moments
 from marlin_demo.ui.caption import stream_message
 from marlin_demo.video import probe
+from marlin_demo.video.windows import plan_window
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ROOT / "examples" / "blue_square.mp4"
@@ -289,6 +290,8 @@ def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
         (plan,) = runner.window_plans(engine, str(SHORT), task)
         assert plan.first_frame == 0 and plan.num_frames == plan.source_frames
         assert service.request(engine, task, str(SHORT), VARIANT, "x").whole
+    part = plan_window(engine.info(SHORT), Window(0, 0.0, 4.0), engine.params)  # a search's one window
+    assert not service.request(engine, "find", str(SHORT), VARIANT, "x", plans=[part]).whole
     # a PreparedVideo is never windowed: the path the engine took before long videos
     prepared = engine.prepare(str(SHORT))
     a = engine.caption(str(SHORT), VARIANT)

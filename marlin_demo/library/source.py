@@ -60,9 +60,8 @@ class LibrarySource:
             )
 
     def searching(self, query: str, top_k: int, stop: threading.Event) -> Generator[runner.Item, None, None]:
-        """``run_search`` as ``runner.threaded``'s items: ("text", (k, n)) as window k of n is asked, then
-        ("done", its answer) or ("error", why); in the searching visitor's context, so its GPU calls are
-        charged to them (docs/SPACE.md). ``stop`` set, or this closed: it stops."""
+        """``run_search`` as ``runner.threaded``'s items, ("text", (k, n)) as window k of n is asked, charged
+        to the visitor who searches (docs/SPACE.md); ``stop`` set, or this closed: it stops."""
         return runner.threaded(
             lambda on_text: self.run_search(query, top_k, lambda k, n: on_text((k, n)), stop),
             contextlib.nullcontext,

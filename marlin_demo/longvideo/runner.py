@@ -55,7 +55,9 @@ class Request:
     @property
     def whole(self) -> bool:
         """A short clip asked about whole: its one window is the engine's answer, as it is."""
-        return self.span is None and len(self.plans) == 1
+        one = self.plans[0]  # (a library search's one window of a longer clip is not)
+        whole_clip = (one.first_frame, one.num_frames) == (0, one.source_frames)
+        return self.span is None and len(self.plans) == 1 and whole_clip
 
 
 def window_plans(
@@ -89,12 +91,10 @@ def window_plans(
 def threaded(
     work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]]
 ) -> Generator[Item, None, None]:
-    """The one place ``generate``'s callbacks become items: ``work(on_text=...)`` in a thread started in a
-    copy of the caller's context (on ZeroGPU, ``spaces`` finds the visitor a GPU call is charged to in
-    Gradio's request context variable), inside ``within()`` (the scheduler's turn; in a ZeroGPU call, graphs
-    required): entered and left in that thread, so no ``yield`` splits a context variable it sets (Gradio
-    runs each ``next()`` of a generator in a fresh copy of the context). Closing this stops the work at its
-    next token."""
+    """The one place ``generate``'s callbacks become items: ``work(on_text=...)`` in a thread in a copy of
+    the caller's context (where ``spaces`` finds the visitor to charge), inside ``within()`` (a turn; graphs
+    required), entered there so no ``yield`` splits a context variable it sets (Gradio runs each ``next()``
+    in a fresh copy of the context). Closing this stops the work at its next token."""
     items: queue.Queue[Item] = queue.Queue()
     stop = threading.Event()
 

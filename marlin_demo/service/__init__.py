@@ -214,7 +214,8 @@ def stream(
     if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
         task = request(engine, task, video or "", variant or "", query, start_s, end_s)
     req = task
-    stop = stop or threading.Event()
+    own = None if stop is not None else threading.Event()  # the caller's own stop is theirs to set
+    stop = stop or own
     last: WindowDone | None = None
     try:
         with scheduler_for(engine).request(len(req.plans), stop) as ticket:
@@ -241,7 +242,8 @@ def stream(
     except Cancelled:  # stopped while it waited, or between windows: nothing more to say
         return
     finally:
-        stop.set()
+        if own is not None:  # gone: a wait for its turn ends
+            own.set()
 
 
 # ------------------------------------------------- several variants on one video (the Compare tab, /compare)

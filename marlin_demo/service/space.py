@@ -134,10 +134,9 @@ def gpu_function() -> Callable[..., Generator[runner.Item, None, None]]:
 
 
 def _in_gpu_call(work: Callable[..., Any], seconds: int, decode: str) -> Iterator[runner.Item]:
-    """Inside the GPU call (ZeroGPU's forked process): ``work`` as ``runner.threaded``'s items (an exception
-    raised out of the call would reach the app as ``spaces``' "ZeroGPU worker error" naming only its class,
-    not its sentence). Sized for graphs, a variant that cannot capture raises ``graphs.GraphsUnavailable``
-    instead of decoding eagerly: required in the work's own thread, so no ``yield`` splits it."""
+    """Inside the GPU call (the forked process): ``work``'s items (a raised exception would reach the app as
+    "ZeroGPU worker error", its class alone); sized for graphs, a variant that cannot capture raises
+    ``graphs.GraphsUnavailable`` instead of decoding eagerly."""
     yield from runner.threaded(work, graphs.required if decode == "graphs" else contextlib.nullcontext)
 
 
