@@ -181,6 +181,9 @@ class RunInfo:
     duration_s: float = 0.0
     decode_s: float = 0.0
     prefill_s: float | None = None
+    #: the request's whole time in the service, from its start to its answer: planning, waiting for its
+    #: turns, the load, reading the video and the model (``metrics.latency_s`` leaves out the load)
+    total_s: float = 0.0
     first_text_s: float | None = None  # time to the first non-empty decoded text (streaming)
     kernel: str = ""
     attention: str = ""

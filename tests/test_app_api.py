@@ -119,6 +119,13 @@ def test_a_time_range_is_answered_on_the_videos_own_timeline(client: Client) -> 
     assert f["span"] is None or 2.0 <= f["span"][0] <= f["span"][1] <= f["range"][1]
     with pytest.raises(AppError, match="does not end after it starts"):
         client.predict(handle_file(CLIP), "gptq", 8.0, 3.0, api_name="/caption")
+    # whatever a caller sends: the range's own sentence, never an apology (issue 52 item 5)
+    with pytest.raises(AppError, match=r"starts at -5 s; a start must be 0 s or later"):
+        client.predict(handle_file(CLIP), "gptq", -5, 10, api_name="/caption")
+    with pytest.raises(AppError, match=r"The range's start must be a number of seconds, got 'abc'\."):
+        client.predict(handle_file(CLIP), "the ball", "gptq", "abc", 5, api_name="/find")
+    with pytest.raises(AppError, match=r"^The range ends at 1e\+300 s, after the video's end"):
+        client.predict(handle_file(CLIP), "caption", "", 0, 1e300, api_name="/compare")
     whole = client.predict(handle_file(CLIP), "gptq", api_name="/caption")
     assert whole["range"] is None
 

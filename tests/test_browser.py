@@ -402,14 +402,15 @@ def test_compare_shows_both_variants_and_charts(page) -> None:
     pg.wait_for_function(SESSION_HOLDS_BOTH, timeout=30_000)  # and still after the viewport change
     session = pg.inner_text("#compare-session")
     assert "ttft_s" not in session, session
-    # the verdict's link opens About at the card's published figures
+    # the verdict's link opens About at the card's published figures (its top within a pixel: the page scrolls
+    # in whole pixels, the h2 lies at a fraction of one)
     pg.click("#compare-verdict a.cs-figures")
-    heading = pg.locator("#about-facts h3", has_text="the published figures")
+    heading = pg.locator("#about-facts h2", has_text="the published figures")
     heading.wait_for(timeout=30_000)
     pg.wait_for_function(
-        """() => { const h = [...document.querySelectorAll('#about-facts h3')]
+        """() => { const h = [...document.querySelectorAll('#about-facts h2')]
              .find(e => e.textContent.includes('the published figures'));
-           const r = h && h.getBoundingClientRect(); return r && r.top >= 0 && r.top < innerHeight; }""",
+           const r = h && h.getBoundingClientRect(); return r && r.top > -1 && r.top < innerHeight; }""",
         timeout=10_000,
     )
     _select_tab(pg, "Compare · GPTQ vs bnb4")
@@ -642,7 +643,18 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         pg.wait_for_selector("#caption-timeline .mt-win-done", timeout=RUN_TIMEOUT_MS)
         assert pg.locator("#caption-timeline .mt-win").count() == 2
         _shot(pg, "7_long_caption_running")
+        # Stop in window 2: what is kept says it covers window 1's part only, and so do its files' names
+        assert _click_as_soon_as_shown(pg, "#caption-stop")
+        pg.wait_for_selector("#caption-scene .mc-stopped", timeout=30_000)
+        notice = pg.inner_text("#caption-notice")
+        assert "Partial answer: 1 of 2 windows answered" in notice, notice
+        assert "cover 0–7 s of the video only" in notice, notice
+        kept = '#caption-files td.filename[aria-label="ball_rolls.windows-1-1-of-2.srt"]'
+        pg.wait_for_selector(kept, state="attached", timeout=30_000)
+        pg.wait_for_selector("#caption-run", state="visible", timeout=30_000)
+        pg.click("#caption-run")  # the whole clip this time: its answer says nothing of a part
         pg.wait_for_selector("#caption-metrics .md-card", timeout=RUN_TIMEOUT_MS)
+        assert "Partial" not in pg.inner_text("#caption-notice")
         assert "cpu · float32" in pg.inner_text("#caption-metrics")  # what this answer computed in
         assert pg.locator("#caption-timeline .mt-win").count() == 2  # the finished timeline keeps them
         assert pg.inner_text("#caption-progress").strip() == ""
@@ -703,6 +715,20 @@ CONTRAST_JS = """async () => {
   const never = /only non-text characters|too short to determine|contains an image node/;
   const unmeasured = r.incomplete.flatMap(v => v.nodes).filter(n => !n.any.some(a => never.test(a.message)));
   return [...r.violations.flatMap(v => v.nodes), ...unmeasured].map(said);
+}"""
+#: axe-core's rules on the page's structure (issue 52): headings one level at a time, a box that scrolls
+#: reachable by keyboard, no empty table header, only the ARIA attributes an element's role allows
+STRUCTURE_RULES = [
+    "heading-order",
+    "scrollable-region-focusable",
+    "empty-table-header",
+    "aria-allowed-attr",
+    "aria-prohibited-attr",
+]
+STRUCTURE_JS = """async (rules) => {
+  const r = await axe.run(document, { runOnly: rules });
+  const said = (v, n) => v.id + ': ' + n.target.join(' ') + ': ' + n.html.slice(0, 160);
+  return r.violations.flatMap(v => v.nodes.map(n => said(v, n)));
 }"""
 #: switch the theme as Gradio does (``dark`` on the body) and wait for the colour transitions it starts;
 #: Chromium keeps a link's colour across that change, so links are put back fresh, as a page loaded in
@@ -793,8 +819,9 @@ def test_on_zero_gpu_the_cost_follows_the_tab_and_a_refusal_keeps_the_answered_w
         notice = pg.inner_text("#caption-notice")
         assert "Partial answer: 2 of 3 windows answered. ZeroGPU refused" in notice, notice
         assert "try again in 13 h 12 min" in notice, notice  # a wait, not a clock time
-        # the answer's JSON download (the API's shape): the two windows answered (0-4 s, 4-8 s), and why
-        link = '#caption-files td.filename[aria-label="ball_rolls.events.json"]'
+        # the answer's JSON download (the API's shape): the two windows answered (0-4 s, 4-8 s), and why; its
+        # name says the part it covers, as a stopped caption's does
+        link = '#caption-files td.filename[aria-label="ball_rolls.windows-1-2-of-3.events.json"]'
         pg.wait_for_selector(link, timeout=30_000)
         href = pg.locator("#caption-files a").first.get_attribute("href")
         got = httpx.get(pg.evaluate("(h) => new URL(h, document.baseURI).href", href), timeout=30).json()
@@ -1047,6 +1074,50 @@ def test_the_second_click_of_a_double_click_on_run_is_dropped_by_when_it_happene
     assert counts == [[0, 1], [1, 1], [2, 1], [3, 2]]
 
 
+NEGATIVE_FROM = "a start must be 0 s or later"
+#: from now on, notes whether ``tab``'s Stop was ever shown (a run began)
+WATCH_STOP_JS = """(tab) => {
+  window.__stopSeen = false;
+  const look = () => { const s = document.querySelector(`#${tab}-stop`);
+                       if (s && s.offsetParent !== null) window.__stopSeen = true; };
+  window.__stopWatch?.disconnect();
+  window.__stopWatch = new MutationObserver(look);
+  window.__stopWatch.observe(document.body, {subtree: true, childList: true, attributes: true});
+}"""
+#: a run of ``tab`` began and ended (Run back, no wait or Stop left), and ``where`` says ``said``
+SAID_AND_RUN_BACK = """([tab, where, said]) => {
+  const shown = (sel) => { const e = document.querySelector(sel); return !!e && e.offsetParent !== null; };
+  const bar = document.querySelector(`#${tab}-progress`)?.innerText || '';
+  const text = document.querySelector(where)?.innerText || '';
+  return window.__stopSeen && shown(`#${tab}-run`) && !shown(`#${tab}-stop`)
+    && !bar.includes('Waiting for its turn') && text.includes(said);
+}"""
+
+
+def _a_negative_from_is_said_on_every_run(pg) -> None:
+    """Issue 52 item 5: From -5, To 10 is the range's own sentence under the clip as it is typed, and after
+    Run on Caption, Find and Compare (Gradio refused it before our code ran: the run hung waiting)."""
+    pg.fill("#clip-start input", "-5")
+    pg.fill("#clip-end input", "10")
+    pg.press("#clip-end input", "Enter")
+    said = f"document.querySelector('#clip-status .ms-error')?.innerText.includes('{NEGATIVE_FROM}')"
+    pg.wait_for_function(f"() => {said}", timeout=30_000)
+    for tab, where in (
+        ("caption", "#clip-status"),
+        ("find", "#clip-status"),
+        ("compare", "#compare-summary"),
+    ):
+        if tab != "caption":
+            _select_tab(pg, "Find" if tab == "find" else "Compare · GPTQ vs bnb4")
+        if tab == "find":
+            pg.locator("#find-query textarea, #find-query input").first.fill("the ball")
+        pg.evaluate(WATCH_STOP_JS, tab)
+        pg.click(f"#{tab}-run")
+        pg.wait_for_function(SAID_AND_RUN_BACK, arg=[tab, where, NEGATIVE_FROM], timeout=60_000)
+    assert not _visible_toasts(pg)
+    _select_tab(pg, "Caption")
+
+
 def test_a_time_range_asks_about_that_part_only(page) -> None:
     """From/To beside the clip: the line under it says what is asked and what it costs, a bad range is
     said there before Run, and the answer's events lie inside the range, labelled as a range's: every
@@ -1059,6 +1130,7 @@ def test_a_time_range_asks_about_that_part_only(page) -> None:
     pg.press("#clip-end input", "Enter")
     pg.wait_for_selector("#clip-status .ms-error", timeout=30_000)
     assert "does not end after it starts" in pg.inner_text("#clip-status")
+    _a_negative_from_is_said_on_every_run(pg)
     pg.fill("#clip-start input", "3")
     pg.fill("#clip-end input", "8")
     pg.press("#clip-end input", "Enter")
@@ -1189,6 +1261,14 @@ def test_on_a_phone_the_result_comes_into_view_and_the_first_screen_keeps_its_te
             if button:
                 bottom = pg.evaluate(f"document.querySelector('{button}').getBoundingClientRect().bottom")
                 assert bottom <= PHONE["height"], (tab, bottom)
+            # before a run the examples come right after Run: they start on the first screen (they were at
+            # 1,131 px), and on Caption (no query field above them) its first example is whole in view
+            examples = f"#{button[1:].split('-')[0]}-examples" if button else None
+            if examples and pg.locator(examples).count():
+                top = pg.locator(examples).bounding_box()
+                assert top and top["y"] + 24 <= PHONE["height"], (tab, top)
+                first = pg.locator(f"{examples} button").first.bounding_box()
+                assert tab != "Caption" or (first and first["y"] + first["height"] <= PHONE["height"]), first
             _shot(pg, f"11_first_screen_{tab.split()[0].lower()}_phone")
         _open_tab(pg, "Find")
         _upload(pg, "#clip-video", CLIP)
@@ -1236,16 +1316,16 @@ MATCHING_JS = "(selectors) => selectors.filter(s => document.querySelector(s))"
 
 @pytest.fixture(scope="module")
 def tour(browser, app_server: AppServer) -> Iterator[dict[str, list[str]]]:
-    """One visit of every tab with a result (Caption, Find, Compare, About), as a visitor would, in both
-    themes: at each stop the texts axe-core cannot pass, and which of the selectors that reach Gradio's
-    markup match (the Library's are checked where a library is searched, tests/test_library_app.py). One
-    set of model runs serves both tests below."""
+    """One visit of every tab (Caption, Find and Compare with a result, Library, About), as a visitor
+    would, in both themes: at each stop the texts and the structure axe-core cannot pass, and which of the
+    selectors that reach Gradio's markup match (the Library's are checked where a library is searched,
+    tests/test_library_app.py). One set of model runs serves the tests below."""
     if not AXE.is_file():
         pytest.skip("axe-core is not installed (bash scripts/dev.sh setup installs it with npm)")
     selectors = [s for s in gradio_selectors() + SCRIPT_SELECTORS if not s.startswith(LIBRARY_SELECTOR)]
     context = browser.new_context(viewport=DESKTOP)
     pg = context.new_page()
-    seen: dict[str, list[str]] = {"contrast": [], "matched": []}
+    seen: dict[str, list[str]] = {"contrast": [], "matched": [], "structure": []}
 
     def check(where: str) -> None:
         pg.mouse.move(0, 0)  # no hover colours
@@ -1253,6 +1333,9 @@ def tour(browser, app_server: AppServer) -> Iterator[dict[str, list[str]]]:
         for theme in ("light", "dark"):
             pg.evaluate(THEME_JS, theme == "dark")
             seen["contrast"].extend(f"{where} ({theme}): {v}" for v in pg.evaluate(CONTRAST_JS))
+            seen["structure"].extend(
+                f"{where} ({theme}): {v}" for v in pg.evaluate(STRUCTURE_JS, STRUCTURE_RULES)
+            )
             if where != "about":
                 _shot(pg, f"10_{where}_{theme}")
         pg.evaluate(THEME_JS, False)
@@ -1276,6 +1359,14 @@ def tour(browser, app_server: AppServer) -> Iterator[dict[str, list[str]]]:
         pg.wait_for_selector("#compare-metrics", state="visible", timeout=RUN_TIMEOUT_MS)
         pg.wait_for_selector("#compare-run", state="visible", timeout=30_000)
         check("compare")
+        _select_tab(pg, "Library · search all")
+        # the line under the clip follows the tab: the Library runs nothing on it, so no tab's cost is said
+        pg.wait_for_function(
+            """() => { const t = document.querySelector('#clip-status')?.innerText || '';
+                       return t.includes('Ready') && !t.includes('On this CPU'); }""",
+            timeout=30_000,
+        )
+        check("library")  # its gallery still empty (the library is built at the first search)
         _select_tab(pg, "About")
         pg.wait_for_selector("#about-run", timeout=30_000)
         check("about")
@@ -1290,6 +1381,13 @@ def test_every_text_reaches_wcag_aa_contrast(tour: dict[str, list[str]]) -> None
     strip with its selected tab), in both themes: the page switches theme as Gradio's ``?__theme=`` does
     (the ``dark`` class on the body). A text axe cannot measure fails."""
     assert not tour["contrast"], "\n".join(tour["contrast"][:30])
+
+
+def test_every_tab_passes_axes_structure_rules(tour: dict[str, list[str]]) -> None:
+    """axe-core's STRUCTURE_RULES over every tab, light and dark (issue 52: About's code blocks could not
+    be scrolled by keyboard, its headings skipped a level and a table header was empty; the empty
+    Library gallery carried an aria-label its element may not have)."""
+    assert not tour["structure"], "\n".join(tour["structure"][:30])
 
 
 def test_every_selector_into_gradios_markup_matches(tour: dict[str, list[str]]) -> None:

@@ -25,7 +25,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 RUN_TIMEOUT_MS = 180_000
 #: three examples of different lengths (so a timeline drawn for one cannot pass for another's)
 PARKING, BALL, FLOWER = "parking_lot.mp4", "ball_rolls.mp4", "flower.mp4"
-TITLES = {PARKING: "Cars cross a parking lot", BALL: "A red ball rolls", FLOWER: "A flower opens"}
+PEOPLE = "people_table.mp4"  # 70 s, run by no other browser test: its first click runs, and for long
+TITLES = {
+    PARKING: "Cars cross a parking lot",
+    BALL: "A red ball rolls",
+    FLOWER: "A flower opens",
+    PEOPLE: "People step up to a table",
+}
 
 
 #: what the tab shows right now: the player's clip, the finished answer's downloads and timeline axes
@@ -83,6 +89,14 @@ def _assert_cleared(pg: Any, tab: str, clip: Path) -> None:
     pg.wait_for_function(f"() => !({STATE_JS})('{tab}').done", timeout=30_000)
 
 
+def _wait_running(pg: Any, tab: str) -> None:
+    """``tab``'s run is under way: Stop shown, and its bar past the wait for its turn."""
+    running = """(tab) => { const stop = document.querySelector(`#${tab}-stop`);
+      const bar = document.querySelector(`#${tab}-progress`)?.innerText.trim() || '';
+      return !!stop && stop.offsetParent !== null && bar !== '' && !bar.includes('Waiting for its turn'); }"""
+    pg.wait_for_function(running, arg=tab, timeout=RUN_TIMEOUT_MS)
+
+
 def _example(pg: Any, tab: str, clip: str) -> None:
     pg.locator(f"#{tab}-examples button", has_text=TITLES[clip]).first.click()
 
@@ -95,12 +109,15 @@ def _open(pg: Any, tab: str) -> None:
 def test_example_after_example_and_uploads_between_show_the_clip_on_screens_answer(
     page: Any, tmp_path: Path, tab: str
 ) -> None:
-    """Caption and Find: an example's click runs it; a second example's click runs the second (its answer,
-    not the first's, under its clip); an upload clears the example's answer and Run answers it; an
-    example after the upload runs and replaces the upload's answer."""
+    """Caption and Find: an example's click runs it; a second example clicked while the first runs stops
+    the first and runs (issue 52 item 4: it was dropped, nothing ran); a second example's click runs the
+    second (its answer, not the first's, under its clip); an upload clears the example's answer and Run
+    answers it; an example after the upload runs and replaces the upload's answer."""
     pg = page
     if tab == "find":
         _open(pg, "Find")
+    _example(pg, tab, PEOPLE)
+    _wait_running(pg, tab)
     for name in (PARKING, BALL):
         _example(pg, tab, name)
         _wait_answered(pg, tab, EXAMPLES / name)
@@ -135,7 +152,8 @@ def _compare(pg: Any, clip: Path) -> None:
 
 def test_compare_cards_and_session_rows_follow_the_clip(page: Any, tmp_path: Path) -> None:
     """Compare: an example fills the clip (its click does not run); each comparison's cards and its session
-    rows are the clip on screen's: example -> example, example -> upload -> Compare, upload -> example."""
+    rows are the clip on screen's: example -> example, example -> upload -> Compare, a Caption example (a
+    clip chosen on another tab) clears the comparison, then an example."""
     pg = page
     _open(pg, "Compare")
     _example(pg, "compare", PARKING)
@@ -148,6 +166,12 @@ def test_compare_cards_and_session_rows_follow_the_clip(page: Any, tmp_path: Pat
     replace_clip(pg, mine)
     _assert_cleared(pg, "compare", mine)
     _compare(pg, mine)
+    # the clip changed from another tab (issue 52 item 3: Compare kept the upload's comparison)
+    _open(pg, "Caption")
+    _example(pg, "caption", PARKING)
+    _wait_answered(pg, "caption", EXAMPLES / PARKING)
+    _open(pg, "Compare")
+    _assert_cleared(pg, "compare", EXAMPLES / PARKING)
     _example(pg, "compare", FLOWER)
     _assert_cleared(pg, "compare", EXAMPLES / FLOWER)
     _compare(pg, EXAMPLES / FLOWER)

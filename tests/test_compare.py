@@ -342,7 +342,7 @@ def test_verdict_says_speed_memory_and_agreement_and_links_the_published_figures
     assert 'id="compare-verdict"' in page and 'data-mr-tab="about"' in page
     assert f'data-mr-heading="{FIGURES_HEADING}"' in page
     # the heading the link scrolls to is the About tab's section holding the card's figures
-    assert "11.78" in about.SEED_FIGURES.split(f"### {FIGURES_HEADING}", 1)[1]
+    assert "11.78" in about.SEED_FIGURES.split(f"## {FIGURES_HEADING}", 1)[1]
     assert verdict({**payload, "results": {"gptq": payload["results"]["gptq"]}}) == ""  # one answer: none
 
 

@@ -28,7 +28,7 @@ from marlin_demo.library import database, index
 from marlin_demo.library.cli import format_answer
 from marlin_demo.library.database import DB_FILE, LibraryError, Store, match_expression
 from marlin_demo.library.inputs import Item, collect
-from marlin_demo.library.search import combined_score, search
+from marlin_demo.library.search import combined_score, search, search_windows
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.settings import Settings
 from tests.media_factory import ffmpeg
@@ -232,7 +232,7 @@ def test_index_end_to_end(
 
 
 @pytest.mark.slow
-def test_search_cli_json_shape(library: tuple[Path, dict[str, Any]]) -> None:
+def test_search_cli_json_shape(library: tuple[Path, dict[str, Any]], library_settings: Settings) -> None:
     lib, summary = library
     store = Store(lib, create=False)
     scene = store.db.execute("SELECT scene FROM windows WHERE scene != '' LIMIT 1").fetchone()[0]
@@ -241,7 +241,10 @@ def test_search_cli_json_shape(library: tuple[Path, dict[str, Any]]) -> None:
     d = json.loads(proc.stdout)
     assert set(d) == {"query", "library", "searched_windows", "moments"}
     assert d["library"] == {"videos": summary["videos"], "windows": summary["windows"]}
-    assert d["searched_windows"] == 2 and 1 <= len(d["moments"]) <= 3
+    # the find windows asked, as the search's cost line counts them before it runs
+    asked = search_windows(store, scene[:200], library_settings.with_(search_candidates=2))
+    assert d["searched_windows"] == asked
+    assert 1 <= len(d["moments"]) <= 3
     durations = {v["id"]: v["duration"] for v in store.videos()}
     for m in d["moments"]:
         assert set(m) == {"video", "id", "start", "end", "score", "retrieval_score", "window", "thumbnail"}
@@ -284,11 +287,14 @@ def test_search_decodes_only_the_find_windows_of_the_chosen_window(
         store, query, s, lambda: engine, VARIANT, top_k=5, progress=lambda k, n: asked.append((k, n))
     )
     (hit,) = store.stage1(answer.query, 1)
-    assert answer.searched_windows == 1 and asked == [(0, 1), (1, 1)]  # stage 1 at once, then stage 2
     assert {tuple(m["window"]) for m in answer.moments} == {(hit.start, hit.end)}
     # the find windows (4 s, 1 s overlap) inside the chosen caption window, and nothing else
     want = [(hit.start + w.start, hit.start + w.end) for w in plan_for("find", hit.end - hit.start, s)]
     assert decoded == [(pytest.approx(a), pytest.approx(b)) for a, b in want] and len(want) >= 2
+    # one count of them: the cost said before the search, its progress (stage 1 at once, then stage 2)
+    # and the answer's searched_windows (issue 52: "9 windows" said, "window 1 of 8" shown)
+    n = len(want)
+    assert search_windows(store, query, s) == n and answer.searched_windows == n and asked == [(0, n), (n, n)]
 
 
 @pytest.mark.slow

@@ -215,6 +215,16 @@ document.addEventListener('seeked', (e) => {
 }, true);"""
 
 
+#: every thumbnail's spoken name is its visible caption
+NAMED_JS = """() => { const items = [...document.querySelectorAll('#library-moments .thumbnail-item')];
+  return items.length > 0 && items.every(b =>
+    b.getAttribute('aria-label') === b.querySelector('.caption-label')?.textContent.trim()); }"""
+#: the gallery's box height, and its rows' height
+GALLERY_FIT_JS = """(() => { const w = document.querySelector('#library-moments .grid-wrap');
+  const rows = w.querySelector('.grid-container');
+  return [w.getBoundingClientRect().height, rows.getBoundingClientRect().height]; })()"""
+
+
 def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
@@ -233,11 +243,17 @@ def test_library_tab_searches_plays_and_opens_in_find(library_server: AppServer)
         pg.click("#library-run")
         pg.wait_for_selector("#library-moments img", timeout=240_000)
         head = pg.inner_text("#library-headline")
-        assert "“a dog jumped into the pool”" in head and "3 videos, 3 windows" in head
+        assert "“a dog jumped into the pool”" in head
+        assert "3 videos, 3 caption windows; find was asked in 2 windows" in head  # --search-candidates 2
         captions = pg.locator("#library-moments .caption-label").all_inner_texts()
         assert captions and all(" s · score " in c and "text " in c for c in captions)
         assert captions[0].startswith("garden/pool.mp4")  # dog + jump + pool: the best text and a head start
         pg.wait_for_selector("#library-run", state="visible")  # Run is back: the search is over
+        # each thumbnail is spoken as its moment (its caption: clip, time, score), not "Thumbnail 1 of 3"
+        pg.wait_for_function(NAMED_JS, timeout=10_000)
+        # the gallery's box is as tall as its rows, none cut or scrolled inside it (Gradio fixed it at 550 px)
+        box, rows = pg.evaluate(GALLERY_FIT_JS)
+        assert rows <= box + 1 and box <= rows + 40, (box, rows)
         # the Library's selectors into Gradio's markup (style.css) each match (the rest: test_browser.py)
         library_selectors = [s for s in gradio_selectors() if s.startswith(LIBRARY_SELECTOR)]
         assert library_selectors, "the Library's gallery rules are gone from style.css: update this check"

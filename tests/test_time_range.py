@@ -42,14 +42,26 @@ def engine(tiny_settings: Settings) -> Engine:
         (0.0, 13.0, "ends at 13 s, after the video's end: the video is 12 s long; end at 12 s at most"),
         (2.0, 2.5, "is 0.50 s long; a range must be at least 1 s"),
         (0.0, float("nan"), "end must be a number of seconds"),
+        # what else a visitor can type, or an API or MCP caller send (issue 52 item 5)
+        (None, -5.0, "ends at -5 s; an end must be after 0 s (the video is 12 s long)"),
+        (1e300, None, "starts at 1e+300 s, at or after the video's end"),
+        (0.0, 1e20, "ends at 1e+20 s, after the video's end: the video is 12 s long"),
+        ("abc", 5.0, "The range's start must be a number of seconds, got 'abc'."),
+        (True, 5.0, "start must be a number of seconds, got True"),
+        (0.0, [8], "end must be a number of seconds, got [8]"),
+        ("1e999", None, "start must be a number of seconds, got '1e999'"),
     ],
 )
-def test_a_bad_range_says_what_is_wrong_and_what_is_allowed(
-    start: float, end: float | None, said: str
-) -> None:
+def test_a_bad_range_says_what_is_wrong_and_what_is_allowed(start: object, end: object, said: str) -> None:
     with pytest.raises(RangeError) as bad:
         check_range(start, end, 12.0, 600.0)
     assert said in str(bad.value) and isinstance(bad.value, USER_ERRORS)
+    assert len(str(bad.value)) < 160, bad.value  # one sentence, not a 300-digit clock
+
+
+def test_a_range_sent_as_text_is_read_as_its_numbers() -> None:
+    assert check_range("3", " 8.5 ", 12.0, 600.0) == (3.0, 8.5)
+    assert check_range("", None, 12.0, 600.0) == (0.0, 12.0)
 
 
 def test_a_range_is_planned_alone_and_the_duration_limit_applies_to_it(engine: Engine) -> None:

@@ -66,6 +66,26 @@ def test_the_browsers_order_wins_over_the_servers(tmp_path: Path) -> None:
     assert clips.seen("s", upload, None) == [] and clips.shows("s", parking)
 
 
+def test_a_run_that_overtakes_the_clips_change_leaves_the_other_tabs_to_clear() -> None:
+    """Issue 52 item 3: Compare answered the upload; an example clicked on Caption runs at once, and its
+    run's report (number 4) reaches the server before the clip's change event (number 5, the browser
+    fires it after the example's steps): the change event still clears Compare's comparison (and
+    Find's answer), not the example's answer just shown."""
+    upload, parking = "/uploads/mine.mp4", str(EXAMPLES / "parking_lot.mp4")
+    clips = ResultsClip()
+    clips.seen("s", upload, 1)
+    assert clips.start("compare", "s", upload, 2) and clips.start("find", "s", upload, 3)
+    assert clips.start("caption", "s", parking, 4)  # the example's run (or its kept answer) first
+    assert clips.seen("s", parking, 5) == ["compare", "find"]
+    assert clips.seen("s", parking, 6) == []  # said once
+    # a tab asked again on the new clip before the change event came is the new clip's: not cleared
+    ball = str(EXAMPLES / "ball_rolls.mp4")
+    clips.seen("s", upload, 7)
+    assert clips.start("compare", "s", upload, 8) and clips.start("find", "s", upload, 9)
+    assert clips.start("caption", "s", ball, 10) and clips.start("find", "s", ball, 11)
+    assert clips.seen("s", ball, 12) == ["compare"]
+
+
 def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path: Path) -> None:
     ctx = UIContext(engine=None, settings=None, status=None, output_dir=tmp_path)  # type: ignore[arg-type]
     request = SimpleNamespace(session_hash="s1")

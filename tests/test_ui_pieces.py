@@ -20,7 +20,7 @@ from marlin_demo.tasks import CAPTION
 from marlin_demo.ui import caption, find, timeline
 from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.running import BarView, RunState, StageView, Throttle, follow, progress_html
-from marlin_demo.ui.status import clip_status, status_html
+from marlin_demo.ui.status import clip_status, metrics_html, status_html
 from marlin_demo.video import VideoInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,3 +289,41 @@ def test_every_page_script_parses(tmp_path: Path) -> None:
         wrapped.write_text(f"(async function (element, trigger, props) {{\n{script.read_text()}\n}});\n")
         parsed = subprocess.run([node, "--check", str(wrapped)], capture_output=True, text=True)
         assert (parsed.returncode == 0) == (script != broken), f"{script.name}: {parsed.stderr[-600:]}"
+
+
+def test_the_cards_add_up_to_the_requests_time_and_say_what_they_leave_out() -> None:
+    """Issue 52: a cold run took 6.96 s from the click, 2.41 s of it loading, and the page said "Latency
+    0.77 s, request end to end": 3.8 s were in no figure. The Total card is the server's time on the
+    request, and its note adds it up from the figures shown beside it."""
+    m = {"latency_s": 0.77, "ttft_s": 0.5, "load_s": 2.41, "output_tokens": 12, "device": "cpu"}
+    cards = metrics_html(m, True, "gptq", RunInfo(total_s=6.96))
+    total = re.search(r'md-k">Total</div><div class="md-v">([\d.]+) s</div><div class="md-h">([^<]+)<', cards)
+    assert total, cards
+    parts = [float(x) for x in re.findall(r"(\d+\.\d+) s", total.group(2))]
+    assert float(total.group(1)) == 6.96 and parts == [2.41, 0.77, 3.78]
+    assert sum(parts) == pytest.approx(6.96) and "not counted: its upload" in total.group(2)
+    # a warm run paid no load: the note does not add the variant's earlier one
+    warm = metrics_html(m, False, "gptq", RunInfo(total_s=1.0))
+    assert "load 2.41" not in warm and "latency 0.77 s + 0.23 s" in warm
+
+
+def test_each_timeline_bar_is_spoken_by_the_label_it_shows() -> None:
+    """Issue 52: a bar showing "1. A dog runs" was spoken "Play from 2.0 s: A dog runs" (WCAG 2.5.3, label
+    in name: a voice user says what they see). Each bar's spoken name starts with its visible label, the
+    whole one, and holds the number a narrow bar shows instead."""
+    events = [
+        {"start": 2.0, "end": 5.0, "description": "A dog runs"},
+        {"start": 6, "end": 9, "description": "Rain"},
+    ]
+    moments = [Moment(1.0, 3.0, 0.9), Moment(7.0, 8.0, 0.4)]
+    for out in (timeline.timeline_html(12.0, events), timeline.timeline_html(12.0, moments=moments)):
+        bars = re.findall(
+            r'<button type="button" class="mt-item ([^"]+)"[^>]*aria-label="([^"]+)"[^>]*>(.*?)</button>', out
+        )
+        assert len(bars) == 2, out
+        for cls, spoken, inner in bars:
+            long = re.search(r'class="mt-long">([^<]*)<', inner)
+            shown = long.group(1) if long else re.sub(r"<[^>]+>", "", inner)  # the span's one label
+            assert spoken.startswith(shown), (cls, spoken, shown)
+            short = re.search(r'class="mt-short">([^<]*)<', inner)
+            assert short is None or short.group(1) in spoken, (cls, spoken)

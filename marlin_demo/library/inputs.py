@@ -7,11 +7,11 @@ import csv
 import glob
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from marlin_demo.longvideo import policy
 from marlin_demo.tasks import get_task
 
 VIDEO_EXTENSIONS = frozenset(
@@ -59,15 +59,10 @@ def _default_id(base: str, query: str | None, start: float | None = None, end: f
 def _seconds(rec: Mapping[str, object], name: str, where: str) -> float | None:
     """A manifest row's ``start`` or ``end`` in seconds (None when empty); anything else is an InputError."""
     raw = rec.get(name)
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return None
     try:
-        value = float(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        value = math.nan
-    if not math.isfinite(value):
-        raise InputError(f"{where}: {name} must be a number of seconds, got {raw!r}.")
-    return value
+        return policy.seconds(raw, name)
+    except policy.RangeError:
+        raise InputError(f"{where}: {name} must be a number of seconds, got {raw!r}.") from None
 
 
 def _read_manifest(path: Path) -> list[dict[str, str]]:

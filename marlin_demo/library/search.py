@@ -82,12 +82,16 @@ def search_windows(store: Store, query: str, settings: Settings) -> int:
     """How many find windows a search for ``query`` would ask (stage 1 runs, no model): its own cost,
     one ZeroGPU call each (``service.cost.search_cost_line``). A bad query is find's ValueError."""
     clean = contract.sanitize_query(query, settings.max_query_chars)
+    chosen = _by_video(store.stage1(clean, settings.search_candidates))
+    return sum(_find_windows(hits, settings) for hits in chosen)
+
+
+def _find_windows(hits: list[Hit], settings: Settings) -> int:
+    """The find windows one video's chosen caption windows are asked in (a long caption window is several):
+    the one count the cost line, the progress and the answer's ``searched_windows`` all give."""
     from marlin_demo.service.focus import find_bounds  # the request path (late: --help stays fast)
 
-    return sum(
-        len(find_bounds([Window(h.k, h.start, h.end) for h in hits], max(h.end for h in hits), settings))
-        for hits in _by_video(store.stage1(clean, settings.search_candidates))
-    )
+    return len(find_bounds([Window(h.k, h.start, h.end) for h in hits], max(h.end for h in hits), settings))
 
 
 def _by_video(hits: list[Hit]) -> list[list[Hit]]:
@@ -126,10 +130,12 @@ def search(
     from marlin_demo.service.focus import find_in_windows  # the request path (late: --help stays fast)
 
     best = max(h.retrieval for h in hits)
+    groups = _by_video(hits)
+    total = sum(_find_windows(group, settings) for group in groups)
     if progress is not None:
-        progress(0, len(hits))
+        progress(0, total)
     model = engine()
-    for group in _by_video(hits):
+    for group in groups:
         if stop is not None and stop.is_set():
             break
         path = group[0].path
@@ -143,8 +149,8 @@ def search(
             answer.skipped.append(f"{group[0].name}: {exc}")
             continue
         answer.moments += moments_of(result, group, best)
-        answer.searched_windows += len(group)
+        answer.searched_windows += _find_windows(group, settings)
         if progress is not None:
-            progress(answer.searched_windows, len(hits))
+            progress(answer.searched_windows, total)
     answer.moments = sorted(answer.moments, key=lambda m: (-m["score"], m["video"], m["start"]))[:top_k]
     return answer

@@ -69,26 +69,43 @@ class RangeError(ValueError):
     """A time range that cannot be asked about: one sentence saying what is wrong and what is allowed."""
 
 
-def check_range(
-    start: float | None, end: float | None, duration: float, max_duration: float
-) -> tuple[float, float]:
+def seconds(value: object, name: str) -> float | None:
+    """A time as typed or sent (a number, or its text; None or blank: not given), else a ``RangeError``
+    naming it: an API or MCP caller may send anything, and ``float`` would accept ``True`` or ``"nan"``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise RangeError(f"The range's {name} must be a number of seconds, got {value!r}.")
+    return number
+
+
+def _typed(t: float) -> str:
+    """A time a visitor typed, as ``clock`` writes it, or plainly when far too large to read as a clock."""
+    return clock(t) if t < 1e6 else f"{t:g} s"
+
+
+def check_range(start: object, end: object, duration: float, max_duration: float) -> tuple[float, float]:
     """The range (start, end) in the video's seconds (None: 0, the video's end), else a ``RangeError``;
     the duration limit applies to the range asked, not to the file."""
     whole = f"the video is {clock(duration)} long"
-    for name, value in (("start", start), ("end", end)):
-        if value is not None and not math.isfinite(value):
-            raise RangeError(f"The range's {name} must be a number of seconds, got {value!r}.")
-    s = 0.0 if start is None else float(start)
-    e = duration if end is None else float(end)
+    first, last = seconds(start, "start"), seconds(end, "end")
+    s = 0.0 if first is None else first
+    e = duration if last is None else last
     if s < 0:
         raise RangeError(f"The range starts at {s:g} s; a start must be 0 s or later ({whole}).")
+    if e <= 0:
+        raise RangeError(f"The range ends at {e:g} s; an end must be after 0 s ({whole}).")
     if s >= duration:
         raise RangeError(
-            f"The range starts at {clock(s)}, at or after the video's end: {whole}; start before it."
+            f"The range starts at {_typed(s)}, at or after the video's end: {whole}; start before it."
         )
     if e > duration + END_TOLERANCE_S:
         raise RangeError(
-            f"The range ends at {clock(e)}, after the video's end: {whole}; end at {clock(duration)} at "
+            f"The range ends at {_typed(e)}, after the video's end: {whole}; end at {clock(duration)} at "
             "most, or leave the end empty."
         )
     e = min(e, duration)

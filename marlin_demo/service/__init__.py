@@ -84,20 +84,10 @@ def request(
     return Request(entry, video, variant, clean, tuple(plans), asked, visitor)
 
 
-def run(
-    engine: Engine,
-    task: str | Request,
-    video: Video | None = None,
-    variant: Variant | None = None,
-    query: str | None = None,
-    *,
-    start_s: float | None = None,
-    end_s: float | None = None,
-    stop: threading.Event | None = None,
-) -> Result:
-    """The blocking form: ``stream`` drained (a ZeroGPU refusal after some windows: those, ``partial``);
-    ``stop`` set: it leaves at once (``Cancelled``)."""
-    for stage in stream(engine, task, video, variant, query, start_s=start_s, end_s=end_s, stop=stop):
+def run(engine: Engine, *args: Any, **kw: Any) -> Result:
+    """The blocking form: ``stream(engine, *args, **kw)`` drained (a ZeroGPU refusal after some windows:
+    those, ``partial``); ``stop`` set: it leaves at once (``Cancelled``)."""
+    for stage in stream(engine, *args, **kw):
         if isinstance(stage, Done):
             return stage.result
     raise Cancelled()
@@ -211,6 +201,7 @@ def stream(
     client that went away) stops the generation at its next token, so an abandoned request does not keep
     the model busy; ``stop`` set: no further turn. When ZeroGPU refuses a later window's call, those
     answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
+    t0 = time.perf_counter()
     if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
         task = request(engine, task, video or "", variant or "", query, start_s, end_s)
     req = task
@@ -238,6 +229,11 @@ def stream(
             if req.whole:  # the engine timed the whole clip from its turn on; windows time the wait
                 res.metrics.latency_s += ticket.queue_s
             res.metrics.queue_s = ticket.queue_s
+            if req.whole and not space.zero_gpu():  # one whole clip answered here: it prices the next Run
+                capacity.observe(
+                    engine.settings, turns.device, req.variant, res.metrics, res.info, engine.params
+                )
+        res.info.total_s = time.perf_counter() - t0  # what the page's figures add up to (the Total card)
         yield Done(turns.report(res))
     except Cancelled:  # stopped while it waited, or between windows: nothing more to say
         return

@@ -21,6 +21,7 @@ from marlin_demo import variants
 from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
 from marlin_demo.models import ModelLoadError, compute, pick_device
+from marlin_demo.results import Metrics, RunInfo
 from marlin_demo.service import zerogpu
 from marlin_demo.settings import Settings, env_name
 from marlin_demo.tasks import TASKS, get_task
@@ -157,6 +158,47 @@ def speed_for(settings: Settings, device: str) -> Speed | None:
     dtype = compute.choose("cpu", "bfloat16", settings.compute_dtype).dtype
     found = cpu_speed(speeds(), cpu_isa(), torch.get_num_threads(), dtype)  # the threads torch computes with
     return None if found is None else scaled(*found)
+
+
+#: per device, model, compute type and variant: the figures this process's last fresh answer measured
+_MEASURED: dict[tuple[str, ...], Speed] = {}
+
+
+def _measured_key(settings: Settings, device: str, variant: str) -> tuple[str, ...]:
+    return (device, settings.model, settings.compute_dtype, variant)
+
+
+def observe(
+    settings: Settings,
+    device: str,
+    variant: str,
+    metrics: Metrics,
+    info: RunInfo,
+    params: VideoParams | None = None,
+) -> None:
+    """Keep what one fresh whole-clip answer took here (frames decoded, prefill, tokens): the line before the
+    next Run says this machine's time as it is now, not the table's figures, which carry a margin for
+    slower machines (the limits keep using those). An answer that reused a reading measures none of it."""
+    if info.cached_video or info.reused_prefix or not metrics.tokens_per_s or info.prefill_s is None:
+        return
+    seconds = max(float(info.duration_s), 1e-3)
+    p = params or VideoParams()
+    frames = min(1.0, seconds * p.fps / p.max_frames)
+    share = max(prefill_share(metrics.video_tokens, params), 1e-6)
+    writing = metrics.output_tokens / metrics.tokens_per_s
+    rest = metrics.latency_s - metrics.queue_s - info.decode_s - info.prefill_s - writing
+    _MEASURED[_measured_key(settings, device, variant)] = Speed(
+        name="this machine's last answer",
+        decode_tokens_per_s=float(metrics.tokens_per_s),
+        prefill_s=float(info.prefill_s) / share,
+        prepare_s=float(info.decode_s) / frames,
+        overhead_s=max(0.0, rest),
+    )
+
+
+def measured(settings: Settings, device: str, variant: str) -> Speed | None:
+    """``observe``'s figures for this device, model, compute type and variant (None: none answered yet)."""
+    return _MEASURED.get(_measured_key(settings, device, variant))
 
 
 def total_memory_mb() -> float:

@@ -71,14 +71,17 @@ def estimate_line(
         )
     if capacity.device_of(settings) != "cpu":
         return ""
-    speed = capacity.speed_for(settings, "cpu")
-    if speed is None:
+    chosen = variants or (settings.variant_list or ["gptq"])[:1]
+    table = capacity.speed_for(settings, "cpu")  # each variant's own last answer here, once there is one
+    speeds = [capacity.measured(settings, "cpu", v) or table for v in chosen]
+    if table is None and None in speeds:
         return f"How long {noun} takes on this CPU was never measured (see docs/SPEED.md): expect minutes."
-    est = estimate(task, plan, duration_s, settings, speed, params)
-    dtype = compute_choice(settings, (variants or settings.variant_list or ["gptq"])[0], "cpu").dtype
+    ests = [estimate(task, plan, duration_s, settings, sp, params) for sp in speeds if sp is not None]
+    dtype = compute_choice(settings, chosen[0], "cpu").dtype
+    first, most = sum(e.first_s for e in ests), sum(e.most_s for e in ests)
     return (
-        f"On this CPU ({dtype}), {who} of this clip takes about {duration_words(est.first_s * runs)} to read "
-        f"it, and up to {duration_words(est.most_s * runs)} if {_answers(est.windows * runs)} to its "
+        f"On this CPU ({dtype}), {who} of this clip takes about {duration_words(first)} to read "
+        f"it, and up to {duration_words(most)} if {_answers(ests[0].windows * runs)} to its "
         f"{get_task(task).tokens(settings)}-token limit."
     )
 

@@ -15,7 +15,7 @@ SEED_SOURCE = "https://huggingface.co/NemoStation/Marlin-2B-GPTQ"
 """The GPTQ checkpoint's public model card, where the published figures come from."""
 
 MODEL_FACTS = """
-### Marlin-2B
+## Marlin-2B
 - A 2.21B-parameter video language model (NemoStation) fine-tuned from **Qwen3.5-2B**: a hybrid of Gated
   DeltaNet linear-attention layers and a few full-attention layers, with a 0.33B vision tower.
 - Two trained tasks, each with its exact prompt: **caption** (`Scene:` paragraph, then `Events:` lines
@@ -34,11 +34,11 @@ MODEL_FACTS = """
 """
 
 SEED_FIGURES = f"""
-### GPTQ vs bnb4: the published figures
+## GPTQ vs bnb4: the published figures
 From the [GPTQ checkpoint's model card]({SEED_SOURCE}), measured by its author on one GPU. The Compare tab
 measures the same quantities on this machine; expect other absolute numbers.
 
-| | GPTQ 4-bit | bnb4 (nf4) |
+| Published figure | GPTQ 4-bit | bnb4 (nf4) |
 |---|---|---|
 | Seconds per request | **11.78** | 12.44 |
 | Peak allocated VRAM (MB) | 4668.44 | **4201.46** |
@@ -56,7 +56,7 @@ measures the same quantities on this machine; expect other absolute numbers.
 """
 
 RUN_LOCALLY = """
-### Run it yourself
+## Run it yourself
 ```bash
 pip install -r requirements.txt   # and the system package ffmpeg
 python app.py                     # real Marlin-2B (Hub or local weights)
@@ -93,7 +93,7 @@ def api_snippets(ctx: UIContext) -> str:
     target = os.environ.get("SPACE_ID") or f"http://127.0.0.1:{ctx.settings.port}/"
     v = ctx.default_variant
     return f"""
-### Use it from Python (`pip install gradio_client`)
+## Use it from Python (`pip install gradio_client`)
 Every endpoint returns plain JSON; videos must be uploaded with `handle_file` (a path string naming a file on
 the server is refused). Errors arrive as `gradio_client.exceptions.AppError` with a readable message.
 ```python

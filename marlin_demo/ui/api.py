@@ -77,7 +77,8 @@ SEARCH_RETURNS = (
     'library and "id" its entry; start/end are seconds on that video\'s own timeline; "score" (0-1) '
     'combines find\'s confidence with the window\'s text relevance ("retrieval_score", BM25); "window" is '
     'the caption window find was asked in; "thumbnail" is a URL path on this server. An empty library, or '
-    'no match, is an empty "moments" list.'
+    'no match, is an empty "moments" list. "searched_windows" counts the find windows asked (a caption '
+    "window longer than find's window is several), as the search's cost line counts them before it runs."
 )
 
 

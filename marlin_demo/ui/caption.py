@@ -4,6 +4,7 @@ The UI event streams the text (private); the public ``/caption`` returns ``Capti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import html
 import json
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from typing import Any, cast
 import gradio as gr
 
 from marlin_demo import subtitles
-from marlin_demo.contract import Event
-from marlin_demo.results import CaptionResult, Result, Window
+from marlin_demo.contract import Event, clock_span
+from marlin_demo.results import CaptionResult, Partial, Result, Window
 from marlin_demo.tasks import CAPTION
 from marlin_demo.tasks.caption import chapters_of
 from marlin_demo.ui import run_tab, timeline
@@ -23,6 +24,7 @@ from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView
 from marlin_demo.ui.running import RunState, StageView, Updates, scroll_mark
+from marlin_demo.ui.status import notice_html
 
 PLACEHOLDER = "Choose a clip and caption it: its events appear here on a time axis; click one to play it."
 GHOST = ((0.03, 0.28), (0.34, 0.61), (0.67, 0.96))  # the empty timeline's faint bars: timed events
@@ -85,9 +87,18 @@ class CaptionView(RunView):
         downloads hold windows 1..k at once (a caption stopped later keeps them)."""
         caption = cast(CaptionResult, merged)
         self.events = list(caption.events)
-        if run.window is not None and run.windows is not None and run.window >= run.windows:
+        k, n = run.window or 0, run.windows or 0
+        if k >= n or not self.windows:
             return None  # the last window: the finished result follows at once
-        return {self.tab.table: _rows(self.events), self.tab.files: _downloads(self.ctx, caption, self.path)}
+        # what is kept (after a Stop too) says the part of the video it covers, and so do its files
+        covered = clock_span(self.windows[0].start, self.windows[k - 1].end)
+        so_far = Partial(f"The events, the table and the downloads cover {covered} of the video only.", k, n)
+        caption = dataclasses.replace(caption, partial=so_far)
+        return {
+            self.tab.table: _rows(self.events),
+            self.tab.files: _downloads(self.ctx, caption, self.path),
+            self.tab.notice: notice_html(self.ctx, caption, self.tab.name),
+        }
 
     def writing(self, run: RunState) -> Updates:
         window = f" (window {run.window} of {run.windows})" if run.windowed else ""
@@ -189,10 +200,16 @@ def _downloads(ctx: UIContext, result: CaptionResult, video: str) -> list[str]:
     """The caption as JSON (with its chapters), WebVTT, SRT and YouTube chapters, named after the clip."""
     folder = ctx.new_run_dir("caption")
     stem = clip_stem(video)
+    part = result.partial  # windows 1..k of a long video: each file's name says so, the JSON and WebVTT why
+    if part is not None:
+        stem += f".windows-1-{part.windows_done}-of-{part.windows_total}"
     data = CAPTION.answer.to_json(result)  # ``/caption``'s JSON, the CLI's too
+    vtt = subtitles.to_webvtt(result.events)
+    if part is not None and vtt:
+        vtt = vtt.replace("WEBVTT\n", f"WEBVTT\n\nNOTE {part.note()}\n", 1)
     texts = {  # an empty one is not written (SRT without cues, no chapters)
         "events.json": json.dumps(data, ensure_ascii=False, indent=2) + "\n",
-        "vtt": subtitles.to_webvtt(result.events),
+        "vtt": vtt,
         "srt": subtitles.to_srt(result.events),
         "chapters.txt": "".join(line + "\n" for line in data["chapters"]["lines"]),
     }

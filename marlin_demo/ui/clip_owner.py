@@ -21,14 +21,18 @@ class ResultsClip:
     def __init__(self, limit: int = 4096) -> None:
         # session -> (its report's number, the clip, tab -> the clip of the tab's results)
         self._screens: dict[str, tuple[float, str, dict[str, str]]] = {}
+        # session -> the tabs whose results a request's report found stale: cleared by the clip's change
+        self._stale: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self.limit = limit
 
     def seen(self, session: str, clip: str | None, stamp: float | None) -> list[str]:
-        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's
-        (forgotten, for the caller to clear); none when a newer report already came."""
+        """The browser had ``clip`` on screen at ``stamp`` (the clip's change event): the tabs whose results
+        were another clip's (forgotten, for the caller to clear). A newer report that came first, a request
+        of another tab started on the new clip, found them and left them here: they are said even then."""
         with self._lock:
-            return self._seen(session, clip or "", stamp)
+            self._seen(session, clip or "", stamp)
+            return sorted(self._stale.pop(session, set()))
 
     def start(self, tab: str, session: str, clip: str, stamp: float | None) -> bool:
         """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's from now, if the
@@ -38,6 +42,7 @@ class ResultsClip:
             if not self._is_shown(session, clip):
                 return False
             self._screens[session][2][tab] = clip  # (``_seen`` put the session there)
+            self._stale.get(session, set()).discard(tab)  # its results are this request's from now
             return True
 
     def shows(self, session: str, clip: str) -> bool:
@@ -45,23 +50,33 @@ class ResultsClip:
         with self._lock:
             return self._is_shown(session, clip)
 
+    def taken(self, tab: str, session: str, clip: str) -> bool:
+        """A newer request of ``tab`` started on another clip than ``clip``: the tab is that request's."""
+        with self._lock:
+            screen = self._screens.get(session)
+            owner = None if screen is None else screen[2].get(tab)
+            return owner is not None and not same_file(owner, clip)
+
     def _is_shown(self, session: str, clip: str) -> bool:
         screen = self._screens.get(session)
         return screen is None or same_file(screen[1], clip)
 
-    def _seen(self, session: str, clip: str, stamp: float | None) -> list[str]:
+    def _seen(self, session: str, clip: str, stamp: float | None) -> None:
+        """A newer report's clip is the one on screen; the tabs it makes stale wait in ``_stale``."""
         number = -1.0 if stamp is None else float(stamp)  # unnumbered (an old page): only as a first report
         screen = self._screens.get(session)
         if screen is not None and number <= screen[0]:
-            return []
+            return
         owners = {} if screen is None else screen[2]
         stale = [tab for tab, owner in owners.items() if not same_file(owner, clip)]
         for tab in stale:
             del owners[tab]
+        self._stale.setdefault(session, set()).update(stale)
         self._screens[session] = (number, clip, owners)
         while len(self._screens) > self.limit:
-            self._screens.pop(next(iter(self._screens)))
-        return stale
+            gone = next(iter(self._screens))
+            self._screens.pop(gone)
+            self._stale.pop(gone, None)
 
 
 STAMP_JS = """(...args) => {

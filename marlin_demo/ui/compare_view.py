@@ -244,7 +244,7 @@ HEADLINE_AGREEMENT = ("span_iou", "rouge_l")
 #: a speed ratio or memory share this close to even reads "about the same"
 SAME_SPEED = 1.05
 SAME_MEMORY = 0.02
-FIGURES_HEADING = next(line[4:] for line in about.SEED_FIGURES.splitlines() if line.startswith("### "))
+FIGURES_HEADING = next(line[3:] for line in about.SEED_FIGURES.splitlines() if line.startswith("## "))
 """The About tab's section with the model card's published figures (the verdict links to it)."""
 FIGURES_LINK = (
     '<a class="cs-figures" href="#about-facts" data-mr-tab="about" '

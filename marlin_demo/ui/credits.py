@@ -12,7 +12,7 @@ from typing import Any
 from marlin_demo.settings import EXAMPLES_DIR
 from marlin_demo.ui.context import UIContext
 
-CREDITS_HEADING = "### Example clips: credits"
+CREDITS_HEADING = "## Example clips: credits"
 
 
 def credit_text(example: Mapping[str, Any]) -> str:

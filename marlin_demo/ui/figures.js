@@ -5,7 +5,7 @@ element.addEventListener('click', (ev) => {
   document.querySelector(`[role="tab"][data-tab-id="${link.dataset.mrTab}"]`)?.click();
   const end = performance.now() + 10000;
   const reveal = () => {  // the tab draws its contents once selected
-    const heading = [...document.querySelectorAll(`${link.getAttribute('href')} h3`)]
+    const heading = [...document.querySelectorAll(`${link.getAttribute('href')} h2`)]
       .find(h => h.textContent.includes(link.dataset.mrHeading));
     if (heading) heading.scrollIntoView({block: 'start'});
     else if (performance.now() < end) requestAnimationFrame(reveal);

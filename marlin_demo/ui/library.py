@@ -33,6 +33,8 @@ from marlin_demo.ui.status import status_html
 
 PLAYER_ID = "library-video"
 CSS = asset("library.css")
+#: ``js_on_load`` of the tab's first line: the gallery's thumbnails named by their moments
+LABELS_JS = asset("library.js")
 
 
 def default_source(ctx: UIContext) -> LibrarySource:
@@ -135,9 +137,10 @@ def headline_html(answer: dict[str, Any], tiny: bool, failures: list[str] | None
         videos = len({m["id"] for m in answer["moments"]})
         found = f"{n} moment{'s' if n != 1 else ''} in {videos} video{'s' if videos != 1 else ''}"
         body, cls = f"{found}: choose one to play it", ""
+    asked = answer["searched_windows"]
     extra = (
-        f"{lib['videos']} videos, {lib['windows']} windows; find asked in "
-        f"{answer['searched_windows']} of them."
+        f"{lib['videos']} videos, {lib['windows']} caption windows; find was asked in {asked} "
+        f"window{'s' if asked != 1 else ''} inside the best of them."
     )
     if tiny:
         extra += " Tiny stand-in: its captions and spans are meaningless."
@@ -198,10 +201,10 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
         for kind, value in events:
             if kind == "text":  # window k of n is asked
                 k, n = value
-                text = f"asking find in window {k} of {n}…"
-                if k == 0:
-                    chosen = f"{n} candidate window{'s' if n != 1 else ''}"
-                    text = f"Stage 1: {chosen} chosen by their captions; {text}"
+                text = f"find answered in {k} of {n} windows…"
+                if k == 0:  # the count the cost line said: find windows (search_windows)
+                    text = f"Stage 1: the captions chose where to look; asking find in {n} window"
+                    text += "s…" if n != 1 else "…"
                 yield {tab.progress: progress_html(0.35 + 0.65 * k / max(1, n), text)}
             elif kind == "error":
                 with user_errors():
@@ -239,7 +242,7 @@ def render(ctx: UIContext) -> LibraryTab:
     if source.items is not None and gpu_here():
         source.start()  # a GPU is here now: the index is ready before the first visitor asks
     with gr.Column(elem_id="library-tab"):
-        gr.HTML(about_html(source), elem_id="library-about")
+        gr.HTML(about_html(source), elem_id="library-about", js_on_load=LABELS_JS)
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=320):
                 query = gr.Textbox(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.running import Updates
-from marlin_demo.ui.status import STATUS_JS, clip_status, tab_work
+from marlin_demo.ui.status import STATUS_JS, clip_status
 
 HINT = (
     "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
@@ -47,13 +47,15 @@ def render(ctx: UIContext) -> Clip:
         with gr.Column(scale=8, min_width=300):
             gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
-                # shown with a clip; labelled by their placeholders (and aria labels): one short line
+                # shown with a clip; labelled by their placeholders (and aria labels): one short line.
+                # No ``minimum``: Gradio would refuse a negative From before our code runs (an HTTP
+                # error, the run left waiting); ``service.asked_range`` says what is allowed instead
                 start = gr.Number(
-                    None, label="From (s)", show_label=False, placeholder="From (s)", minimum=0,
+                    None, label="From (s)", show_label=False, placeholder="From (s)",
                     elem_id="clip-start", min_width=80, visible=False,
                 )  # fmt: skip
                 end = gr.Number(
-                    None, label="To (s)", show_label=False, placeholder="To (s)", minimum=0,
+                    None, label="To (s)", show_label=False, placeholder="To (s)",
                     elem_id="clip-end", min_width=80, visible=False,
                 )  # fmt: skip
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
@@ -91,13 +93,9 @@ def listen(
     status = functools.partial(clip_status, ctx)
     gr.on(changes, status, inputs, clip.status, trigger_mode="always_last", **PRIVATE_UI)
 
-    def priced(video: str | None, start: Any, end: Any, tab: str | None, *choices: Any) -> Any:
-        """The line for the tab just selected; one that runs nothing on the clip (Library, About) leaves
-        it as it was, so the page above the tabs does not jump as they are switched."""
-        return gr.skip() if tab_work(ctx, tab) is None else status(video, start, end, tab, *choices)
-
-    # a State set by an event does not fire its own change: the line follows the select itself
-    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(priced, inputs, clip.status, **PRIVATE_UI)
+    # a State set by an event does not fire its own change: the line follows the select itself (a tab that
+    # runs nothing on the clip, Library or About, gets the clip's facts without another tab's cost)
+    page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(status, inputs, clip.status, **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 
     def clear(video: str | None, stamp: float | None, request: gr.Request) -> Updates:
@@ -117,16 +115,21 @@ def while_shown(
     stamp: float | None,
     updates: Generator[Updates, None, None],
     gone: Updates,
-) -> Iterator[Updates]:
+) -> Generator[Updates, None, bool]:
     """The request's ``updates`` while ``path`` (read at ``stamp``) is on screen; then ``gone``, and the
-    request is closed. A request whose clip left before it started shows nothing and never runs."""
+    request is closed. A request whose clip left before it started shows nothing and never runs. True
+    when a newer request of ``tab`` took its place: the tab's outputs and buttons are that one's (no
+    ``gone``, and ``running.with_buttons`` leaves them)."""
     session = session_of(request)
     with contextlib.closing(updates):
-        if not ctx.results_clip.start(tab, session, path, stamp):
-            yield gone
-            return
-        for update in updates:
-            if not ctx.results_clip.shows(session, path):
-                yield gone
-                return
-            yield update
+        if ctx.results_clip.start(tab, session, path, stamp):
+            for update in updates:
+                if not ctx.results_clip.shows(session, path):
+                    break
+                yield update
+            else:
+                return False
+        if ctx.results_clip.taken(tab, session, path):
+            return True
+        yield gone
+        return False

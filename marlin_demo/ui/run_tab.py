@@ -153,21 +153,24 @@ class RunTab:
                 """The request as it runs (the tab's ``RunView``) while its clip is on screen, then Run is
                 back (in the request, not a ``.then`` step, so a stopped request's late end cannot reset the
                 next one's buttons); a bad clip, query or run is said once, under its input (no toast)."""
-                run = start_run(ctx, self, values, request, example)
+                run, session = start_run(ctx, self, values, request, example), session_of(request)
                 if run.first:
                     yield run.first
                 try:
                     with user_errors(), contextlib.closing(run.updates) as updates:
                         for update in updates:
-                            if not ctx.results_clip.shows(session_of(request), run.path):
-                                yield {self.progress: ""}  # its clip left the screen: it stops here
+                            if not ctx.results_clip.shows(session, run.path):  # its clip left: it stops
+                                run.taken = ctx.results_clip.taken(self.name, session, run.path)
+                                if not run.taken:  # (a newer run of the tab's: its outputs are that one's)
+                                    yield {self.progress: ""}
                                 break
                             yield update
                 except gr.Error as exc:
                     yield self.failed(exc.message)
                 else:
                     run.keep()
-                yield run_buttons(buttons, False)
+                if not run.taken:
+                    yield run_buttons(buttons, False)
 
             return run_ui
 
@@ -219,12 +222,14 @@ def _nothing() -> Generator[Updates, None, None]:
 @dataclass
 class Run:
     """A click's request, ready to run: what it shows ``first``, then its ``updates`` (the view's, of the
-    service's one stream) for the clip at ``path``; ``keep`` keeps an example's answer for its next click."""
+    service's one stream) for the clip at ``path``; ``keep`` keeps an example's answer for its next click;
+    ``taken``: a newer request of the tab took its place, whose outputs and buttons these are."""
 
     path: str
     first: Updates
     updates: Generator[Updates, None, None] = dataclasses.field(default_factory=lambda: _nothing())
     keep: Callable[[], None] = lambda: None
+    taken: bool = False
 
 
 def start_run(
@@ -237,8 +242,11 @@ def start_run(
     if not isinstance(asked, Asked):
         return Run("", {tab.progress: "", **asked})
     key, kept = kept_answer(ctx, tab.name, *asked.what) if example else (None, None)
-    if kept is not None or not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):
-        return Run(asked.path, {} if kept is not None else {tab.progress: ""})  # shown, or gone
+    if kept is not None:
+        return Run(asked.path, {})  # the first step showed it
+    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):  # its clip is gone:
+        taken = ctx.results_clip.taken(tab.name, session_of(request), asked.path)  # a newer run's, or none
+        return Run(asked.path, {} if taken else {tab.progress: ""}, taken=taken)
     view = tab.view_type(ctx, tab, asked)
     every = ctx.settings.stream_every_s if tab.throttle else None
     assert asked.request is not None  # ``ask`` made it
@@ -248,7 +256,8 @@ def start_run(
         if key is not None and view.result is not None:
             ctx.answers.keep(key, view.result, view.cold)
 
-    return Run(asked.path, view.start(), updates, keep)
+    # (a run it waited for put Run back)
+    return Run(asked.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep)
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:

@@ -33,12 +33,16 @@ def run_buttons(buttons: Sequence[Block], running: bool) -> Updates:
     return {run: gr.update(visible=not running), stop: gr.update(visible=running)}
 
 
-def with_buttons(outputs: Iterator[Updates], buttons: Sequence[Block]) -> Iterator[Updates]:
+def with_buttons(
+    outputs: Iterator[Updates] | Generator[Updates, None, bool | None], buttons: Sequence[Block]
+) -> Iterator[Updates]:
     """A tab's streamed outputs, then its (run, stop) ``buttons`` back to "not running": in the request, not
-    a ``.then`` step, so a stopped request's late end cannot reset the next one's buttons."""
+    a ``.then`` step, so a stopped request's late end cannot reset the next one's buttons; left as they are
+    when ``outputs`` returns True (a newer request of the tab took its place: ``one_clip.while_shown``)."""
     with contextlib.closing(outputs):  # type: ignore[type-var]
-        yield from outputs
-    yield run_buttons(buttons, False)
+        taken = yield from outputs  # type: ignore[func-returns-value]  # (a plain iterator: None)
+    if taken is not True:
+        yield run_buttons(buttons, False)
 
 
 def waiting_updates(buttons: Sequence[Block], progress: Block | None) -> Updates:
@@ -77,8 +81,11 @@ def wire_run_and_stop(
     runs, ends = [main], [main]
     if example is not None:
         loaded, first_fn, example_fn = example
-        first = loaded.then(first_fn, inputs, outputs, js=js, **PRIVATE_UI)
-        runs.append(first.then(example_fn, inputs, outputs, **run_options))
+        # an example clicked while another runs: its steps wait for that run to end ("always_last"; a
+        # step's default drops a click while it is pending), and it ends soon, its clip being gone
+        last = {"trigger_mode": "always_last"}
+        first = loaded.then(first_fn, inputs, outputs, js=js, **last, **PRIVATE_UI)
+        runs.append(first.then(example_fn, inputs, outputs, **last, **run_options))
         ends += [first, runs[-1]]
     # Stop puts the buttons back at once and cancels the run; what it says is read then (what was running
     # when it was pressed) and said in a queued step after it, over the page's one message stream, so a

@@ -93,8 +93,9 @@ def metrics_html(
 ) -> str:
     """Cost of one request as cards; ``info`` adds what the public JSON leaves out (first visible text,
     kernels), ``reuse`` (``UIContext.reuse_note``) what an earlier reading of the same video saved."""
+    turn = "its turn on the model: reading the clip, the model's work, any wait for others; load excluded"
     cards = [
-        ("Latency", fmt(m.get("latency_s"), " s"), "request end to end, model load excluded"),
+        ("Latency", fmt(m.get("latency_s"), " s"), turn),
         ("First token", fmt(m.get("ttft_s"), " s"), "decode + prefill until the first new token"),
         ("Tokens/s", fmt(m.get("tokens_per_s"), "", 1), "generation speed after the first token"),
         ("Output tokens", str(m.get("output_tokens", "–")), "tokens the model wrote"),
@@ -107,6 +108,8 @@ def metrics_html(
         dtype = html.escape(info.runtime.compute_dtype or "–")
         cards[-1] = ("Device", f"{cards[-1][1]} · {dtype}", f"variant {variant}, computed in {dtype}")
         cards[2:2] = [("First text", fmt(info.first_text_s, " s"), "until the first visible words")]
+        if info.total_s:
+            cards.insert(0, ("Total", fmt(info.total_s, " s"), _total_hint(m, info.total_s, cold)))
         compiled = f"; compiled decoding: {info.compile}" if info.compile and info.compile != "off" else ""
         if compiled:
             compiled += f", {info.compile_s:.1f} s compile paid once"
@@ -133,6 +136,20 @@ def metrics_html(
             f'<div class="md-reuse-note">{html.escape(reuse)}</div>'
         )
     return f'<div class="md-metrics"><div class="md-run">{run}</div><div class="md-grid">{body}</div></div>'
+
+
+def _total_hint(m: Mapping[str, Any], total_s: float, cold: bool) -> str:
+    """What the Total card adds up: the load (a cold run's), the latency and the rest (checking the clip,
+    decoding a long video's windows before their turns), so no second of the server's goes unsaid, and
+    what it leaves out is named."""
+    load = float(m.get("load_s") or 0.0) if cold else 0.0
+    latency = float(m.get("latency_s") or 0.0)
+    rest = max(0.0, total_s - load - latency)
+    loaded = f"load {load:.2f} s + " if cold else ""
+    return (
+        f"the server's time on it: {loaded}latency {latency:.2f} s + {rest:.2f} s outside the model's turns "
+        "(checking the clip; a long video's frames) (not counted: its upload and the page's queue before it)"
+    )
 
 
 def notice_html(ctx: UIContext, result: Result, what: str) -> str:

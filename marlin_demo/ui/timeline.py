@@ -102,9 +102,8 @@ def timeline_html(
     lanes = _lanes(items)
     for (start, end, idx, desc), lane in zip(items, lanes, strict=True):
         label = html.escape(f"{idx + 1}. {clock_span(start, end)} · {desc}")
-        attrs = (
-            f'data-index="{idx}" title="{label}" aria-label="Play from {start:.1f} s: {html.escape(desc)}"'
-        )
+        said = html.escape(f"{idx + 1}. {desc}: play from {start:.1f} s")  # its visible label first
+        attrs = f'data-index="{idx}" title="{label}" aria-label="{said}"'
         inner = _label(f"{idx + 1}. {desc}", str(idx + 1))
         color = f";--mt-color:{PALETTE[idx % len(PALETTE)]}"
         rows.append(_bar("mt-event", start, end, duration, lane * 34 + 4, attrs, inner, color))
@@ -120,14 +119,14 @@ def timeline_html(
     for k, (s, e, score) in enumerate(best[1:], 2):
         attrs = (
             f'data-moment="{k}" title="Moment {k}: {clock_span(s, e)}, score {score:.2f}" '
-            f'aria-label="Play moment {k} from {s:.1f} s"'
+            f'aria-label="#{k} {score:.2f}: play moment {k} from {s:.1f} s"'
         )
         rows.append(_bar("mt-moment", s, e, duration, top + 38, attrs, _label(f"#{k} {score:.2f}", f"#{k}")))
     if span is not None:
         s, e = float(span[0]), float(span[1])
         said = f"{html.escape(span_label)} {clock_span(s, e)}"
         cls = f"mt-span{' mt-best' if best else ''}{_outside_label(_pct(s, duration), _pct(e, duration))}"
-        attrs = f'title="{said}" aria-label="Play the span from {s:.1f} s"'
+        attrs = f'title="{said}" aria-label="{said}: play the span from {s:.1f} s"'
         rows.append(_bar(cls, s, e, duration, top, attrs, f"<span>{said}</span>"))
     if span is not None or reference is not None or no_span_text:
         track_h = 80 if (reference is not None and span is not None) else 42
