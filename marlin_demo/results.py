@@ -192,8 +192,10 @@ class RunInfo:
     #: how the tokens were decoded: "graphs" (a captured CUDA graph per step), "static" (the same step on a
     #: static cache, uncaptured: a CPU), "eager" (generate's own loop) or "compiled" (MARLIN_COMPILE)
     decode: str = ""
-    decode_note: str = ""  # why graphs (or compile) were asked for and eager ran
+    #: why graphs (or compile) were asked for and eager ran; on ZeroGPU "checked at start-up" when they ran
+    decode_note: str = ""
     capture_s: float = 0.0  # capturing a new cache size's decode step in this request (inside latency_s)
+    replayed_steps: int = 0  # decode steps that ran the captured step (a CPU: the same step, uncaptured)
     repairs: list[str] = field(default_factory=list)
     cached_video: bool = False
     reused_prefix: bool = False

@@ -524,23 +524,102 @@ def measure_row(run: Pass, spec: dict[str, Any], row: dict[str, Any]) -> None:
     try:
         row.update(engine.load(variant).describe())
         for task in ("caption", "find"):
-            first = engine.run(task, run.clip, variant, query=QUERY)  # warm-up: JIT compiles, captures
-            res = engine.run(task, run.clip, variant, query=QUERY)
+            with compiles(row, task):
+                first = engine.run(task, run.clip, variant, query=QUERY)  # warm-up: JIT compiles, captures
+            with compiles(row, task):
+                res = engine.run(task, run.clip, variant, query=QUERY)
             row[task] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
             row[f"{task}_first_latency_s"] = first.metrics.latency_s  # JIT compiles included
             row["compile_state"] = res.info.compile
             row["compile_s"] = round(res.info.compile_s, 2)
             row["decode_ran"], row["decode_note"] = res.info.decode, res.info.decode_note
             row["capture_s"] = round(max(row.get("capture_s", 0.0), first.info.capture_s), 3)
+            # per call: decode steps that replayed the captured step, of the tokens after the prefill's first
+            row.setdefault("replayed", {})[task] = [_replayed(first), _replayed(res)]
         if spec.get("long_caption"):  # same engine and cache size bucket: nothing compiles again
             engine.settings = engine.settings.with_(caption_max_new_tokens=spec["long_caption"])
             res = engine.run("caption", run.clip, variant)
             row["caption_long"] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
+            row["replayed"]["caption_long"] = [_replayed(res)]
             row["compile_s"] = round(res.info.compile_s, 2)
         if spec["decode"] == "graphs":
             row["identity"] = identity(engine, run.clip, variant, run.caption_tokens)
+            row["check"] = start_up_check(engine, run.clip, variant)
+        if variant == "bnb4":
+            row["bitsandbytes"] = bnb_kernels(engine, run.clip, variant)
     finally:
         engine.unload(variant)
+
+
+@contextlib.contextmanager
+def compiles(row: dict[str, Any], key: str) -> Any:
+    """Dynamo's compiles during one call, appended to ``row["dynamo_compiles"][key]`` (on the Space's path:
+    0, its stance is force_eager; compiled rows: their graphs)."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    try:
+        yield
+    finally:
+        row.setdefault("dynamo_compiles", {}).setdefault(key, []).append(
+            counters["stats"]["unique_graphs"] - before
+        )
+
+
+def start_up_check(engine: Any, clip: Any, variant: str) -> dict[str, Any]:
+    """The start-up call's check of this row's captured step (``warmup.warm``: replayed, then uncaptured,
+    logit for logit), beside ``identity`` (graphs against eager decoding)."""
+    import dataclasses
+
+    from marlin_demo.engine import warmup
+    from marlin_demo.tasks import get_task
+
+    prompt = get_task("caption").ask(None, engine.settings)[1]
+    _, verdict = warmup.warm(engine, clip, variant, prompt)
+    return {"passed": None, "why": "no step ran"} if verdict is None else dataclasses.asdict(verdict)
+
+
+def bnb_kernels(engine: Any, clip: Any, variant: str) -> dict[str, Any]:
+    """Whether bitsandbytes ran its CUDA kernels: its CUDA ops registered (CUDA showed as available when it
+    was imported), its native library built for CUDA, and its ops called on CUDA tensors (one short find,
+    its ops counted as they dispatch)."""
+    import bitsandbytes
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from marlin_demo.tasks import get_task
+
+    calls = {"cuda": 0, "other": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if getattr(func, "namespace", "") == "bitsandbytes":
+                cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+                calls["cuda" if cuda else "other"] += 1
+            return func(*args, **(kwargs or {}))
+
+    prompt = get_task("find").ask(QUERY, engine.settings)[1]
+    lib = getattr(bitsandbytes.cextension, "lib", None)
+    registered = "bitsandbytes.backends.cuda.ops" in sys.modules
+    native = bool(getattr(lib, "compiled_with_cuda", False))
+    out: dict[str, Any] = {
+        "cuda_ops_registered": registered,
+        "native_library": type(lib).__name__,
+        "native_with_cuda": native,
+        "calls": calls,
+    }
+    try:
+        with Count():
+            engine.run_clip(clip, variant, prompt, 2)
+    except Exception as exc:  # the row's figures stand without this one
+        out["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    out["ran_cuda_kernels"] = registered and native and calls["cuda"] > 0
+    return out
+
+
+def _replayed(res: Any) -> dict[str, int]:
+    """How many of a call's decode steps replayed the captured step (``steps``: all of them)."""
+    return {"replayed": res.info.replayed_steps, "steps": max(0, res.metrics.output_tokens - 1)}
 
 
 def identity(engine: Any, clip: Any, variant: str, tokens: int) -> dict[str, Any]:
@@ -561,6 +640,7 @@ def identity(engine: Any, clip: Any, variant: str, tokens: int) -> dict[str, Any
         "tokens": len(a),
         "first_difference": next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None),
         "graphs_decode": graphs_run.gen.decode,
+        "graphs_replayed": graphs_run.info.replayed_steps,
         "eager_tokens_per_s": eager_run.metrics.tokens_per_s,
         "eager_latency_s": eager_run.metrics.latency_s,
     }
@@ -594,6 +674,8 @@ def warm_up_phase(args: argparse.Namespace) -> int:
     """One phase of the warm-up row, in this fresh process: ``start-up`` runs the app's start-up work
     (``warmup.run`` on every variant); ``visitor`` loads the first variant and times its first caption,
     then a second one (the warm latency), as a visitor's first call after the start-up call would."""
+    import dataclasses
+
     from marlin_demo.engine import Engine, warmup
     from marlin_demo.service.startup import prepare_zero_gpu
     from marlin_demo.settings import Settings
@@ -601,21 +683,31 @@ def warm_up_phase(args: argparse.Namespace) -> int:
     prepare_zero_gpu()  # as the app on ZeroGPU: no kernel that nvcc builds
     set_fla(os.environ.get("MARLIN_GPU_CHECK_FLA") == "1")
     variants = [v for v in args.variants.split(",") if v]
-    settings = Settings(model=args.model_dir, device=args.device, variants=",".join(variants))
+    # graphs: what auto is on CUDA; on the dry run's CPU the step, uncaptured (so the check runs there too)
+    settings = Settings(
+        model=args.model_dir, device=args.device, variants=",".join(variants), decode="graphs"
+    )
     engine = Engine(settings.with_(caption_max_new_tokens=args.caption_tokens), prefix_cache_size=0)
     out: dict[str, Any] = {}
     if args.warm_up_phase == "start-up":
+        engine = Engine(engine.settings)  # the app's prefix cache: the check decodes from the clip's prefix
         for v in variants:
             engine.load(v)
         t0 = time.perf_counter()
-        warmed = warmup.run(engine, variants)
-        out = {"seconds": round(time.perf_counter() - t0, 2), "variants": [w.__dict__ for w in warmed]}
+        with compiles(out, "start_up"):
+            warmed = warmup.run(engine, variants)
+        # the start-up check's verdict per variant (``verdict``), its seconds measured inside the call
+        out.update(
+            seconds=round(time.perf_counter() - t0, 2), variants=[dataclasses.asdict(w) for w in warmed]
+        )
     else:
         variant = variants[0]
         out["load_s"] = round(engine.load(variant).load_s, 2)
         clip = synthetic_clip(2.0 if args.device == "cpu" else 60.0, 640, 360)
-        first = engine.run("caption", clip, variant)
-        res = engine.run("caption", clip, variant)
+        with compiles(out, "visitor"):
+            first = engine.run("caption", clip, variant)
+        with compiles(out, "visitor"):
+            res = engine.run("caption", clip, variant)
         out.update(
             variant=variant,
             first_latency_s=first.metrics.latency_s,
@@ -624,6 +716,7 @@ def warm_up_phase(args: argparse.Namespace) -> int:
             peak_memory_mb=res.metrics.peak_memory_mb,
             decode=res.info.decode,
             capture_s=first.info.capture_s,
+            replayed=[_replayed(first), _replayed(res)],
         )
     Path(args.out).write_text(json.dumps(out, indent=2))
     return 0

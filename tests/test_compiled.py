@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 
 from marlin_demo import service
+from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.engine import Engine, graphs
+from marlin_demo.engine.core import ClipRun
 from marlin_demo.results import Done, Progress, Result
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import get_task
 from marlin_demo.ui import compare_view
 
 pytestmark = pytest.mark.slow
@@ -89,23 +92,74 @@ def host_waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     torch._dynamo.reset()
 
 
+@pytest.fixture(scope="module")
+def eager_runs() -> Callable[[str, str], ClipRun]:
+    """Eager decoding's generation per (task, variant): its tokens and log-probs, step by step."""
+    engine = Engine(SETTINGS.with_(decode="eager"))
+    done: dict[tuple[str, str], ClipRun] = {}
+
+    def run(task: str, variant: str) -> ClipRun:
+        if (task, variant) not in done:
+            done[task, variant] = _clip_run(engine, task, variant)
+        return done[task, variant]
+
+    return run
+
+
+def _clip_run(engine: Engine, task: str, variant: str) -> ClipRun:
+    """One task's prompt on ``CLIP`` as ``Engine.run`` asks it (find: its scored steps' log-probs)."""
+    entry = get_task(task)
+    prompt = entry.ask("the ball rolls" if task == "find" else None, SETTINGS)[1]
+    return engine.run_clip(CLIP, variant, prompt, entry.tokens(SETTINGS), logprobs=entry.answer.logprobs)
+
+
 @pytest.mark.parametrize("variant", ["bf16", "gptq", "bnb4"])
-def test_static_step_tokens_equal_eager(
-    variant: str, eager: Callable[[str, str], Result], host_waits: list[str]
+def test_every_decode_step_runs_the_step_and_gives_eager_tokens(
+    variant: str, eager_runs: Callable[[str, str], ClipRun], host_waits: list[str]
 ) -> None:
-    reference = eager("caption", variant)
+    """A request from a video's prefix (computed, then reused), one without a prefix (reuse off) and a find
+    (its scored steps): every decode step ran the captured step (none eager), each step's token is eager's."""
     engine = Engine(SETTINGS.with_(decode="graphs"))  # a CPU: the step on the static cache, uncaptured
-    first = engine.caption(CLIP, variant)
-    assert first.info.decode == "static", first.info.decode_note
-    assert first.raw == reference.raw and first.metrics.output_tokens == reference.metrics.output_tokens
-    assert first.info.capture_s > 0  # a new cache size: its step made by a short generation first
-    second = engine.caption(CLIP, variant)  # the video's prefix loaded into the same static cache
-    assert second.info.reused_prefix and second.info.capture_s == 0
-    assert second.raw == reference.raw
+    first, second = (_clip_run(engine, "caption", variant) for _ in range(2))
+    no_prefix = _clip_run(Engine(SETTINGS.with_(decode="graphs"), video_cache_size=0), "caption", variant)
+    found = _clip_run(engine, "find", variant)
+    assert not first.info.reused_prefix and second.info.reused_prefix and found.info.reused_prefix
+    assert not no_prefix.info.reused_prefix
+    assert first.info.capture_s > 0 and second.info.capture_s == 0  # one cache size, made once
+    for task, run in (("caption", first), ("caption", second), ("caption", no_prefix), ("find", found)):
+        reference = eager_runs(task, variant)
+        assert run.info.decode == "static" and run.info.decode_note == "", run.info.decode_note
+        assert run.gen.token_ids == reference.gen.token_ids  # every step's token
+        assert run.info.replayed_steps == len(run.gen.token_ids or []) - 1 > 0  # the first is the prefill's
+    assert found.gen.logprobs is not None and len(found.gen.logprobs) == len(found.gen.token_ids or [])
     assert host_waits == []  # nothing in a decode step waits for the device: CUDA can capture it
     state = graphs.state_of(engine.load(variant))
     assert not state.fallback and len(state.steps) == 1
     assert engine.decode_expected(variant, "cpu") == "static"
+
+
+@pytest.mark.parametrize("variant", ["bf16", "gptq", "bnb4"])
+def test_every_window_of_a_long_video_runs_the_step(variant: str, long12: Path) -> None:
+    """A 12 s video in two 6 s windows, asked twice (the second from each window's prefix): every window's
+    decode steps ran the step, and the answer is eager's."""
+    settings = SETTINGS.with_(caption_window_s=6.0)
+    reference = service.run(Engine(settings.with_(decode="eager")), "caption", long12, variant)
+    engine = Engine(settings.with_(decode="graphs"))
+    for _ in range(2):
+        res = service.run(engine, "caption", long12, variant)
+        assert res.raw == reference.raw and len(res.info.windows) == 2
+        for window in res.info.windows:
+            assert window.decode == "static" and window.decode_note == "", window.decode_note
+            assert window.replayed_steps > 0
+    assert all(w.reused_prefix for w in res.info.windows)
+
+
+@pytest.fixture(scope="module")
+def long12(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 12 s clip of the examples (two 6 s caption windows)."""
+    path = tmp_path_factory.mktemp("long") / "long12.mp4"
+    build_long_clip(path, target_s=12.0)
+    return path
 
 
 def test_static_step_scores_finds_streams_and_stops_as_eager(eager: Callable[[str, str], Result]) -> None:
@@ -146,22 +200,26 @@ def test_a_variant_that_cannot_capture_decodes_eagerly_and_says_why() -> None:
 
 
 def test_a_step_whose_inputs_change_shape_runs_eagerly_and_says_so() -> None:
-    """A prompt without video passes no ``mm_token_type_ids`` to its decode steps, unlike the step that was
-    made: those steps run the forward eagerly on the same cache (eager's tokens) and the note counts them."""
+    """A prompt without video passes no ``mm_token_type_ids`` to its decode steps, unlike the shapes the step
+    was made for: those steps run the forward eagerly on the same cache (eager's tokens), the request says
+    it decoded eagerly and counts them, and its variant's next call is sized for eager."""
     import time
 
     from marlin_demo.engine.generation import generate
 
-    loaded = Engine(SETTINGS).load("bf16")
+    engine = Engine(SETTINGS.with_(decode="graphs"))
+    loaded = engine.load("bf16")
     inputs = loaded.processor.tokenizer("The ball rolls", return_tensors="pt")
     runs = [
         generate(loaded, inputs, 6, None, time.perf_counter() + 120, decode=d) for d in ("eager", "static")
     ]
-    assert runs[1].decode == "static" and runs[1].token_ids == runs[0].token_ids
+    assert runs[1].decode == "eager" and runs[1].token_ids == runs[0].token_ids and runs[1].replayed == 0
     steps = len(runs[1].token_ids or []) - 1  # the first token comes from the prefill
-    assert (
-        runs[1].decode_note == f"{steps} decode steps ran eagerly: their inputs did not fit the captured ones"
+    assert runs[1].decode_note == (
+        f"{steps} of {steps} decode steps ran eagerly: their inputs did not fit the captured ones"
     )
+    engine.note_decode("bf16", runs[1].decode)  # what run_clip does with a request's answer
+    assert engine.decode_expected("bf16", "cuda") == "eager"
 
 
 def test_decode_setting_is_checked_and_graphs_are_the_default_on_cuda_only() -> None:

@@ -114,6 +114,9 @@ def test_dry_run_on_cpu(tmp_path: Path) -> None:
             assert row["caption_long"]["output_tokens"] >= 1  # the long-caption step ran
         else:
             assert row["compile_state"] == "off" and row["decode_ran"] == "eager"
+        assert len(row["dynamo_compiles"]["caption"]) == 2  # per call: the first, then the measured one
+    (bnb,) = [r["bitsandbytes"] for r in rows if r["variant"] == "bnb4"]
+    assert bnb["calls"]["other"] > 0 and bnb["calls"]["cuda"] == 0 and bnb["ran_cuda_kernels"] is False
     _check_the_space_rows(tmp_path, env)
     _check_speeds(report, out, tmp_path)
     _check_second_pass_reuses_the_build(tmp_path, env, report)
@@ -136,9 +139,17 @@ def _check_the_space_rows(tmp_path: Path, env: dict[str, str]) -> None:
     assert graph_row["identity"]["identical"] and graph_row["identity"]["tokens"] >= 1
     assert graph_row["identity"]["eager_tokens_per_s"] and graph_row["caption"]["peak_memory_mb"] > 0
     assert graph_row["caption_long"]["output_tokens"] >= 1
+    # every decode step of every call replayed the step; the start-up check passed; nothing compiled
+    for calls in graph_row["replayed"].values():
+        assert all(c["replayed"] == c["steps"] for c in calls), graph_row["replayed"]
+    assert graph_row["check"]["passed"] is True, graph_row["check"]
+    assert graph_row["dynamo_compiles"] == {"caption": [0, 0], "find": [0, 0]}
     assert [w["variant"] for w in warm_row["start_up"]["variants"]] == ["bf16"]
     assert not any(w["error"] for w in warm_row["start_up"]["variants"])
+    assert all(w["verdict"]["passed"] for w in warm_row["start_up"]["variants"]), warm_row["start_up"]
+    assert warm_row["start_up"]["dynamo_compiles"] == {"start_up": [0]}
     visitor = warm_row["visitor"]
+    assert visitor["dynamo_compiles"] == {"visitor": [0, 0]}
     assert visitor["first_latency_s"] > 0 and visitor["latency_s"] > 0 and visitor["tokens_per_s"]
     assert warm_row["first_call_over_warm_s"] == round(visitor["first_latency_s"] - visitor["latency_s"], 2)
 

@@ -5,6 +5,7 @@ ZeroGPU stand-in (``tests/stand_ins/spaces``: each GPU call in a forked process,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from marlin_demo import contract
 from marlin_demo.models import kernels
 from marlin_demo.service import capacity, space, startup, zerogpu
 from marlin_demo.settings import Settings
+from marlin_demo.ui import about, compare_view
 from marlin_demo.video import plan_sampling, probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +71,8 @@ def hopper_with_nvcc(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     looked: list[int] = []
     monkeypatch.setattr(kernels, "_nvcc", lambda: looked.append(1) or "/usr/local/bin/nvcc")
     yield looked
-    kernels.allow_compiler_builds(True)  # the process's default again
+    kernels.allow_compiler_builds(True)  # the process's defaults again
+    torch.compiler.set_stance("default")
 
 
 def test_gptq_kernel_on_zero_gpu_needs_no_compiler(hopper_with_nvcc: list[int]) -> None:
@@ -100,8 +103,9 @@ def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: 
 # --------------------------------------------------------------------------------- the app on ZeroGPU
 @pytest.mark.slow
 def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tmp_path: Path) -> None:
-    """One GPU call before launch runs every offered variant (the log says which); a visitor's calls then
-    ask for their own time only: the calls read [start-up, each, each], then the quota refuses."""
+    """One GPU call before launch runs every offered variant and checks its decode step (the log says which,
+    and the verdict); a visitor's calls then ask for their own time only: the calls read [start-up, each,
+    each], then the quota refuses."""
     log = tmp_path / "gpu.jsonl"
     settings = Settings(model="tiny", variants="bf16,gptq")
     clip = EXAMPLES / "flower.mp4"
@@ -112,6 +116,7 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     # call is charged to no visitor)
     quota = 2 * 60 + held - 1
     env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(quota), "MARLIN_STAND_IN_USED_S": "40"}
+    env["MARLIN_DECODE"] = "graphs"  # a CPU: the step uncaptured, checked at start-up as on the GPU
     server = start_app(tmp_path / "app", "--variants", "bf16,gptq", extra_env=env, address_flags=False)
     try:
         client = Client(server.url, verbose=False)
@@ -146,6 +151,9 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     warmed = [line for line in text.splitlines() if "marlin_demo.engine.warmup: warm-up: " in line]
     assert [line.split("warm-up: ")[1].split(":")[0] for line in warmed] == ["bf16", "gptq"], text[-3000:]
     assert "start-up GPU call (" in text and "did not warm" not in text
+    for variant in ("bf16", "gptq"):  # the verdict on each variant's step, in the log
+        said = f"start-up check of the decode step: {variant}: static (23 decode steps replayed and run"
+        assert said in text, text[-3000:]
 
 
 @pytest.mark.slow
@@ -222,7 +230,7 @@ def test_a_failed_start_up_call_is_the_owners_to_read_and_a_visitor_reads_one_pl
         raise RuntimeError("no kernel image is available for execution on the device")
 
     monkeypatch.setattr(warmup, "run", broken)  # the call's forked process inherits it
-    engine = Engine(Settings(model="tiny", variants="bf16"))
+    engine = Engine(Settings(model="tiny", variants="bf16", decode="graphs", caption_max_new_tokens=8))
     engine.load("bf16")
     with caplog.at_level("WARNING"):
         note = space.warm_up(engine)  # failed: no exception, the app goes on starting
@@ -236,3 +244,112 @@ def test_a_failed_start_up_call_is_the_owners_to_read_and_a_visitor_reads_one_pl
     assert "Error" not in said and "sign in" not in said and said.count(". ") == 0, said
     space._warm.set()  # a call has run: what a call asks no longer changes, the banner goes
     assert space.first_call_note("cuda") == ""
+    # no verdict on its step: the variant decodes eagerly, and the log and the answer say why
+    said = (
+        "start-up check of the decode step: bf16: eager (no verdict: the start-up GPU call failed "
+        "(RuntimeError: no kernel image"
+    )
+    assert said in caplog.text
+    res = engine.caption(EXAMPLES / "flower.mp4", "bf16")
+    assert res.info.decode == "eager" and res.raw
+    assert res.info.decode_note.startswith(
+        "start-up check: no verdict: the start-up GPU call failed (RuntimeError: no kernel image"
+    )
+
+
+@pytest.mark.slow
+def test_the_start_up_check_turns_graphs_off_where_a_replay_differs(
+    quota: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up call checks each variant's step: gptq's replay is planted to change one logit (its top
+    token's, made the lowest), so replaying differs from running the step uncaptured. gptq falls back to
+    eager, the log says why, and it answers as eager decoding does; bf16 and bnb4 pass and keep the step."""
+    from marlin_demo.engine import Engine, graphs
+
+    settings = Settings(model="tiny", variants="bf16,gptq,bnb4", decode="graphs", caption_max_new_tokens=12)
+    engine = Engine(settings)
+    for variant in engine.variants:
+        engine.load(variant)
+    planted_on = engine.load("gptq").model
+    replay = graphs.replay
+
+    def planted(step: graphs.DecodeStep, form: graphs.Form) -> Any:
+        out = replay(step, form)
+        if step.model is planted_on:
+            logits = out.logits[0, -1]
+            logits[int(logits.argmax())] = logits.min() - 1.0
+        return out
+
+    monkeypatch.setattr(graphs, "replay", planted)
+    clip = EXAMPLES / "flower.mp4"
+    reference = Engine(settings.with_(decode="eager")).caption(clip, "gptq")
+    unchecked = engine.caption(clip, "gptq")  # what a visitor would get without the check
+    assert unchecked.info.decode == "static" and unchecked.raw != reference.raw
+    with caplog.at_level("INFO"):
+        assert space.warm_up(engine) == ""  # in the call's forked process, the plant included
+    checks = engine.graph_checks or {}
+    assert checks["bf16"].passed and checks["bnb4"].passed, checks
+    assert not checks["gptq"].passed
+    assert checks["gptq"].why.startswith("decode step 1 of 23: its replayed logits differ from uncaptured")
+    assert "start-up check of the decode step: gptq: eager (decode step 1 of 23" in caplog.text
+    for variant in ("bf16", "bnb4"):
+        assert f"start-up check of the decode step: {variant}: static (23 decode steps" in caplog.text
+    assert engine.decode_expected("gptq", "cuda") == "eager"  # its calls: sized for eager
+    res = engine.caption(clip, "gptq")
+    assert res.info.decode == "eager" and res.raw == reference.raw  # eager's answer, the plant unused
+    assert res.info.decode_note.startswith("start-up check: decode step 1 of 23: its replayed logits differ")
+    ok = engine.caption(clip, "bf16")
+    assert ok.info.decode == "static" and ok.info.decode_note == "checked at start-up"
+    assert ok.info.replayed_steps == ok.metrics.output_tokens - 1
+    # the page says it as a fact, not an error: Compare's decode field and a line on About
+    assert "decode: eager (start-up check: decode step 1 of 23" in _card(res)
+    assert "decode: static (checked at start-up)" in _card(ok)
+    line = about.decoding_line(engine.graph_checks)
+    assert "**gptq** eagerly (decode step 1 of 23: its replayed logits differ" in line
+    said = "**bf16** in its static step, uncaptured as there is no GPU here (23 decode steps replayed and run"
+    assert said in line
+
+
+def _card(result: Any) -> str:
+    """Compare's column for ``result`` (a caption of a 5 s clip, nothing loaded for it)."""
+    return compare_view._card(result.variant, result, False, 5.0, None, compare_view.caption_card)
+
+
+# ------------------------------------------------------------------ nothing compiles on the Space's path
+def _compiles_in_call(engine: Any, variant: str, on_text: Any) -> tuple[str, str, dict[str, int]]:
+    """Inside a GPU call (forked): one caption, and what dynamo compiled meanwhile in this process."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    res = engine.caption(EXAMPLES / "flower.mp4", variant)
+    return (
+        res.raw,
+        res.info.kernel,
+        {k: counters[g][k] for g, k in (("stats", "unique_graphs"), ("frames", "total"))},
+    )
+
+
+@pytest.mark.slow
+def test_nothing_compiles_on_the_space_s_path(
+    quota: None, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """GPTQModel's gptq_torch kernel wraps its dequantize in torch.compile (8 to 10 graphs on the tiny here
+    without force_eager), bitsandbytes wraps its default ops: through ZeroGPU's calls, after the app's
+    start-up preparation, every variant answers and dynamo compiles nothing (each call runs its work in a
+    thread of the forked process, as on the Space)."""
+    import torch
+
+    from marlin_demo.engine import Engine
+
+    request.addfinalizer(lambda: torch.compiler.set_stance("default"))  # this process's stance again
+    monkeypatch.setattr(kernels, "_COMPILER_BUILDS", [*kernels._COMPILER_BUILDS])  # restored after
+    startup.prepare_zero_gpu()  # what the app does on ZeroGPU before any load
+    engine = Engine(Settings(model="tiny", variants="gptq,bnb4,bf16", gptq_backend="gptq_torch"))
+    for variant in engine.variants:  # loaded before the calls, as the app preloads on a Space (and a load in
+        engine.load(variant)  # a forked call would wait on the worker pool GPTQModel made in this process)
+    for variant in engine.variants:
+        items = space.gpu_call(functools.partial(_compiles_in_call, engine, variant), 60)
+        raw, kernel, compiled = dict(items)["done"]  # the call's answer, its last item
+        assert raw and compiled == {"unique_graphs": 0, "total": 0}, (variant, compiled)
+        if variant == "gptq":
+            assert kernel.startswith("TorchLinear"), kernel  # the kernel whose dequantize is wrapped

@@ -87,6 +87,9 @@ class Engine:
         #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
         #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
         self.decoded: dict[str, str] = {}
+        #: the start-up check's verdict per variant (``graphs.Verdict``), once ZeroGPU's start-up call ran
+        #: (``check_graphs``): graphs only where it passed; None: no check asked (off ZeroGPU)
+        self.graph_checks: dict[str, graphs.Verdict] | None = None
         limits = Limits(
             settings.max_upload_mb, settings.max_duration_s, settings.max_width, settings.max_height
         )
@@ -170,6 +173,27 @@ class Engine:
         if mode:
             self.decoded[variant] = mode
 
+    def check_graphs(self, verdicts: dict[str, graphs.Verdict]) -> None:
+        """Keep the start-up check's verdicts: from now on a variant decodes in graphs only where its check
+        passed, and its calls are sized for eager where it did not (or no verdict came)."""
+        self.graph_checks = dict(verdicts)
+        for variant in self.variants:
+            verdict = verdicts.get(variant)
+            if verdict is None or not verdict.passed:
+                self.note_decode(variant, "eager")
+
+    def _checked(self, loaded: LoadedModel) -> str:
+        """Graphs off for this variant in this process when its start-up check failed or never came (the
+        request then says why); "checked at start-up" for one that passed; "" when no check was asked."""
+        if self.graph_checks is None:
+            return ""
+        verdict = self.graph_checks.get(loaded.variant)
+        if verdict is None or not verdict.passed:
+            why = "no start-up check ran for it" if verdict is None else verdict.why
+            graphs.state_of(loaded).fallback = f"start-up check: {why}"
+            return ""
+        return "checked at start-up"
+
     # ------------------------------------------------------------------ video
     def prepare(self, video: str | Path | PreparedVideo) -> PreparedVideo:
         """Validate, plan and decode once per (content, parameters, backend); repeats reuse the frames."""
@@ -252,6 +276,7 @@ class Engine:
             decode=gen.decode,
             decode_note=gen.decode_note,
             capture_s=gen.capture_s,
+            replayed_steps=gen.replayed,
             prefill_s=prefill_s,
             first_text_s=None if gen.first_text_at is None else gen.first_text_at - t_start,
             cached_video=cached_video,
@@ -294,7 +319,10 @@ class Engine:
                     self.faults.discard("oom")
                     raise FaultInjected("CUDA out of memory (simulated by the fault-injection switch)")
                 decode = graphs.wanted(self.settings.decode, loaded.device, self.settings.compile)
+                checked = self._checked(loaded) if decode in ("graphs", "static") else ""
                 gen = generate(loaded, inputs, max_new_tokens, on_text, deadline, prefix, logprobs, decode)
+                if checked and gen.decode == decode and not gen.decode_note:
+                    gen.decode_note = checked  # Compare's decode field: the step its start-up call checked
                 peak = peak_memory(loaded.device)
             except (torch.OutOfMemoryError, FaultInjected) as exc:
                 self.prefixes.clear()

@@ -30,6 +30,7 @@ class Generation:
     decode: str = "eager"  # how the decode steps ran: graphs, static (uncaptured), eager or compiled
     decode_note: str = ""  # why they ran eagerly when graphs were asked for
     capture_s: float = 0.0  # capturing a new static-cache size's step in this request (inside its latency)
+    replayed: int = 0  # decode steps that ran the captured step (on a CPU: the same step, uncaptured)
 
 
 class Streamer:
@@ -124,7 +125,7 @@ def generate(
     prompt_len = inputs["input_ids"].shape[1]
     how = _decoding(loaded, inputs, prefix, max_new_tokens, ids_kw, decode)
     deadline += how.compile_s  # the time limit is the request's, not the one-time compile's
-    extra = dict(how.extra)
+    extra = {**how.extra, **graphs.trace_kwargs()}
     if want_logprobs:  # the raw logits of each step (greedy choice unchanged): the find score
         extra.update(output_logits=True, return_dict_in_generate=True)
     with torch.inference_mode(), graphs.decoding(loaded.model, how.step):
@@ -146,8 +147,13 @@ def generate(
     stopped_by_time = not finished and len(new_ids) < max_new_tokens and time.perf_counter() >= deadline
     state = compiled.state_of(loaded) if decode == "compiled" else graphs.state_of(loaded)
     note = state.fallback if how.ran == "eager" and decode != "eager" else ""
-    if how.step is not None and how.step.eager_steps:
-        note = f"{how.step.eager_steps} decode steps ran eagerly: their inputs did not fit the captured ones"
+    ran, replayed = how.ran, 0 if how.step is None else how.step.replayed
+    if how.step is not None and how.step.eager_steps:  # any step eager: the request decoded at eager's speed
+        ran = "eager"
+        note = (
+            f"{how.step.eager_steps} of {how.step.eager_steps + replayed} decode steps ran eagerly: their "
+            "inputs did not fit the captured ones"
+        )
     return Generation(
         text=text.strip(),
         output_tokens=len(new_ids),
@@ -157,9 +163,10 @@ def generate(
         token_ids=[int(t) for t in new_ids.tolist()],
         compile_s=how.compile_s,
         logprobs=logprobs,
-        decode=how.ran,
+        decode=ran,
         decode_note=note,
         capture_s=how.capture_s,
+        replayed=replayed,
     )
 
 

@@ -1,10 +1,12 @@
-"""Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one decode step captured per variant and
-static-cache size, replayed for every token (docs/DESIGN.md, "Decoding").
+"""Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one decode step captured per variant,
+static-cache size and shape of a step's inputs, replayed for every token (docs/DESIGN.md, "Decoding").
 
 ``generate`` keeps its own loop, so greedy tokens are eager decoding's: on a ``StaticCache`` (fixed addresses)
-its decode steps call a ``DecodeStep``, which copies each token's inputs into fixed buffers and replays the
-graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the tests' token
-identity). A variant whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md).
+its decode steps call a ``DecodeStep``, which copies each token's inputs into the fixed buffers of their shape
+and replays the graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the
+tests' token identity). The shapes are the two a request passes: from a video's prefix, and without one. A
+variant whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md); so does a request with a step
+of another shape. The start-up call checks each variant's step (``judge``) before any visitor relies on it.
 """
 
 from __future__ import annotations
@@ -88,35 +90,87 @@ def state_of(loaded: Any) -> GraphState:
     return loaded.graph_state  # type: ignore[no-any-return]
 
 
+@dataclass
+class Form:
+    """One shape of a step's inputs: its fixed buffers, and the graph captured on them (None on a CPU)."""
+
+    inputs: dict[str, Any]
+    graph: Any = None
+    output: Any = None
+
+
+@dataclass
+class Trace:
+    """The start-up check's record of one generation: each step's logits; ``uncaptured``: the step runs its
+    forward on the buffers instead of replaying the graph (the same kernels, outside the graph);
+    ``min_tokens``: generate may not stop before them (both runs decode as many steps)."""
+
+    uncaptured: bool
+    min_tokens: int
+    logits: list[Any] = field(default_factory=list)
+
+
+_TRACE: ContextVar[Trace | None] = ContextVar("marlin_graphs_trace", default=None)
+
+
+@contextlib.contextmanager
+def tracing(uncaptured: bool, min_tokens: int) -> Iterator[Trace]:
+    """Inside: every decode step's logits are kept in the yielded ``Trace`` (the start-up check)."""
+    trace = Trace(uncaptured, min_tokens)
+    token = _TRACE.set(trace)
+    try:
+        yield trace
+    finally:
+        _TRACE.reset(token)
+
+
+def trace_kwargs() -> dict[str, Any]:
+    """``generate``'s extra arguments under ``tracing``: no stop before its tokens."""
+    trace = _TRACE.get()
+    return {} if trace is None else {"min_new_tokens": trace.min_tokens}
+
+
 class DecodeStep:
-    """One decode step on one static cache: its inputs copied into fixed buffers each token, then the graph
-    captured on them replayed (``capture``) or the same forward run on them (a CPU)."""
+    """The decode step on one static cache: each token's inputs copied into the fixed buffers of their
+    shape (``Form``), then the graph captured on them replayed (``capture``) or the same forward run on
+    them (a CPU). Forms are made only while ``making`` (``_new_step``'s throwaway generations, one per shape
+    a request passes); a step of another shape runs eagerly and is counted."""
 
     def __init__(self, model: Any, cache: Any, capture: bool) -> None:
         self.model = model
         self.cache = cache
         self.capture = capture
-        self.graph: Any = None
-        self.inputs: dict[str, Any] | None = None
-        self.output: Any = None
-        self.signature: Any = None
-        self.eager_steps = 0  # this request's steps whose inputs did not fit the buffers: run eagerly
+        self.forms: dict[Any, Form] = {}
+        self.making = False
+        self.replayed = 0  # this request's steps that ran the step (replayed, or uncaptured on a CPU)
+        self.eager_steps = 0  # this request's steps whose inputs fit no form: run eagerly
 
     def __call__(self, **kwargs: Any) -> Any:
-        if self.inputs is None:
-            self.signature = _signature(kwargs)
-            self.inputs = _buffers(kwargs)
-            if self.capture:
-                self.graph, self.output = _capture(self.model, self.inputs)
-        elif _signature(kwargs) != self.signature:
+        signature = _signature(kwargs)
+        form = self.forms.get(signature)
+        if form is None and not self.making:
             self.eager_steps += 1
             return self.model(**kwargs)
+        if form is None:
+            form = self.forms[signature] = Form(_buffers(kwargs))
+            if self.capture:
+                form.graph, form.output = _capture(self.model, form.inputs)
         else:
-            _fill(self.inputs, kwargs)
-        if self.graph is None:
-            return self.model(**self.inputs)
-        self.graph.replay()
-        return self.output
+            _fill(form.inputs, kwargs)
+        self.replayed += 1
+        trace = None if self.making else _TRACE.get()  # the throwaway generations are not the request's
+        output = self.model(**form.inputs) if trace is not None and trace.uncaptured else replay(self, form)
+        if trace is not None:
+            trace.logits.append(output.logits[:, -1].float().clone())
+        return output
+
+
+def replay(step: DecodeStep, form: Form) -> Any:
+    """The graph captured on ``form``'s buffers replayed (a CPU: the forward run on them)."""
+    if form.graph is None:
+        return step.model(**form.inputs)
+    form.graph.replay()
+    return form.output
 
 
 def _signature(value: Any) -> Any:
@@ -229,13 +283,16 @@ def prepare(
     state.steps.move_to_end(size)
     with torch.inference_mode():
         step.cache.reset()
-    step.eager_steps = 0
+    step.replayed = step.eager_steps = 0
     return step, spent
 
 
 def _new_step(loaded: Any, size: int, gen_kwargs: dict[str, Any], capture: bool) -> DecodeStep:
-    """A static cache of ``size`` tokens and its step, captured by a short text generation: its prefill
-    allocates the cache's tensors (where the graph reads and writes), its first decode step captures."""
+    """A static cache of ``size`` tokens and its step, captured by two short text generations: the first's
+    prefill allocates the cache's tensors (where the graphs read and write); its decode steps capture the
+    shape a request without a prefix passes (M-RoPE's text row and three rows), the second's, continuing
+    from the first's cache, the shape a request from a video's prefix passes (transformers computes its
+    positions from the stored rope deltas: one row)."""
     import torch
     from transformers import StaticCache
 
@@ -243,22 +300,75 @@ def _new_step(loaded: Any, size: int, gen_kwargs: dict[str, Any], capture: bool)
     cache = StaticCache(config=model.config, max_cache_len=size)
     step = DecodeStep(model, cache, capture)
     ids = loaded.processor.tokenizer("warm up", return_tensors="pt")["input_ids"].to(model.device)
-    with torch.inference_mode(), decoding(model, step):
-        model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            mm_token_type_ids=torch.zeros_like(ids),  # a video prompt's decode steps pass them too (all 0)
-            cache=cache,
-            max_new_tokens=CAPTURE_TOKENS,
-            min_new_tokens=CAPTURE_TOKENS,
-            **GREEDY,
-            **gen_kwargs,
-        )
-    if step.inputs is None:
+    step.making = True
+    try:
+        with torch.inference_mode(), decoding(model, step):
+            out = _throwaway(model, cache, ids, gen_kwargs)
+            _throwaway(model, cache, torch.cat([out, ids], dim=1), gen_kwargs)  # cache holds the first's
+    finally:
+        step.making = False
+    if len(step.forms) < 2:
         raise RuntimeError("generate did not call the decode step (transformers changed how it decodes)")
     if capture:
         torch.cuda.synchronize()
     return step
+
+
+def _throwaway(model: Any, cache: Any, ids: Any, gen_kwargs: dict[str, Any]) -> Any:
+    """A short greedy generation on ``cache`` (only what it does not hold yet is prefilled)."""
+    import torch
+
+    return model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        mm_token_type_ids=torch.zeros_like(ids),  # a video prompt's decode steps pass them too (all 0)
+        cache=cache,
+        max_new_tokens=CAPTURE_TOKENS,
+        min_new_tokens=CAPTURE_TOKENS,
+        **GREEDY,
+        **gen_kwargs,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The start-up check of one variant's captured step: whether replaying it gave, step by step, the very
+    logits its forward gives uncaptured on the same buffers (the same kernels: no rounding can differ),
+    ``why`` in one clause, and how the variant decodes after it (``decode``: graphs, static on a CPU, or
+    eager). Graphs run only for a variant whose check passed (``Engine.graph_checks``)."""
+
+    variant: str
+    passed: bool
+    why: str
+    seconds: float = 0.0
+    decode: str = "eager"
+
+    def line(self) -> str:
+        """ "gptq: graphs (24 decode steps, ...)" or "gptq: eager (decode step 3 of 23: ...)"."""
+        return f"{self.variant}: {self.decode} ({self.why})"
+
+
+def judge(variant: str, runs: list[tuple[Trace, Any]], seconds: float) -> Verdict:
+    """The verdict on two traced generations of one prompt, replayed then uncaptured (each with its
+    ``Generation``): any step that did not replay, or any logit that differs, fails it."""
+    import torch
+
+    (replayed, a), (uncaptured, b) = runs
+    steps = len(replayed.logits)
+    if a.decode not in ("graphs", "static") or a.replayed < steps or steps == 0:
+        why = f"the step did not replay every token ({a.decode_note or a.decode})"
+        return Verdict(variant, False, why, seconds)
+    for i, (x, y) in enumerate(zip(replayed.logits, uncaptured.logits, strict=False)):
+        if not torch.equal(x, y):
+            diff = float((x - y).abs().max()) if x.shape == y.shape else float("nan")
+            why = (
+                f"decode step {i + 1} of {steps}: its replayed logits differ from uncaptured (max {diff:.3g})"
+            )
+            return Verdict(variant, False, why, seconds)
+    if len(uncaptured.logits) != steps or a.token_ids != b.token_ids:
+        return Verdict(variant, False, "the replayed and uncaptured runs decoded different tokens", seconds)
+    why = f"{steps} decode steps replayed and run uncaptured: the same logits, bit for bit"
+    return Verdict(variant, True, why, seconds, a.decode)
 
 
 def seed(cache: Any, source: Any) -> None:

@@ -9,16 +9,19 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from marlin_demo.engine.core import USER_ERRORS, Engine
+from marlin_demo.engine import graphs
+from marlin_demo.engine.core import USER_ERRORS, ClipRun, Engine
 from marlin_demo.models import pick_device
 from marlin_demo.tasks import get_task
 from marlin_demo.video import PreparedVideo, full_window_clip, synthetic_clip
 
 log = logging.getLogger(__name__)
 
-#: tokens each variant generates: enough decode steps to capture and replay its graph
-TOKENS = 8
+#: tokens each variant generates, twice where it decodes in a step: replaying the captured step (the
+#: warm-up itself), then running it uncaptured (the check); two dozen decode steps compared
+TOKENS = 24
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Warmed:
     decode: str = ""
     capture_s: float = 0.0
     error: str = ""
+    verdict: graphs.Verdict | None = None  # the start-up check of its captured step (None: not checked)
 
     def line(self) -> str:
         """ "gptq: 3.1 s, graphs (capture 0.4 s)" or "gptq failed: why"."""
@@ -48,19 +52,46 @@ def warm_clip(device: str) -> PreparedVideo:
 
 def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
     """Each of ``variants`` once on the warm-up clip with the caption prompt (a failure is kept, not
-    raised); the prefix states of the synthetic clip are dropped afterwards, as no visitor asks about it."""
+    raised), checked where its decoding runs a step (``check``); the prefix states of the synthetic clip
+    are dropped afterwards, as no visitor asks about it."""
     prompt = get_task("caption").ask(None, engine.settings)[1]
     clip = warm_clip(pick_device(engine.settings.device))
     out: list[Warmed] = []
     for variant in variants:
         t0 = time.perf_counter()
         try:
-            done = engine.run_clip(clip, variant, prompt, TOKENS)
+            done, verdict = warm(engine, clip, variant, prompt)
         except USER_ERRORS as exc:
             out.append(Warmed(variant, time.perf_counter() - t0, error=str(exc)))
             continue
-        out.append(Warmed(variant, time.perf_counter() - t0, done.gen.decode, done.gen.capture_s))
+        out.append(
+            Warmed(variant, time.perf_counter() - t0, done.gen.decode, done.gen.capture_s, "", verdict)
+        )
         log.info("warm-up: %s", out[-1].line())
     with engine.gpu_lock:
         engine.prefixes.clear()
     return out
+
+
+def warm(
+    engine: Engine, clip: PreparedVideo, variant: str, prompt: str
+) -> tuple[ClipRun, graphs.Verdict | None]:
+    """One variant's warm-up run (its step captured and replayed, each step traced) and, where it decoded
+    in a step, the check of that step (None where it decoded otherwise)."""
+    with graphs.tracing(False, TOKENS) as trace:  # the first run replays: it is the check's first half
+        done = engine.run_clip(clip, variant, prompt, TOKENS)
+    if done.gen.decode not in ("graphs", "static"):
+        return done, None
+    return done, check(engine, clip, variant, prompt, (trace, done.gen))
+
+
+def check(
+    engine: Engine, clip: PreparedVideo, variant: str, prompt: str, replayed: tuple[graphs.Trace, Any]
+) -> graphs.Verdict:
+    """The warm-up's ``TOKENS`` again from the clip's prefix (a visitor's request shape), the step run
+    uncaptured on the same buffers this time (a CPU: uncaptured both times); ``graphs.judge`` compares every
+    step's logits with the ``replayed`` run's."""
+    t0 = time.perf_counter()
+    with graphs.tracing(True, TOKENS) as trace:
+        again = engine.run_clip(clip, variant, prompt, TOKENS).gen
+    return graphs.judge(variant, [replayed, (trace, again)], time.perf_counter() - t0)

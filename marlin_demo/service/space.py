@@ -153,40 +153,72 @@ def uncharged(work: Callable[[], None], name: str) -> threading.Thread:
 
 def warm_up_seconds(settings: Settings, variants: int) -> int:
     """What the start-up call asks for: the first launch's compile, then per variant one full window's
-    model work at ``warmup.TOKENS`` tokens (eager figures: nothing has captured yet), within one call's
-    longest."""
+    model work at ``warmup.TOKENS`` tokens and the check of its step (those tokens again from the window's
+    prefix), at the measured eager rate (nothing has captured yet), within one call's longest."""
     speed = capacity.speeds()["h200"]
     one = capacity.model_s("caption", settings.with_(caption_max_new_tokens=warmup.TOKENS), speed)
+    one += warmup.TOKENS / speed.decode_tokens_per_s  # the check: no prefill, the prefix is reused
     return int(min(MAX_GPU_S, math.ceil(FIRST_CALL_COMPILE_S + variants * capacity.GPU_MARGIN * one)))
 
 
 def warm_up(engine: Engine) -> str:
     """The start-up call, before launch: every loaded variant once on ``warmup``'s clip, so Triton's
-    kernels are compiled and on disk before any visitor's call. Returns "" when it ran, else the sentence
-    the page shows; a refused or failed call is logged and never stops the app (the first visitor's call
-    then asks for the compile, as before)."""
+    kernels are compiled and on disk before any visitor's call, and its captured step checked
+    (``warmup.check``): later calls decode in graphs only where the check passed. Returns "" when it ran,
+    else the sentence the page shows; a refused or failed call is logged and never stops the app (the
+    first visitor's call then asks for the compile, as before, and no variant decodes in graphs)."""
     variants = [v for v in engine.variants if engine.is_loaded(v)]
     if not variants:
         return ""
     seconds = warm_up_seconds(engine.settings, len(variants))
     # built here: the call's forked process finds it built, and no GPU time is spent on it
     warmup.warm_clip(pick_device(engine.settings.device))
+    done: list[warmup.Warmed] = []
     try:
         work = functools.partial(_warm_up_work, engine, tuple(variants))
-        done: list[warmup.Warmed] = dict(gpu_call(work, seconds))["done"]  # its answer, the last item
+        done = dict(gpu_call(work, seconds))["done"]  # its answer, the last item
         failed = [w.line() for w in done if w.error]
     except Exception as exc:  # refused, the call's process died...: the app starts all the same
         failed = [f"{type(exc).__name__}: {exc}"]
     finally:
         warmup.warm_clip.cache_clear()  # its frames: 144 MB for a full window
+    for w in done:
+        engine.note_decode(w.variant, w.decode)
+    _keep_verdicts(engine, variants, done, "; ".join(failed))
     if failed:
         _warm.clear()  # the first visitor's call asks for the compile, as it did before the start-up call
         log.warning("the start-up GPU call (%s s) did not warm every variant: %s", seconds, "; ".join(failed))
         return first_call_note(pick_device(engine.settings.device))  # the why is the owner's, in the log
-    for w in done:
-        engine.note_decode(w.variant, w.decode)
     log.info("start-up GPU call (%s s asked) warmed %s", seconds, "; ".join(w.line() for w in done))
     return ""
+
+
+def _keep_verdicts(engine: Engine, variants: list[str], done: list[Any], failed: str) -> None:
+    """Where graphs are asked for, each variant's start-up check goes to the engine (later calls capture
+    only where it passed) and to the log; a variant without one decodes eagerly, and the log says why."""
+    settings = engine.settings
+    if graphs.wanted(settings.decode, pick_device(settings.device), settings.compile) not in (
+        "graphs",
+        "static",
+    ):
+        return
+    warmed = {w.variant: w for w in done}
+    verdicts: dict[str, graphs.Verdict] = {}
+    for variant in variants:
+        w = warmed.get(variant)
+        if w is not None and w.verdict is not None:
+            verdicts[variant] = w.verdict
+            continue
+        why = (
+            f"the start-up GPU call failed ({failed[:200]})"
+            if w is None
+            else w.error or f"it decoded {w.decode}"
+        )
+        verdicts[variant] = graphs.Verdict(variant, False, f"no verdict: {why}")
+    engine.check_graphs(verdicts)
+    for verdict in verdicts.values():
+        level = logging.INFO if verdict.passed else logging.WARNING
+        log.log(level, "start-up check of the decode step: %s, %.1f s", verdict.line(), verdict.seconds)
 
 
 def _warm_up_work(engine: Engine, variants: tuple[str, ...], on_text: Any) -> list[Any]:

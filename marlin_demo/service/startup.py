@@ -189,5 +189,12 @@ def zero_gpu_refusals(settings: Settings) -> list[str]:
 
 def prepare_zero_gpu() -> None:
     """Tell the layers below what ZeroGPU is: no compiler, so no kernel that builds with one is tried
-    (decided from the platform, never by looking for nvcc). Called at start-up, before any load."""
+    (decided from the platform, never by looking for nvcc), and no ``torch.compile``: dynamo's stance is
+    ``force_eager``, so what a library wrapped in it (GPTQModel's ``gptq_torch`` dequantize, bitsandbytes'
+    default ops) runs eagerly, in every thread of this process and of the calls forked from it (a stance is
+    process-wide; ``torch._dynamo.config.disable`` is a context variable: a new thread, where every request
+    and GPU call runs, would not see it). Called at start-up, before any load."""
+    import torch
+
     allow_compiler_builds(bool(zerogpu.facts()["nvcc"]))
+    torch.compiler.set_stance("force_eager")

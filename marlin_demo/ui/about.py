@@ -4,9 +4,11 @@ The facts are embedded as text on purpose: the app must not read files outside t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import gradio as gr
 
+from marlin_demo.engine.graphs import Verdict
 from marlin_demo.service import space
 from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.credits import credits_markdown
@@ -134,11 +136,31 @@ again later.
 """
 
 
+#: how a variant decodes after its start-up check, in words (``Verdict.decode``)
+HOW = {
+    "graphs": "in CUDA graphs",
+    "static": "in its static step, uncaptured as there is no GPU here",
+    "eager": "eagerly",
+}
+
+
+def decoding_line(checks: Mapping[str, Verdict] | None) -> str:
+    """On ZeroGPU, how each variant decodes after the start-up call checked its captured step (a plain fact,
+    never an error: a variant whose check failed answers the same words, eagerly); "" elsewhere."""
+    if checks is None:
+        return ""
+    said = "; ".join(f"**{v.variant}** {HOW.get(v.decode, v.decode)} ({v.why})" for v in checks.values())
+    said = said or "none was checked"
+    return f"\n**How each variant decodes here**, checked when the Space started: {said}.\n"
+
+
 def render(ctx: UIContext) -> gr.Markdown:
     """The whole tab as Markdown."""
     with gr.Row():
         with gr.Column(scale=1):
-            gr.Markdown(MODEL_FACTS + SEED_FIGURES, elem_id="about-facts")
+            gr.Markdown(
+                MODEL_FACTS + decoding_line(ctx.engine.graph_checks) + SEED_FIGURES, elem_id="about-facts"
+            )
             gr.Markdown(credits_markdown(ctx.examples, ctx.examples_dir), elem_id="about-credits")
         with gr.Column(scale=1):
             return gr.Markdown(run_yourself(space.on_space()) + api_snippets(ctx), elem_id="about-run")

@@ -135,6 +135,14 @@ def find_card(result: Any, duration: float, truth: tuple[float, float] | None, v
 Card = Callable[[Result, float, Any, str], str]
 
 
+def decode_field(decode: str, note: str) -> str:
+    """How the tokens were decoded, and why or how it was checked (ZeroGPU's start-up check, an eager
+    fallback): "graphs (checked at start-up)", "eager (start-up check: ...)"."""
+    if not note:
+        return decode or "–"
+    return f"{decode} ({note if len(note) <= 140 else note[:139] + '…'})"
+
+
 def _card(
     variant: str,
     result: Any,
@@ -160,7 +168,7 @@ def _card(
         body = card(result, duration, truth, variant) + (
             f'<div class="cc-stats">latency {fmt(m.latency_s, " s")} · first token {fmt(m.ttft_s, " s")} · '
             f"{fmt(m.tokens_per_s, ' tok/s', 1)} · {m.output_tokens} tokens · {load}"
-            f" · decode: {html.escape(result.info.decode or '–')}</div>"
+            f" · decode: {html.escape(decode_field(result.info.decode, result.info.decode_note))}</div>"
         )
         flags = [result.partial.note()] if result.partial is not None else []
         if not result.format_ok:
