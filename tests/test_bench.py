@@ -24,6 +24,7 @@ from marlin_demo.contract import Event, VideoParams
 from marlin_demo.engine import EngineError
 from marlin_demo.models import LoadedModel, ModelLoadError, Source
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo, VideoInfo
+from marlin_demo.video import PreparedVideo, plan_sampling
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -76,7 +77,8 @@ class FakeEngine:
         self.settings = settings
         self.video_cache_size = video_cache_size
         self.model_label = "fake"
-        self.params = VideoParams()  # the service reads the engine's video parameters, as Engine has them
+        self.params = VideoParams()
+        self.store = self  # the service asks the store for a clip's frames once, then runs on them
 
     def load(self, variant: str) -> LoadedModel:
         if variant in self.fail_load:
@@ -92,12 +94,20 @@ class FakeEngine:
     def reserve_prefixes(self, clips: int) -> None:
         """The scheduler sizes the prefix cache; this engine keeps none."""
 
-    def info(self, path: Path) -> VideoInfo:
+    def info(self, path: Path, whole: bool = True) -> VideoInfo:
         """A clip shorter than one window: the service asks the engine for it whole."""
         return VideoInfo(str(path), 1000, "mp4", 4.0, 2.0, 8, 64, 64, 64, 64, 0, "h264")
 
+    def prepare(self, video: Any) -> tuple[PreparedVideo, bool]:
+        """No frames: the fake answers by the clip's name."""
+        info = self.info(Path(video))
+        return PreparedVideo(None, {}, plan_sampling(info, self.params), info), False  # type: ignore[arg-type]
+
+    def is_loaded(self, variant: str) -> bool:
+        return True
+
     def run(self, task: str, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
-        name = Path(video).name
+        name = Path(video.info.path).name
         FakeEngine.calls.append((variant, task, name, query))
         if (variant, name, query) in FakeEngine.fail_once:
             FakeEngine.fail_once.discard((variant, name, query))

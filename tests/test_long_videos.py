@@ -29,12 +29,13 @@ from marlin_demo.bench.longset import build_long_clip
 from marlin_demo.datasets import Example, Query, load_dataset
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy, runner
-from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, WindowDone
+from marlin_demo.results import CaptionResult, Done, FindResult, Prepared, Progress, Stage, Window, WindowDone
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import FIND
 from marlin_demo.tasks.find import record_moments
 from marlin_demo.ui.caption import stream_message
 from marlin_demo.video import probe
+from marlin_demo.video.windows import plan_window
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ROOT / "examples" / "blue_square.mp4"
@@ -285,8 +286,12 @@ def test_long_find_moments_and_second_query_reuses_every_window(
 
 @slow
 def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
-    assert runner.window_plans(engine, str(SHORT), "caption") is None
-    assert runner.window_plans(engine, str(SHORT), "find") is None
+    for task in ("caption", "find"):  # one window: the whole clip
+        (plan,) = runner.window_plans(engine, str(SHORT), task)
+        assert plan.first_frame == 0 and plan.num_frames == plan.source_frames
+        assert service.request(engine, task, str(SHORT), VARIANT, "x").whole
+    part = plan_window(engine.info(SHORT), Window(0, 0.0, 4.0), engine.params)  # a search's one window
+    assert not service.request(engine, "find", str(SHORT), VARIANT, "x", plans=[part]).whole
     # a PreparedVideo is never windowed: the path the engine took before long videos
     prepared = engine.prepare(str(SHORT))
     a = engine.caption(str(SHORT), VARIANT)
@@ -412,18 +417,18 @@ def test_each_window_is_parsed_once_however_many_follow(
 
 @slow
 def test_a_short_video_is_one_window_of_the_runner(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One path: the service hands a short clip to ``runner.answer`` as one whole-clip window (plans
-    None), and the answer is the engine's own on that clip, untouched."""
-    plans: list[object] = []
+    """One path: the service hands a short clip to ``runner.answer`` as one whole-clip window, and the
+    answer is the engine's own on that clip, untouched (no window header, no merge)."""
+    plans: list[Any] = []
     real = runner.answer
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        plans.append(args[3])
+        plans.append(args[1].plans)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner, "answer", spy)
     res = service.run(engine, "find", str(SHORT), VARIANT, "the blue square appears")
-    assert plans == [None]
+    assert [len(p) for p in plans] == [1] and plans[0][0].num_frames == plans[0][0].source_frames
     own = engine.find(str(SHORT), "the blue square appears", VARIANT)
     assert isinstance(res, FindResult)
     assert (res.raw, res.span, res.info.repairs) == (own.raw, own.span, own.info.repairs)

@@ -19,7 +19,7 @@ from marlin_demo.results import Done, Loaded, Moment, Progress, RunInfo, Stage
 from marlin_demo.tasks import CAPTION
 from marlin_demo.ui import caption, find, timeline
 from marlin_demo.ui.context import UIContext
-from marlin_demo.ui.running import BarView, RunState, StageView, follow, progress_html, throttled
+from marlin_demo.ui.running import BarView, RunState, StageView, Throttle, follow, progress_html
 from marlin_demo.ui.status import clip_status, metrics_html, status_html
 from marlin_demo.video import VideoInfo
 
@@ -74,11 +74,16 @@ def _stages(items: list[Any]) -> Generator[Any, None, None]:
     yield from items
 
 
+def _throttled(items: list[Any], every: float) -> list[Any]:
+    throttle = Throttle[Any](every)
+    return [passed for stage in items for passed in throttle.passed(stage)]
+
+
 def test_throttle_keeps_each_windows_last_text() -> None:
     """Texts are thinned out, but the text a window ended on is always passed on before the next window."""
     items: list[Stage] = [Progress("", 1, 2), *(Progress("a" * i, 1, 2) for i in range(1, 6))]
     items += [Progress("", 2, 2), Progress("b", 2, 2)]
-    got = list(throttled(_stages(items), every=3600.0))
+    got = _throttled(items, every=3600.0)
     texts = [(s.window, s.text) for s in got if isinstance(s, Progress)]
     # "aa".."aaaa" are thinned out; "b" waits too (the Done stage carries the whole answer)
     assert texts == [(1, ""), (1, "a"), (1, "aaaaa"), (2, "")]
@@ -88,7 +93,7 @@ def test_throttle_drops_a_held_text_when_another_stage_comes() -> None:
     """Compare's stream: a variant's held text is never shown under the next variant's window 1."""
     loaded = Loaded("bnb4", cold=False, load_s=0.0)
     items: list[Any] = [Progress("a", 1, 2), Progress("ab", 1, 2), loaded, Progress("", 1, 2)]
-    got = list(throttled(_stages(items), every=3600.0))
+    got = _throttled(items, every=3600.0)
     assert got == [Progress("a", 1, 2), loaded, Progress("", 1, 2)]
 
 

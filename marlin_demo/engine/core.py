@@ -25,14 +25,11 @@ from marlin_demo.models import LoadedModel, ModelLoadError, load_variant
 from marlin_demo.results import (
     CaptionResult,
     FindResult,
-    Loaded,
     MemoryKind,
     Metrics,
-    Prepared,
     Result,
     RunInfo,
     Runtime,
-    Stage,
     VideoInfo,
 )
 from marlin_demo.settings import Settings, Variant
@@ -84,6 +81,7 @@ class Engine:
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
+        #: one generation at a time for every caller (scripts, warm-up, ``unload``), not only the scheduler's
         self.gpu_lock = threading.Lock()
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
         #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
@@ -239,7 +237,6 @@ class Engine:
         prompt: str,
         max_new_tokens: int,
         on_text: Callable[[str], None] | None = None,
-        on_stage: Callable[[Stage], None] | None = None,
         *,
         cached: bool | None = None,
         logprobs: bool = False,
@@ -250,13 +247,8 @@ class Engine:
         # bad input fails here, before any model is loaded
         prepared, cached_video = self.store.prepare(video)
         cached_video = cached_video if cached is None else cached
-        if on_stage is not None:
-            on_stage(Prepared(prepared.info, prepared.plan, cached_video))
         t_load = time.perf_counter()
-        cold = not self.is_loaded(variant)
         loaded = self.load(variant)
-        if on_stage is not None:
-            on_stage(Loaded(variant, cold, loaded.load_s))
         # a first-use load is reported as load_s, not inside the request's latency
         t_start += time.perf_counter() - t_load
         deadline = t_start + self.settings.request_timeout_s
@@ -394,7 +386,6 @@ class Engine:
         variant: Variant,
         query: str | None = None,
         on_text: Callable[[str], None] | None = None,
-        on_stage: Callable[[Stage], None] | None = None,
         cached: bool | None = None,
         length: float | None = None,
     ) -> Result:
@@ -404,9 +395,14 @@ class Engine:
         clean, prompt = entry.ask(query, self.settings)
         answer = entry.answer
         run = self.run_clip(
-            video, variant, prompt, entry.tokens(self.settings), on_text, on_stage, cached=cached,
+            video,
+            variant,
+            prompt,
+            entry.tokens(self.settings),
+            on_text,
+            cached=cached,
             logprobs=answer.logprobs,
-        )  # fmt: skip
+        )
         duration = run.prepared.info.duration_s
         fixed = entry.repair(entry.parse(run.gen.text), duration if length is None else length)
         run.info.repairs = list(fixed.repairs)

@@ -4,11 +4,12 @@ first while every visitor who searches meanwhile follows its progress (kept with
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from marlin_demo.library import index
 from marlin_demo.library.database import THUMBS_DIR, LibraryError, Store
 from marlin_demo.library.inputs import REFUSED, Item, range_suffix
+from marlin_demo.library.search import SearchAnswer, search
+from marlin_demo.longvideo import runner
 
 
 @dataclass
@@ -38,6 +41,31 @@ class LibrarySource:
     failures: list[str] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def run_search(
+        self, query: str, top_k: int, progress: Callable[[int, int], None] | None = None, stop: Any = None
+    ) -> SearchAnswer:
+        """Both stages on the library (its own connection: SQLite's belong to one thread)."""
+        with contextlib.closing(Store(self.folder, create=False)) as store:
+            engine = self.engine
+            return search(
+                store,
+                query,
+                engine.settings,
+                lambda: engine,
+                self.variant,
+                top_k=top_k,
+                progress=progress,
+                stop=stop,
+            )
+
+    def searching(self, query: str, top_k: int, stop: threading.Event) -> Generator[runner.Item, None, None]:
+        """``run_search`` as ``runner.threaded``'s items, ("text", (k, n)) as window k of n is asked, charged
+        to the visitor who searches (docs/SPACE.md); ``stop`` set, or this closed: it stops."""
+        return runner.threaded(
+            lambda on_text: self.run_search(query, top_k, lambda k, n: on_text((k, n)), stop),
+            contextlib.nullcontext,
+        )
 
     def indexed(self) -> bool:
         """Whether the index is built, or a library on disk already holds every item as it is now (no

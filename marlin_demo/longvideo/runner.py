@@ -1,65 +1,124 @@
-"""Every request's windows above the engine (the pure rules are ``policy``'s): each answered by
-``Engine.run`` under its own time limit, shifted to the video's timeline and merged into one result."""
+"""Every request's windows above the engine (the pure rules are ``policy``'s): a ``Request`` made once, its
+windows (a short clip: one, answered whole) each answered by ``Engine.run`` in a turn, shifted to the
+video's timeline and merged; ``answer`` is a generator of the request's stages."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import itertools
+import queue
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from marlin_demo.contract import clock_span
-from marlin_demo.engine import Engine
+from marlin_demo.engine import Cancelled, Engine
 from marlin_demo.longvideo import policy
-from marlin_demo.results import Loaded, Prepared, Progress, Result, Stage, VideoInfo, WindowDone
+from marlin_demo.results import Loaded, Prepared, Progress, Result, Stage, VideoInfo, Window, WindowDone
 from marlin_demo.settings import Variant
-from marlin_demo.tasks import Task, get_task
+from marlin_demo.tasks import Task
 from marlin_demo.tasks.registry import Made
-from marlin_demo.video import PreparedVideo, VideoError
+from marlin_demo.video import PreparedVideo, VideoError, plan_sampling
 from marlin_demo.video.windows import WindowPlan, plan_window
 
-OnText = Callable[[str], None] | None
-OnStage = Callable[[Stage], None] | None
-#: one clip's model work (the whole video, or a window), given where its text and stages go
-ClipWork = Callable[[OnText, OnStage], Result]
-#: runs one clip's work: directly, or in the scheduler's turn and a GPU call (``service``)
-Execute = Callable[[ClipWork, OnText, OnStage], Result]
-
-
+#: one clip's model work (the whole video, or a window): ``Engine.run`` with its arguments, given ``on_text``
+ClipWork = Callable[..., Any]
+#: what a clip's work gives as it runs: ("text", t)..., then ("done", result) or ("error", exception)
+Item = tuple[str, Any]
+#: runs one clip's work in a turn and gives its items: ``threaded`` (a turn of the scheduler around it), or
+#: on ZeroGPU one GPU call (``service.space``)
+Execute = Callable[[ClipWork], Iterator[Item]]
 #: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
 Span = tuple[float | None, float | None]
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request, made once (``service.request``) and read by every layer below: the task's entry, the
+    cleaned query, the checked range (None: the whole video), its windows (a short clip: one, the whole
+    clip) and an opaque key of the visitor who asked (never Gradio's object; None: no visitor)."""
+
+    task: Task
+    video: str | Path | PreparedVideo
+    variant: Variant
+    query: str | None
+    plans: tuple[WindowPlan, ...]
+    span: tuple[float, float] | None = None
+    visitor: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        """A short clip asked about whole: its one window is the engine's answer, as it is."""
+        one = self.plans[0]  # (a library search's one window of a longer clip is not)
+        whole_clip = (one.first_frame, one.num_frames) == (0, one.source_frames)
+        return self.span is None and len(self.plans) == 1 and whole_clip
+
+
 def window_plans(
     engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span | None = None
-) -> list[WindowPlan] | None:
-    """Each window's sampling plan for a video longer than one ``task`` window (None: answered whole);
-    too many is a ``WindowLimitError`` before anything is decoded. ``span``: always windows, even one,
-    sampled as if the range were cut as its own file, on the video's timeline; the duration and window
-    limits apply to the range (bad ranges: ``policy.RangeError``)."""
-    if span is not None:
-        if isinstance(video, PreparedVideo):
+) -> list[WindowPlan]:
+    """Each window's sampling plan (a video within one ``task`` window: one, the whole clip); too many is a
+    ``WindowLimitError`` before anything is decoded. ``span``: sampled as if the range were cut as its own
+    file, on the video's timeline; the duration and window limits apply to the range (bad ranges:
+    ``policy.RangeError``)."""
+    if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's clip): answered whole
+        if span is not None:
             raise ValueError("A time range needs the video file, not frames decoded beforehand.")
-        path = Path(video)
-        if not path.exists():
-            raise VideoError(f"No file at {path.name}: upload a video file.")
-        info = engine.info(path, whole=False)
+        info = video.info
+        return [
+            WindowPlan(Window(0, 0.0, info.duration_s), 0, info.num_frames, info, video.plan, info.num_frames)
+        ]
+    if not Path(video).exists():
+        raise VideoError(f"No file at {Path(video).name}: upload a video file.")
+    info = engine.info(Path(video), whole=span is None)
+    if span is not None:
         start, end = policy.check_range(span[0], span[1], info.duration_s, engine.settings.max_duration_s)
         windows = policy.range_windows(task, start, end, engine.settings)
-    elif isinstance(video, PreparedVideo):
-        return None
     else:
-        path = Path(video)
-        if not path.is_file() or path.stat().st_size / 1e6 > engine.settings.max_upload_mb:
-            return None  # the engine says what is wrong, in its own words
-        info = engine.info(path)
         windows = policy.plan_for(task, info.duration_s, engine.settings)
-        if len(windows) == 1:
-            return None
+    if span is None and len(windows) == 1:  # answered whole: the clip's own plan
+        plan = plan_sampling(info, engine.params)
+        return [WindowPlan(windows[0], 0, info.num_frames, info, plan, info.num_frames)]
     return [plan_window(info, w, engine.params) for w in windows]
+
+
+def threaded(
+    work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]]
+) -> Generator[Item, None, None]:
+    """The one place ``generate``'s callbacks become items: ``work(on_text=...)`` in a thread in a copy of
+    the caller's context (where ``spaces`` finds the visitor to charge), inside ``within()`` (a turn; graphs
+    required), entered there so no ``yield`` splits a context variable it sets (Gradio runs each ``next()``
+    in a fresh copy of the context). Closing this stops the work at its next token."""
+    items: queue.Queue[Item] = queue.Queue()
+    stop = threading.Event()
+
+    def on_text(text: str) -> None:
+        if stop.is_set():
+            raise Cancelled()
+        items.put(("text", text))
+
+    def target() -> None:
+        try:
+            with within():
+                items.put(("done", work(on_text=on_text)))
+        except BaseException as exc:
+            items.put(("error", exc))
+
+    threading.Thread(target=contextvars.copy_context().run, args=(target,), daemon=True).start()
+    try:
+        while True:
+            item = items.get()
+            yield item
+            if item[0] != "text":
+                return
+    finally:
+        stop.set()
 
 
 @dataclass
@@ -72,29 +131,12 @@ class WindowRun:
     started: float  # the request's start (after any first-use load, which is ``load_s``)
 
 
-def _clip_work(
-    engine: Engine,
-    task: str,
-    video: str | Path | PreparedVideo,
-    variant: Variant,
-    query: str | None,
-    cached: bool | None,
-    length: float | None,
-    on_text: OnText,
-    on_stage: OnStage,
-) -> Result:
-    """One clip on the engine; module-level, so a ZeroGPU call takes it pickled (only the answer returns).
-    The callbacks go by keyword (the bench tests' stand-in engines take them so)."""
-    return engine.run(
-        task, video, variant, query, on_text=on_text, on_stage=on_stage, cached=cached, length=length
-    )
-
-
 def combined(
     engine: Engine, variant: Variant, query: str, runs: list[WindowRun], n: int, whole: VideoInfo
 ) -> Made:
-    """What the windows answered so far share: each one's words under a header naming its window (the
-    model's words, unchanged), the request's metrics (latency from its start) and run details."""
+    """What the windows answered so far share: each one's words (under a header naming its window when
+    there are several: the model's words, unchanged), the request's metrics (latency from its start) and
+    run details."""
     ms = [r.result.metrics for r in runs]
     tokens = sum(m.output_tokens for m in ms)
     decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)
@@ -120,66 +162,54 @@ def combined(
     )
     raw = "\n\n".join(
         f"[window {k}/{n}: {clock_span(r.plan.window.start, r.plan.window.end)}]\n{r.result.raw}"
+        if n > 1
+        else r.result.raw
         for k, r in enumerate(runs, 1)
     )
     return Made(variant, engine.model_label, raw, metrics, info, query, engine.settings)
 
 
-def answer(
-    engine: Engine,
-    task: str | Task,
-    video: str | Path | PreparedVideo,
-    plans: list[WindowPlan] | None,
-    variant: Variant,
-    query: str | None,
-    on_text: OnText,
-    on_stage: OnStage,
-    execute: Execute,
-    span: tuple[float, float] | None = None,
-    *,
-    decode_first: bool = False,
-) -> Result:
-    """``task`` on ``video`` in the windows of ``plans``, each in one ``execute`` turn. ``plans`` None: one
-    whole-clip window, the engine's answer and stages as they are (``decode_first``: its frames made before
-    the turn, so ZeroGPU's call holds only model work; that time is added to the latency). ``span``: the
-    range the windows cover, when only that was asked (``range_s``)."""
-    entry = get_task(task)
-    clean, _ = entry.ask(query, engine.settings)  # a bad query fails before anything is decoded
-    if plans is None:
-        cached: bool | None = None
-        prep_s = 0.0
-        if decode_first and not isinstance(video, PreparedVideo):
-            t0 = time.perf_counter()
-            video, cached = engine.store.prepare(video)
-            prep_s = time.perf_counter() - t0
-        work = functools.partial(_clip_work, engine, entry.name, video, variant, query, cached, None)
-        res = execute(work, on_text, on_stage)
-        res.metrics.latency_s += prep_s
-        return res
-    # the windowed path: Prepared (the whole video, the windows), Loaded, ``Progress("", k, n)`` as window k
-    # starts, ``WindowDone`` after it; the time limit covers each window's own work, never the wait
-    n, path = len(plans), Path(str(video))
-    frames = engine.window_frames(path, plans)
+def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, None, Result]:
+    """``req``'s stages, its windows each answered in one ``execute``: Prepared (frames made before any
+    turn, so a ZeroGPU call holds only model work), Loaded, then per window ``Progress("", k, n)`` (several
+    windows), its text, ``WindowDone``; returns the answer. A short clip's answer is the engine's, as it is;
+    the time limit covers each window's own work, never the wait."""
+    t0, n, path = time.perf_counter(), len(req.plans), Path(str(req.video))
+    whole_clip = iter([(req.plans[0], *engine.store.prepare(req.video))]) if req.whole else None
+    frames = whole_clip or engine.window_frames(path, list(req.plans))
     first = next(frames)  # a decode failure is raised here, before any model is loaded
-    whole = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
-    if on_stage is not None:
-        on_stage(Prepared(whole, first[0].plan, first[2], tuple(wp.window for wp in plans)))
-    cold = not engine.is_loaded(variant)
-    loaded = engine.load(variant)
-    if on_stage is not None:
-        on_stage(Loaded(variant, cold, loaded.load_s))
-    started = time.perf_counter()
-    runs: list[WindowRun] = []
+    whole = first[1].info if req.whole else engine.info(path, whole=False)
+    shown = () if req.whole else tuple(wp.window for wp in req.plans)
+    yield Prepared(whole, first[1].plan if req.whole else first[0].plan, first[2], shown)
+    prep_s = time.perf_counter() - t0
+    cold = not engine.is_loaded(req.variant)
+    loaded = engine.load(req.variant)
+    yield Loaded(req.variant, cold, loaded.load_s)
+    started, runs = time.perf_counter(), []
     for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
-        if on_stage is not None:
-            on_stage(Progress("", k, n))
-        length = wp.window.end - wp.offset_s
-        work = functools.partial(_clip_work, engine, entry.name, pv, variant, query, hit, length)
-        # each window is parsed, repaired (and scored) once; only the merge is redone
-        runs.append(WindowRun(wp, execute(work, on_text, None), pv, started))
-        made = combined(engine, variant, clean or "", runs, n, whole)
-        res = entry.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
-        res.range_s = span
-        if on_stage is not None:
-            on_stage(WindowDone(k, n, res))
+        at = (None, None) if req.whole else (k, n)
+        if not req.whole:
+            yield Progress("", k, n)
+        length = None if req.whole else wp.window.end - wp.offset_s
+        work = functools.partial(
+            engine.run, req.task.name, pv, req.variant, req.query, cached=hit, length=length
+        )
+        try:
+            for kind, value in execute(work):
+                if kind == "text":
+                    yield Progress(value, *at)
+                elif kind == "error":
+                    raise value
+                else:
+                    runs.append(WindowRun(wp, value, pv, started))
+        except GeneratorExit:  # the caller went away: its generation stops at the next token
+            engine.note_cancelled()
+            raise
+        if req.whole:
+            runs[0].result.metrics.latency_s += prep_s
+            return runs[0].result
+        made = combined(engine, req.variant, req.query or "", runs, n, whole)
+        res = req.task.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
+        res.range_s = req.span
+        yield WindowDone(k, n, res)
     return res

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,13 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from marlin_demo import agreement
 from marlin_demo.engine import USER_ERRORS, Cancelled, Engine, EngineError, graphs
 from marlin_demo.longvideo import policy, runner
+from marlin_demo.longvideo.runner import Request
 from marlin_demo.models import pick_device
 from marlin_demo.results import Done, Loaded, Partial, Prepared, Progress, Result, Stage, WindowDone
 from marlin_demo.service import capacity, space
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task, get_task
-from marlin_demo.video import PreparedVideo, VideoError, plan_sampling
+from marlin_demo.video import PreparedVideo, VideoError
 from marlin_demo.video.windows import WindowPlan
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -34,6 +36,7 @@ __all__ = [
     "Loaded",
     "Prepared",
     "Progress",
+    "Request",
     "Stage",
     "VariantFinished",
     "VariantStarted",
@@ -42,10 +45,12 @@ __all__ = [
     "call_share",
     "check_query",
     "compare",
+    "request",
     "run",
     "stream",
 ]
 
+log = logging.getLogger(__name__)
 Video = str | Path | PreparedVideo
 T = TypeVar("T")
 
@@ -55,87 +60,37 @@ def check_query(engine: Engine, task: str, query: str | None) -> str | None:
     return get_task(task).ask(query or "", engine.settings)[0]
 
 
-def run(
-    engine: Engine,
-    task: str,
-    video: Video,
-    variant: Variant,
-    query: str | None = None,
-    on_text: Callable[[str], None] | None = None,
-    on_stage: Callable[[Stage], None] | None = None,
-    stop: threading.Event | None = None,
-    *,
-    start_s: float | None = None,
-    end_s: float | None = None,
-) -> Result:
-    """The blocking form, in ``runner.window_plans``' windows (a short video: one whole-clip window), one
-    scheduler turn each (on ZeroGPU, one GPU call each). ``start_s``/``end_s``: only that range is asked, on
-    the video's own timeline (a bad one: ``RangeError``); ``stop`` set: it leaves at once."""
-    t0 = time.perf_counter()
-    kind = get_task(task)
-    span = _span(start_s, end_s)
-    plans = runner.window_plans(engine, video, kind, span)
-    asked = None if span is None or plans is None else (plans[0].window.start, plans[-1].window.end)
-    res = _in_turns(engine, kind, video, plans, variant, query, on_text, on_stage, stop, asked)
-    res.info.total_s = time.perf_counter() - t0  # what the page's figures add up to (the Total card)
-    return res
-
-
-def answer_plans(
+def request(
     engine: Engine,
     task: str | Task,
-    path: Path,
-    plans: list[WindowPlan],
+    video: Video,
     variant: Variant,
     query: str | None = None,
-    stop: threading.Event | None = None,
-) -> Result:
-    """Answer these windows of a file, chosen by the caller (a library search's best windows), in
-    turns with every other request, like any windowed request (a ZeroGPU refusal: ``partial``)."""
-    return _in_turns(engine, get_task(task), path, plans, variant, query, None, None, stop, None)
+    start_s: float | None = None,
+    end_s: float | None = None,
+    *,
+    visitor: str | None = None,
+    plans: Sequence[WindowPlan] | None = None,
+) -> Request:
+    """The one ``Request`` every layer below reads: the task's entry, the query cleaned, the range checked
+    and its windows planned, here and only here (a bad one of each: its sentence, before anything is
+    decoded). ``plans``: these windows of the file instead (a library search's best); ``visitor``: an
+    opaque key of who asked."""
+    entry = get_task(task)
+    clean = entry.ask(query or "", engine.settings)[0]
+    span = None if start_s is None and end_s is None else (start_s, end_s)  # None: the whole video
+    plans = list(plans or runner.window_plans(engine, video, entry, span))
+    asked = None if span is None else (plans[0].window.start, plans[-1].window.end)
+    return Request(entry, video, variant, clean, tuple(plans), asked, visitor)
 
 
-def _in_turns(
-    engine: Engine,
-    task: Task,
-    video: Video,
-    plans: list[WindowPlan] | None,
-    variant: Variant,
-    query: str | None,
-    on_text: Callable[[str], None] | None,
-    on_stage: Callable[[Stage], None] | None,
-    stop: threading.Event | None,
-    span: tuple[float, float] | None,
-) -> Result:
-    """The windows answered in the scheduler's turns; when ZeroGPU refuses a later window's call, those
-    answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
-    last: list[WindowDone] = []
-
-    def keep(stage: Stage) -> None:
-        if isinstance(stage, WindowDone):
-            last[:] = [stage]
-        if on_stage is not None:
-            on_stage(stage)
-
-    with scheduler_for(engine).request(1 if plans is None else len(plans), stop) as ticket:
-        device = pick_device(engine.settings.device)
-        execute = _Turns(engine, ticket, task.name, variant, _share(engine, video, plans), device)
-        first = space.zero_gpu()  # a whole clip's frames are made before its GPU call (the model's alone)
-        try:
-            res = runner.answer(
-                engine, task, video, plans, variant, query, on_text, keep, execute, span, decode_first=first
-            )
-        except space.GpuRefused as exc:
-            if not last:
-                raise
-            res = last[0].result
-            res.partial = Partial(str(exc), last[0].window, last[0].windows)
-        if plans is None:  # the engine timed the whole clip from its turn on; windows time the wait
-            res.metrics.latency_s += ticket.queue_s
-        res.metrics.queue_s = ticket.queue_s
-        if plans is None and not space.zero_gpu():  # one whole clip answered here: it prices the next Run
-            capacity.observe(engine.settings, device, variant, res.metrics, res.info, engine.params)
-    return execute.report(res)
+def run(engine: Engine, *args: Any, **kw: Any) -> Result:
+    """The blocking form: ``stream(engine, *args, **kw)`` drained (a ZeroGPU refusal after some windows:
+    those, ``partial``); ``stop`` set: it leaves at once (``Cancelled``)."""
+    for stage in stream(engine, *args, **kw):
+        if isinstance(stage, Done):
+            return stage.result
+    raise Cancelled()
 
 
 def call_share(
@@ -143,74 +98,70 @@ def call_share(
 ) -> float:
     """What a request's ZeroGPU calls are sized by (``space.call_seconds``): the largest share of a full
     window's prefill among its windows (a short clip: its own frames), so a page can say it before Run."""
-    plans = runner.window_plans(engine, video, get_task(task), _span(start_s, end_s))
-    return _share(engine, video, plans, always=True)
+    try:
+        span = None if start_s is None and end_s is None else (start_s, end_s)
+        plans = runner.window_plans(engine, video, get_task(task), span)
+    except (VideoError, OSError):  # sized as a full window; the run says what is wrong
+        return 1.0
+    return _share(engine, plans, always=True)
 
 
-def _share(engine: Engine, video: Video, plans: list[WindowPlan] | None, always: bool = False) -> float:
+def _share(engine: Engine, plans: Sequence[WindowPlan], always: bool = False) -> float:
     """``call_share`` of windows already planned (1, a full window, off ZeroGPU unless ``always``)."""
     if not (always or space.zero_gpu()):
         return 1.0
-    if plans:
-        tokens = max(p.plan.video_tokens for p in plans)
-    elif isinstance(video, PreparedVideo):
-        tokens = video.plan.video_tokens
-    else:
-        try:
-            tokens = plan_sampling(engine.info(Path(video)), engine.params).video_tokens
-        except (VideoError, OSError, ValueError):  # sized as a full window; the run says what is wrong
-            return 1.0
-    return capacity.prefill_share(tokens, engine.params)
+    return capacity.prefill_share(max(p.plan.video_tokens for p in plans), engine.params)
 
 
 @dataclass
 class _Turns:
-    """One turn of a request's model work: in the scheduler's turn, on ZeroGPU in one call sized for its
-    largest window's frames (``share``) and for the decoding ``variant`` is known to run
-    (``Engine.decode_expected``); ``calls``, ``asked_s`` and ``used_s`` count the calls made."""
+    """How a request's windows run, each in the scheduler's turn: in ``runner.threaded``, or on ZeroGPU
+    in one call sized for its largest window's frames (``share``) and for the decoding its variant is
+    known to run (``Engine.decode_expected``); ``calls``, ``asked_s`` and ``used_s`` count the calls."""
 
     engine: Engine
     ticket: Ticket
-    task: str
-    variant: Variant
+    req: Request
     share: float
     device: str
     calls: int = 0
     asked_s: int = 0
     used_s: float = 0.0
 
-    def __call__(self, work: space.Work[T], on_text: runner.OnText, on_stage: runner.OnStage) -> T:
-        with scheduler_for(self.engine).turn(self.ticket):
-            if not space.zero_gpu():
-                return work(on_text, on_stage)
-            decode = self.engine.decode_expected(self.variant, self.device)
-            try:
-                return self._call(work, decode, on_text, on_stage)
-            except graphs.GraphsUnavailable:  # it no longer captures: asked again, sized for eager
-                self.engine.note_decode(self.variant, "eager")
-                return self._call(work, "eager", on_text, on_stage)
+    def execute(self) -> runner.Execute:
+        """The runner's ``execute``: the clip's work in a thread, within the turn (no frame of its own)."""
+        turn = functools.partial(scheduler_for(self.engine).turn, self.ticket)
+        return self.gpu if space.zero_gpu() else functools.partial(runner.threaded, within=turn)
 
-    def _call(self, work: space.Work[T], decode: str, on_text: runner.OnText, on_stage: runner.OnStage) -> T:
-        """One ZeroGPU call of ``work`` sized for ``decode``; what the answer decoded with is remembered."""
-        t0 = time.perf_counter()
-        granted = True
-        asked = space.asked_seconds(
-            space.call_seconds(self.task, self.engine.settings, self.share, decode), self.device
-        )
-        try:
-            result = space.gpu_call(
-                functools.partial(space.sized_work, work, decode), asked, on_text, on_stage
-            )
-        except space.GpuRefused:
-            granted = False  # refused before it started: nothing asked of the quota
-            raise
-        finally:
-            if granted:
-                self.calls += 1
-                self.asked_s += asked
-                self.used_s += time.perf_counter() - t0
-        self.engine.note_decode(self.variant, getattr(getattr(result, "info", None), "decode", ""))
-        return result
+    def gpu(self, work: runner.ClipWork) -> Iterator[runner.Item]:
+        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected; a variant that no
+        longer captures raises ``GraphsUnavailable`` before its prefill and is asked again, sized for
+        eager. What the answer decoded with is remembered; a refused call asked nothing of the quota."""
+        variant = self.req.variant
+        with scheduler_for(self.engine).turn(self.ticket):
+            decode = self.engine.decode_expected(variant, self.device)
+            while True:
+                seconds = space.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
+                asked, t0, refused = space.asked_seconds(seconds, self.device), time.perf_counter(), False
+                try:
+                    for kind, value in space.gpu_call(work, asked, decode):
+                        if kind == "done":
+                            self.engine.note_decode(variant, getattr(value.info, "decode", ""))
+                        yield kind, value
+                    return
+                except space.GpuRefused:
+                    refused = True  # refused before it started: nothing asked of the quota
+                    log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
+                    raise
+                except graphs.GraphsUnavailable:
+                    if decode == "eager":
+                        raise
+                    decode = "eager"
+                    self.engine.note_decode(variant, decode)
+                finally:
+                    if not refused:
+                        self.calls, self.asked_s = self.calls + 1, self.asked_s + asked
+                        self.used_s += time.perf_counter() - t0
 
     def report(self, res: Result) -> Result:
         """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""
@@ -234,51 +185,61 @@ def asked_range(
     return policy.check_range(start_s, end_s, info.duration_s, engine.settings.max_duration_s)
 
 
-def _span(start_s: float | None, end_s: float | None) -> runner.Span | None:
-    """The time range asked for, or None for the whole video (neither end given)."""
-    return None if start_s is None and end_s is None else (start_s, end_s)
-
-
 def stream(
     engine: Engine,
-    task: str,
-    video: Video,
-    variant: Variant,
+    task: str | Request,
+    video: Video | None = None,
+    variant: Variant | None = None,
     query: str | None = None,
     *,
     start_s: float | None = None,
     end_s: float | None = None,
+    stop: threading.Event | None = None,
 ) -> Generator[Stage, None, None]:
-    """The request's stages as they happen (a long video's window k starts with ``Progress("", k, n)``).
-    Closing it early (a client that went away) stops the generation at its next token, so an abandoned
-    request does not keep the model busy."""
-    stop = threading.Event()
-    current: list[int | None] = [None, None]  # the window being answered (a long video), 1-based
-
-    def work(_: Callable[[str], None], put: Callable[[Any], None]) -> Result:
-        def on_text(text: str) -> None:
-            if stop.is_set():
-                engine.note_cancelled()
-                raise Cancelled()
-            put(Progress(text, current[0], current[1]))
-
-        def on_stage(stage: Stage) -> None:
-            if isinstance(stage, Progress):  # a long video's window k of n starts: its text follows
-                current[:] = [stage.window, stage.windows]
-            put(stage)
-
-        return run(engine, task, video, variant, query, on_text, on_stage, stop, start_s=start_s, end_s=end_s)
-
+    """The request's stages as they happen (``runner.answer``'s, then ``Done``), its windows in the
+    scheduler's turns; ``task`` is a ``request`` already made, or what makes one. Closing it early (a
+    client that went away) stops the generation at its next token, so an abandoned request does not keep
+    the model busy; ``stop`` set: no further turn. When ZeroGPU refuses a later window's call, those
+    answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
+    t0 = time.perf_counter()
+    if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
+        task = request(engine, task, video or "", variant or "", query, start_s, end_s)
+    req = task
+    own = None if stop is not None else threading.Event()  # the caller's own stop is theirs to set
+    stop = stop or own
+    last: WindowDone | None = None
     try:
-        for kind, value in space.threaded(work, f"marlin-{task}"):
-            if kind == "stage":
-                yield value
-            elif kind == "done":
-                yield Done(value)
-            elif not isinstance(value, Cancelled):
-                raise value
+        with scheduler_for(engine).request(len(req.plans), stop) as ticket:
+            turns = _Turns(
+                engine, ticket, req, _share(engine, req.plans), pick_device(engine.settings.device)
+            )
+            with contextlib.closing(runner.answer(engine, req, turns.execute())) as stages:
+                try:
+                    while True:
+                        stage = next(stages)
+                        last = stage if isinstance(stage, WindowDone) else last
+                        yield stage
+                except StopIteration as end:
+                    res = end.value
+                except space.GpuRefused as exc:
+                    if last is None:
+                        raise
+                    res = last.result
+                    res.partial = Partial(str(exc), last.window, last.windows)
+            if req.whole:  # the engine timed the whole clip from its turn on; windows time the wait
+                res.metrics.latency_s += ticket.queue_s
+            res.metrics.queue_s = ticket.queue_s
+            if req.whole and not space.zero_gpu():  # one whole clip answered here: it prices the next Run
+                capacity.observe(
+                    engine.settings, turns.device, req.variant, res.metrics, res.info, engine.params
+                )
+        res.info.total_s = time.perf_counter() - t0  # what the page's figures add up to (the Total card)
+        yield Done(turns.report(res))
+    except Cancelled:  # stopped while it waited, or between windows: nothing more to say
+        return
     finally:
-        stop.set()
+        if own is not None:  # gone: a wait for its turn ends
+            own.set()
 
 
 # ------------------------------------------------- several variants on one video (the Compare tab, /compare)
@@ -385,10 +346,10 @@ def compare(
     (contract: docs/DESIGN.md). ``live`` also yields each variant's ``Loaded`` and ``Progress``
     stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``run``. ``warm_reruns``: on a
     one-window request, ``warm_reruns_for`` chooses answers to time again (each after a ``WarmRerun``)."""
-    clean = check_query(engine, task, query)
-    # decoded once here (bad input fails now), so every variant reads the same cached frames
-    plans = runner.window_plans(engine, video, task, _span(start_s, end_s))  # too many windows: refused now
-    if plans is None:
+    # made once: bad input fails now, and every variant reads the same cached frames
+    req = request(engine, task, video, "", query, start_s, end_s)  # too many windows: refused now
+    plans = list(req.plans)
+    if req.whole:
         prepared, cached = engine.store.prepare(video)
         yield Prepared(prepared.info, prepared.plan, cached)
         info = prepared.info
@@ -397,17 +358,15 @@ def compare(
         cached = all([hit for _, _, hit in engine.window_frames(path, plans)])
         info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
         yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
-    out = Comparison(task, clean, info, list(variants))
+    out = Comparison(task, req.query, info, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
         """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on
         (closing this generator stops the model)."""
         if not live:
-            return run(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
+            return run(engine, dataclasses.replace(req, variant=v))
         res = None
-        with contextlib.closing(
-            stream(engine, task, video, v, clean, start_s=start_s, end_s=end_s)
-        ) as stages:
+        with contextlib.closing(stream(engine, dataclasses.replace(req, variant=v))) as stages:
             for stage in stages:
                 if isinstance(stage, Done):
                     res = stage.result
@@ -432,7 +391,7 @@ def compare(
             out.footprint_mb[v] = loaded.footprint_mb
         yield VariantFinished(v, cold, result=res)
     # a long video is not answered twice: its figures stay as measured, marked cold
-    if warm_reruns and (plans is None or len(plans) == 1):
+    if warm_reruns and len(plans) == 1:
         for _ in range(2):  # the cold ones; then, once, those whose reading of the clip differed
             for v in warm_reruns_for(engine, out):
                 yield WarmRerun(v)

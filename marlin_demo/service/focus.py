@@ -48,4 +48,7 @@ def find_in_windows(
     if not bounds:
         raise ValueError(f"No window to search: the windows lie outside the video's {info.duration_s:g} s.")
     plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(bounds)]
-    return cast(FindResult, service.answer_plans(engine, "find", p, plans, variant, query, stop))
+    return cast(
+        FindResult,
+        service.run(engine, service.request(engine, "find", p, variant, query, plans=plans), stop=stop),
+    )

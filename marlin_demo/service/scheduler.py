@@ -30,7 +30,8 @@ class Ticket:
 
 
 class Scheduler:
-    """Turns on one engine's model, first come first served, window by window."""
+    """Turns on one engine's model, first come first served, window by window: the one gate that orders
+    requests (Gradio's queue only bounds its size; ``Engine.gpu_lock`` lets in whoever comes first)."""
 
     def __init__(self, engine: Engine, max_requests: int) -> None:
         self.engine = engine

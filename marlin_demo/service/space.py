@@ -14,12 +14,12 @@ import functools
 import logging
 import math
 import os
-import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from marlin_demo.engine import Engine, EngineError, graphs, warmup
+from marlin_demo.longvideo import runner
 from marlin_demo.models import pick_device
 from marlin_demo.service import capacity, zerogpu
 from marlin_demo.settings import Settings
@@ -100,34 +100,16 @@ class GpuRefused(EngineError):
         self.refusal = refusal
 
 
-Work = Callable[[Callable[[str], None] | None, Callable[[Any], None] | None], T]
-
-
-def sized_work(work: Work[T], decode: str, on_text: Any, on_stage: Any) -> T:
-    """``work`` inside a call sized for ``decode``: sized for graphs, a variant that cannot capture raises
-    ``graphs.GraphsUnavailable`` (its caller asks again, sized for eager) instead of decoding eagerly."""
-    with graphs.required() if decode == "graphs" else contextlib.nullcontext():
-        return work(on_text, on_stage)
-
-
-def gpu_call(
-    work: Work[T], seconds: int, on_text: Callable[[str], None] | None, on_stage: Callable[[Any], None] | None
-) -> T:
-    """Run ``work(on_text, on_stage)`` as one ``spaces.GPU`` call of ``seconds``, its arguments pickled (the
-    engine by reference, ``Engine.__reduce__``). A generator, so text and stages stream back; a caller that
-    stops listening (``on_text`` raises) closes the call and the GPU with it."""
-    result: Any = None
+def gpu_call(work: Callable[..., Any], seconds: int, decode: str = "eager") -> Iterator[runner.Item]:
+    """``work(on_text=...)`` as one ``spaces.GPU`` call of ``seconds``, its arguments pickled (the engine by
+    reference, ``Engine.__reduce__``), its items (``runner.threaded``'s) streamed back over the call's pipe;
+    the call's own exception is raised here. Closing this closes the call and the GPU with it."""
     try:
-        with contextlib.closing(gpu_function()(work, seconds)) as items:
+        with contextlib.closing(gpu_function()(work, seconds, decode)) as items:
             for kind, value in items:
-                if kind == "text" and on_text is not None:
-                    on_text(value)
-                elif kind == "stage" and on_stage is not None:
-                    on_stage(value)
-                elif kind == "done":
-                    result = value
-                elif kind == "error":  # the call's own exception, as it was raised there
+                if kind == "error":  # the call's own exception, as it was raised there
                     raise value
+                yield kind, value
     except Exception as exc:
         refusal = zerogpu.read_refusal(exc)
         if refusal is None:
@@ -135,51 +117,35 @@ def gpu_call(
         log.warning("ZeroGPU refused a %s s call: %s", seconds, refusal)
         raise GpuRefused(refusal, seconds) from None
     _warm.set()  # Triton's kernels are on disk now: later calls ask for their own time only
-    return result  # type: ignore[no-any-return]
 
 
-_DECORATED: list[Callable[..., Generator[tuple[str, Any], None, None]]] = []
+_DECORATED: list[Callable[..., Generator[runner.Item, None, None]]] = []
 
 
-def gpu_function() -> Callable[..., Generator[tuple[str, Any], None, None]]:
+def gpu_function() -> Callable[..., Generator[runner.Item, None, None]]:
     """The one ``spaces.GPU`` function, decorated once: the app does it at start-up, before launch, as
     ZeroGPU requires (it reports the decorated functions when the app launches)."""
     if not _DECORATED:
         import spaces
 
         # the dynamic duration: the seconds the caller sized the call for
-        _DECORATED.append(spaces.GPU(duration=lambda work, seconds: seconds)(_in_gpu_call))
+        _DECORATED.append(spaces.GPU(duration=lambda work, seconds, decode: seconds)(_in_gpu_call))
     return _DECORATED[0]
 
 
-def _in_gpu_call(work: Work[Any], seconds: int) -> Iterator[tuple[str, Any]]:
-    """Inside the GPU call (ZeroGPU's forked process): ``work`` as ``threaded``'s items: an exception
-    raised out of the call would reach the app as ``spaces``' "ZeroGPU worker error" naming only its class,
-    not its sentence."""
-    yield from threaded(work, "marlin-gpu-call")
+def _in_gpu_call(work: Callable[..., Any], seconds: int, decode: str) -> Iterator[runner.Item]:
+    """Inside the GPU call (the forked process): ``work``'s items (a raised exception would reach the app as
+    "ZeroGPU worker error", its class alone); sized for graphs, a variant that cannot capture raises
+    ``graphs.GraphsUnavailable`` instead of decoding eagerly."""
+    yield from runner.threaded(work, graphs.required if decode == "graphs" else contextlib.nullcontext)
 
 
-def threaded(
-    work: Callable[[Callable[[str], None], Callable[[Any], None]], Any], name: str
-) -> Iterator[tuple[str, Any]]:
-    """``work`` in a daemon thread, its callbacks turned into items as they come: ("text", t), ("stage",
-    s), then ("done", its result) or ("error", its exception). The thread runs in a copy of the caller's
-    context: ``spaces`` finds the visitor a GPU call is charged to in Gradio's request context variable."""
-    items: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-    def target() -> None:
-        try:
-            items.put(("done", work(lambda t: items.put(("text", t)), lambda s: items.put(("stage", s)))))
-        except BaseException as exc:
-            items.put(("error", exc))
-
-    run = contextvars.copy_context().run
-    threading.Thread(target=run, args=(target,), daemon=True, name=name).start()
-    while True:
-        kind, value = items.get()
-        yield kind, value
-        if kind in ("done", "error"):
-            return
+def uncharged(work: Callable[[], None], name: str) -> threading.Thread:
+    """``work`` in a daemon thread in an empty context, whoever starts it: on ZeroGPU its GPU calls are
+    charged to no visitor (the examples' cache at start-up, docs/SPACE.md)."""
+    thread = threading.Thread(target=contextvars.Context().run, args=(work,), name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 # --------------------------------------------------------------------------- the start-up call
@@ -209,7 +175,8 @@ def warm_up(engine: Engine) -> str:
     warmup.warm_clip(pick_device(engine.settings.device))
     done: list[warmup.Warmed] = []
     try:
-        done = gpu_call(functools.partial(_warm_up_work, engine, tuple(variants)), seconds, None, None)
+        work = functools.partial(_warm_up_work, engine, tuple(variants))
+        done = dict(gpu_call(work, seconds))["done"]  # its answer, the last item
         failed = [w.line() for w in done if w.error]
     except Exception as exc:  # refused, the call's process died...: the app starts all the same
         failed = [f"{type(exc).__name__}: {exc}"]
@@ -254,6 +221,6 @@ def _keep_verdicts(engine: Engine, variants: list[str], done: list[Any], failed:
         log.log(level, "start-up check of the decode step: %s, %.1f s", verdict.line(), verdict.seconds)
 
 
-def _warm_up_work(engine: Engine, variants: tuple[str, ...], on_text: Any, on_stage: Any) -> list[Any]:
+def _warm_up_work(engine: Engine, variants: tuple[str, ...], on_text: Any) -> list[Any]:
     """The start-up call's work (module-level: the call takes it pickled, the engine by reference)."""
     return warmup.run(engine, variants)

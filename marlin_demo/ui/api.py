@@ -32,7 +32,7 @@ from marlin_demo.ui import gradio_hooks
 from marlin_demo.ui.caption import StreamMessages
 from marlin_demo.ui.context import GPU_EVENT, UIContext, variant_label
 from marlin_demo.ui.inputs import NOT_UPLOADED, pick_variant, require_upload, user_errors
-from marlin_demo.ui.library import LibraryTab, public_answer, run_search
+from marlin_demo.ui.library import LibraryTab, public_answer
 from marlin_demo.ui.running import follow
 
 DATA_URL_ONLY = (
@@ -316,7 +316,7 @@ def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
             clean = contract.sanitize_query(query or "", ctx.engine.settings.max_query_chars)
             for _ in tab.source.progress():
                 pass
-            answer = public_answer(tab.source, run_search(tab.source, clean, k), tab.gallery)
+            answer = public_answer(tab.source, tab.source.run_search(clean, k), tab.gallery)
             return reply(answer, request)  # type: ignore[no-any-return]
 
     about = (

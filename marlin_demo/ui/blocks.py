@@ -3,7 +3,6 @@ and head go to ``launch()``, not ``Blocks()``, so ``build_demo`` returns them fo
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import importlib.util
 import logging
@@ -16,6 +15,7 @@ from gradio.blocks import Block
 
 from marlin_demo import service, tasks
 from marlin_demo.engine import Engine
+from marlin_demo.service import space
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
@@ -116,11 +116,7 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
                     continue
                 ctx.answers.keep(key, result, cold)
 
-    # an empty context, whoever builds the page: on ZeroGPU the examples' cache is charged to no visitor
-    empty = contextvars.Context()
-    thread = threading.Thread(target=empty.run, args=(run,), name="marlin-examples", daemon=True)
-    thread.start()
-    return thread
+    return space.uncharged(run, "marlin-examples")
 
 
 def mcp_on(settings: Settings) -> bool:
@@ -184,6 +180,7 @@ def build_demo(
         demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
+    # a gate for the page's steps only: model work (GPU_EVENT) is ordered by the scheduler's turns
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     gradio_hooks.quiet_queue(demo)
     if ctx.cache_mode == "eager":

@@ -5,12 +5,10 @@ thumbnails: the browser never names a server path. See docs/LIBRARY.md."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import html
 import json
 import os
-import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ from marlin_demo import contract
 from marlin_demo.library import index, shipped
 from marlin_demo.library.database import LibraryError, Store
 from marlin_demo.library.inputs import Item
-from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search, search_windows
+from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search_windows
 from marlin_demo.library.source import LibrarySource
 from marlin_demo.service import cost, space
 from marlin_demo.ui.assets import asset
@@ -76,17 +74,6 @@ def gpu_here() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
-
-
-def run_search(
-    source: LibrarySource, query: str, top_k: int, progress: Any = None, stop: Any = None
-) -> SearchAnswer:
-    """Both stages on the library (its own connection: SQLite's belong to one thread)."""
-    with contextlib.closing(Store(source.folder, create=False)) as store:
-        s = source.engine.settings
-        return search(
-            store, query, s, lambda: source.engine, source.variant, top_k=top_k, progress=progress, stop=stop
-        )
 
 
 def public_answer(
@@ -207,27 +194,12 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Upda
 
 
 def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
-    """The search in a worker thread, its progress through a queue; closing this (Stop) stops it."""
-    source = tab.source
-    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+    """The search as it runs (``LibrarySource.searching``); closing this (Stop) stops it."""
     stop = threading.Event()
-
-    def work() -> None:
-        try:
-            answer = run_search(
-                source, clean, DEFAULT_TOP_K, lambda k, n: events.put(("progress", (k, n))), stop
-            )
-            events.put(("done", answer))
-        except BaseException as exc:
-            events.put(("error", exc))
-
-    # in the search's context: its GPU calls are charged to the visitor who searches (docs/SPACE.md)
-    run = contextvars.copy_context().run
-    threading.Thread(target=run, args=(work,), name="library-search", daemon=True).start()
+    events = tab.source.searching(clean, DEFAULT_TOP_K, stop)
     try:
-        while True:
-            kind, value = events.get()
-            if kind == "progress":
+        for kind, value in events:
+            if kind == "text":  # window k of n is asked
                 k, n = value
                 text = f"find answered in {k} of {n} windows…"
                 if k == 0:  # the count the cost line said: find windows (search_windows)
@@ -242,6 +214,7 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
                 return
     finally:
         stop.set()
+        events.close()
 
 
 def _answer_updates(ctx: UIContext, tab: LibraryTab, answer: SearchAnswer) -> Updates:

@@ -4,9 +4,11 @@ its own gets ``AnswerTab``: its answer's text and JSON (``ui.views`` finds each 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import html
 import json
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -22,7 +24,7 @@ from marlin_demo.ui.clip_owner import STAMP_JS
 from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.example_list import EXAMPLE_TIMING, example_labels, kept_answer, short_name
 from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
-from marlin_demo.ui.one_clip import Clip, while_shown
+from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.running import (
     BarView,
     RunState,
@@ -32,18 +34,18 @@ from marlin_demo.ui.running import (
     scroll_mark,
     waiting_updates,
     wire_run_and_stop,
-    with_buttons,
 )
 from marlin_demo.ui.status import metrics_html, notice_html, status_html
 
 
 class Asked(NamedTuple):
-    """A request the tab accepted: clip, variant, query (None: a caption), part asked (None: all)."""
+    """A request the tab accepted: clip, variant, query (None: a caption), and the service's ``Request``
+    (the query cleaned, the part asked checked and its windows planned, once)."""
 
     path: str
     variant: str
     query: str | None = None
-    span: tuple[float, float] | None = None
+    request: service.Request | None = None
 
     @property
     def what(self) -> tuple[str, str, str | None]:
@@ -102,7 +104,7 @@ class RunTab:
         return {**dict.fromkeys(parts, ""), self.timeline: timeline.placeholder(self.placeholder, self.ghost)}
 
     def ask(
-        self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None
+        self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None, visitor: str = ""
     ) -> Asked | Updates:
         """The request the inputs make (with the part of the clip in ``span``: From, To), or what says
         (under its input: the clip, or the query's own line) why there is none."""
@@ -114,11 +116,16 @@ class RunTab:
                 said = self.query_status or self.clip.status
                 asked = asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
                 said = self.clip.status
-                if span is not None:
-                    asked = asked._replace(span=service.asked_range(ctx.engine, asked.path, *span))
-                return asked
+                start, end = span or (None, None)
+                req = service.request(ctx.engine, self.name, *asked.what, start, end, visitor=visitor)
+                return asked._replace(request=req)
         except gr.Error as exc:
             return {said: status_html(exc.message, error=True)}
+
+    def failed(self, message: str) -> Updates:
+        """A run that failed: its sentence under the clip, no answer."""
+        said = status_html(message, error=True)
+        return {**self.cleared(), self.timeline: timeline.placeholder("No result."), self.clip.status: said}
 
     def final(self, ctx: UIContext, result: Any, path: str, cold: bool) -> Updates:
         """Every output of a finished answer (also a kept example answer shown again)."""
@@ -141,19 +148,39 @@ class RunTab:
         """Run/Stop (``wire_run_and_stop``), an example's click (kept answer, or a run), ``after_run``."""
         buttons = self.buttons
 
-        def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-            yield from with_buttons(run_updates(ctx, self, values, request), buttons)
+        def runs(example: bool) -> Callable[..., Iterator[Updates]]:
+            def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+                """The request as it runs (the tab's ``RunView``) while its clip is on screen, then Run is
+                back (in the request, not a ``.then`` step, so a stopped request's late end cannot reset the
+                next one's buttons); a bad clip, query or run is said once, under its input (no toast)."""
+                run, session = start_run(ctx, self, values, request, example), session_of(request)
+                if run.first:
+                    yield run.first
+                try:
+                    with user_errors(), contextlib.closing(run.updates) as updates:
+                        for update in updates:
+                            if not ctx.results_clip.shows(session, run.path):  # its clip left: it stops
+                                run.taken = ctx.results_clip.taken(self.name, session, run.path)
+                                if not run.taken:  # (a newer run of the tab's: its outputs are that one's)
+                                    yield {self.progress: ""}
+                                break
+                            yield update
+                except gr.Error as exc:
+                    yield self.failed(exc.message)
+                else:
+                    run.keep()
+                if not run.taken:
+                    yield run_buttons(buttons, False)
 
-        def example_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-            yield from with_buttons(run_updates(ctx, self, values, request, example=True), buttons)
+            return run_ui
 
         def first_step(request: gr.Request, *values: Any) -> Updates:
             return kept_or_waiting(ctx, self, values, request)
 
-        example = None if self.examples is None else (self.examples.load_input_event, first_step, example_ui)
+        example = None if self.examples is None else (self.examples.load_input_event, first_step, runs(True))
         ends = wire_run_and_stop(
             [self.run.click, *([] if self.query is None else [self.query.submit])],
-            run_ui,
+            runs(example=False),
             # what a run reads (``run_updates``): the example's inputs, then the clip's range and its stamp
             [*self.example_inputs, self.clip.start, self.clip.end, self.clip.stamp],
             [*self.outputs, *buttons],
@@ -188,41 +215,49 @@ class RunView(BarView):
         return {self.tab.raw: run.text, **super().writing(run)}
 
 
-def run_updates(
+def _nothing() -> Generator[Updates, None, None]:
+    yield from ()
+
+
+@dataclass
+class Run:
+    """A click's request, ready to run: what it shows ``first``, then its ``updates`` (the view's, of the
+    service's one stream) for the clip at ``path``; ``keep`` keeps an example's answer for its next click;
+    ``taken``: a newer request of the tab took its place, whose outputs and buttons these are."""
+
+    path: str
+    first: Updates
+    updates: Generator[Updates, None, None] = dataclasses.field(default_factory=lambda: _nothing())
+    keep: Callable[[], None] = lambda: None
+    taken: bool = False
+
+
+def start_run(
     ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request | None, example: bool = False
-) -> Generator[Updates, None, bool]:
-    """The request as it runs (the tab's ``RunView``) while its clip is on screen; an example's answer is
-    kept for its next click. A bad clip, query or run is said once, under its input (no toast). True: a
-    newer request of the tab took its place (``while_shown``)."""
+) -> Run:
+    """What a click runs: the request its inputs make (an example: the whole clip), while its clip is the
+    one on screen; else only what says why nothing runs (a bad input, an example's kept answer shown)."""
     *own, start, end, stamp = values
-    asked = tab.ask(ctx, own, None if example else (start, end))  # an example is the whole clip
+    asked = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
     if not isinstance(asked, Asked):
-        yield {tab.progress: "", **asked}
-        return False
+        return Run("", {tab.progress: "", **asked})
     key, kept = kept_answer(ctx, tab.name, *asked.what) if example else (None, None)
     if kept is not None:
-        return False  # the first step showed it
+        return Run(asked.path, {})  # the first step showed it
+    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):  # its clip is gone:
+        taken = ctx.results_clip.taken(tab.name, session_of(request), asked.path)  # a newer run's, or none
+        return Run(asked.path, {} if taken else {tab.progress: ""}, taken=taken)
     view = tab.view_type(ctx, tab, asked)
-    span = asked.span or (None, None)
     every = ctx.settings.stream_every_s if tab.throttle else None
+    assert asked.request is not None  # ``ask`` made it
+    updates = follow(service.stream(ctx.engine, asked.request), view, every)
 
-    def stages() -> Generator[Updates, None, None]:
-        yield {**view.start(), **run_buttons(tab.buttons, True)}  # (a run it waited for put Run back)
-        request = service.stream(ctx.engine, tab.name, *asked.what, start_s=span[0], end_s=span[1])
-        yield from follow(request, view, every)
+    def keep() -> None:
+        if key is not None and view.result is not None:
+            ctx.answers.keep(key, view.result, view.cold)
 
-    try:
-        with user_errors():
-            taken = yield from while_shown(
-                ctx, tab.name, request, asked.path, stamp, stages(), {tab.progress: ""}
-            )
-    except gr.Error as exc:
-        said = status_html(exc.message, error=True)
-        yield {**tab.cleared(), tab.timeline: timeline.placeholder("No result."), tab.clip.status: said}
-        return False
-    if key is not None and view.result is not None:
-        ctx.answers.keep(key, view.result, view.cold)
-    return taken
+    # (a run it waited for put Run back)
+    return Run(asked.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep)
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:

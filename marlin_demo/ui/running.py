@@ -127,26 +127,30 @@ def progress_html(fraction: float, text: str, scroll: bool = False) -> str:
     )
 
 
-def throttled(stages: Generator[S, None, None], every: float) -> Generator[S, None, None]:
-    """The request's stages with its texts at most every ``every`` s (no redraw per token). A held text is
-    sent before its window's ``WindowDone`` or the next window (each window's whole answer is seen), and
-    dropped at any other stage (a variant ending in Compare: it belonged to what ended)."""
-    last = -math.inf  # the first text always passes (monotonic time may start near 0 after a boot)
-    held: S | None = None
-    with contextlib.closing(stages):  # closing this closes the request: its generation stops
-        for stage in stages:
-            if isinstance(stage, Progress) and stage.text:
-                now = time.monotonic()
-                if now - last < every:
-                    held = stage
-                    continue
-                last = now
-            elif isinstance(stage, Progress) and stage.window is None:
-                continue  # no text, no new window: nothing to show
-            elif isinstance(stage, (Progress, WindowDone)) and held is not None:
-                yield held  # a long video's next window starts, or this one is answered
-            held = None
-            yield stage
+class Throttle(Generic[S]):
+    """A request's texts at most every ``every`` s (no redraw per token). A held text is passed before its
+    window's ``WindowDone`` or the next window (each window's whole answer is seen), and dropped at any other
+    stage (a variant ending in Compare: it belonged to what ended)."""
+
+    def __init__(self, every: float) -> None:
+        self.every, self.last = every, -math.inf  # the first text always passes (monotonic time may start
+        self.held: S | None = None  # near 0 after a boot)
+
+    def passed(self, stage: S) -> list[S]:
+        """What to show now that ``stage`` came: nothing, it, or the held text and it."""
+        if isinstance(stage, Progress) and stage.text:
+            now = time.monotonic()
+            if now - self.last < self.every:
+                self.held = stage
+                return []
+            self.last = now
+        elif isinstance(stage, Progress) and stage.window is None:
+            return []  # no text, no new window: nothing to show
+        elif isinstance(stage, (Progress, WindowDone)) and self.held is not None:
+            held, self.held = self.held, None
+            return [held, stage]  # a long video's next window starts, or this one is answered
+        self.held = None
+        return [stage]
 
 
 @dataclass
@@ -190,15 +194,18 @@ class StageView(Generic[T]):
         """Anything else the stream carries (Compare's per-variant events)."""
 
 
-def follow(stages: Generator[Any, None, None], view: StageView[T], every: float | None) -> Iterator[T]:
-    """What ``view`` shows at each stage, texts ``throttled``; closing this closes ``stages``."""
-    run = RunState()
-    passed = stages if every is None else throttled(stages, every)
-    with contextlib.closing(passed):
-        for stage in passed:
-            shown = _show(view, run, stage)
-            if shown:  # None or {}: nothing new (Gradio refuses an empty dict of updates)
-                yield shown
+def follow(
+    stages: Generator[Any, None, None], view: StageView[T], every: float | None
+) -> Generator[T, None, None]:
+    """What ``view`` shows at each stage, texts at most every ``every`` s (``Throttle``; None: each);
+    closing this closes ``stages``, and so the request."""
+    run, throttle = RunState(), None if every is None else Throttle[Any](every)
+    with contextlib.closing(stages):
+        for stage in stages:
+            for passed in [stage] if throttle is None else throttle.passed(stage):
+                shown = _show(view, run, passed)
+                if shown:  # None or {}: nothing new (Gradio refuses an empty dict of updates)
+                    yield shown
 
 
 def _show(view: StageView[T], run: RunState, stage: Any) -> T | None:

@@ -1,0 +1,89 @@
+"""How far a click travels: the project's own functions on both thread stacks when ``generate`` is entered
+(the one in ``generate`` and the one that made the request), for a Caption click from the page, and the
+rule that no UI module starts a thread (issue 54)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from ui_support import EXAMPLES, free_port
+
+from marlin_demo.engine import Engine, core
+from marlin_demo.settings import Settings
+from marlin_demo.ui.blocks import build_demo
+
+PACKAGE = Path(core.__file__).resolve().parents[1]
+CLIP = EXAMPLES / "ball_rolls.mp4"
+
+
+def _ours(frame: FrameType | None) -> list[tuple[str, str]]:
+    """(module, function) of each of the package's frames on a stack, innermost first."""
+    out = []
+    while frame is not None:
+        path = Path(frame.f_code.co_filename).resolve()
+        if path.is_relative_to(PACKAGE):
+            module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+            out.append((module, frame.f_code.co_qualname))
+        frame = frame.f_back
+    return out
+
+
+@pytest.mark.slow
+def test_a_caption_click_crosses_few_functions(
+    tiny_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: Any
+) -> None:
+    """At ``generate``'s first entry: at most 10 functions in at most 6 modules on the two stacks, and one
+    thread between them (the one that turns ``generate``'s callbacks into items)."""
+    monkeypatch.setenv("MARLIN_CACHE_EXAMPLES", "off")
+    seen: list[dict[int, list[tuple[str, str]]]] = []
+    real = core.generate
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # the real generate, its callers' stacks recorded first
+        if not seen:
+            me = threading.get_ident()
+            stacks = {t: _ours(f) for t, f in sys._current_frames().items()}
+            seen.append({t: s for t, s in stacks.items() if s and (t == me or any("ui" in m for m, _ in s))})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "generate", spy)
+    settings = tiny_settings.with_(output_dir=str(tmp_path / "out"), caption_max_new_tokens=8)
+    demo, launch = build_demo(Engine(settings), settings)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch)
+    try:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        pg.goto(f"http://127.0.0.1:{port}/")
+        pg.set_input_files("#clip-video input[type=file]", str(CLIP))
+        pg.wait_for_selector("#clip-status .ms-ok", timeout=120_000)
+        pg.click("#caption-run")
+        pg.wait_for_selector("#caption-metrics .md-card", timeout=240_000)
+        context.close()
+    finally:
+        demo.close()
+    assert seen, "generate never ran"
+    stacks = seen[0]
+    assert len(stacks) == 2, stacks  # the request's thread and the one in generate
+    functions = {f for s in stacks.values() for f in s} | {("marlin_demo.engine.generation", "generate")}
+    modules = {m for m, _ in functions}
+    print(f"\n{len(functions)} functions in {len(modules)} modules:", *sorted(functions), sep="\n  ")
+    assert len(functions) <= 10 and len(modules) <= 6, sorted(functions)
+
+
+def test_no_ui_module_starts_a_thread() -> None:
+    """Threads are started below the UI (``service``, ``library``): a UI module only wraps a stream, so a
+    visitor's context reaches every GPU call by one rule, in one place."""
+    starts = []
+    for path in sorted((PACKAGE / "ui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = node.func if isinstance(node, ast.Call) else None
+            name = getattr(called, "attr", None) or getattr(called, "id", None)
+            if name in ("Thread", "ThreadPoolExecutor", "start_new_thread", "copy_context"):
+                starts.append(f"{path.name}:{node.lineno} {name}")
+    assert not starts, starts
