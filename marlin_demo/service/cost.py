@@ -72,9 +72,8 @@ def estimate_line(
     if capacity.device_of(settings) != "cpu":
         return ""
     chosen = variants or (settings.variant_list or ["gptq"])[:1]
-    table = capacity.speed_for(settings, "cpu")  # each variant's own last answer here, once there is one
-    speeds = [capacity.measured(settings, "cpu", v) or table for v in chosen]
-    if table is None and None in speeds:
+    speeds = [capacity.expected(settings, "cpu", v) for v in chosen]
+    if None in speeds:
         return f"How long {noun} takes on this CPU was never measured (see docs/SPEED.md): expect minutes."
     ests = [estimate(task, plan, duration_s, settings, sp, params) for sp in speeds if sp is not None]
     dtype = compute_choice(settings, chosen[0], "cpu").dtype
