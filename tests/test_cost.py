@@ -137,6 +137,32 @@ def test_the_line_before_run_says_this_machines_pace_from_its_last_answer(tiny: 
     assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line
 
 
+@pytest.mark.slow
+def test_a_question_after_a_caption_is_priced_without_the_reading_it_reuses(tiny: Settings) -> None:
+    """Issue 52: Find after Caption on the same clip reuses its frames and prefix, and the line priced
+    both again (4-12x too high). It now prices what the next run does: its overhead alone, where both are
+    kept for that variant; another variant's prefix is not, so its prefill is priced."""
+    engine = Engine(tiny)
+    clip = EXAMPLES / "flower.mp4"  # one window for every task
+    assert engine.kept_reading(clip, "gptq") == (False, False)
+    service.run(engine, "caption", clip, "gptq")
+    assert engine.kept_reading(clip, "gptq") == (True, True)
+    assert engine.kept_reading(clip, "bnb4") == (True, False)  # its frames are kept, not its prefix
+    speed = capacity.expected(tiny, "cpu", "gptq")
+    assert speed is not None
+    info, plan = _plan("flower.mp4")
+    kept = {v: engine.kept_reading(clip, v) for v in ("gptq", "bnb4")}
+    est = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params, kept["gptq"])
+    assert est.first_s == pytest.approx(speed.overhead_s)  # no frames decoded, no prefill
+    line = cost.estimate_line("find", plan, info.duration_s, tiny, ["gptq"], engine.params, kept=kept)
+    assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line, line
+    fresh = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params)
+    other = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params, kept["bnb4"])
+    assert est.first_s < other.first_s < fresh.first_s  # bnb4 decodes no frames but prefills its own
+    res = service.run(engine, "find", clip, "gptq", "a flower")
+    assert res.info.cached_video and res.info.reused_prefix  # what the line priced is what ran
+
+
 def test_the_gpu_cost_admits_each_call_on_its_request_and_charges_its_use(tiny: Settings) -> None:
     """ZeroGPU's rule (zerogpu.json quota_use): a call starts when its request is left, then is charged
     what it used; so what a piece of work needs is its calls' use, the last one's request whole."""
