@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -83,31 +82,85 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(
     )
 
 
+def test_the_first_line_prices_the_tables_figures_as_measured_and_the_limits_keep_their_margin(
+    monkeypatch: pytest.MonkeyPatch, tiny: Settings
+) -> None:
+    """Issue 52: before any run, "about 21 s" was said of a find that took 2.5 s: the line priced the
+    tiny's figures with the 3x margin the limits keep for slower machines (5 s of overhead a window where
+    0.1-0.6 s were measured). Whether the line is now within 0.5-2x of a run on this machine is the
+    benchmark's to say (benchmarks/bench_estimates.py, docs/SPEED.md), not a timed test's."""
+    monkeypatch.setattr(capacity, "_MEASURED", {})  # this process has answered nothing yet
+    info, plan = _plan("flower.mp4")
+    limits, as_measured = capacity.speed_for(tiny, "cpu"), capacity.speed_for(tiny, "cpu", margin=False)
+    assert limits is not None and as_measured is not None
+    assert limits == capacity.speeds()["cpu-tiny"] and as_measured.name == "cpu-tiny as measured"
+    assert capacity.expected(tiny, "cpu", "gptq") == as_measured
+    est = cost.estimate("caption", plan, info.duration_s, tiny, as_measured, VideoParams())
+    line = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"], VideoParams())
+    assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line, line
+    with_margin = cost.estimate("caption", plan, info.duration_s, tiny, limits, VideoParams())
+    assert with_margin.first_s > 5 * est.first_s  # what the line said before
+    # the limits keep the margin: a time limit the figures as measured would allow still conflicts
+    window = capacity.window_s("caption", tiny, limits)
+    assert capacity.window_s("caption", tiny, as_measured) < window / 2
+    short = tiny.with_(request_timeout_s=window / 2)
+    said = capacity.conflicts(short, "cpu")
+    assert any("REQUEST_TIMEOUT_S" in c for c in said), said
+
+
 @pytest.mark.slow
-def test_the_line_before_run_says_this_machines_time_from_its_last_answer(tiny: Settings) -> None:
-    """Issue 52: "about 21 s" was said before a find that took 2.5 s (the table's tiny figures carry a
-    3x margin for slower machines). Once this process has answered a clip, the line prices the next one
-    from that answer's own figures: within 0.5-2x of what a new clip then takes, on the same machine."""
+def test_the_line_before_run_says_this_machines_pace_from_its_last_answer(tiny: Settings) -> None:
+    """Once this process has answered a clip, the line prices the next one at that answer's pace: the
+    table's figures as measured, all scaled by one factor (a small clip's prefill, read as a share of a
+    full window's, would price a long clip tens of times too high), which give back the answer's own
+    reading time."""
     engine = Engine(tiny)
     service.run(engine, "caption", EXAMPLES / "flower.mp4", "gptq")  # the load and first-use costs
     first = service.run(engine, "caption", EXAMPLES / "parking_lot.mp4", "gptq")
     measured = capacity.measured(tiny, "cpu", "gptq")
-    assert measured is not None and measured != capacity.speed_for(tiny, "cpu")
+    table = capacity.speed_for(tiny, "cpu", margin=False)
+    assert measured is not None and table is not None and measured.name == "this machine's last answer"
     assert capacity.measured(tiny.with_(model="marlin"), "cpu", "gptq") is None  # the tiny's, not the model's
-    info, plan = _plan("parking_lot.mp4")  # its own figures give back its own time
+    pace = measured.prefill_s / table.prefill_s
+    assert measured.prepare_s / table.prepare_s == pytest.approx(pace)
+    assert measured.overhead_s / table.overhead_s == pytest.approx(pace)
+    assert table.decode_tokens_per_s / measured.decode_tokens_per_s == pytest.approx(pace)
+    info, plan = _plan("parking_lot.mp4")  # its own figures give back its own reading time
     own = cost.estimate("caption", plan, info.duration_s, tiny, measured, engine.params)
-    writing = first.metrics.output_tokens / measured.decode_tokens_per_s
-    assert own.first_s + writing == pytest.approx(first.metrics.latency_s - first.metrics.queue_s, rel=0.05)
-    info, plan = _plan("bottles.mp4")  # a clip this process has not read
+    m = first.metrics
+    assert m.tokens_per_s is not None
+    read = m.latency_s - m.queue_s - m.output_tokens / m.tokens_per_s
+    assert own.first_s == pytest.approx(read, rel=0.05)
+    info, plan = _plan("bottles.mp4")  # a clip this process has not read: priced at the same pace
     est = cost.estimate("caption", plan, info.duration_s, tiny, measured, engine.params)
     line = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"], engine.params)
     assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line
-    t0 = time.perf_counter()
-    res = service.run(engine, "caption", EXAMPLES / "bottles.mp4", "gptq")
-    took = time.perf_counter() - t0
-    assert not res.info.reused_prefix and not res.info.cached_video  # read afresh, as estimated
-    assert 0.5 <= est.first_s / took <= 2.0, (est, took)
-    assert res.info.total_s == pytest.approx(took, abs=0.2)  # the page's Total card: the request's time
+
+
+@pytest.mark.slow
+def test_a_question_after_a_caption_is_priced_without_the_reading_it_reuses(tiny: Settings) -> None:
+    """Issue 52: Find after Caption on the same clip reuses its frames and prefix, and the line priced
+    both again (4-12x too high). It now prices what the next run does: its overhead alone, where both are
+    kept for that variant; another variant's prefix is not, so its prefill is priced."""
+    engine = Engine(tiny)
+    clip = EXAMPLES / "flower.mp4"  # one window for every task
+    assert engine.kept_reading(clip, "gptq") == (False, False)
+    service.run(engine, "caption", clip, "gptq")
+    assert engine.kept_reading(clip, "gptq") == (True, True)
+    assert engine.kept_reading(clip, "bnb4") == (True, False)  # its frames are kept, not its prefix
+    speed = capacity.expected(tiny, "cpu", "gptq")
+    assert speed is not None
+    info, plan = _plan("flower.mp4")
+    kept = {v: engine.kept_reading(clip, v) for v in ("gptq", "bnb4")}
+    est = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params, kept["gptq"])
+    assert est.first_s == pytest.approx(speed.overhead_s)  # no frames decoded, no prefill
+    line = cost.estimate_line("find", plan, info.duration_s, tiny, ["gptq"], engine.params, kept=kept)
+    assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line, line
+    fresh = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params)
+    other = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params, kept["bnb4"])
+    assert est.first_s < other.first_s < fresh.first_s  # bnb4 decodes no frames but prefills its own
+    res = service.run(engine, "find", clip, "gptq", "a flower")
+    assert res.info.cached_video and res.info.reused_prefix  # what the line priced is what ran
 
 
 def test_the_gpu_cost_admits_each_call_on_its_request_and_charges_its_use(tiny: Settings) -> None:

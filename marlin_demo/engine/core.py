@@ -209,6 +209,12 @@ class Engine:
         """Each window's frames (and whether they were cached), decoded in one scan on a miss."""
         return self.store.windows(path, plans)
 
+    def kept_reading(self, path: Path, variant: Variant) -> tuple[bool, bool]:
+        """Whether a run of ``variant`` on the whole clip at ``path`` would find its frames, and its prefix,
+        kept: the line before Run then prices no decoding, no prefill (a question after a caption)."""
+        digest, frames = self.store.kept(path)
+        return frames, self.prefixes.holds(variant, digest)
+
     def video_cache_len(self) -> int:
         return len(self.store)
 

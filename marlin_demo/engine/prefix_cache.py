@@ -89,6 +89,10 @@ class PrefixCache:
         for key in [k for k, e in self._entries.items() if e.variant == variant]:
             del self._entries[key]
 
+    def holds(self, variant: str, digest: str) -> bool:
+        """Whether a prefix state of ``variant`` on the frames ``digest`` names is kept (any prompt's)."""
+        return any(k[0] == variant and k[2] == digest for k in list(self._entries))
+
     def _find(
         self, loaded: LoadedModel, prepared: PreparedVideo, text: str
     ) -> tuple[tuple[Any, ...], str] | None:

@@ -93,6 +93,12 @@ class VideoStore:
             _bound(self._videos, self.size)
         return prepared, False
 
+    def kept(self, path: Path) -> tuple[str, bool]:
+        """The digest the whole clip's frames go by (its prefix states' key) and whether they are kept."""
+        key = (self.digest(path), repr(self.params), self.backend)
+        with self.lock:
+            return "|".join(key), key in self._videos
+
     def windows(
         self, path: Path, plans: list[WindowPlan]
     ) -> Iterator[tuple[WindowPlan, PreparedVideo, bool]]:

@@ -56,6 +56,9 @@ class Speed:
     #: which every call pays (its process may be fresh); None until measured: sized as eager decoding
     graphs_decode_tokens_per_s: float | None = None
     graphs_capture_s: float = 0.0
+    #: the same figures as measured, without the margin the limits keep for slower machines: what the line
+    #: before a first Run prices (``speed_for(margin=False)``); empty: the entry carries no margin
+    expected: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def compute_dtype(self) -> str:
@@ -146,9 +149,27 @@ def device_of(settings: Settings) -> str | None:
         return None
 
 
-def speed_for(settings: Settings, device: str) -> Speed | None:
+def speed_for(settings: Settings, device: str, margin: bool = True) -> Speed | None:
     """The figures for this device and model: the H200's on any GPU, the tiny stand-in's on a CPU, else
-    ``cpu_speed``'s for this CPU in the compute type it will use (None: never measured, nothing derived)."""
+    ``cpu_speed``'s for this CPU in the compute type it will use (None: never measured, nothing derived).
+    ``margin=False``: the entry's own measured figures (``Speed.expected``), for saying how long a run
+    will take; the limits keep the margin."""
+    found = _table_speed(settings, device)
+    if margin or found is None or not found.expected:
+        return found
+    e = found.expected
+    return dataclasses.replace(
+        found,
+        name=f"{found.name} as measured",
+        decode_tokens_per_s=e["decode_tokens_per_s"],
+        prefill_s=e["prefill_s"],
+        prepare_s=e["prepare_s"],
+        overhead_s=e["overhead_s"],
+        expected={},
+    )
+
+
+def _table_speed(settings: Settings, device: str) -> Speed | None:
     if device == "cuda":
         return speeds()["h200"]
     if settings.is_tiny:
@@ -176,29 +197,44 @@ def observe(
     info: RunInfo,
     params: VideoParams | None = None,
 ) -> None:
-    """Keep what one fresh whole-clip answer took here (frames decoded, prefill, tokens): the line before the
-    next Run says this machine's time as it is now, not the table's figures, which carry a margin for
-    slower machines (the limits keep using those). An answer that reused a reading measures none of it."""
+    """Keep how fast one fresh whole-clip answer read its clip here: the line before the next Run prices
+    the table's figures as measured (or, with none, this answer's own) at that pace, not the limits' figures,
+    which carry a margin for slower machines. One pace for the whole reading, not each part scaled up on
+    its own: a small clip's prefill is mostly fixed costs, and read as a share of a full window's it would
+    price a long clip tens of times too high. An answer that reused a reading measures none of it."""
     if info.cached_video or info.reused_prefix or not metrics.tokens_per_s or info.prefill_s is None:
         return
-    seconds = max(float(info.duration_s), 1e-3)
     p = params or VideoParams()
-    frames = min(1.0, seconds * p.fps / p.max_frames)
+    frames = min(1.0, max(float(info.duration_s), 1e-3) * p.fps / p.max_frames)
     share = max(prefill_share(metrics.video_tokens, params), 1e-6)
-    writing = metrics.output_tokens / metrics.tokens_per_s
-    rest = metrics.latency_s - metrics.queue_s - info.decode_s - info.prefill_s - writing
-    _MEASURED[_measured_key(settings, device, variant)] = Speed(
-        name="this machine's last answer",
+    read = metrics.latency_s - metrics.queue_s - metrics.output_tokens / metrics.tokens_per_s
+    base = speed_for(settings, device, margin=False) or Speed(
+        name="",
         decode_tokens_per_s=float(metrics.tokens_per_s),
         prefill_s=float(info.prefill_s) / share,
         prepare_s=float(info.decode_s) / frames,
-        overhead_s=max(0.0, rest),
+        overhead_s=max(0.0, read - info.decode_s - info.prefill_s),
+    )
+    pace = max(read, 1e-3) / max(base.prepare_s * frames + read_s(base, share), 1e-6)
+    _MEASURED[_measured_key(settings, device, variant)] = dataclasses.replace(
+        base,
+        name="this machine's last answer",
+        decode_tokens_per_s=base.decode_tokens_per_s / pace,
+        prefill_s=base.prefill_s * pace,
+        prepare_s=base.prepare_s * pace,
+        overhead_s=base.overhead_s * pace,
     )
 
 
 def measured(settings: Settings, device: str, variant: str) -> Speed | None:
     """``observe``'s figures for this device, model, compute type and variant (None: none answered yet)."""
     return _MEASURED.get(_measured_key(settings, device, variant))
+
+
+def expected(settings: Settings, device: str, variant: str) -> Speed | None:
+    """What the line before Run prices a run of ``variant`` at: this process's last answer with it, before
+    one the table's figures as measured, without the limits' margin (None: never measured)."""
+    return measured(settings, device, variant) or speed_for(settings, device, margin=False)
 
 
 def total_memory_mb() -> float:

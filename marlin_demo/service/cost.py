@@ -32,19 +32,23 @@ def estimate(
     settings: Settings,
     speed: capacity.Speed,
     params: VideoParams | None = None,
+    kept: tuple[bool, bool] = (False, False),
 ) -> Estimate:
     """Each window's preparation (scaled by its frames), overhead and prefill (by its video tokens, from
-    ``plan``'s tokens per second), plus decoding every token the task allows."""
+    ``plan``'s tokens per second), plus decoding every token the task allows. ``kept``: a one-window
+    clip's frames, and its prefix, are kept from an earlier run (``Engine.kept_reading``): not priced."""
     windows = plan_for(task, max(duration_s, 0.0), settings, limit=False)
     covered_s = max(plan.nframes / max(plan.sample_fps, 1e-9), 1e-9)
     per_s = plan.video_tokens / covered_s
     p = params or VideoParams()
     first = 0.0
+    frames_kept, prefix_kept = kept if len(windows) == 1 else (False, False)
     for w in windows:  # a window's frames cost their share of a full window's preparation and prefill
         seconds = min(w.duration, duration_s)
         frames = min(1.0, seconds * p.fps / p.max_frames)
         share = capacity.prefill_share(per_s * seconds, params)
-        first += speed.prepare_s * frames + speed.overhead_s + speed.prefill_s * share
+        first += speed.overhead_s + (0.0 if frames_kept else speed.prepare_s * frames)
+        first += 0.0 if prefix_kept else speed.prefill_s * share
     decode = len(windows) * get_task(task).tokens(settings) / speed.decode_tokens_per_s
     return Estimate(first_s=first, most_s=first + decode, windows=len(windows))
 
@@ -57,11 +61,12 @@ def estimate_line(
     variants: list[Variant] | None = None,
     params: VideoParams | None = None,
     share: float = 1.0,
+    kept: dict[str, tuple[bool, bool]] | None = None,
 ) -> str:
     """The one line that says, before Run, what this request will cost here ('' where nothing needs saying):
     on ZeroGPU its calls and what they ask of a visitor's quota (``share``: the calls' frames, from
-    ``service.call_share``), on a CPU about how long it takes for each of ``variants`` in turn, on any
-    other GPU nothing."""
+    ``service.call_share``), on a CPU about how long it takes for each of ``variants`` in turn (``kept``:
+    per variant, what of the clip's reading is kept, ``estimate``'s), on any other GPU nothing."""
     runs = max(1, len(variants or []))
     noun = get_task(task).noun
     who = noun if runs == 1 else f"{noun} on {runs} variants"
@@ -72,11 +77,14 @@ def estimate_line(
     if capacity.device_of(settings) != "cpu":
         return ""
     chosen = variants or (settings.variant_list or ["gptq"])[:1]
-    table = capacity.speed_for(settings, "cpu")  # each variant's own last answer here, once there is one
-    speeds = [capacity.measured(settings, "cpu", v) or table for v in chosen]
-    if table is None and None in speeds:
+    speeds = [capacity.expected(settings, "cpu", v) for v in chosen]
+    if None in speeds:
         return f"How long {noun} takes on this CPU was never measured (see docs/SPEED.md): expect minutes."
-    ests = [estimate(task, plan, duration_s, settings, sp, params) for sp in speeds if sp is not None]
+    ests = [
+        estimate(task, plan, duration_s, settings, sp, params, (kept or {}).get(v, (False, False)))
+        for v, sp in zip(chosen, speeds, strict=True)
+        if sp is not None
+    ]
     dtype = compute_choice(settings, chosen[0], "cpu").dtype
     first, most = sum(e.first_s for e in ests), sum(e.most_s for e in ests)
     return (

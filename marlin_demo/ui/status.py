@@ -73,7 +73,8 @@ def clip_status(
     note = ""
     if work is not None:
         plan = plan_sampling(info, ctx.engine.params)
-        note = cost.estimate_line(work[0], plan, seconds, s, work[1], ctx.engine.params, share)
+        kept = {v: ctx.engine.kept_reading(Path(path), v) for v in work[1]} if asked is None else None
+        note = cost.estimate_line(work[0], plan, seconds, s, work[1], ctx.engine.params, share, kept)
     return status_html(text + "." + (f" {note}" if note else ""))
 
 
