@@ -635,17 +635,25 @@ def test_long_video_window_progress_timeline_and_moments(browser, windowed_serve
         assert "2 windows" in pg.inner_text("#clip-status")
         assert "On this CPU (float32)" in pg.inner_text("#clip-status")
         pg.click("#caption-run")
-        # window progress: k of n, and the windows on the timeline, answered ones marked as they finish
-        pg.wait_for_function(
-            "document.querySelector('#caption-progress')?.innerText.includes('Window 2 of 2')",
-            timeout=RUN_TIMEOUT_MS,
+        # Stop in window 2, in the very frame its progress shows (window 2 of a tiny run is short: a wait,
+        # a screenshot or Playwright's own click in between can let it finish first)
+        stopped = pg.evaluate(
+            """([ms]) => new Promise(done => { const end = performance.now() + ms; const step = () => {
+                 const bar = document.querySelector('#caption-progress')?.innerText || '';
+                 const b = document.querySelector('#caption-stop');
+                 if (bar.includes('Window 2 of 2') && b && b.offsetParent !== null
+                     && getComputedStyle(b).pointerEvents !== 'none') { b.click(); done(true); }
+                 else if (performance.now() > end) done(false); else requestAnimationFrame(step); };
+                 step(); })""",
+            [RUN_TIMEOUT_MS],
         )
-        pg.wait_for_selector("#caption-timeline .mt-win-done", timeout=RUN_TIMEOUT_MS)
-        assert pg.locator("#caption-timeline .mt-win").count() == 2
-        _shot(pg, "7_long_caption_running")
-        # Stop in window 2: what is kept says it covers window 1's part only, and so do its files' names
-        assert _click_as_soon_as_shown(pg, "#caption-stop")
+        assert stopped, "window 2 of 2 never showed with Stop"
         pg.wait_for_selector("#caption-scene .mc-stopped", timeout=30_000)
+        # the windows on the timeline, the answered one marked
+        pg.wait_for_selector("#caption-timeline .mt-win-done", timeout=30_000)
+        assert pg.locator("#caption-timeline .mt-win").count() == 2
+        _shot(pg, "7_long_caption_stopped")
+        # what is kept says it covers window 1's part only, and so do its files' names
         notice = pg.inner_text("#caption-notice")
         assert "Partial answer: 1 of 2 windows answered" in notice, notice
         assert "cover 0–7 s of the video only" in notice, notice
