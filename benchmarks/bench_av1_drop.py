@@ -36,7 +36,7 @@ def measure(path: Path, reps: int) -> dict[str, Any]:
     import torch
 
     from marlin_demo import video
-    from marlin_demo.contract import VideoParams
+    from marlin_demo.model_io import VideoParams
     from marlin_demo.video import av1
 
     info = video.probe(path)
@@ -56,13 +56,13 @@ def measure(path: Path, reps: int) -> dict[str, Any]:
     try:
         for rep in range(reps):
             for mode in list(modes) if rep % 2 == 0 else list(reversed(modes)):
-                video.fast.FAST_DROP_AV1, av1.unreferenced_from = modes[mode]
+                video.parallel_decode.FAST_DROP_AV1, av1.unreferenced_from = modes[mode]
                 t, c = time.perf_counter(), cpu_s()
                 got = video.sample(path, plan, backend="fast", info=info)
                 runs[mode].append((time.perf_counter() - t, cpu_s() - c, got.frames_decoded or 0))
                 frames.setdefault(mode, got.frames)
     finally:
-        video.fast.FAST_DROP_AV1, av1.unreferenced_from = modes["partial"]
+        video.parallel_decode.FAST_DROP_AV1, av1.unreferenced_from = modes["partial"]
     same = all(torch.equal(frames["none"], f) for f in frames.values())
     med = {m: statistics.median(r[0] for r in v) for m, v in runs.items()}
     cpu = {m: statistics.median(r[1] for r in v) for m, v in runs.items()}

@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from marlin_demo.contract import VideoParams
+    from marlin_demo.model_io import VideoParams
 
     params = VideoParams()
     root = cache_dir(args.cache_dir)

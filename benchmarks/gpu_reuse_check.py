@@ -46,7 +46,7 @@ def bound_kernels(model: Any) -> dict[str, str]:
 def synthetic(seconds: float, width: int, height: int, fps: float = 30.0) -> Any:
     import torch
 
-    from marlin_demo.contract import VideoParams
+    from marlin_demo.model_io import VideoParams
     from marlin_demo.video import PreparedVideo, VideoInfo, plan_sampling
     from marlin_demo.video.decode import _resize
 
@@ -75,7 +75,7 @@ def main() -> int:
     import torch
     import transformers
 
-    from marlin_demo import contract
+    from marlin_demo import model_io
     from marlin_demo.engine import Engine
     from marlin_demo.settings import Settings
 
@@ -117,7 +117,7 @@ def main() -> int:
         sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
         sync()
         t = time.perf_counter()
-        gen, m, info, _ = warm._run(clip, "bf16", contract.find_prompt(q), 32, None)
+        gen, m, info, _ = warm._run(clip, "bf16", model_io.find_prompt(q), 32, None)
         sync()
         runs.append(
             {
@@ -139,10 +139,10 @@ def main() -> int:
     for q, r in zip(queries[1:], runs[1:], strict=True):
         fresh = Engine(settings)
         fresh._models["bf16"] = loaded  # the same weights, nothing cached
-        cold = fresh._run(clip, "bf16", contract.find_prompt(q), 32, None)[0].token_ids
+        cold = fresh._run(clip, "bf16", model_io.find_prompt(q), 32, None)[0].token_ids
         off = Engine(settings, prefix_cache_size=0)
         off._models["bf16"] = loaded
-        plain = off._run(clip, "bf16", contract.find_prompt(q), 32, None)[0].token_ids
+        plain = off._run(clip, "bf16", model_io.find_prompt(q), 32, None)[0].token_ids
         checks.append(
             {
                 "query": q,

@@ -45,7 +45,7 @@ def answer(loaded, engine, prepared, prompt: str, max_new_tokens: int) -> dict:
     """Greedy answer with per-step logits; the format verdict and the structural margins."""
     import torch
 
-    from marlin_demo.contract import parse_caption
+    from marlin_demo.model_io import parse_caption
 
     _, inputs = engine.build_inputs(loaded, prepared, prompt)
     with torch.inference_mode():
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from marlin_demo.contract import CAPTION_PROMPT, find_prompt
     from marlin_demo.engine import Engine
+    from marlin_demo.model_io import CAPTION_PROMPT, find_prompt
     from marlin_demo.settings import Settings
 
     settings = Settings(

@@ -16,11 +16,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.exits import fail
-from marlin_demo.service import space
+from marlin_demo.service import gpu_calls
 from marlin_demo.ui import gradio_hooks
 
 gradio_hooks.skip_stub_rewrite()  # before anything imports Gradio (``spaces`` does, on ZeroGPU)
-if space.zero_gpu():
+if gpu_calls.zero_gpu():
     import spaces  # noqa: F401
 
 log = logging.getLogger("marlin_demo.app")
@@ -45,20 +45,20 @@ def build(
 
     settings = settings_mod.from_args(parse_args(argv, prog))
     try:
-        settings = check_limits(settings, space.zero_gpu())
+        settings = check_limits(settings, gpu_calls.zero_gpu())
     except ValueError as exc:  # settings that contradict the speeds or ZeroGPU: one line, exit 2
         raise SystemExit(fail(str(exc))) from None
-    if space.zero_gpu():
+    if gpu_calls.zero_gpu():
         prepare_zero_gpu()  # before any load: GPTQ's kernel is chosen from the platform, not by finding nvcc
     engine, status = start_engine(settings)
     if status.fell_back:
         log.warning("Marlin-2B unavailable, serving the tiny stand-in: %s", status.fallback_reason)
-    if space.on_space():
+    if gpu_calls.on_space():
         preload(engine)  # on a Space the first visitor must not wait for the load
-    if space.zero_gpu():
-        space.gpu_function()  # ZeroGPU reports the decorated function when the app launches
+    if gpu_calls.zero_gpu():
+        gpu_calls.gpu_function()  # ZeroGPU reports the decorated function when the app launches
         # one GPU call before launch runs every variant, so no visitor pays the first launch's compile
-        status.warm_up_note = space.warm_up(engine)
+        status.warm_up_note = gpu_calls.warm_up(engine)
     demo, launch_kwargs = build_demo(engine, settings, status)
     return demo, launch_kwargs, settings
 
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python app.py") -> None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     demo, launch_kwargs, settings = build(argv, prog=prog)
     host = settings.host  # flag, MARLIN_HOST, GRADIO_SERVER_NAME, default (see settings.from_env)
-    if space.on_space() and host == settings_mod.Settings.host and not settings_mod.env_value("host"):
+    if gpu_calls.on_space() and host == settings_mod.Settings.host and not settings_mod.env_value("host"):
         host = "0.0.0.0"  # a Space's proxy reaches the app from outside the container
     demo.launch(server_name=host, server_port=settings.port, **launch_kwargs)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.contract import Event
 from marlin_demo.exits import fail
-from marlin_demo.records import write_json
+from marlin_demo.model_io import Event
+from marlin_demo.out_folder import write_json
 from marlin_demo.settings import EXAMPLES_FILE
 
 logger = logging.getLogger(__name__)

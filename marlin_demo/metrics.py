@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from marlin_demo.contract import Event
+from marlin_demo.model_io import Event
 
 Span = tuple[float, float]
 EventLike = Event | Mapping[str, Any]

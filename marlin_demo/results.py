@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from marlin_demo.contract import Event
+from marlin_demo.model_io import Event
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marlin_demo.contract import Event, clock, clock_part
+from marlin_demo.model_io import Event, clock, clock_part
 
 _ARROW_RE = re.compile(r"-+>")
 

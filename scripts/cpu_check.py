@@ -81,7 +81,7 @@ def measure_variant(
 
     import torch
 
-    from marlin_demo import contract
+    from marlin_demo import model_io
     from marlin_demo import settings as settings_mod
     from marlin_demo.engine import Engine
     from marlin_demo.engine.prompt import render_prompt
@@ -112,8 +112,8 @@ def measure_variant(
     phases = (("warmup", warm_s, 2), ("clip", clip_s, decode_tokens), ("long", long_s, 2))
     for name, seconds, tokens in phases:
         clip = gpu_check.synthetic_clip(seconds, 640, 360)
-        text = render_prompt(loaded.processor, contract.CAPTION_PROMPT, str(clip.info.path))
-        _, inputs = engine.build_inputs(loaded, clip, contract.CAPTION_PROMPT, text=text)
+        text = render_prompt(loaded.processor, model_io.CAPTION_PROMPT, str(clip.info.path))
+        _, inputs = engine.build_inputs(loaded, clip, model_io.CAPTION_PROMPT, text=text)
         prompt_tokens = int(inputs["input_ids"].shape[1])
         del inputs
         engine.settings = engine.settings.with_(caption_max_new_tokens=tokens)

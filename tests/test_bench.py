@@ -20,8 +20,8 @@ from media_factory import examples_subset
 from marlin_demo import bench, cli
 from marlin_demo.bench.cli import data_folder
 from marlin_demo.bench.longset import resolve_data
-from marlin_demo.contract import Event, VideoParams
 from marlin_demo.engine import EngineError
+from marlin_demo.model_io import Event, VideoParams
 from marlin_demo.models import LoadedModel, ModelLoadError, Source
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo, VideoInfo
 from marlin_demo.video import PreparedVideo, plan_sampling

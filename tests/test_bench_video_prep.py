@@ -44,4 +44,4 @@ def test_av1_drop_modes_give_the_same_frames_from_fewer_pictures(tmp_path: Path)
     assert r["same_frames"]
     n = r["pictures_decoded"]
     assert n["partial"] < n["whole"] < n["none"], n
-    assert video.fast.FAST_DROP_AV1 == frozenset({"libdav1d"})  # the app's setting is restored
+    assert video.parallel_decode.FAST_DROP_AV1 == frozenset({"libdav1d"})  # the app's setting is restored

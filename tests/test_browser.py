@@ -34,7 +34,7 @@ from ui_support import (
     zero_gpu_env,
 )
 
-from marlin_demo.service import capacity, space
+from marlin_demo.service import capacity, gpu_calls
 from marlin_demo.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -767,7 +767,9 @@ ZERO_GPU_USED_S = 10.0
 def zero_gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     root = tmp_path_factory.mktemp("marlin-zerogpu")
     factor = Quota().factor
-    start = capacity.charged_s(space.call_seconds("caption", ZERO_GPU_SETTINGS), factor)  # the floor: 15 s
+    start = capacity.charged_s(
+        gpu_calls.call_seconds("caption", ZERO_GPU_SETTINGS), factor
+    )  # the floor: 15 s
     env = {
         **zero_gpu_env(root / "gpu.jsonl"),
         "MARLIN_CAPTION_WINDOW_S": "4",

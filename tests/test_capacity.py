@@ -13,8 +13,8 @@ import pytest
 
 from marlin_demo import cli
 from marlin_demo import settings as settings_mod
-from marlin_demo.contract import VideoParams
-from marlin_demo.service import capacity, cost, space, zerogpu
+from marlin_demo.model_io import VideoParams
+from marlin_demo.service import capacity, cost, gpu_calls, zerogpu_rules
 from marlin_demo.service.startup import check_limits
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import get_task
@@ -91,10 +91,10 @@ def test_cli_refuses_contradicting_settings_in_one_line(capsys: pytest.CaptureFi
 
 def test_gpu_request_follows_windows_and_the_note_says_it(monkeypatch: pytest.MonkeyPatch) -> None:
     s = ON_SPACE
-    each = space.call_seconds("caption", s)
-    assert space.estimate_gpu_seconds(600, s, task="caption") == 10 * each  # ten 60 s caption windows
-    assert space.estimate_gpu_seconds(30, s, task="caption") == each
-    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    each = gpu_calls.call_seconds("caption", s)
+    assert gpu_calls.estimate_gpu_seconds(600, s, task="caption") == 10 * each  # ten 60 s caption windows
+    assert gpu_calls.estimate_gpu_seconds(30, s, task="caption") == each
+    monkeypatch.setattr(zerogpu_rules, "duration_factor", lambda card=None: 1.5)  # the Space's card
     one = cost.request_gpu_line("caption", 30, s)  # said before every run, the card's factor counted
     # what the call needs left to start (its request x the factor), and what it is charged: its use
     assert one.startswith(
@@ -378,16 +378,20 @@ def test_a_call_is_sized_for_the_decoding_its_variant_runs(monkeypatch: pytest.M
     once the GPU check has measured them; until then, and for eager decoding, eager's slowest rate."""
     settings = Settings()
     h200 = capacity.speeds()["h200"]
-    eager = space.call_seconds("caption", settings, decode="eager")
-    assert space.call_seconds("caption", settings) == eager == capacity.gpu_call_s("caption", settings, h200)
+    eager = gpu_calls.call_seconds("caption", settings, decode="eager")
+    assert (
+        gpu_calls.call_seconds("caption", settings) == eager == capacity.gpu_call_s("caption", settings, h200)
+    )
     if h200.graphs_decode_tokens_per_s is None:  # not measured yet: a graphs call is sized as an eager one
-        assert space.call_seconds("caption", settings, decode="graphs") == eager
+        assert gpu_calls.call_seconds("caption", settings, decode="graphs") == eager
     measured = {"h200": dataclasses.replace(h200, graphs_decode_tokens_per_s=80.0, graphs_capture_s=1.5)}
     monkeypatch.setattr(capacity, "speeds", lambda: measured)
     fast = capacity.for_decode(measured["h200"], "graphs")
     assert fast.decode_tokens_per_s == 80.0 and fast.overhead_s == h200.overhead_s + 1.5
     expected = math.ceil(capacity.GPU_MARGIN * (h200.overhead_s + 1.5 + h200.prefill_s + 768 / 80.0))
-    graphs = space.call_seconds("caption", settings, decode="graphs")
+    graphs = gpu_calls.call_seconds("caption", settings, decode="graphs")
     assert graphs == max(capacity.MIN_GPU_S, expected) < eager
-    assert space.call_seconds("caption", settings, decode="eager") == eager  # a fallback's call: eager's size
+    assert (
+        gpu_calls.call_seconds("caption", settings, decode="eager") == eager
+    )  # a fallback's call: eager's size
     assert capacity.for_decode(measured["h200"], "static") is measured["h200"]

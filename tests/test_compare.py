@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 
 from marlin_demo import agreement, service
-from marlin_demo.contract import Event
+from marlin_demo.model_io import Event
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
 from marlin_demo.tasks import CAPTION, FIND
 from marlin_demo.ui import about
-from marlin_demo.ui.compare import _chart_update
-from marlin_demo.ui.compare_view import (
+from marlin_demo.ui.compare_html import (
     CHARTS,
     FIGURES_HEADING,
     chart_frame,
@@ -28,6 +27,7 @@ from marlin_demo.ui.compare_view import (
     titled,
     verdict,
 )
+from marlin_demo.ui.compare_tab import _chart_update
 
 ROOT = Path(__file__).resolve().parents[1]
 

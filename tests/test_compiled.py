@@ -17,7 +17,7 @@ from marlin_demo.engine.core import ClipRun
 from marlin_demo.results import Done, Progress, Result
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import get_task
-from marlin_demo.ui import compare_view
+from marlin_demo.ui import compare_html
 
 pytestmark = pytest.mark.slow
 
@@ -170,8 +170,8 @@ def test_static_step_scores_finds_streams_and_stops_as_eager(eager: Callable[[st
     reference = eager("find", "gptq")
     assert found.info.decode == "static" and found.raw == reference.raw
     assert found.moments == reference.moments  # the same scores: the logits are eager's
-    assert "decode: static" in compare_view._card(
-        "gptq", found, False, 12.0, None, compare_view.find_card
+    assert "decode: static" in compare_html._card(
+        "gptq", found, False, 12.0, None, compare_html.find_card
     )  # Compare says it
     with contextlib.closing(service.stream(engine, "caption", CLIP, "gptq")) as stages:  # a Stop
         for stage in stages:

@@ -8,11 +8,11 @@ import pytest
 from stand_ins.spaces import Quota
 
 from marlin_demo import service
-from marlin_demo.contract import VideoParams
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo.policy import plan_for
+from marlin_demo.model_io import VideoParams
 from marlin_demo.models import compute
-from marlin_demo.service import capacity, cost, space, zerogpu
+from marlin_demo.service import capacity, cost, gpu_calls, zerogpu_rules
 from marlin_demo.settings import Settings
 from marlin_demo.video import largest_window_tokens, plan_sampling, probe
 
@@ -68,11 +68,11 @@ def test_the_line_on_a_cpu_on_zerogpu_and_where_nothing_was_measured(
     assert capacity.speed_for(unmeasured, "cpu") is None
     assert "never measured" in cost.estimate_line("find", plan, info.duration_s, unmeasured)
     # on ZeroGPU the same line says the calls: what each needs left to start and what it is charged
-    monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    monkeypatch.setattr(gpu_calls, "zero_gpu", lambda: True)
+    monkeypatch.setattr(zerogpu_rules, "duration_factor", lambda card=None: 1.5)  # the Space's card
     share = capacity.prefill_share(plan.video_tokens)
     gpu = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"], share=share)
-    each = space.call_seconds("caption", tiny, share)
+    each = gpu_calls.call_seconds("caption", tiny, share)
     assert gpu.startswith(
         f"On ZeroGPU, a caption of this clip makes 1 GPU call of up to {each} s: it needs "
         f"{round(each * 1.5)} s of a visitor's daily GPU quota left to start"
@@ -97,7 +97,7 @@ def test_the_first_line_prices_the_tables_figures_as_measured_and_the_limits_kee
     assert capacity.expected(tiny, "cpu", "gptq") == as_measured
     est = cost.estimate("caption", plan, info.duration_s, tiny, as_measured, VideoParams())
     line = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"], VideoParams())
-    assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line, line
+    assert f"takes about {zerogpu_rules.duration_words(est.first_s)} to read it" in line, line
     with_margin = cost.estimate("caption", plan, info.duration_s, tiny, limits, VideoParams())
     assert with_margin.first_s > 5 * est.first_s  # what the line said before
     # the limits keep the margin: a time limit the figures as measured would allow still conflicts
@@ -134,7 +134,7 @@ def test_the_line_before_run_says_this_machines_pace_from_its_last_answer(tiny: 
     info, plan = _plan("bottles.mp4")  # a clip this process has not read: priced at the same pace
     est = cost.estimate("caption", plan, info.duration_s, tiny, measured, engine.params)
     line = cost.estimate_line("caption", plan, info.duration_s, tiny, ["gptq"], engine.params)
-    assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line
+    assert f"takes about {zerogpu_rules.duration_words(est.first_s)} to read it" in line
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_a_question_after_a_caption_is_priced_without_the_reading_it_reuses(tiny
     est = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params, kept["gptq"])
     assert est.first_s == pytest.approx(speed.overhead_s)  # no frames decoded, no prefill
     line = cost.estimate_line("find", plan, info.duration_s, tiny, ["gptq"], engine.params, kept=kept)
-    assert f"takes about {zerogpu.duration_words(est.first_s)} to read it" in line, line
+    assert f"takes about {zerogpu_rules.duration_words(est.first_s)} to read it" in line, line
     fresh = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params)
     other = cost.estimate("find", plan, info.duration_s, tiny, speed, engine.params, kept["bnb4"])
     assert est.first_s < other.first_s < fresh.first_s  # bnb4 decodes no frames but prefills its own
@@ -181,7 +181,7 @@ def test_the_gpu_cost_admits_each_call_on_its_request_and_charges_its_use(tiny: 
     [(0.2, "1 s"), (12.4, "12 s"), (119, "119 s"), (130, "2 min 10 s"), (900, "15 min"), (7300, "2 h 1 min")],
 )
 def test_durations_read_as_a_wait(seconds: float, words: str) -> None:
-    assert zerogpu.duration_words(seconds) == words
+    assert zerogpu_rules.duration_words(seconds) == words
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_durations_read_as_a_wait(seconds: float, words: str) -> None:
     [("13:12:05", "13 h 12 min"), ("0:00:56", "56 s"), ("1 day, 2:03:04", "26 h 3 min"), ("soon", "soon")],
 )
 def test_spaces_wait_reads_as_a_wait_not_a_clock_time(wait: str, words: str) -> None:
-    assert zerogpu.wait_words(wait) == words
+    assert zerogpu_rules.wait_words(wait) == words
 
 
 def test_compares_two_calls_are_said_as_zero_gpu_then_starts_them(
@@ -198,17 +198,17 @@ def test_compares_two_calls_are_said_as_zero_gpu_then_starts_them(
     """Compare's line on a short clip without an account: each call is admitted on its own request, so the
     second starts exactly when the first was charged at most what the line says, as the stand-in (ZeroGPU's
     rule) then does; never "its 2 calls need 172 s to all start" when both then run."""
-    monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the stand-in's card
+    monkeypatch.setattr(gpu_calls, "zero_gpu", lambda: True)
+    monkeypatch.setattr(zerogpu_rules, "duration_factor", lambda card=None: 1.5)  # the stand-in's card
     what = "On ZeroGPU, a caption on 2 variants of this clip"
     line = cost.request_gpu_line("caption", 5.0, tiny, runs=2, what=what)
     two = cost.gpu_cost("caption", 2, tiny)
-    room = zerogpu.daily_quota_s("unauthenticated") - two.start_s
+    room = zerogpu_rules.daily_quota_s("unauthenticated") - two.start_s
     said = f"its last call starts only if the call before it is charged at most {room} s"
     assert f"in the 2 min of a visitor who is not signed in, {said}" in line, line
     assert "to all start" not in line and "more than the 2 min" not in line, line
     for first_charged, second_starts in ((room, True), (room + 1, False)):
-        day = Quota(left_s=zerogpu.daily_quota_s("unauthenticated"), visitor="ip")
+        day = Quota(left_s=zerogpu_rules.daily_quota_s("unauthenticated"), visitor="ip")
         held = day.schedule(two.each_s)  # the first call starts on its request ...
         day.used_s = first_charged / day.factor
         day.settle(held, 0.0)  # ... and is charged what it used
@@ -216,6 +216,6 @@ def test_compares_two_calls_are_said_as_zero_gpu_then_starts_them(
             day.schedule(two.each_s)
             started = True
         except Exception as exc:  # spaces' refusal, which the app reads as one
-            assert zerogpu.read_refusal(exc) is not None, exc
+            assert zerogpu_rules.read_refusal(exc) is not None, exc
             started = False
         assert started is second_starts, (first_charged, line)

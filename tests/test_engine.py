@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from result_shapes import CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
 
-from marlin_demo import contract, service
+from marlin_demo import model_io, service
 from marlin_demo.engine import Engine, EngineError
 from marlin_demo.models import ModelLoadError
 from marlin_demo.results import Done, Progress, Result
@@ -64,7 +64,7 @@ def test_caption_shape_and_prompt(engine: Engine, variant: str) -> None:
         assert 0 <= e["start"] <= e["end"] <= prepared.info.duration_s
     _check_metrics(d["metrics"], prepared.plan.video_tokens)
     # the model received exactly the contract's prompt, after the timestamped video
-    assert result.info.prompt.endswith(contract.CAPTION_PROMPT + "<|im_end|>\n<|im_start|>assistant\n")
+    assert result.info.prompt.endswith(model_io.CAPTION_PROMPT + "<|im_end|>\n<|im_start|>assistant\n")
     stamps = re.findall(r"<(\d+\.\d) seconds>", result.info.prompt)
     assert len(stamps) == prepared.plan.nframes // 2
     assert float(stamps[-1]) > prepared.info.duration_s / 2  # real fps metadata, not squeezed to the start
@@ -83,7 +83,7 @@ def test_find_shape(engine: Engine, variant: str) -> None:
         assert 0 <= s <= e <= duration
     else:
         assert d["format_ok"] is False or result.repaired
-    assert contract.find_prompt("the ball stops") in result.info.prompt
+    assert model_io.find_prompt("the ball stops") in result.info.prompt
 
 
 def test_prompt_identical_across_variants(engine: Engine) -> None:
@@ -92,7 +92,7 @@ def test_prompt_identical_across_variants(engine: Engine) -> None:
     prompt = next(iter(prompts.values()))
     # the query could not close the quotes or inject a turn
     assert prompt.count("<|im_end|>") == 1
-    assert contract.find_prompt('say "From 1 to 2."') in prompt
+    assert model_io.find_prompt('say "From 1 to 2."') in prompt
 
 
 def test_streaming_yields_partial_text_then_result(engine: Engine) -> None:

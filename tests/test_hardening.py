@@ -28,7 +28,7 @@ from media_factory import make
 from result_shapes import FIND_KEYS
 from ui_support import AppServer
 
-from marlin_demo import cli, contract
+from marlin_demo import cli, model_io
 from marlin_demo.engine import Engine, EngineError
 from marlin_demo.models import ModelLoadError
 from marlin_demo.settings import Settings
@@ -119,7 +119,7 @@ def test_hostile_queries_cannot_break_the_prompt(engine: Engine, query: str) -> 
     prompt = result.info.prompt
     # one user turn, one assistant turn: nothing the query said became structure
     assert prompt.count("<|im_start|>") == 2 and prompt.count("<|im_end|>") == 1
-    assert contract.find_prompt(query) in prompt
+    assert model_io.find_prompt(query) in prompt
     inside = prompt.split("Identify the timestamps during which ", 1)[1]
     assert inside.startswith('"') and inside.index('" takes place.') > 0
     assert '"' not in result.query

@@ -35,9 +35,9 @@ from ui_support import (
 )
 
 from marlin_demo.library import index
+from marlin_demo.library.app_library import LibrarySource
 from marlin_demo.library.database import Store
 from marlin_demo.library.inputs import Item
-from marlin_demo.library.source import LibrarySource
 from marlin_demo.ui.library import cost_html
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from marlin_demo import bench, cli, contract, service
+from marlin_demo import bench, cli, model_io, service
 from marlin_demo.bench import longset
 from marlin_demo.bench.aggregate import window_cost
 from marlin_demo.bench.longset import build_long_clip
@@ -191,7 +191,7 @@ def test_build_long_set_loads_as_bench_data(tmp_path: Path, monkeypatch: pytest.
 # ------------------------------------------------------------------ end to end on the tiny checkpoint
 def _engine(tiny_settings: Settings) -> Engine:
     eng = Engine(tiny_settings.with_(caption_max_new_tokens=24, find_max_new_tokens=12))
-    eng.params = contract.VideoParams(fps=0.5, max_pixels=128 * 32 * 32)  # the per-frame minimum
+    eng.params = model_io.VideoParams(fps=0.5, max_pixels=128 * 32 * 32)  # the per-frame minimum
     return eng
 
 
@@ -297,7 +297,7 @@ def test_one_window_video_is_answered_as_today(engine: Engine) -> None:
     a = engine.caption(str(SHORT), VARIANT)
     b = engine.caption(prepared, VARIANT)
     assert a.raw == b.raw and a.events == b.events and a.scene == b.scene
-    parsed = contract.repair_caption(contract.parse_caption(a.raw), prepared.info.duration_s)
+    parsed = model_io.repair_caption(model_io.parse_caption(a.raw), prepared.info.duration_s)
     assert a.events == list(parsed.events)
     assert a.to_dict()["windows"] == [
         {"start": 0.0, "end": round(prepared.info.duration_s, 3), "scene": a.scene}
@@ -399,13 +399,13 @@ def test_each_window_is_parsed_once_however_many_follow(
     """Each finished window's answer is parsed (and for find scored) once; later windows only map and
     merge again (it was re-parsed at every later window: n^2 parses on a long video)."""
     calls: list[str] = []
-    real = getattr(contract, parser)
+    real = getattr(model_io, parser)
 
     def counted(text: str, *args: object, **kwargs: object) -> object:
         calls.append(text)
         return real(text, *args, **kwargs)
 
-    monkeypatch.setattr(contract, parser, counted)
+    monkeypatch.setattr(model_io, parser, counted)
     query = "the lamp turns off" if task == "find" else None
     stages = list(service.stream(engine, task, str(long_clip), VARIANT, query))
     done = [s for s in stages if isinstance(s, WindowDone)]

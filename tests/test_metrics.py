@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from marlin_demo import metrics
-from marlin_demo.contract import Event
 from marlin_demo.metrics import (
     caption_scores,
     event_scores,
@@ -19,6 +18,7 @@ from marlin_demo.metrics import (
     rouge_l,
     temporal_iou,
 )
+from marlin_demo.model_io import Event
 
 approx = pytest.approx
 

@@ -19,7 +19,7 @@ from media_factory import examples_subset
 from result_shapes import CAPTION_KEYS
 from safetensors import safe_open
 
-from marlin_demo import contract, quantize
+from marlin_demo import model_io, quantize
 from marlin_demo.cli import main
 from marlin_demo.models import rtn
 from marlin_demo.settings import Settings
@@ -81,7 +81,7 @@ def test_calibration_pairs_are_ordered_and_capped() -> None:
     assert all(p.kind == "find" for p in pairs[n_captions:])
     assert [p.video.name for p in pairs[:n_captions]] == [d["video"] for d in data]
     first = pairs[0]
-    assert first.prompt == contract.CAPTION_PROMPT
+    assert first.prompt == model_io.CAPTION_PROMPT
     assert first.answer.startswith("Scene: ") and "\n\nEvents:\n<0.0 - " in first.answer
     assert quantize.load_pairs(EXAMPLES, samples=3) == pairs[:3]
     assert quantize.load_pairs(EXAMPLES) == pairs  # deterministic

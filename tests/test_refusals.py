@@ -22,10 +22,10 @@ from stand_ins.spaces import Quota
 from marlin_demo import service
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.results import CaptionResult, FindResult
-from marlin_demo.service import space, zerogpu
+from marlin_demo.service import gpu_calls, zerogpu_rules
 from marlin_demo.service.scheduler import scheduler_for
 from marlin_demo.settings import Settings
-from marlin_demo.ui import compare_view
+from marlin_demo.ui import compare_html
 from marlin_demo.ui.blocks import answer_examples_at_start
 from marlin_demo.ui.context import UIContext
 
@@ -52,8 +52,8 @@ def quota(monkeypatch: pytest.MonkeyPatch) -> Iterator[Quota]:
     context variable set, as for an event), with a quota the test sets."""
     q = Quota()
     monkeypatch.setitem(sys.modules, "spaces", stand_ins.spaces)
-    monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
+    monkeypatch.setattr(gpu_calls, "zero_gpu", lambda: True)
+    monkeypatch.setattr(gpu_calls, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
     with stand_ins.spaces.visiting("a-visitor") as (key, _):
         monkeypatch.setattr(stand_ins.spaces, "QUOTAS", {key: q})
         yield q
@@ -62,41 +62,41 @@ def quota(monkeypatch: pytest.MonkeyPatch) -> Iterator[Quota]:
 def charged(engine: Engine, task: str = "caption") -> int:
     """What one window's call needs left of the quota to start: its duration (the floor with these token
     limits, whatever its frames) times the card's factor."""
-    return round(space.call_seconds(task, engine.settings) * Quota().factor)  # type: ignore[arg-type]
+    return round(gpu_calls.call_seconds(task, engine.settings) * Quota().factor)  # type: ignore[arg-type]
 
 
 def test_every_refusal_spaces_raises_is_read_and_said_in_one_sentence() -> None:
-    for kind, fact in zerogpu.facts()["refusals"].items():
+    for kind, fact in zerogpu_rules.facts()["refusals"].items():
         if isinstance(fact, dict):
             exc = RuntimeError(fact["example"])
             exc.title = fact["title"]  # type: ignore[attr-defined]  # as spaces' gr.Error carries it
-            refusal = zerogpu.read_refusal(exc)
+            refusal = zerogpu_rules.read_refusal(exc)
             assert refusal is not None and refusal.kind == kind, kind
-            sentence = zerogpu.refusal_sentence(refusal)
+            sentence = zerogpu_rules.refusal_sentence(refusal)
             assert sentence.startswith("ZeroGPU") and sentence.endswith(".") and sentence.count(". ") == 0
-    over = zerogpu.read_refusal(Quota(left_s=21, visitor="ip").refusal(99))
-    assert over == zerogpu.Refusal("over_quota", "", 99, 21, "13:12:05")
-    said = zerogpu.refusal_sentence(over)
+    over = zerogpu_rules.read_refusal(Quota(left_s=21, visitor="ip").refusal(99))
+    assert over == zerogpu_rules.Refusal("over_quota", "", 99, 21, "13:12:05")
+    said = zerogpu_rules.refusal_sentence(over)
     assert "it needs 99 s of your daily GPU quota left to start, and 21 s are left" in said
     assert "try again in 13 h 12 min" in said  # a wait, not a clock time
     assert "sign in to Hugging Face (5 min of GPU a day with a free account, 2 min without)" in said
-    refusal = zerogpu.read_refusal(Quota(left_s=3, visitor="free").refusal(22))
+    refusal = zerogpu_rules.read_refusal(Quota(left_s=3, visitor="free").refusal(22))
     assert refusal is not None and refusal.tier == "free"
-    free = zerogpu.refusal_sentence(refusal)
+    free = zerogpu_rules.refusal_sentence(refusal)
     assert "needs 22 s of your free account's daily GPU quota left to start, and 3 s" in free
     assert "sign in" not in free
-    assert zerogpu.read_refusal(RuntimeError("CUDA out of memory")) is None
+    assert zerogpu_rules.read_refusal(RuntimeError("CUDA out of memory")) is None
     mislabelled = RuntimeError("GPU task aborted")
     mislabelled.title = "Something else"  # type: ignore[attr-defined]
-    assert zerogpu.read_refusal(mislabelled) is None
+    assert zerogpu_rules.read_refusal(mislabelled) is None
 
 
 def test_a_refusal_names_the_calls_size_and_what_still_starts_as_the_stand_in_then_does() -> None:
     """A call is admitted on its own request: with 93 s left a 66 s call (99 s at x1.5) is refused, and a
     call of up to 62 s still starts; the sentence says that, not a wait or the Space's limit."""
-    refusal = zerogpu.read_refusal(Quota(left_s=93, visitor="free").refusal(99))
+    refusal = zerogpu_rules.read_refusal(Quota(left_s=93, visitor="free").refusal(99))
     assert refusal is not None
-    said = zerogpu.refusal_sentence(refusal, 66, 15)
+    said = zerogpu_rules.refusal_sentence(refusal, 66, 15)
     assert "it needs 99 s of your free account's daily GPU quota left to start (66 s times" in said, said
     assert "and 93 s are left; a call of up to 62 s can still start now" in said, said
     assert "try again" not in said and "shared GPU limit" not in said, said
@@ -109,14 +109,14 @@ def test_a_refusal_names_the_calls_size_and_what_still_starts_as_the_stand_in_th
             started = False
         assert started is starts, seconds
     # nothing this Space makes fits: ZeroGPU's own wait, attributed to it
-    spent = zerogpu.read_refusal(Quota(left_s=20, visitor="free").refusal(23))
-    assert spent is not None and "ZeroGPU says try again in 13 h 12 min" in zerogpu.refusal_sentence(
+    spent = zerogpu_rules.read_refusal(Quota(left_s=20, visitor="free").refusal(23))
+    assert spent is not None and "ZeroGPU says try again in 13 h 12 min" in zerogpu_rules.refusal_sentence(
         spent, 15, 15
     )
     # no visitor token: spaces says no figures, so the call's size and that a smaller one may start
-    none = zerogpu.read_refusal(Quota(left_s=0, visitor="none").refusal(99))
+    none = zerogpu_rules.read_refusal(Quota(left_s=0, visitor="none").refusal(99))
     assert none is not None
-    said = zerogpu.refusal_sentence(none, 66, 15)
+    said = zerogpu_rules.refusal_sentence(none, 66, 15)
     assert said.startswith("ZeroGPU refused the next GPU call of 66 s: without a signed-in visitor"), said
     assert "a smaller call may still start" in said and "used up" not in said, said
 
@@ -141,7 +141,7 @@ def test_refused_before_any_window_is_the_error_and_the_service_keeps_serving(
     engine: Engine, quota: Quota
 ) -> None:
     quota.left_s, quota.visitor = 0, "none"  # no visitor token: spaces names the Space's limit
-    with pytest.raises(space.GpuRefused) as refused:
+    with pytest.raises(gpu_calls.GpuRefused) as refused:
         service.run(engine, "caption", str(SHORT), "bf16")
     assert isinstance(refused.value, USER_ERRORS)  # shown as the page's and the API's error
     said = str(refused.value)
@@ -163,7 +163,7 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(engine: Engi
     assert isinstance(first, FindResult) and first.partial is not None
     assert (first.partial.windows_done, first.partial.windows_total) == (2, 4)
     assert all(m.end <= 7.0 for m in first.moments)  # only the two windows searched (0-4 s, 3-7 s)
-    card = compare_view._card("bf16", first, False, 12.0, None, compare_view.find_card)  # it says it too
+    card = compare_html._card("bf16", first, False, 12.0, None, compare_html.find_card)  # it says it too
     assert "Partial answer: 2 of 4 windows answered. ZeroGPU" in card
     assert "gptq" not in out.results and "and 0 s are left" in out.errors["gptq"]
     payload = out.payload(None)

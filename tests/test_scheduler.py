@@ -21,7 +21,7 @@ from stand_ins.spaces import forked
 from marlin_demo import service
 from marlin_demo.engine import Cancelled, Engine, EngineError
 from marlin_demo.results import CaptionResult, Done, Progress, WindowDone
-from marlin_demo.service import capacity, space, zerogpu
+from marlin_demo.service import capacity, gpu_calls, zerogpu_rules
 from marlin_demo.service.scheduler import Scheduler, scheduler_for
 from marlin_demo.settings import Settings
 
@@ -81,8 +81,8 @@ def zero_gpu(monkeypatch: pytest.MonkeyPatch) -> ForkingGPU:
     module = types.ModuleType("spaces")
     module.GPU = stand_in.GPU  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "spaces", module)
-    monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by this stand-in, once, as at start-up
+    monkeypatch.setattr(gpu_calls, "zero_gpu", lambda: True)
+    monkeypatch.setattr(gpu_calls, "_DECORATED", [])  # decorated by this stand-in, once, as at start-up
     return stand_in
 
 
@@ -101,9 +101,9 @@ def test_zero_gpu_one_call_per_window_streaming_between(
     stages = list(service.stream(engine, "caption", str(LONG), VARIANT))
     wall = time.perf_counter() - t0
     assert len(zero_gpu.calls) == 3  # one spaces.GPU call per window, none for the whole request
-    per_call = space.call_seconds("caption", engine.settings)
+    per_call = gpu_calls.call_seconds("caption", engine.settings)
     assert zero_gpu.calls == [per_call] * 3 and per_call <= capacity.MAX_GPU_S
-    assert sum(zero_gpu.calls) == space.estimate_gpu_seconds(12.0, engine.settings, task="caption")
+    assert sum(zero_gpu.calls) == gpu_calls.estimate_gpu_seconds(12.0, engine.settings, task="caption")
     texts = [s for s in stages if isinstance(s, Progress) and s.text]
     assert {s.window for s in texts} == {1, 2, 3}  # the text streamed out of each forked call
     assert [s.window for s in stages if isinstance(s, WindowDone)] == [1, 2, 3]
@@ -121,7 +121,7 @@ def test_zero_gpu_short_clip_is_one_call(
 ) -> None:
     engine = new_engine()
     res = service.run(engine, "caption", str(SHORT), VARIANT)
-    assert zero_gpu.calls == [space.call_seconds("caption", engine.settings)]
+    assert zero_gpu.calls == [gpu_calls.call_seconds("caption", engine.settings)]
     assert isinstance(res, CaptionResult)
     _same(res, solo[SHORT.name])
     assert res.info.cached_video is False  # decoded for this request, before the call
@@ -133,21 +133,21 @@ def test_the_first_cuda_call_asks_for_the_first_launch_compile_too(
     """Triton compiles its kernels at their first launch (about 49 s on an H200): until one call has run,
     a call on CUDA asks for that too, as far as an unsigned visitor's day allows; the answer says what it
     asked."""
-    monkeypatch.setattr(space, "_warm", threading.Event())  # a process that has made no call yet
+    monkeypatch.setattr(gpu_calls, "_warm", threading.Event())  # a process that has made no call yet
     monkeypatch.setattr(service, "pick_device", lambda setting: "cuda")  # as ZeroGPU's main process sees it
-    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    monkeypatch.setattr(zerogpu_rules, "duration_factor", lambda card=None: 1.5)  # the Space's card
     engine = new_engine()
     res = service.run(engine, "caption", str(LONG), VARIANT)
-    each = space.call_seconds("caption", engine.settings)
-    day = zerogpu.daily_quota_s("unauthenticated")
+    each = gpu_calls.call_seconds("caption", engine.settings)
+    day = zerogpu_rules.daily_quota_s("unauthenticated")
     first = zero_gpu.calls[0]
-    assert each < first <= each + space.FIRST_CALL_COMPILE_S and capacity.charged_s(first, 1.5) <= day
+    assert each < first <= each + gpu_calls.FIRST_CALL_COMPILE_S and capacity.charged_s(first, 1.5) <= day
     assert zero_gpu.calls == [first, each, each]  # the later calls find the kernels on disk
     assert res.to_dict()["runtime"]["gpu_calls"]["asked_s"] == first + 2 * each
-    find = space.call_seconds("find", engine.settings)  # a find's call is short: the whole allowance fits
-    monkeypatch.setattr(space, "_warm", threading.Event())
-    assert space.asked_seconds(find, "cuda") == find + space.FIRST_CALL_COMPILE_S
-    assert space.asked_seconds(find, "cpu") == find  # no Triton kernel on a CPU: nothing to compile
+    find = gpu_calls.call_seconds("find", engine.settings)  # a find's call is short: the whole allowance fits
+    monkeypatch.setattr(gpu_calls, "_warm", threading.Event())
+    assert gpu_calls.asked_seconds(find, "cuda") == find + gpu_calls.FIRST_CALL_COMPILE_S
+    assert gpu_calls.asked_seconds(find, "cpu") == find  # no Triton kernel on a CPU: nothing to compile
 
 
 def test_stop_between_windows_starts_no_further_call(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.engine.scoring import generated_logprobs, span_score, token_texts
 from marlin_demo.settings import Settings
 
@@ -24,7 +24,7 @@ def test_logprobs_match_forward_and_score_in_unit_interval(tiny_settings: Settin
     loaded = load_variant(tiny_settings, "bf16")
     info = probe(CLIP)
     prepared = sample(CLIP, plan_sampling(info), info=info)
-    text = render_prompt(loaded.processor, contract.find_prompt("the ball stops"), str(CLIP))
+    text = render_prompt(loaded.processor, model_io.find_prompt("the ball stops"), str(CLIP))
     inputs = encode(loaded.processor, text, prepared)
     n = inputs["input_ids"].shape[1]
     with torch.inference_mode():

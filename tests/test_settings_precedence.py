@@ -74,7 +74,7 @@ def test_duration_limit_locally_and_on_a_space(argv: list[str], env: dict[str, s
 def test_default_limits_agree_with_the_window_limit() -> None:
     """The longest accepted video never needs more windows than allowed; 30 min is exactly 72 find windows."""
     from marlin_demo.longvideo import policy
-    from marlin_demo.service import space
+    from marlin_demo.service import gpu_calls
 
     for s in (settings_mod.from_env({}), settings_mod.from_env({"SPACE_ID": "owner/space"})):
         # each raises when over
@@ -89,9 +89,11 @@ def test_default_limits_agree_with_the_window_limit() -> None:
             s.max_duration_s + 6, s.find_window_s, s.find_overlap_s, max_windows=s.max_windows
         )
     # the GPU slot asked on ZeroGPU grows with the windows a long video needs, within the cap
-    assert space.estimate_gpu_seconds(30, s, task="find") < space.estimate_gpu_seconds(600, s, task="find")
-    each = space.call_seconds("caption", s)  # one call per window, each within a call's cap
-    assert each <= space.MAX_GPU_S and space.estimate_gpu_seconds(600, s, task="caption") == 10 * each
+    assert gpu_calls.estimate_gpu_seconds(30, s, task="find") < gpu_calls.estimate_gpu_seconds(
+        600, s, task="find"
+    )
+    each = gpu_calls.call_seconds("caption", s)  # one call per window, each within a call's cap
+    assert each <= gpu_calls.MAX_GPU_S and gpu_calls.estimate_gpu_seconds(600, s, task="caption") == 10 * each
 
 
 def _settings_flags(parser: argparse.ArgumentParser) -> set[str]:
@@ -118,16 +120,16 @@ def test_command_flags_come_from_settings_metadata(command: str, group: settings
 
 def test_gpu_estimate_follows_the_window_settings() -> None:
     """The ZeroGPU request is sized from the windows the settings give, not from default lengths."""
-    from marlin_demo.service import space
+    from marlin_demo.service import gpu_calls
 
     s = settings_mod.Settings()
     # 200 s: four 60 s caption windows by default, ten with 20 s windows (each window's fixed part)
-    assert space.estimate_gpu_seconds(200, s.with_(caption_window_s=20.0)) > space.estimate_gpu_seconds(
-        200, s
-    )
+    assert gpu_calls.estimate_gpu_seconds(
+        200, s.with_(caption_window_s=20.0)
+    ) > gpu_calls.estimate_gpu_seconds(200, s)
     # 100 s: four find windows with 5 s overlap, six with 15 s
-    more = space.estimate_gpu_seconds(100, s.with_(find_overlap_s=15.0), task="find")
-    assert more > space.estimate_gpu_seconds(100, s, task="find")
+    more = gpu_calls.estimate_gpu_seconds(100, s.with_(find_overlap_s=15.0), task="find")
+    assert more > gpu_calls.estimate_gpu_seconds(100, s, task="find")
 
 
 def test_readme_configuration_table_lists_every_setting() -> None:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from marlin_demo import cli
-from marlin_demo.library import index, shipped
+from marlin_demo.library import index, prebuilt
 from marlin_demo.library.database import DB_FILE, Store
 from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import search_windows
-from marlin_demo.service import cost, space, zerogpu
+from marlin_demo.service import cost, gpu_calls, zerogpu_rules
 from marlin_demo.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     made.mkdir(parents=True)
     for name in CLIPS:
         shutil.copy(ROOT / "examples" / name, made / name)
-    argv = ["index", str(made), "--library", str(shipped.shipped_folder(made)), "--model", "tiny",
+    argv = ["index", str(made), "--library", str(prebuilt.shipped_folder(made)), "--model", "tiny",
             "--device", "cpu", "--variant", VARIANT, "--caption-max-new-tokens", "16"]  # fmt: skip
     assert cli.main(argv) == 0
     space_examples = root / "space" / "examples"
@@ -64,10 +64,10 @@ def never(todo: list[index.Pending]) -> Iterator[tuple[index.Pending, dict[str, 
 def test_a_matching_shipped_library_is_found_and_loaded_without_captioning(
     built: dict[str, Path], settings: Settings
 ) -> None:
-    folder = shipped.shipped_folder(built["examples"])
-    assert shipped.check(ROOT / "examples", settings, VARIANT).found is False  # none committed here
+    folder = prebuilt.shipped_folder(built["examples"])
+    assert prebuilt.check(ROOT / "examples", settings, VARIANT).found is False  # none committed here
     dest = built["root"] / "app-library"
-    found = shipped.install(folder, dest, settings, VARIANT)
+    found = prebuilt.install(folder, dest, settings, VARIANT)
     assert found.found and found.matches and found.loaded and found.reported == []
     assert found.sentence() == "The prebuilt library of the examples is used."
     store = Store(dest)
@@ -81,18 +81,18 @@ def test_a_matching_shipped_library_is_found_and_loaded_without_captioning(
         assert search_windows(store, "a blue square moves", settings) == 2
     finally:
         store.close()
-    assert shipped.install(folder, dest, settings, VARIANT).loaded  # already there: not copied again
+    assert prebuilt.install(folder, dest, settings, VARIANT).loaded  # already there: not copied again
 
 
 def test_a_shipped_library_that_changes_captions_is_refused(
     built: dict[str, Path], tmp_path: Path, settings: Settings
 ) -> None:
-    folder = shipped.shipped_folder(built["examples"])
-    longer = shipped.install(folder, tmp_path / "a", settings.with_(caption_max_new_tokens=32), VARIANT)
+    folder = prebuilt.shipped_folder(built["examples"])
+    longer = prebuilt.install(folder, tmp_path / "a", settings.with_(caption_max_new_tokens=32), VARIANT)
     assert longer.found and not longer.matches and not longer.loaded
     assert longer.refused == ["caption_max_new_tokens: 16 -> 32"]
     assert "settings that change captions (caption_max_new_tokens: 16 -> 32)" in longer.sentence()
-    other = shipped.install(folder, tmp_path / "b", settings, "gptq")
+    other = prebuilt.install(folder, tmp_path / "b", settings, "gptq")
     assert other.refused == ["variant: 'bf16' -> 'gptq'"] and not (tmp_path / "b" / DB_FILE).exists()
 
 
@@ -100,14 +100,14 @@ def test_a_library_built_on_a_gpu_is_loaded_with_its_differences_reported(
     built: dict[str, Path], tmp_path: Path, settings: Settings
 ) -> None:
     gpu_built = tmp_path / "gpu-built"
-    shutil.copytree(shipped.shipped_folder(built["examples"]), gpu_built)
+    shutil.copytree(prebuilt.shipped_folder(built["examples"]), gpu_built)
     with sqlite3.connect(gpu_built / DB_FILE) as db:  # as the maintainer's GPU run records it
         (raw,) = db.execute("SELECT value FROM meta WHERE key = 'setup'").fetchone()
         setup = json.loads(raw)
         setup["device"] = "cuda"
         setup["stack"].update(device="cuda", gated_deltanet="fla", gptq_kernels=["gptq_triton"])
         db.execute("UPDATE meta SET value = ? WHERE key = 'setup'", (json.dumps(setup),))
-    found = shipped.install(gpu_built, tmp_path / "app", settings, VARIANT)
+    found = prebuilt.install(gpu_built, tmp_path / "app", settings, VARIANT)
     assert found.loaded and not found.refused
     assert (
         "device: 'cuda' -> 'cpu'" in found.reported
@@ -119,8 +119,8 @@ def test_a_library_built_on_a_gpu_is_loaded_with_its_differences_reported(
 def test_costs_said_before_indexing_and_before_a_search(
     monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
-    monkeypatch.setattr(space, "zero_gpu", lambda: True)
-    monkeypatch.setattr(zerogpu, "duration_factor", lambda card=None: 1.5)  # the Space's card
+    monkeypatch.setattr(gpu_calls, "zero_gpu", lambda: True)
+    monkeypatch.setattr(zerogpu_rules, "duration_factor", lambda card=None: 1.5)  # the Space's card
     durations = [5.0, 70.1, 46.9]  # windows of 60 s: 1 + 2 + 1
     line = cost.index_cost_line(durations, settings)
     four = cost.gpu_cost("caption", 4, settings)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from marlin_demo import exits
-from marlin_demo.service import zerogpu
+from marlin_demo.service import zerogpu_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "flower.mp4"
@@ -43,7 +43,7 @@ def _pins(name: str) -> dict[str, str]:
 
 
 def test_front_matter_is_what_zero_gpu_runs() -> None:
-    meta, facts = _front_matter(), zerogpu.facts()
+    meta, facts = _front_matter(), zerogpu_rules.facts()
     assert meta["sdk"] == facts["sdk"]
     assert str(meta["python_version"]) in facts["python_versions"]  # 3.12.12 or 3.10.13, nothing else
     hardware = meta.get("suggested_hardware")
@@ -52,7 +52,7 @@ def test_front_matter_is_what_zero_gpu_runs() -> None:
 
 
 def test_requirements_are_what_zero_gpu_accepts() -> None:
-    space, facts = _pins("requirements.txt"), zerogpu.facts()
+    space, facts = _pins("requirements.txt"), zerogpu_rules.facts()
     assert space["torch"] in facts["torch_versions"]  # a torch ZeroGPU does not list fails to configure
     assert "gradio" not in space and "spaces" not in space  # the front matter and the hardware bring them
     for name in ("torchvision", "torchcodec", "transformers", "gptqmodel", "bitsandbytes", "fla-core"):

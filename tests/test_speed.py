@@ -18,13 +18,13 @@ import pytest
 import torch
 from media_factory import ffmpeg, run_ffmpeg
 
-from marlin_demo import contract, video
-from marlin_demo.contract import VideoParams
+from marlin_demo import model_io, video
 from marlin_demo.engine import Engine, EngineError, video_store
 from marlin_demo.engine.prefix_cache import PrefixCache
+from marlin_demo.model_io import VideoParams
 from marlin_demo.settings import Settings, from_env
 from marlin_demo.video import digest
-from marlin_demo.video.fast import _PacketIndex, _segments
+from marlin_demo.video.parallel_decode import _PacketIndex, _segments
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ["ball_rolls.mp4", "blue_square.mp4", "people_meet.mp4", "day_to_night.mp4", "lamp_on_off.mp4"]
@@ -175,7 +175,7 @@ def test_skipping_unplanned_nonreference_pictures_changes_no_pixel(
         plan = video.plan_sampling(info, PARAMS)
         skipped = video.sample(gop_clips[name], plan, backend="fast", info=info)
         with monkeypatch.context() as m:
-            m.setattr(video.fast, "FAST_SKIP_NONREF", frozenset())
+            m.setattr(video.parallel_decode, "FAST_SKIP_NONREF", frozenset())
             full = video.sample(gop_clips[name], plan, backend="fast", info=info)
         assert skipped.backend == full.backend == "fast"
         assert torch.equal(skipped.frames, full.frames), name
@@ -211,7 +211,7 @@ def test_fast_path_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) 
 
 def test_fast_path_counts_frames_without_a_usable_packet_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packets without unique pts: one sequential decode that counts frames, like the PyAV fallback."""
-    monkeypatch.setattr(video.fast, "_packet_index", lambda *_a: None)
+    monkeypatch.setattr(video.parallel_decode, "_packet_index", lambda *_a: None)
     check_fast(example("people_meet.mp4"))
 
 
@@ -341,7 +341,7 @@ def test_warm_answers_equal_cold_ones(variant: str, tiny_settings: Settings) -> 
     """Each warm request reuses the state a *different* prompt's cold request left; it must answer
     exactly as a cold request (prefix recomputed) and as the one-pass generate (reuse off)."""
     clip = example("ball_rolls.mp4")
-    prompts = [contract.find_prompt(q) for q in QUERIES] + [contract.CAPTION_PROMPT]
+    prompts = [model_io.find_prompt(q) for q in QUERIES] + [model_io.CAPTION_PROMPT]
     eng = Engine(tiny_settings)
     _, info = _tokens(eng, clip, variant, prompts[0])
     assert not info.reused_prefix and not info.cached_video and info.prefill_s > 0
@@ -367,13 +367,13 @@ def test_prefix_state_is_not_mutated_and_skips_the_processor(
 ) -> None:
     clip = example("lamp_on_off.mp4")
     eng = Engine(tiny_settings)
-    _tokens(eng, clip, "bf16", contract.find_prompt(QUERIES[0]))
+    _tokens(eng, clip, "bf16", model_io.find_prompt(QUERIES[0]))
     (entry,) = list(eng.prefixes._entries.values())
     assert entry.tail_ok  # the processor's ids were the prefix ids + the tokenizer's ids of the tail
     before = _state(entry)
     loaded = eng.load("bf16")
     prepared = eng.prepare(clip)
-    text, inputs = eng.build_inputs(loaded, prepared, contract.find_prompt(QUERIES[1]))
+    text, inputs = eng.build_inputs(loaded, prepared, model_io.find_prompt(QUERIES[1]))
     warm_inputs, _ = eng.prefixes.warm_inputs(loaded, prepared, text)
     for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
         assert torch.equal(warm_inputs[key], inputs[key]), key
@@ -383,7 +383,7 @@ def test_prefix_state_is_not_mutated_and_skips_the_processor(
 
     monkeypatch.setattr(eng, "build_inputs", no_processor)
     for q in QUERIES[1:]:
-        _, info = _tokens(eng, clip, "bf16", contract.find_prompt(q))
+        _, info = _tokens(eng, clip, "bf16", model_io.find_prompt(q))
         assert info.reused_prefix
     after = _state(entry)
     assert len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marlin_demo.contract import Event
+from marlin_demo.model_io import Event
 from marlin_demo.subtitles import format_timestamp, to_srt, to_webvtt
 
 EVENTS = [

@@ -22,7 +22,7 @@ from ui_support import free_port
 from marlin_demo import agreement, cli, service, tasks
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy
-from marlin_demo.service import capacity, cost, space
+from marlin_demo.service import capacity, cost, gpu_calls
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import Task
 from marlin_demo.ui.blocks import build_demo
@@ -74,7 +74,7 @@ def test_the_limits_count_it(count: Task) -> None:
     assert tasks.get_task("count").tokens(s) == 100
     assert capacity.longest_video_s("count", s) == 60.0
     assert capacity.limits_line(s).endswith(", counts up to 60 s")
-    assert space.call_seconds("count", s) == space.call_seconds("caption", s)
+    assert gpu_calls.call_seconds("count", s) == gpu_calls.call_seconds("caption", s)
     cheaper = s.with_(caption_max_new_tokens=10)
     assert capacity.window_s("count", cheaper, capacity.speeds()["h200"]) < capacity.window_s(
         "count", s, capacity.speeds()["h200"]

@@ -7,28 +7,28 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.models import tiny
 
 
 def test_training_answers_are_in_marlins_formats() -> None:
-    pairs = tiny._training_pairs(random.Random(tiny.SEED), 24, contract.VideoParams())
-    captions = [a for _f, d, p, a in pairs if p == contract.CAPTION_PROMPT]
-    finds = [(a, d) for _f, d, p, a in pairs if p != contract.CAPTION_PROMPT]
+    pairs = tiny._training_pairs(random.Random(tiny.SEED), 24, model_io.VideoParams())
+    captions = [a for _f, d, p, a in pairs if p == model_io.CAPTION_PROMPT]
+    finds = [(a, d) for _f, d, p, a in pairs if p != model_io.CAPTION_PROMPT]
     assert captions and finds
     for answer in captions:
-        parsed = contract.parse_caption(answer)
+        parsed = model_io.parse_caption(answer)
         assert parsed.format_ok and parsed.scene and len(parsed.events) in (2, 3), answer
-        assert not contract.repair_caption(parsed, None).repaired  # ordered, no loop
+        assert not model_io.repair_caption(parsed, None).repaired  # ordered, no loop
     for answer, duration in finds:
-        span = contract.parse_span(answer)
+        span = model_io.parse_span(answer)
         assert span.format_ok and span.span is not None and 0 <= span.span[0] < span.span[1] <= duration
 
 
 @pytest.mark.slow
 def test_every_target_ends_with_the_stop_token_and_the_loss_covers_it(tmp_path: Path) -> None:
     """The generation stops on <|im_end|>: each target ends with it, unmasked, right after the answer."""
-    params = contract.VideoParams()
+    params = model_io.VideoParams()
     tok = tiny._build_tokenizer(tmp_path)
     processor = tiny._build_processor(tok, tmp_path, params)
     eos = tok.convert_tokens_to_ids("<|im_end|>")

@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-from marlin_demo.ui import example_notes, header, one_clip
-from marlin_demo.ui.clip_owner import ResultsClip
-from marlin_demo.ui.compare_view import COLUMN_TITLES, SESSION_COLUMNS, titled
-from marlin_demo.ui.context import UIContext
+from marlin_demo.ui import example_runs, header, shared_clip
+from marlin_demo.ui.compare_html import COLUMN_TITLES, SESSION_COLUMNS, titled
+from marlin_demo.ui.context import ResultsClip, UIContext
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CLIP = EXAMPLES / "ball_rolls.mp4"
@@ -99,7 +98,7 @@ def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path:
             closed.append(True)
 
     ctx.results_clip.seen("s1", str(CLIP), 1)
-    shown = one_clip.while_shown(ctx, "find", request, str(CLIP), 2, updates(), {"gone": True})  # type: ignore[arg-type]
+    shown = shared_clip.while_shown(ctx, "find", request, str(CLIP), 2, updates(), {"gone": True})  # type: ignore[arg-type]
     assert next(shown) == {"step": 0}
     ctx.results_clip.seen("s1", "/elsewhere/other.mp4", 3)  # the visitor chose another clip
     assert list(shown) == [{"gone": True}]
@@ -110,16 +109,16 @@ def test_cached_badge_only_while_a_kept_answer_is_shown_again() -> None:
     """A live run (an example's first click included) has the ordinary badge; a kept answer shown
     again says that the model did not run now and when its figures were measured."""
     metrics = {"load_s": 2.5}
-    answers = example_notes.ExampleAnswers(limit=2)
+    answers = example_runs.ExampleAnswers(limit=2)
     key = answers.key("find", {"video": "ball.mp4"}, "gptq", " the ball ")
     assert key == ("find", "ball.mp4", "gptq", "the ball") and answers.get(key) is None
     kept = answers.keep(key, object(), cold=True)
     assert answers.get(key) is kept
-    assert example_notes.cached_badge(metrics, True, "gptq") is None
-    with example_notes.replaying(kept):
-        badge = example_notes.cached_badge(metrics, True, "gptq")
+    assert example_runs.cached_badge(metrics, True, "gptq") is None
+    with example_runs.replaying(kept):
+        badge = example_runs.cached_badge(metrics, True, "gptq")
     assert badge is not None and "did not run now" in badge and kept.stamp in badge and "2.50 s" in badge
-    assert example_notes.cached_badge(metrics, True, "gptq") is None
+    assert example_runs.cached_badge(metrics, True, "gptq") is None
     for i in range(3):  # bounded
         answers.keep(("caption", f"{i}.mp4", "gptq", ""), object(), cold=False)
     assert answers.get(key) is None

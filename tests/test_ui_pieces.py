@@ -177,7 +177,7 @@ def test_clip_status_without_a_clip_is_empty(tmp_path: Path) -> None:
 def test_compare_charts_leave_headroom_and_a_flat_chart_gets_a_unit_axis() -> None:
     import pandas as pd
 
-    from marlin_demo.ui.compare import CHART_HEADROOM, _chart_update
+    from marlin_demo.ui.compare_tab import CHART_HEADROOM, _chart_update
 
     frame = pd.DataFrame({"variant": ["gptq", "bnb4"], "latency_s": [2.0, 4.0]})
     upd = _chart_update(frame, "latency_s")
@@ -191,7 +191,7 @@ def test_compare_draws_no_empty_or_process_wide_chart() -> None:
     variant) is not drawn; a GPU memory chart names what it measures."""
     import pandas as pd
 
-    from marlin_demo.ui.compare import _chart_update
+    from marlin_demo.ui.compare_tab import _chart_update
 
     warm = pd.DataFrame({"variant": ["gptq", "bnb4"], "load_s": [0.0, 0.0]})
     assert _chart_update(warm, "load_s")["visible"] is False
@@ -219,7 +219,7 @@ def test_the_empty_timeline_shows_the_shape_of_the_result_to_come() -> None:
 def test_times_are_written_one_way_everywhere() -> None:
     """One formatter, tenths at most: a window ending at 70.458 s read "60-70.458 s", a library caption
     window "0–46.916 s"; the timeline, the notes and the messages now write times alike."""
-    from marlin_demo.contract import Event, clock, clock_part, clock_span, parse_caption, repair_caption
+    from marlin_demo.model_io import Event, clock, clock_part, clock_span, parse_caption, repair_caption
     from marlin_demo.results import Window
     from marlin_demo.tasks.caption import map_caption
 
@@ -245,7 +245,7 @@ def test_times_are_written_one_way_everywhere() -> None:
 def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
     """A 3-9 s range of a 12 s clip said "No chapters: this clip is 12 s long" and "clamped 1 event to
     the clip's 6.0 s" (the range cut as a clip): the chapters and the notes say the range instead."""
-    from marlin_demo.contract import Event, parse_caption, repair_caption
+    from marlin_demo.model_io import Event, parse_caption, repair_caption
     from marlin_demo.results import CaptionResult, Metrics, RunInfo, Window
     from marlin_demo.tasks.caption import map_caption
 

@@ -16,7 +16,7 @@ import torch
 from media_factory import run_ffmpeg
 
 from marlin_demo import video
-from marlin_demo.contract import VideoParams
+from marlin_demo.model_io import VideoParams
 from marlin_demo.video import Limits, VideoError, export_clip, plan_sampling, probe, sample, validate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ import torch
 from media_factory import ffmpeg, run_ffmpeg
 
 from marlin_demo import video
-from marlin_demo.contract import VideoParams
+from marlin_demo.model_io import VideoParams
 
 PARAMS = VideoParams()
 SRC = "testsrc2=size=320x180:rate=30:duration=4"
@@ -129,8 +129,8 @@ def test_fast_path_per_codec(
     assert fast.backend == "fast"
     _exact_plan_and_frames(path, fast, ref)
     with monkeypatch.context() as m:  # the same decode with every picture decoded
-        m.setattr(video.fast, "FAST_SKIP_NONREF", frozenset())
-        m.setattr(video.fast, "FAST_DROP_AV1", frozenset())
+        m.setattr(video.parallel_decode, "FAST_SKIP_NONREF", frozenset())
+        m.setattr(video.parallel_decode, "FAST_DROP_AV1", frozenset())
         full = video.sample(path, plan, backend="fast", info=info)
     assert torch.equal(fast.frames, full.frames) and fast.frame_pts == full.frame_pts
     assert fast.frames_decoded is not None and full.frames_decoded is not None
@@ -149,12 +149,12 @@ def test_hevc_skip_only_where_no_higher_sub_layer_exists(codec_clips: dict[str, 
     def rule_per_packet(name: str) -> tuple[bool, list[int | None], list[bool]]:
         with av.open(str(codec_clips[name])) as c:
             stream = c.streams.video[0]
-            rule = video.fast._nonref_rule(stream.codec_context)
+            rule = video.parallel_decode._nonref_rule(stream.codec_context)
             if rule is None:
                 return False, [], []
             size = (stream.codec_context.extradata[21] & 3) + 1
             packets = [p for p in c.demux(stream) if p.size]
-            tids = [video.fast._hevc_temporal_id(bytes(p), size) for p in packets]
+            tids = [video.parallel_decode._hevc_temporal_id(bytes(p), size) for p in packets]
             return True, tids, [rule(p) for p in packets]
 
     for name in ("hevc_b", "h264_high_b3"):

@@ -17,12 +17,12 @@ import pytest
 import torch
 from media_factory import ffmpeg
 
-from marlin_demo import contract
-from marlin_demo.contract import CaptionParse, Event, SpanParse
+from marlin_demo import model_io
 from marlin_demo.engine import Engine
 from marlin_demo.engine.scoring import span_score
 from marlin_demo.longvideo import policy, runner
 from marlin_demo.longvideo.policy import Window, WindowLimitError, plan_for, plan_windows
+from marlin_demo.model_io import CaptionParse, Event, SpanParse
 from marlin_demo.settings import Settings
 from marlin_demo.tasks.caption import description_similarity, map_caption, merge_captions
 from marlin_demo.tasks.find import best_span, map_span, merge_moments
@@ -90,10 +90,10 @@ def test_window_limit_is_one_sentence() -> None:
 
 def test_map_caption_offsets_and_reports_past_the_end() -> None:
     w = Window(1, 60.0, 120.0)
-    parse = contract.parse_caption(
+    parse = model_io.parse_caption(
         "Scene: A field.\n\nEvents:\n<0.0 - 10.0> A ball rolls.\n<55.0 - 70.0> It stops.\n<65.0 - 66.0> Gone."
     )
-    out = map_caption(contract.repair_caption(parse, w.duration), w)  # as the engine repaired it
+    out = map_caption(model_io.repair_caption(parse, w.duration), w)  # as the engine repaired it
     assert [(e.start, e.end) for e in out.events] == [(60.0, 70.0), (115.0, 120.0)]
     assert out.repaired
     assert any(n.startswith("window 2 (1:00–2:00): dropped 1 event") for n in out.repairs)
@@ -103,10 +103,10 @@ def test_map_caption_offsets_and_reports_past_the_end() -> None:
 def test_map_span_past_the_end_and_offset() -> None:
     w = Window(2, 50.0, 80.0)
     assert map_span(SpanParse((3.0, 8.5), True), w).span == (53.0, 58.5)
-    clamped = map_span(contract.repair_span(SpanParse((20.0, 45.0), True), w.duration), w)
+    clamped = map_span(model_io.repair_span(SpanParse((20.0, 45.0), True), w.duration), w)
     assert clamped.span == (70.0, 80.0) and clamped.repaired
     assert clamped.repairs[0].startswith("window 3 (0:50–1:20): clamped")
-    dropped = map_span(contract.repair_span(SpanParse((31.0, 40.0), True), w.duration), w)
+    dropped = map_span(model_io.repair_span(SpanParse((31.0, 40.0), True), w.duration), w)
     assert dropped.span is None and "starts at or after" in dropped.repairs[0]
 
 
@@ -332,7 +332,7 @@ def test_the_first_window_waits_only_for_its_own_pictures(
 ) -> None:
     """Windows are decoded in order by every worker at once: window 1 is handed out once the GOPs up
     to the one holding its last planned frame are decoded, before any later GOP is waited for."""
-    from marlin_demo.video.fast import _packet_index
+    from marlin_demo.video.parallel_decode import _packet_index
 
     monkeypatch.setenv("MARLIN_DECODE_THREADS", "2")
     p = tmp_path / "long.mp4"

@@ -20,11 +20,11 @@ import stand_ins.spaces
 from gradio_client import Client, handle_file
 from ui_support import EXAMPLES, start_app, stop_app, zero_gpu_env
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.models import kernels
-from marlin_demo.service import capacity, space, startup, zerogpu
+from marlin_demo.service import capacity, gpu_calls, startup, zerogpu_rules
 from marlin_demo.settings import Settings
-from marlin_demo.ui import about, compare_view
+from marlin_demo.ui import about, compare_html
 from marlin_demo.video import plan_sampling, probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,16 +88,16 @@ def test_gptq_kernel_on_zero_gpu_needs_no_compiler(hopper_with_nvcc: list[int]) 
 
 # ------------------------------------------------------------------------------------ the facts, at run time
 def test_duration_factor_is_read_from_the_installed_spaces() -> None:
-    table = zerogpu.spaces_card_table()
+    table = zerogpu_rules.spaces_card_table()
     assert table, "spaces is installed on both lanes: its per-card table must be found"
     for row in table:
-        assert zerogpu.duration_factor(row["model"]) == row["duration_factor"]
-    assert zerogpu.duration_factor("a card spaces does not list") == table[0]["duration_factor"]
+        assert zerogpu_rules.duration_factor(row["model"]) == row["duration_factor"]
+    assert zerogpu_rules.duration_factor("a card spaces does not list") == table[0]["duration_factor"]
 
 
 def test_duration_factor_without_spaces_is_the_documented_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(zerogpu, "spaces_card_table", lambda: None)
-    assert zerogpu.duration_factor() == zerogpu.facts()["duration_factor"]["fallback"] == 1.5
+    monkeypatch.setattr(zerogpu_rules, "spaces_card_table", lambda: None)
+    assert zerogpu_rules.duration_factor() == zerogpu_rules.facts()["duration_factor"]["fallback"] == 1.5
 
 
 # --------------------------------------------------------------------------------- the app on ZeroGPU
@@ -109,8 +109,11 @@ def test_app_warms_up_at_start_up_then_serves_captions_through_zero_gpu_calls(tm
     log = tmp_path / "gpu.jsonl"
     settings = Settings(model="tiny", variants="bf16,gptq")
     clip = EXAMPLES / "flower.mp4"
-    share = capacity.prefill_share(plan_sampling(probe(clip), contract.VideoParams()).video_tokens)
-    each, start_up = space.call_seconds("caption", settings, share), space.warm_up_seconds(settings, 2)
+    share = capacity.prefill_share(plan_sampling(probe(clip), model_io.VideoParams()).video_tokens)
+    each, start_up = (
+        gpu_calls.call_seconds("caption", settings, share),
+        gpu_calls.warm_up_seconds(settings, 2),
+    )
     held = _charged(each)
     # each visitor call charged 40 s x1.5 of use: two captions, then too little for a third (the start-up
     # call is charged to no visitor)
@@ -161,7 +164,7 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
     """120 s left and no account: each caption call needs more than half of that left to start (66 s x1.5
     for a full window), yet both variants run, since ZeroGPU charges what a call used, not its request."""
     log = tmp_path / "gpu.jsonl"
-    day = zerogpu.daily_quota_s("unauthenticated")
+    day = zerogpu_rules.daily_quota_s("unauthenticated")
     env = {**zero_gpu_env(log), "MARLIN_STAND_IN_QUOTA_S": str(day), "MARLIN_STAND_IN_VISITOR": "ip"}
     server = start_app(tmp_path / "app", "--variants", "gptq,bnb4", extra_env=env, address_flags=False)
     try:
@@ -172,7 +175,7 @@ def test_a_visitor_without_an_account_compares_both_variants(tmp_path: Path) -> 
     assert set(d["results"]) == {"gptq", "bnb4"} and not d.get("errors"), d.get("errors")
     entries = _entries(log)
     (start_up, *calls), (warmed, *settled) = ([e for e in entries if e.get(k)] for k in ("call", "settled"))
-    assert start_up["duration"] == space.warm_up_seconds(Settings(model="tiny", variants="gptq,bnb4"), 2)
+    assert start_up["duration"] == gpu_calls.warm_up_seconds(Settings(model="tiny", variants="gptq,bnb4"), 2)
     assert len(calls) == len(settled) == 2 and not [e for e in entries if e.get("refused")]
     # each visitor call saw the visitor's request, as spaces reads it: the start-up call had none
     assert [e["visitor_request"] for e in entries if "visitor_request" in e] == [False, True, True], entries
@@ -195,8 +198,8 @@ def quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "spaces", stand_ins.spaces)
     monkeypatch.setattr(stand_ins.spaces, "QUOTAS", {})
     monkeypatch.setenv("MARLIN_STAND_IN_QUOTA_S", "0")
-    monkeypatch.setattr(space, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
-    monkeypatch.setattr(space, "_warm", threading.Event())  # no call has run in this process
+    monkeypatch.setattr(gpu_calls, "_DECORATED", [])  # decorated by the stand-in, once, as at start-up
+    monkeypatch.setattr(gpu_calls, "_warm", threading.Event())  # no call has run in this process
     monkeypatch.setenv("MARLIN_STAND_IN_GPU_LOG", str(tmp_path / "gpu.jsonl"))
 
 
@@ -208,14 +211,14 @@ def test_start_up_call_lets_the_first_visitor_ask_for_its_own_time(quota: None, 
 
     engine = Engine(Settings(model="tiny", variants="bf16"))
     engine.load("bf16")
-    seconds = space.call_seconds("caption", engine.settings)
-    assert space.asked_seconds(seconds, "cuda") > seconds  # before: room for the compile as well
-    assert space.warm_up(engine) == ""
-    assert space.asked_seconds(seconds, "cuda") == seconds  # after: the first visitor's own time only
+    seconds = gpu_calls.call_seconds("caption", engine.settings)
+    assert gpu_calls.asked_seconds(seconds, "cuda") > seconds  # before: room for the compile as well
+    assert gpu_calls.warm_up(engine) == ""
+    assert gpu_calls.asked_seconds(seconds, "cuda") == seconds  # after: the first visitor's own time only
     assert engine.decoded == {"bf16": "eager"}  # what the call answered (a CPU: eager)
     entries = _entries(tmp_path / "gpu.jsonl")
     calls = [e for e in entries if e.get("call")]
-    assert [c["duration"] for c in calls] == [space.warm_up_seconds(engine.settings, 1)]
+    assert [c["duration"] for c in calls] == [gpu_calls.warm_up_seconds(engine.settings, 1)]
     assert [e["visitor"] for e in entries if "visitor" in e] == [None, None], entries  # asked, settled
     assert stand_ins.spaces.QUOTAS == {}  # no visitor's quota was touched
 
@@ -233,17 +236,17 @@ def test_a_failed_start_up_call_is_the_owners_to_read_and_a_visitor_reads_one_pl
     engine = Engine(Settings(model="tiny", variants="bf16", decode="graphs", caption_max_new_tokens=8))
     engine.load("bf16")
     with caplog.at_level("WARNING"):
-        note = space.warm_up(engine)  # failed: no exception, the app goes on starting
+        note = gpu_calls.warm_up(engine)  # failed: no exception, the app goes on starting
     assert "did not warm every variant: RuntimeError: no kernel image" in caplog.text  # the owner's log
     assert note == ""  # on a CPU the next call asks for its own time all the same: nothing to tell a visitor
-    seconds = space.call_seconds("find", engine.settings)
-    assert space.asked_seconds(seconds, "cuda") > seconds  # on CUDA the first call asks for the compile
-    said = space.first_call_note("cuda")  # what the page's banner says there, until a call has run
-    more = space.FIRST_CALL_COMPILE_S
+    seconds = gpu_calls.call_seconds("find", engine.settings)
+    assert gpu_calls.asked_seconds(seconds, "cuda") > seconds  # on CUDA the first call asks for the compile
+    said = gpu_calls.first_call_note("cuda")  # what the page's banner says there, until a call has run
+    more = gpu_calls.FIRST_CALL_COMPILE_S
     assert said.startswith(f"The next GPU call asks ZeroGPU for up to {more} s more than its own work")
     assert "Error" not in said and "sign in" not in said and said.count(". ") == 0, said
-    space._warm.set()  # a call has run: what a call asks no longer changes, the banner goes
-    assert space.first_call_note("cuda") == ""
+    gpu_calls._warm.set()  # a call has run: what a call asks no longer changes, the banner goes
+    assert gpu_calls.first_call_note("cuda") == ""
     # no verdict on its step: the variant decodes eagerly, and the log and the answer say why
     said = (
         "start-up check of the decode step: bf16: eager (no verdict: the start-up GPU call failed "
@@ -286,7 +289,7 @@ def test_the_start_up_check_turns_graphs_off_where_a_replay_differs(
     unchecked = engine.caption(clip, "gptq")  # what a visitor would get without the check
     assert unchecked.info.decode == "static" and unchecked.raw != reference.raw
     with caplog.at_level("INFO"):
-        assert space.warm_up(engine) == ""  # in the call's forked process, the plant included
+        assert gpu_calls.warm_up(engine) == ""  # in the call's forked process, the plant included
     checks = engine.graph_checks or {}
     assert checks["bf16"].passed and checks["bnb4"].passed, checks
     assert not checks["gptq"].passed
@@ -312,7 +315,7 @@ def test_the_start_up_check_turns_graphs_off_where_a_replay_differs(
 
 def _card(result: Any) -> str:
     """Compare's column for ``result`` (a caption of a 5 s clip, nothing loaded for it)."""
-    return compare_view._card(result.variant, result, False, 5.0, None, compare_view.caption_card)
+    return compare_html._card(result.variant, result, False, 5.0, None, compare_html.caption_card)
 
 
 # ------------------------------------------------------------------ nothing compiles on the Space's path
@@ -348,7 +351,7 @@ def test_nothing_compiles_on_the_space_s_path(
     for variant in engine.variants:  # loaded before the calls, as the app preloads on a Space (and a load in
         engine.load(variant)  # a forked call would wait on the worker pool GPTQModel made in this process)
     for variant in engine.variants:
-        items = space.gpu_call(functools.partial(_compiles_in_call, engine, variant), 60)
+        items = gpu_calls.gpu_call(functools.partial(_compiles_in_call, engine, variant), 60)
         raw, kernel, compiled = dict(items)["done"]  # the call's answer, its last item
         assert raw and compiled == {"unique_graphs": 0, "total": 0}, (variant, compiled)
         if variant == "gptq":

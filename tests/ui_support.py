@@ -192,7 +192,7 @@ ELEM_CLASSES = {
 }
 #: selectors in the page's scripts that reach Gradio's markup (ui/*.js, ui/*.py), checked like the CSS's
 SCRIPT_SELECTORS = [
-    '[role="tablist"] > [role="tab"]',  # header.py: the tab strip's keys; compare_view.py: the About link
+    '[role="tablist"] > [role="tab"]',  # header.py: the tab strip's keys; compare_html.py: the About link
     '[role="tab"][data-tab-id]',
     "fieldset input[type=radio]",  # header.py: one Tab stop per radio group
     "#clip-video video",  # find.py, timeline.py: the player a moment seeks

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.records import RUN_FILE, append_jsonl, now, open_out, read_jsonl, write_json
+from marlin_demo.out_folder import RUN_FILE, append_jsonl, now, open_out, read_jsonl, write_json
 from marlin_demo.subtitles import to_srt, to_webvtt
 
 RESULTS_FILE = "results.jsonl"

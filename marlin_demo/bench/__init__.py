@@ -12,6 +12,6 @@ from marlin_demo.bench.aggregate import aggregate, stats
 from marlin_demo.bench.cli import register
 from marlin_demo.bench.matrix import DEFAULT_DATA
 from marlin_demo.bench.quality import quality_rows
-from marlin_demo.records import append_jsonl, read_jsonl
+from marlin_demo.out_folder import append_jsonl, read_jsonl
 
 __all__ = ["DEFAULT_DATA", "aggregate", "append_jsonl", "quality_rows", "read_jsonl", "register", "stats"]

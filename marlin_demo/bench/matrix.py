@@ -1,12 +1,17 @@
-"""What a bench run asks: one request per (variant, task, clip, query, repeat)."""
+"""What a bench run asks (one request per variant, task, clip, query, repeat) and the files it keeps in --out
+(append-only JSONL records for a resume, run.json for the set-up)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from marlin_demo.bench.environment import environment
 from marlin_demo.datasets import Example, Query
+from marlin_demo.out_folder import RUN_FILE, now, open_out
 from marlin_demo.settings import EXAMPLES_DIR, Variant
 from marlin_demo.tasks import TASKS, get_task
 
@@ -15,6 +20,12 @@ DEFAULT_VARIANTS = "gptq,bnb4"
 DEFAULT_REPEATS = 3
 DEFAULT_OUT = "bench-out"
 DEFAULT_DATA = EXAMPLES_DIR
+REQUESTS_FILE = "requests.jsonl"
+VARIANTS_FILE = "variants.jsonl"
+RESULT_FILES = tuple(
+    "results.json results.csv summary.md quality.png latency.png memory.png latency_distribution.png "
+    "sets.png".split()
+)
 
 
 class BenchError(ValueError):
@@ -58,3 +69,13 @@ def plan_requests(
         for name in (t for t in TASKS if t in tasks)
         for q in asks(ex, name)
     ]
+
+
+def prepare_out(out: Path, fp: dict[str, Any], fresh: bool) -> dict[str, Any]:
+    """Create/validate --out; returns the run.json content (old one when resuming)."""
+    previous = open_out(out, fp, fresh, REQUESTS_FILE, (VARIANTS_FILE, *RESULT_FILES), BenchError)
+    if previous is not None:
+        return previous
+    run = {"schema": SCHEMA, "created": now(), "fingerprint": fp, "environment": environment()}
+    (out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    return run

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.bench.matrix import Request
-from marlin_demo.bench.records import REQUESTS_FILE, VARIANTS_FILE
-from marlin_demo.records import append_jsonl, now
+from marlin_demo.bench.matrix import REQUESTS_FILE, VARIANTS_FILE, Request
+from marlin_demo.out_folder import append_jsonl, now
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import get_task
 from marlin_demo.variants import kind_of

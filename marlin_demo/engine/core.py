@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.engine import compiled, graphs, scoring
 from marlin_demo.engine.generation import Generation, free_memory, generate, peak_memory, trim_heap
 from marlin_demo.engine.prefix_cache import Prefix, PrefixCache
@@ -77,7 +77,7 @@ class Engine:
         self, settings: Settings, video_cache_size: int = 4, prefix_cache_size: int | None = None
     ) -> None:
         self.settings = settings
-        self.params = contract.VideoParams()
+        self.params = model_io.VideoParams()
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()

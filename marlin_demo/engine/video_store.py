@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.contract import VideoParams
+from marlin_demo.model_io import VideoParams
 from marlin_demo.results import VideoInfo
 from marlin_demo.video import (
     Backend,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.records import now
+from marlin_demo.out_folder import now
 
 DB_FILE = "library.sqlite"
 THUMBS_DIR = "thumbs"

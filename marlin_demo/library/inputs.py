@@ -153,7 +153,7 @@ REFUSED = "gpu_refused"
 def failure(exc: BaseException) -> tuple[str, str]:
     """(reason, sentence): the sentence is what the CLI prints; the reason groups the summary."""
     from marlin_demo.models import ModelLoadError
-    from marlin_demo.service.space import GpuRefused
+    from marlin_demo.service.gpu_calls import GpuRefused
     from marlin_demo.video import VideoError
 
     msg = str(exc)

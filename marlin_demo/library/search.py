@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.library.database import Hit, Store
 from marlin_demo.results import FindResult, Window
 from marlin_demo.settings import Settings, Variant
@@ -81,7 +81,7 @@ def moments_of(result: FindResult, hits: list[Hit], best: float) -> list[dict[st
 def search_windows(store: Store, query: str, settings: Settings) -> int:
     """How many find windows a search for ``query`` would ask (stage 1 runs, no model): its own cost,
     one ZeroGPU call each (``service.cost.search_cost_line``). A bad query is find's ValueError."""
-    clean = contract.sanitize_query(query, settings.max_query_chars)
+    clean = model_io.sanitize_query(query, settings.max_query_chars)
     chosen = _by_video(store.stage1(clean, settings.search_candidates))
     return sum(_find_windows(hits, settings) for hits in chosen)
 
@@ -89,7 +89,7 @@ def search_windows(store: Store, query: str, settings: Settings) -> int:
 def _find_windows(hits: list[Hit], settings: Settings) -> int:
     """The find windows one video's chosen caption windows are asked in (a long caption window is several):
     the one count the cost line, the progress and the answer's ``searched_windows`` all give."""
-    from marlin_demo.service.focus import find_bounds  # the request path (late: --help stays fast)
+    from marlin_demo.service.library_find import find_bounds  # the request path (late: --help stays fast)
 
     return len(find_bounds([Window(h.k, h.start, h.end) for h in hits], max(h.end for h in hits), settings))
 
@@ -117,7 +117,7 @@ def search(
     long) is a ValueError with find's sentence. ``progress(k, n)``: ``(0, n)`` once stage 1 chose n windows,
     then after each video's windows are asked; ``stop`` set (the tab's Stop): no further window is asked
     and the moments so far are kept."""
-    clean = contract.sanitize_query(query, settings.max_query_chars)
+    clean = model_io.sanitize_query(query, settings.max_query_chars)
     if top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {top_k}.")
     if settings.search_candidates < 1:
@@ -127,7 +127,7 @@ def search(
     answer = SearchAnswer(clean, videos, windows, 0, [])
     if not hits:
         return answer
-    from marlin_demo.service.focus import find_in_windows  # the request path (late: --help stays fast)
+    from marlin_demo.service.library_find import find_in_windows  # the request path (late: --help stays fast)
 
     best = max(h.retrieval for h in hits)
     groups = _by_video(hits)

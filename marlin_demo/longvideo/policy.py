@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from marlin_demo.contract import clock, clock_part, clock_span
+from marlin_demo.model_io import clock, clock_part, clock_span
 from marlin_demo.results import Window
 from marlin_demo.settings import Settings
 from marlin_demo.tasks import Task, get_task

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.contract import clock_span
 from marlin_demo.engine import Cancelled, Engine
 from marlin_demo.longvideo import policy
+from marlin_demo.model_io import clock_span
 from marlin_demo.results import Loaded, Prepared, Progress, Result, Stage, VideoInfo, Window, WindowDone
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task

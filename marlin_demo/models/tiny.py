@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.contract import CAPTION_PROMPT, DETAILED_PROMPT, VideoParams, find_prompt
+from marlin_demo.model_io import CAPTION_PROMPT, DETAILED_PROMPT, VideoParams, find_prompt
 from marlin_demo.settings import env_value
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marlin_demo import contract
-from marlin_demo.contract import Event
+from marlin_demo import model_io
 from marlin_demo.datasets import DatasetError, load_dataset
+from marlin_demo.model_io import Event
 from marlin_demo.settings import EXAMPLES_FILE
 
 
@@ -48,11 +48,11 @@ def load_pairs(folder: Path, samples: int | None = None) -> list[CalibrationPair
         video = ex.video.resolve()
         if ex.has_caption_truth:
             answer = caption_answer(ex.scene, ex.events)
-            captions.append(CalibrationPair(video, contract.CAPTION_PROMPT, answer, "caption"))
+            captions.append(CalibrationPair(video, model_io.CAPTION_PROMPT, answer, "caption"))
         for q in ex.queries:
             s, e = q.span
             finds.append(
-                CalibrationPair(video, contract.find_prompt(q.query), f"From {s:.1f} to {e:.1f}.", "find")
+                CalibrationPair(video, model_io.find_prompt(q.query), f"From {s:.1f} to {e:.1f}.", "find")
             )
     pairs = captions + finds
     return pairs if samples is None else pairs[:samples]
@@ -84,7 +84,7 @@ def build_calibration(
         prepared = None
         if mode == "video":
             if pair.video not in cache:
-                cache[pair.video] = prepare(pair.video, contract.VideoParams())
+                cache[pair.video] = prepare(pair.video, model_io.VideoParams())
             prepared = cache[pair.video]
         enc = encode_pair(processor, pair, prepared)
         ids = enc["input_ids"]

@@ -20,7 +20,7 @@ from marlin_demo.longvideo import policy, runner
 from marlin_demo.longvideo.runner import Request
 from marlin_demo.models import pick_device
 from marlin_demo.results import Done, Loaded, Partial, Prepared, Progress, Result, Stage, WindowDone
-from marlin_demo.service import capacity, space
+from marlin_demo.service import capacity, gpu_calls
 from marlin_demo.service.scheduler import Ticket, scheduler_for
 from marlin_demo.settings import Variant
 from marlin_demo.tasks import Task, get_task
@@ -96,7 +96,7 @@ def run(engine: Engine, *args: Any, **kw: Any) -> Result:
 def call_share(
     engine: Engine, task: str | Task, video: Video, start_s: float | None = None, end_s: float | None = None
 ) -> float:
-    """What a request's ZeroGPU calls are sized by (``space.call_seconds``): the largest share of a full
+    """What a request's ZeroGPU calls are sized by (``gpu_calls.call_seconds``): the largest share of a full
     window's prefill among its windows (a short clip: its own frames), so a page can say it before Run."""
     try:
         span = None if start_s is None and end_s is None else (start_s, end_s)
@@ -108,7 +108,7 @@ def call_share(
 
 def _share(engine: Engine, plans: Sequence[WindowPlan], always: bool = False) -> float:
     """``call_share`` of windows already planned (1, a full window, off ZeroGPU unless ``always``)."""
-    if not (always or space.zero_gpu()):
+    if not (always or gpu_calls.zero_gpu()):
         return 1.0
     return capacity.prefill_share(max(p.plan.video_tokens for p in plans), engine.params)
 
@@ -131,7 +131,7 @@ class _Turns:
     def execute(self) -> runner.Execute:
         """The runner's ``execute``: the clip's work in a thread, within the turn (no frame of its own)."""
         turn = functools.partial(scheduler_for(self.engine).turn, self.ticket)
-        return self.gpu if space.zero_gpu() else functools.partial(runner.threaded, within=turn)
+        return self.gpu if gpu_calls.zero_gpu() else functools.partial(runner.threaded, within=turn)
 
     def gpu(self, work: runner.ClipWork) -> Iterator[runner.Item]:
         """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected; a variant that no
@@ -141,15 +141,15 @@ class _Turns:
         with scheduler_for(self.engine).turn(self.ticket):
             decode = self.engine.decode_expected(variant, self.device)
             while True:
-                seconds = space.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
-                asked, t0, refused = space.asked_seconds(seconds, self.device), time.perf_counter(), False
+                seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
+                asked, t0, refused = gpu_calls.asked_seconds(seconds, self.device), time.perf_counter(), False
                 try:
-                    for kind, value in space.gpu_call(work, asked, decode):
+                    for kind, value in gpu_calls.gpu_call(work, asked, decode):
                         if kind == "done":
                             self.engine.note_decode(variant, getattr(value.info, "decode", ""))
                         yield kind, value
                     return
-                except space.GpuRefused:
+                except gpu_calls.GpuRefused:
                     refused = True  # refused before it started: nothing asked of the quota
                     log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
                     raise
@@ -221,7 +221,7 @@ def stream(
                         yield stage
                 except StopIteration as end:
                     res = end.value
-                except space.GpuRefused as exc:
+                except gpu_calls.GpuRefused as exc:
                     if last is None:
                         raise
                     res = last.result
@@ -229,7 +229,7 @@ def stream(
             if req.whole:  # the engine timed the whole clip from its turn on; windows time the wait
                 res.metrics.latency_s += ticket.queue_s
             res.metrics.queue_s = ticket.queue_s
-            if req.whole and not space.zero_gpu():  # one whole clip answered here: it prices the next Run
+            if req.whole and not gpu_calls.zero_gpu():  # one whole clip answered here: it prices the next Run
                 capacity.observe(
                     engine.settings, turns.device, req.variant, res.metrics, res.info, engine.params
                 )

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
-from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
+from marlin_demo.model_io import VideoParams
 from marlin_demo.models import ModelLoadError, compute, pick_device
 from marlin_demo.results import Metrics, RunInfo
-from marlin_demo.service import zerogpu
+from marlin_demo.service import zerogpu_rules
 from marlin_demo.settings import Settings, env_name
 from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.video import largest_window_tokens
@@ -311,15 +311,17 @@ def gpu_call_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) 
 
 def charged_s(seconds: float, factor: float | None = None) -> int:
     """``seconds`` of a ZeroGPU call as a visitor's quota counts them: times the card's factor, rounded as
-    ``spaces`` rounds it (``zerogpu.duration_factor`` when ``factor`` is None). For a call's requested
+    ``spaces`` rounds it (``zerogpu_rules.duration_factor`` when ``factor`` is None). For a call's requested
     duration, what it needs left to start; for the time it used, what it is charged."""
-    return round(seconds * (zerogpu.duration_factor() if factor is None else factor))
+    return round(seconds * (zerogpu_rules.duration_factor() if factor is None else factor))
 
 
 def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
     """Whether one full window's call can start on the whole day of a visitor who is not signed in: its
     request, with the card's factor, is the admission check."""
-    return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu.daily_quota_s("unauthenticated")
+    return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu_rules.daily_quota_s(
+        "unauthenticated"
+    )
 
 
 def _tokens_fitting_day(task: str, settings: Settings, speed: Speed) -> int:
@@ -386,11 +388,12 @@ def conflicts(settings: Settings, device: str, zero_gpu: bool = False) -> list[s
                 f"{speed.name}): lower it."
             )
         elif zero_gpu and not call_fits_day(task, settings, speed):
-            asked, day = gpu_call_s(task, settings, speed), zerogpu.daily_quota_s("unauthenticated")
+            asked, day = gpu_call_s(task, settings, speed), zerogpu_rules.daily_quota_s("unauthenticated")
             out.append(
                 f"{tokens}={entry.tokens(settings)} makes one {task} window's ZeroGPU call ask for "
-                f"{asked} s, {charged_s(asked)} s with the card's factor {zerogpu.duration_factor():g}: more "
-                f"than a visitor who is not signed in has in a day ({day} s): lower it to at most "
+                f"{asked} s, {charged_s(asked)} s with the card's factor "
+                f"{zerogpu_rules.duration_factor():g}: more than a visitor who is not signed in has in a day "
+                f"({day} s): lower it to at most "
                 f"{_tokens_fitting_day(task, settings, speed)}."
             )
     return out

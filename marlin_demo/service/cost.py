@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marlin_demo.contract import VideoParams
 from marlin_demo.longvideo.policy import plan_for
+from marlin_demo.model_io import VideoParams
 from marlin_demo.models import compute_choice
-from marlin_demo.service import capacity, space, zerogpu
-from marlin_demo.service.zerogpu import duration_words
+from marlin_demo.service import capacity, gpu_calls, zerogpu_rules
+from marlin_demo.service.zerogpu_rules import duration_words
 from marlin_demo.settings import Settings, Variant
 from marlin_demo.tasks import get_task
 from marlin_demo.video import SamplingPlan
@@ -70,7 +70,7 @@ def estimate_line(
     runs = max(1, len(variants or []))
     noun = get_task(task).noun
     who = noun if runs == 1 else f"{noun} on {runs} variants"
-    if space.zero_gpu():
+    if gpu_calls.zero_gpu():
         return request_gpu_line(
             task, duration_s, settings, runs, share=share, what=f"On ZeroGPU, {who} of this clip"
         )
@@ -135,7 +135,7 @@ class GpuCost:
     def fits(self, tier: str = "unauthenticated") -> bool:
         """Whether every call can start within one day of a visitor of ``tier`` (unauthenticated, free,
         pro), whatever their answers' length."""
-        return self.needs_s <= zerogpu.daily_quota_s(tier)
+        return self.needs_s <= zerogpu_rules.daily_quota_s(tier)
 
 
 def gpu_cost(
@@ -143,12 +143,12 @@ def gpu_cost(
 ) -> GpuCost:
     """``calls`` ZeroGPU calls of one ``task`` window each (``share``: their frames' share of a full
     window's prefill; ``factor``: the card's, read from ``spaces``), at the H200's measured speed."""
-    f = zerogpu.duration_factor() if factor is None else factor
+    f = zerogpu_rules.duration_factor() if factor is None else factor
     h200 = capacity.speeds()["h200"]
     return GpuCost(
         task,
         max(0, calls),
-        space.call_seconds(task, settings, share),
+        gpu_calls.call_seconds(task, settings, share),
         capacity.read_s(h200, share),
         capacity.model_s(task, settings, h200, share),
         f,
@@ -171,7 +171,7 @@ def gpu_cost_line(
     the card's factor counted) and the time it is charged, up to every token (``reading``: from reading
     its frames, where the calls were sized by them); the daily quotas (unless a sentence after says them)."""
     n, one = cost.calls, cost.calls == 1
-    day, free = (duration_words(zerogpu.daily_quota_s(t)) for t in ("unauthenticated", "free"))
+    day, free = (duration_words(zerogpu_rules.daily_quota_s(t)) for t in ("unauthenticated", "free"))
     quota = f"; a visitor has {day} of GPU a day without signing in, {free} with a free account"
     used = f"up to {duration_words(cost.charged_s)}{'' if one else ' in all'}"
     if reading:
@@ -189,7 +189,7 @@ def _last_starts(cost: GpuCost, tier: str) -> str:
     """Whether the calls all start within a fresh day of ``tier``: each is admitted on its own request and
     charged its use, so the last starts only while the ones before it leave its request ('its last call
     starts only if the 2 calls before it are charged at most 21 s in all')."""
-    room = zerogpu.daily_quota_s(tier) - cost.start_s
+    room = zerogpu_rules.daily_quota_s(tier) - cost.start_s
     if room < 0:
         return "not even its first call can start"
     n = cost.calls - 1
@@ -204,7 +204,7 @@ def _short_of_day(
     ``free_too``, of a free account) starts of its calls, and what the calls before the last are charged
     if every answer runs to its limit."""
     line = gpu_cost_line(cost, what, settings, reading, quotas=False)  # what follows names them
-    day, free = (duration_words(zerogpu.daily_quota_s(t)) for t in ("unauthenticated", "free"))
+    day, free = (duration_words(zerogpu_rules.daily_quota_s(t)) for t in ("unauthenticated", "free"))
     then = f"in the {day} of a visitor who is not signed in, {_last_starts(cost, 'unauthenticated')}"
     if free_too:
         then += f"; in the {free} of a free account, {_last_starts(cost, 'free')}"
@@ -230,7 +230,7 @@ def request_gpu_line(
     cost = gpu_cost(task, windows * max(1, runs), settings, share=share)
     if cost.fits("unauthenticated"):
         return gpu_cost_line(cost, what, settings, reading=True)
-    free = duration_words(zerogpu.daily_quota_s("free"))
+    free = duration_words(zerogpu_rules.daily_quota_s("free"))
     fits_day = longest_fitting_s(task, settings, runs)
     if cost.fits("free"):
         way = f", or choose a time range of at most {duration_words(fits_day)}" if fits_day else ""
@@ -243,7 +243,7 @@ def request_gpu_line(
         if seconds
     ]
     way = f"choose a time range of at most {' or '.join(ranges)}" if ranges else "choose a shorter time range"
-    pro = duration_words(zerogpu.daily_quota_s("pro"))
+    pro = duration_words(zerogpu_rules.daily_quota_s("pro"))
     short = _short_of_day(cost, what, settings, reading=True, free_too=True)
     return f"{short}; {way} (a PRO account has {pro} a day)."
 
@@ -266,7 +266,7 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
     windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
     clips = f"{len(durations)} example clip{'s' if len(durations) != 1 else ''}"
     what = f"No prebuilt library matches this model, so the first search indexes the {clips}"
-    if not space.zero_gpu():
+    if not gpu_calls.zero_gpu():
         return cpu_work_line("caption", windows, settings, f"{what} before it answers: it")
     what += " first, which"
     cost = gpu_cost("caption", windows, settings)
@@ -279,6 +279,6 @@ def search_cost_line(find_windows: int, settings: Settings) -> str:
     """A search's own cost, said before it runs: find in ``find_windows`` windows (``library.search``'s
     ``search_windows`` counts them for a query)."""
     what = f"This search, find in {find_windows} window{'s' if find_windows != 1 else ''},"
-    if not space.zero_gpu():
+    if not gpu_calls.zero_gpu():
         return cpu_work_line("find", find_windows, settings, "This search")
     return gpu_cost_line(gpu_cost("find", find_windows, settings), what, settings)

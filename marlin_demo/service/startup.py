@@ -15,7 +15,7 @@ from marlin_demo import variants
 from marlin_demo.engine import USER_ERRORS, Engine
 from marlin_demo.models import ModelLoadError
 from marlin_demo.models.kernels import GPTQ_NO_COMPILER, allow_compiler_builds
-from marlin_demo.service import capacity, zerogpu
+from marlin_demo.service import capacity, zerogpu_rules
 from marlin_demo.settings import Settings, env_name, env_value
 from marlin_demo.tasks import TASKS
 
@@ -174,12 +174,12 @@ def _derived_time_limit(settings: Settings, device: str) -> Settings:
 def zero_gpu_refusals(settings: Settings) -> list[str]:
     """What ZeroGPU cannot run, one sentence each (``zerogpu.json``: no torch.compile, no nvcc)."""
     found = []
-    if settings.compile and not zerogpu.facts()["torch_compile"]:
+    if settings.compile and not zerogpu_rules.facts()["torch_compile"]:
         found.append(
             "MARLIN_COMPILE (torch.compile) is not supported on ZeroGPU: unset it there (ZeroGPU compiles "
-            f"only ahead of time, {zerogpu.facts()['aot_compile']}, which this app does not use)."
+            f"only ahead of time, {zerogpu_rules.facts()['aot_compile']}, which this app does not use)."
         )
-    if settings.gptq_backend not in GPTQ_NO_COMPILER and not zerogpu.facts()["nvcc"]:
+    if settings.gptq_backend not in GPTQ_NO_COMPILER and not zerogpu_rules.facts()["nvcc"]:
         found.append(
             f"MARLIN_GPTQ_BACKEND={settings.gptq_backend} may need nvcc to build at first use, and ZeroGPU "
             f"has none: use one of {', '.join(GPTQ_NO_COMPILER)} there."
@@ -196,5 +196,5 @@ def prepare_zero_gpu() -> None:
     and GPU call runs, would not see it). Called at start-up, before any load."""
     import torch
 
-    allow_compiler_builds(bool(zerogpu.facts()["nvcc"]))
+    allow_compiler_builds(bool(zerogpu_rules.facts()["nvcc"]))
     torch.compiler.set_stance("force_eager")

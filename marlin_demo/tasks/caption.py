@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from marlin_demo import contract, metrics, subtitles
-from marlin_demo.contract import CaptionParse, Event
+from marlin_demo import metrics, model_io, subtitles
+from marlin_demo.model_io import CaptionParse, Event
 from marlin_demo.results import CaptionResult, Result, Window
 from marlin_demo.settings import Settings
 from marlin_demo.tasks.registry import Answer, Figure, Made, Task, label, register_task, seconds, shift, value
@@ -99,7 +99,7 @@ def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCapt
             a, b = timeline[i][0], incoming[j]
             desc = a.description if a.end - a.start >= b.end - b.start else b.description
             timeline[i] = (Event(a.start, max(a.end, b.end), desc), k)
-            joined.append(f"joined an event cut by the window boundary at {contract.clock(window.start)}")
+            joined.append(f"joined an event cut by the window boundary at {model_io.clock(window.start)}")
         timeline.extend((e, k) for j, e in enumerate(incoming) if j not in used_j)
     return MergedCaption(
         scene=_join_scenes([p.scene for _, p in windows]),
@@ -275,9 +275,9 @@ CAPTION = register_task(
     Task(
         name="caption",
         help="scene paragraph and timed events for a video",
-        prompt=lambda _query: contract.CAPTION_PROMPT,
-        parse=lambda text: contract.parse_caption(text),  # looked up per call: a test may count them
-        repair=contract.repair_caption,
+        prompt=lambda _query: model_io.CAPTION_PROMPT,
+        parse=lambda text: model_io.parse_caption(text),  # looked up per call: a test may count them
+        repair=model_io.repair_caption,
         answer=CaptionAnswer(),
         max_new_tokens="caption_max_new_tokens",
         window_s="caption_window_s",

@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from marlin_demo import contract, metrics
-from marlin_demo.contract import SpanParse
+from marlin_demo import metrics, model_io
+from marlin_demo.model_io import SpanParse
 from marlin_demo.results import FindResult, Moment, Result, Window
 from marlin_demo.settings import Settings
 from marlin_demo.tasks.registry import Answer, Figure, Made, Task, label, register_task, seconds, shift, value
@@ -222,9 +222,9 @@ FIND = register_task(
     Task(
         name="find",
         help="start-end span of a described event",
-        prompt=lambda query: contract.FIND_PROMPT_TEMPLATE.format(query=query),
-        parse=lambda text: contract.parse_span(text),
-        repair=contract.repair_span,
+        prompt=lambda query: model_io.FIND_PROMPT_TEMPLATE.format(query=query),
+        parse=lambda text: model_io.parse_span(text),
+        repair=model_io.repair_span,
         answer=FindAnswer(),
         max_new_tokens="find_max_new_tokens",
         window_s="find_window_s",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.results import Metrics, Result, RunInfo, Window
 from marlin_demo.settings import Settings
 
@@ -120,7 +120,7 @@ def seconds(t: float) -> str:
 
 def label(window: Window, note: str) -> str:
     """A window's note, naming the window."""
-    return f"window {window.index + 1} ({contract.clock_span(window.start, window.end)}): {note}"
+    return f"window {window.index + 1} ({model_io.clock_span(window.start, window.end)}): {note}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Task:
     help: str
     #: the exact prompt, given the cleaned query ('' for a task that takes none)
     prompt: Callable[[str], str]
-    #: the model's raw text -> its parse (``contract.parse_caption`` / ``parse_span``)
+    #: the model's raw text -> its parse (``model_io.parse_caption`` / ``parse_span``)
     parse: Callable[[str], Any]
     #: (parse, the clip's duration) -> the parse repaired, its notes saying how
     repair: Callable[[Any, float | None], Any]
@@ -144,7 +144,7 @@ class Task:
     window_s: str
     #: the ``Settings`` field of the overlap of consecutive windows (None: windows do not overlap)
     overlap_s: str | None = None
-    #: whether a request names what to look for (a query, cleaned by ``contract.sanitize_query``)
+    #: whether a request names what to look for (a query, cleaned by ``model_io.sanitize_query``)
     query: bool = False
     #: how a line names one request ("a caption of this clip takes ...")
     noun: str = ""
@@ -177,7 +177,7 @@ class Task:
             return None, self.prompt("")
         if query is None:
             raise ValueError(f"The {self.name} task needs a query: describe what to look for.")
-        clean = contract.sanitize_query(query, settings.max_query_chars)
+        clean = model_io.sanitize_query(query, settings.max_query_chars)
         return clean, self.prompt(clean)
 
 

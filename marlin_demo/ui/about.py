@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import gradio as gr
 
 from marlin_demo.engine.graphs import Verdict
-from marlin_demo.service import space
+from marlin_demo.service import gpu_calls
 from marlin_demo.ui.context import UIContext
 from marlin_demo.ui.credits import credits_markdown
 
@@ -163,4 +163,4 @@ def render(ctx: UIContext) -> gr.Markdown:
             )
             gr.Markdown(credits_markdown(ctx.examples, ctx.examples_dir), elem_id="about-credits")
         with gr.Column(scale=1):
-            return gr.Markdown(run_yourself(space.on_space()) + api_snippets(ctx), elem_id="about-run")
+            return gr.Markdown(run_yourself(gpu_calls.on_space()) + api_snippets(ctx), elem_id="about-run")

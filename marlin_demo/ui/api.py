@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import gradio as gr
 import httpx
 
-from marlin_demo import contract, service, tasks
+from marlin_demo import model_io, service, tasks
 from marlin_demo.library.search import DEFAULT_TOP_K
 from marlin_demo.tasks import Task
 from marlin_demo.ui import gradio_hooks
@@ -313,7 +313,7 @@ def search_endpoint(ctx: UIContext, tab: LibraryTab) -> Callable[..., Any]:
         if not 1 <= k <= 50:
             raise gr.Error(f"top_k must be between 1 and 50, got {top_k:g}.", title="", print_exception=False)
         with api_errors():
-            clean = contract.sanitize_query(query or "", ctx.engine.settings.max_query_chars)
+            clean = model_io.sanitize_query(query or "", ctx.engine.settings.max_query_chars)
             for _ in tab.source.progress():
                 pass
             answer = public_answer(tab.source, tab.source.run_search(clean, k), tab.gallery)

@@ -15,21 +15,21 @@ from gradio.blocks import Block
 
 from marlin_demo import service, tasks
 from marlin_demo.engine import Engine
-from marlin_demo.service import space
+from marlin_demo.service import gpu_calls
 from marlin_demo.service.startup import ModelStatus
 from marlin_demo.settings import EXAMPLES_FILE, Settings
 from marlin_demo.ui import (
     about,
     api,
-    compare,
+    compare_tab,
     find,
     gradio_hooks,
     header,
     library,
-    one_clip,
     run_tab,
+    shared_clip,
+    task_views,
     timeline,
-    views,
 )
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import (
@@ -116,7 +116,7 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
                     continue
                 ctx.answers.keep(key, result, cold)
 
-    return space.uncharged(run, "marlin-examples")
+    return gpu_calls.uncharged(run, "marlin-examples")
 
 
 def mcp_on(settings: Settings) -> bool:
@@ -152,12 +152,12 @@ def build_demo(
     gradio_hooks.remember_playable()  # before the examples are shown: each clip probed once
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         head = header.render(ctx)
-        clip = one_clip.render(ctx)  # above the tabs: the clip Caption, Find and Compare share
+        clip = shared_clip.render(ctx)  # above the tabs: the clip Caption, Find and Compare share
         # on a phone the tabs wrap onto a second row instead of hiding in Gradio's "..." menu
         with gr.Tabs(elem_id="marlin-tabs", overflow_behavior="wrap") as tabs:
-            runs = views.render(ctx, clip)  # a tab per task: Caption, Find (and any task registered)
+            runs = task_views.render(ctx, clip)  # a tab per task: Caption, Find (and any task registered)
             with gr.Tab("Compare · GPTQ vs bnb4", id="compare", elem_id="tab-compare"), run_tab.page():
-                cmp_tab = compare.render(ctx, clip)
+                cmp_tab = compare_tab.render(ctx, clip)
             with gr.Tab("Library · search all", id="library", elem_id="tab-library"):
                 lib = library.render(ctx)
             with gr.Tab("About", id="about", elem_id="tab-about"):
@@ -166,15 +166,15 @@ def build_demo(
         # (components set once per result, not per streamed token)
         header.listen(ctx, demo, head, after=[*(run.metrics for run in runs.values()), cmp_tab.metrics_table])
         # a new clip clears, in every tab, the results that were another clip's
-        compare_cleared = functools.partial(compare.cleared_outputs, cmp_tab)
+        compare_cleared = functools.partial(compare_tab.cleared_outputs, cmp_tab)
         cleared: dict[str, tuple[list[Block], Callable[[], Updates]]] = {
             run.name: (run.results, run.cleared) for run in runs.values()
         }
         cleared["compare"] = (list(compare_cleared()), compare_cleared)
-        one_clip.listen(ctx, clip, cleared, tabs, [cmp_tab.task, cmp_tab.include_bf16])
+        shared_clip.listen(ctx, clip, cleared, tabs, [cmp_tab.task, cmp_tab.include_bf16])
         for run in runs.values():
             run.listen(ctx)
-        compare.listen(ctx, cmp_tab)
+        compare_tab.listen(ctx, cmp_tab)
         library.listen(ctx, lib, tabs, clip, cast(find.FindTab, runs["find"]).query)
         # a private load step (a callable value would be a public endpoint of its own)
         demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)

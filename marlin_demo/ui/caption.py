@@ -13,17 +13,16 @@ from typing import Any, cast
 import gradio as gr
 
 from marlin_demo import subtitles
-from marlin_demo.contract import Event, clock_span
+from marlin_demo.model_io import Event, clock_span
 from marlin_demo.results import CaptionResult, Partial, Result, Window
 from marlin_demo.tasks import CAPTION
 from marlin_demo.tasks.caption import chapters_of
 from marlin_demo.ui import run_tab, timeline
-from marlin_demo.ui.clip_owner import clip_stem
-from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
+from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext, clip_stem
 from marlin_demo.ui.inputs import session_of
-from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import Asked, RunTab, RunView
 from marlin_demo.ui.running import RunState, StageView, Updates, scroll_mark
+from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import notice_html
 
 PLACEHOLDER = "Choose a clip and caption it: its events appear here on a time axis; click one to play it."

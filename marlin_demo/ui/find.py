@@ -14,11 +14,10 @@ from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
 from marlin_demo.tasks.find import truth_span
 from marlin_demo.ui import run_tab, timeline
-from marlin_demo.ui.clip_owner import clip_stem
-from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
-from marlin_demo.ui.one_clip import Clip
+from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext, clip_stem
 from marlin_demo.ui.run_tab import RunTab, RunView
 from marlin_demo.ui.running import RunState, Updates, scroll_mark
+from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import error_html, status_html
 from marlin_demo.ui.timeline import clock
 from marlin_demo.video import VideoError, export_clip

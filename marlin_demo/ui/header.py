@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import gradio as gr
 
 from marlin_demo.models import ModelLoadError, compute_choice, pick_device
-from marlin_demo.service import capacity, space
+from marlin_demo.service import capacity, gpu_calls
 from marlin_demo.service.startup import FALLBACK_FIX
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext, variant_label
@@ -79,7 +79,7 @@ def banners_html(ctx: UIContext) -> str:
             "<code>--model marlin</code> (the default) where the Hub or local weights are.</span></div>"
         )
     # ZeroGPU's start-up call failed: said while the next call still asks for the compile
-    if status.warm_up_note and (note := space.first_call_note(pick_device(ctx.engine.settings.device))):
+    if status.warm_up_note and (note := gpu_calls.first_call_note(pick_device(ctx.engine.settings.device))):
         out.append(f'<div class="mh-banner mh-warn" role="status">{html.escape(note)}</div>')
     for variant, message in ctx.engine.load_errors().items():
         out.append(

@@ -17,18 +17,18 @@ from typing import Any
 
 import gradio as gr
 
-from marlin_demo import contract
-from marlin_demo.library import index, shipped
+from marlin_demo import model_io
+from marlin_demo.library import index, prebuilt
+from marlin_demo.library.app_library import LibrarySource
 from marlin_demo.library.database import LibraryError, Store
 from marlin_demo.library.inputs import Item
 from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search_windows
-from marlin_demo.library.source import LibrarySource
-from marlin_demo.service import cost, space
+from marlin_demo.service import cost, gpu_calls
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
 from marlin_demo.ui.inputs import user_errors
-from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
+from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import status_html
 
 PLAYER_ID = "library-video"
@@ -59,7 +59,7 @@ def default_source(ctx: UIContext) -> LibrarySource:
         for e in ctx.examples
     ]
     # the Space ships its examples' library: loaded when it was built with what changes captions here
-    found = shipped.install(shipped.shipped_folder(ctx.examples_dir), folder, s, variant)
+    found = prebuilt.install(prebuilt.shipped_folder(ctx.examples_dir), folder, s, variant)
     durations = [float(e.get("duration") or 0.0) for e in ctx.examples]
     price = "" if found.loaded else cost.index_cost_line(durations, s)
     label = f"the app's {len(items)} example clips"
@@ -69,7 +69,7 @@ def default_source(ctx: UIContext) -> LibrarySource:
 
 def gpu_here() -> bool:
     """A GPU this process holds now (not ZeroGPU's, lent per call): the index is then built at start-up."""
-    if space.zero_gpu():
+    if gpu_calls.zero_gpu():
         return False
     import torch
 
@@ -155,7 +155,7 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
     return [
         (
             str(source.folder / m["thumbnail"]),
-            f"{m['video']} · {contract.clock_span(m['start'], m['end'])} · score {m['score']:.2f} · "
+            f"{m['video']} · {model_io.clock_span(m['start'], m['end'])} · score {m['score']:.2f} · "
             f"text {m['retrieval_score']:.2f}",
         )
         for m in moments
@@ -167,7 +167,7 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Upda
     """Build the library if needed, then search it window by window; a failure is said under the query."""
     source = tab.source
     try:
-        clean = contract.sanitize_query(query, ctx.engine.settings.max_query_chars)
+        clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
     except ValueError as exc:
         yield {tab.progress: "", tab.status: status_html(str(exc), error=True)}
         return
@@ -339,9 +339,9 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
         if m is None or not m.get("path"):
             return {tab.chosen: status_html("This moment's video is not available.", error=True)}
         text = (
-            f"<b>{html.escape(m['video'])}</b> · {contract.clock(m['start'])} → {contract.clock(m['end'])} · "
+            f"<b>{html.escape(m['video'])}</b> · {model_io.clock(m['start'])} → {model_io.clock(m['end'])} · "
             f"score {m['score']:.2f} (text {m['retrieval_score']:.2f}; caption window "
-            f"{contract.clock_span(*m['window'])})"
+            f"{model_io.clock_span(*m['window'])})"
         )
         return {
             tab.player: m["path"],

@@ -19,12 +19,10 @@ from gradio.helpers import Examples
 from marlin_demo import service
 from marlin_demo.results import Result
 from marlin_demo.tasks import Task, get_task
-from marlin_demo.ui import example_notes, timeline
-from marlin_demo.ui.clip_owner import STAMP_JS
-from marlin_demo.ui.context import UIContext
-from marlin_demo.ui.example_list import EXAMPLE_TIMING, example_labels, kept_answer, short_name
+from marlin_demo.ui import example_runs, timeline
+from marlin_demo.ui.context import STAMP_JS, UIContext
+from marlin_demo.ui.example_runs import EXAMPLE_TIMING, example_labels, short_name
 from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
-from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.running import (
     BarView,
     RunState,
@@ -35,6 +33,7 @@ from marlin_demo.ui.running import (
     waiting_updates,
     wire_run_and_stop,
 )
+from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import metrics_html, notice_html, status_html
 
 
@@ -241,7 +240,7 @@ def start_run(
     asked = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
     if not isinstance(asked, Asked):
         return Run("", {tab.progress: "", **asked})
-    key, kept = kept_answer(ctx, tab.name, *asked.what) if example else (None, None)
+    key, kept = ctx.kept_answer(tab.name, *asked.what) if example else (None, None)
     if kept is not None:
         return Run(asked.path, {})  # the first step showed it
     if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):  # its clip is gone:
@@ -264,14 +263,14 @@ def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
     *own, _start, _end, stamp = values  # an example is the whole clip: its range is not read
     asked = tab.ask(ctx, own)
-    kept = kept_answer(ctx, tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
+    kept = ctx.kept_answer(tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
     if kept is None or not isinstance(asked, Asked):
         return waiting_updates(tab.buttons, tab.progress)
     # the visitor just chose this clip: its own change event may come after this answer (or, when a
     # newer clip was chosen meanwhile, before it: then this answer is not shown)
     if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):
         return {tab.progress: gr.skip()}
-    with example_notes.replaying(kept):
+    with example_runs.replaying(kept):
         return tab.final(ctx, kept.result, asked.path, kept.cold)
 
 

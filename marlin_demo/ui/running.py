@@ -38,7 +38,7 @@ def with_buttons(
 ) -> Iterator[Updates]:
     """A tab's streamed outputs, then its (run, stop) ``buttons`` back to "not running": in the request, not
     a ``.then`` step, so a stopped request's late end cannot reset the next one's buttons; left as they are
-    when ``outputs`` returns True (a newer request of the tab took its place: ``one_clip.while_shown``)."""
+    when ``outputs`` returns True (a newer request of the tab took its place: ``shared_clip.while_shown``)."""
     with contextlib.closing(outputs):  # type: ignore[type-var]
         taken = yield from outputs  # type: ignore[func-returns-value]  # (a plain iterator: None)
     if taken is not True:
@@ -66,7 +66,7 @@ def wire_run_and_stop(
     """Run (streamed, with the tab's own bar; ``progress`` None: the tab's outputs say it) and Stop (cancels
     it; says ``stopped(request)``, among ``outputs``). ``example`` = (the examples' input event, a quick
     first step, the run): a click shows the kept answer or the wait, then runs like Run. ``js`` runs in the
-    browser before each step that reads ``inputs`` (``clip_owner.STAMP_JS``). Returns the events a
+    browser before each step that reads ``inputs`` (``context.STAMP_JS``). Returns the events a
     follow-up step chains on."""
     run_options: dict[str, Any] = {
         "js": js,

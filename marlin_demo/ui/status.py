@@ -11,12 +11,12 @@ from typing import Any
 import gradio as gr
 
 from marlin_demo import service
-from marlin_demo.contract import clock, clock_part
 from marlin_demo.longvideo import policy
+from marlin_demo.model_io import clock, clock_part
 from marlin_demo.results import Result, RunInfo, memory_label
-from marlin_demo.service import cost, space
+from marlin_demo.service import cost, gpu_calls
 from marlin_demo.tasks import CAPTION, TASKS, get_task
-from marlin_demo.ui import example_notes
+from marlin_demo.ui import example_runs
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import UIContext, fmt
 from marlin_demo.ui.inputs import require_upload, user_errors
@@ -61,7 +61,7 @@ def clip_status(
                 (task.name.capitalize(), len(policy.plan_for(task, seconds, s)), task.windows(s)[0])
                 for task in TASKS.values()
             ]
-            if work is not None and space.zero_gpu():  # the calls are sized by their frames
+            if work is not None and gpu_calls.zero_gpu():  # the calls are sized by their frames
                 share = service.call_share(ctx.engine, work[0], path, start, end)
     except gr.Error as exc:
         return status_html(exc.message, error=True)
@@ -129,7 +129,7 @@ def metrics_html(
         if cold
         else f'<span class="md-badge md-warm">warm run: {variant} was already loaded</span>'
     )
-    cached = example_notes.cached_badge(m, cold, variant)
+    cached = example_runs.cached_badge(m, cold, variant)
     run = cached or run
     if reuse and cached is None:
         run += (

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from marlin_demo.contract import clock, clock_span
+from marlin_demo.model_io import clock, clock_span
 from marlin_demo.ui.assets import asset
 
 __all__ = ["TIMELINE_CSS", "TIMELINE_JS", "clock", "nice_step", "placeholder", "timeline_html"]

@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.contract import VideoParams
+from marlin_demo.model_io import VideoParams
 from marlin_demo.video.decode import PreparedVideo, _decode_pyav, _decode_torchcodec, _metadata, _resize
-from marlin_demo.video.fast import _decode_fast, fast_supported, pick_backend
 from marlin_demo.video.info import (
     BACKENDS,
     Backend,
@@ -22,6 +21,7 @@ from marlin_demo.video.info import (
     probe,
     validate,
 )
+from marlin_demo.video.parallel_decode import _decode_fast, fast_supported, pick_backend
 from marlin_demo.video.sampling import SamplingPlan, plan_sampling
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marlin_demo.contract import VideoParams
+from marlin_demo.model_io import VideoParams
 from marlin_demo.results import SamplingPlan
 from marlin_demo.video.info import TEMPORAL_PATCH_SIZE, VideoError, VideoInfo
 

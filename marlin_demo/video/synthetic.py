@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from marlin_demo import contract
+from marlin_demo import model_io
 from marlin_demo.video.decode import PreparedVideo, _metadata, _resize
 from marlin_demo.video.info import VideoInfo
 from marlin_demo.video.sampling import plan_sampling
@@ -31,7 +31,7 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
         rotation=0,
         codec="synthetic",
     )
-    plan = plan_sampling(info, contract.VideoParams())
+    plan = plan_sampling(info, model_io.VideoParams())
     frames = np.zeros((plan.nframes, 3, height, width), dtype=np.uint8)
     side = max(4, min(64, width // 4, height // 4))
     for k, idx in enumerate(plan.indices):
@@ -42,9 +42,9 @@ def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -
     return PreparedVideo(frames=resized, metadata=_metadata(plan, "synthetic"), plan=plan, info=info)
 
 
-def full_window_clip(params: contract.VideoParams | None = None) -> PreparedVideo:
+def full_window_clip(params: model_io.VideoParams | None = None) -> PreparedVideo:
     """The largest window the model is given: the frame budget at the pixel budget (a square of exactly
     ``max_pixels``), so its prefill has ``largest_window_tokens()`` video tokens."""
-    p = params or contract.VideoParams()
+    p = params or model_io.VideoParams()
     side = math.isqrt(p.max_pixels) // p.factor * p.factor
     return synthetic_clip(p.max_frames / p.fps, side, side)

@@ -11,11 +11,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marlin_demo.contract import VideoParams
+from marlin_demo.model_io import VideoParams
 from marlin_demo.results import Window
 from marlin_demo.video import PreparedVideo, SamplingPlan, VideoInfo, plan_sampling
 from marlin_demo.video.decode import _check_complete, _metadata, _needs, _resize, _scan_frames
-from marlin_demo.video.fast import (
+from marlin_demo.video.info import Backend, _short
+from marlin_demo.video.parallel_decode import (
     _Collected,
     _decode_run,
     _fast_workers,
@@ -24,7 +25,6 @@ from marlin_demo.video.fast import (
     fast_supported,
     pick_backend,
 )
-from marlin_demo.video.info import Backend, _short
 
 log = logging.getLogger(__name__)
 

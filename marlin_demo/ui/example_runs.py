@@ -1,5 +1,6 @@
-"""The examples' answers: the first click is a live run exactly as Run's (it *is* that run); its result is
-kept (in memory) and a later click shows it at once, its badge saying when it was measured (``replaying``)."""
+"""The examples as the tabs list them (labels, what a click does) and their answers: the first click is a
+live run exactly as Run's (it *is* that run); its result is kept (in memory) and a later click shows it at
+once, its badge saying when it was measured (``replaying``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import html
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -77,3 +78,24 @@ def cached_badge(metrics: Mapping[str, Any], cold: bool, variant: str) -> str | 
         f"This answer and its figures come from the run that first answered it, {html.escape(kept.stamp)} "
         f"({html.escape(how)}).</span>"
     )
+
+
+def short_name(example: Mapping[str, Any]) -> str:
+    """An example's clip name without extension or underscores, for example labels."""
+    return str(example["video"]).rsplit(".", 1)[0].replace("_", " ")
+
+
+#: what a click on an example does (the note under them), per ``MARLIN_CACHE_EXAMPLES``
+EXAMPLE_TIMING = {
+    "lazy": "the first click runs the model as Run does; later clicks show that answer at once",
+    "eager": "answered at start-up, then shown at once; until then a click runs the model",
+    "off": "each click runs the model",
+}
+
+
+def example_labels(labels: Sequence[str], limit: int = 60) -> list[str]:
+    """Example labels cut at a word boundary (never mid-word), with an ellipsis when cut."""
+    return [
+        label if len(label) <= limit else label[: limit + 1].rsplit(" ", 1)[0].rstrip(' ·,;:“"') + "…"
+        for label in labels
+    ]

@@ -1,5 +1,5 @@
 """The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
-upload. Results are tied to their clip (``clip_owner.ResultsClip``): a new clip clears the old one's, and a
+upload. Results are tied to their clip (``context.ResultsClip``): a new clip clears the old one's, and a
 request whose clip left the screen shows nothing more (``while_shown``). Every event that reads the clip
 also reads ``Clip.stamp``, numbered in the browser as it fires (``STAMP_JS``), so the newest report wins
 whatever order the events reach the server in."""
@@ -15,8 +15,7 @@ from typing import Any
 import gradio as gr
 from gradio.blocks import Block
 
-from marlin_demo.ui.clip_owner import STAMP_JS
-from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext
+from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, STAMP_JS, UIContext
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.running import Updates

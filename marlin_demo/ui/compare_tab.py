@@ -14,8 +14,7 @@ from marlin_demo import service
 from marlin_demo.results import memory_label
 from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.ui import timeline
-from marlin_demo.ui.clip_owner import STAMP_JS
-from marlin_demo.ui.compare_view import (
+from marlin_demo.ui.compare_html import (
     CHARTS,
     COLD_WARM_COLUMNS,
     FIGURES_JS,
@@ -33,13 +32,13 @@ from marlin_demo.ui.compare_view import (
     titled,
     write_session_csv,
 )
-from marlin_demo.ui.context import PRIVATE_UI, UIContext, variant_label
-from marlin_demo.ui.example_list import example_labels, short_name
+from marlin_demo.ui.context import PRIVATE_UI, STAMP_JS, UIContext, variant_label
+from marlin_demo.ui.example_runs import example_labels, short_name
 from marlin_demo.ui.inputs import require_upload, session_of, user_errors
-from marlin_demo.ui.one_clip import Clip, while_shown
 from marlin_demo.ui.running import RunState, StageView, Updates, follow, wire_run_and_stop, with_buttons
+from marlin_demo.ui.shared_clip import Clip, while_shown
 from marlin_demo.ui.status import error_html
-from marlin_demo.ui.views import view_of
+from marlin_demo.ui.task_views import view_of
 from marlin_demo.variants import colors
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
@@ -431,7 +430,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             except gr.Error as exc:
                 yield {tab.summary: error_html(exc.message)}
 
-        try:  # its results are shown while its clip is (see one_clip)
+        try:  # its results are shown while its clip is (see shared_clip)
             shown = (
                 while_shown(ctx, "compare", request, video, stamp, updates(), {tab.summary: ""})
                 if video

@@ -1,4 +1,4 @@
-"""Tests for marlin_demo.contract: prompts, sanitising, parsing, repair."""
+"""Tests for marlin_demo.model_io: prompts, sanitising, parsing, repair."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from marlin_demo import contract
-from marlin_demo.contract import (
+from marlin_demo import model_io
+from marlin_demo.model_io import (
     CAPTION_PROMPT,
     DETAILED_PROMPT,
     CaptionParse,
@@ -42,7 +42,7 @@ EMPTY_MSG = "The query is empty: describe the event to find, e.g. 'a person open
 
 
 def test_contract_imports_no_ml_library() -> None:
-    tree = ast.parse(Path(contract.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(model_io.__file__).read_text(encoding="utf-8"))
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from marlin_demo.engine import Engine, EngineError, graphs, warmup
 from marlin_demo.longvideo import runner
 from marlin_demo.models import pick_device
-from marlin_demo.service import capacity, zerogpu
+from marlin_demo.service import capacity, zerogpu_rules
 from marlin_demo.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def asked_seconds(seconds: int, device: str) -> int:
     visitor's day without an account allows, so the first visitor after a restart is not refused for it."""
     if device != "cuda" or _warm.is_set():
         return seconds
-    day = int(zerogpu.daily_quota_s("unauthenticated") / zerogpu.duration_factor())
+    day = int(zerogpu_rules.daily_quota_s("unauthenticated") / zerogpu_rules.duration_factor())
     return max(seconds, min(seconds + FIRST_CALL_COMPILE_S, day, MAX_GPU_S))
 
 
@@ -83,7 +83,7 @@ def first_call_note(device: str) -> str:
     more = asked_seconds(0, device)
     if not more:
         return ""
-    left = capacity.charged_s(more, zerogpu.duration_factor())
+    left = capacity.charged_s(more, zerogpu_rules.duration_factor())
     return (
         f"The next GPU call asks ZeroGPU for up to {more} s more than its own work, to compile the GPU "
         f"kernels (the Space could not do it at start-up), so it needs up to {left} s more of your daily "
@@ -95,8 +95,8 @@ class GpuRefused(EngineError):
     """ZeroGPU refused (or stopped) a call: the message is the visitor's one sentence, ``refusal`` what
     ``spaces`` said; a request with windows answered before it returns them instead (``partial``)."""
 
-    def __init__(self, refusal: zerogpu.Refusal, asked_s: int | None = None) -> None:
-        super().__init__(zerogpu.refusal_sentence(refusal, asked_s, capacity.MIN_GPU_S))
+    def __init__(self, refusal: zerogpu_rules.Refusal, asked_s: int | None = None) -> None:
+        super().__init__(zerogpu_rules.refusal_sentence(refusal, asked_s, capacity.MIN_GPU_S))
         self.refusal = refusal
 
 
@@ -111,7 +111,7 @@ def gpu_call(work: Callable[..., Any], seconds: int, decode: str = "eager") -> I
                     raise value
                 yield kind, value
     except Exception as exc:
-        refusal = zerogpu.read_refusal(exc)
+        refusal = zerogpu_rules.read_refusal(exc)
         if refusal is None:
             raise
         log.warning("ZeroGPU refused a %s s call: %s", seconds, refusal)

@@ -13,10 +13,10 @@ from typing import Any
 import gradio as gr
 
 from marlin_demo.tasks import TASKS, Task, get_task
-from marlin_demo.ui import caption, compare_view, find, run_tab
+from marlin_demo.ui import caption, compare_html, find, run_tab
 from marlin_demo.ui.context import UIContext
-from marlin_demo.ui.one_clip import Clip
 from marlin_demo.ui.run_tab import RunTab
+from marlin_demo.ui.shared_clip import Clip
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,13 @@ class View:
     title: str
     choice: str
     render: Callable[[UIContext, Clip], Any]
-    card: compare_view.Card
+    card: compare_html.Card
 
 
 VIEWS: dict[str, View] = {
     "caption": View("Caption · what happens", "What happens (caption)", caption.render,
-                    compare_view.caption_card),
-    "find": View("Find · when", "When does it happen (find)", find.render, compare_view.find_card),
+                    compare_html.caption_card),
+    "find": View("Find · when", "When does it happen (find)", find.render, compare_html.find_card),
 }  # fmt: skip
 
 
