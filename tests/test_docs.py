@@ -35,7 +35,8 @@ FIELDS = {"info", "metrics", "quality", "calibration"}
 URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
 PATH = re.compile(r"(?<![\w./{-])((?:\.{1,2}/)?[\w.-]+(?:/[\w.-]+)+\.(?:py|md|sh|json|toml|css|js|txt))\b")
 BARE = re.compile(r"(?<![\w./{-])([\w-]+\.(?:py|md|sh))\b(?![/\w-])")
-LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)\s#]*)(?:#([^)\s]*))?\)")
+HEADING = re.compile(r"^#+\s+(.+?)\s*$", re.M)
 CODE = re.compile(r"`([^`\n]+)`")
 DOTTED = re.compile(rf"^(?:{'|'.join(PARTS)})(?:\.[A-Za-z_]\w*)+")
 SHORT = re.compile(r"^([a-z_]\w*)\.([A-Za-z_]\w*)")
@@ -81,11 +82,14 @@ def missing_names(text: str, doc: str, files: set[str], root: Path = ROOT) -> li
     basenames = {f.rsplit("/", 1)[-1] for f in files}
     here = Path(doc).parent
     missing = []
-    for target in LINK.findall(text):
+    for target, anchor in LINK.findall(text):
         if "://" in target or target.startswith("mailto:"):
             continue
-        if os.path.normpath(here / target).replace(os.sep, "/") not in files:
+        linked = os.path.normpath(here / target).replace(os.sep, "/") if target else doc
+        if linked not in files:
             missing.append(target)
+        elif anchor and linked.endswith(".md") and anchor not in anchors((root / linked).read_text("utf-8")):
+            missing.append(f"{target}#{anchor}")
     plain = URL.sub(" ", text)
     for path in PATH.findall(plain):
         if path.startswith("../") or path in OTHER_PROJECTS or path.rsplit("/", 1)[-1] in WRITTEN:
@@ -114,6 +118,11 @@ def missing_names(text: str, doc: str, files: set[str], root: Path = ROOT) -> li
         ):
             missing.append(match.group(0))
     return sorted(set(missing))
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation dropped, spaces -> '-'."""
+    return {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in HEADING.findall(markdown)}
 
 
 def _short_modules(files: set[str]) -> dict[str, list[str]]:
@@ -149,11 +158,12 @@ def test_the_checker_reports_a_planted_wrong_name() -> None:
     text = (
         "The clip lives in `marlin_demo/ui/one_clip.py` (see [the map](DESIGN.md)); `ui/compare.py` draws "
         "Compare, `records.py` writes rows, `marlin_demo.service.focus`, `service.space.GpuRefused` and "
-        "`runner.run_item` too; "
-        "read [speed](SPEED.md#5-compute-type-on-a-cpu) and [old](OLD.md), then run scripts/nothing.py."
+        "`runner.run_item` too; read [speed](SPEED.md#5-compute-type-on-a-cpu), "
+        "[runs](SPEED.md#suite-time-run-by-run) and [old](OLD.md), then run scripts/nothing.py."
     )
     assert missing_names(text, "docs/X.md", files) == [
         "OLD.md",
+        "SPEED.md#suite-time-run-by-run",
         "marlin_demo.service.focus",
         "marlin_demo/ui/one_clip.py",
         "records.py",
@@ -164,7 +174,7 @@ def test_the_checker_reports_a_planted_wrong_name() -> None:
     ]
     fixed = (
         "`marlin_demo/ui/shared_clip.py`, `ui/compare_tab.py`, `out_folder.py`, `rows.run_item`, "
-        "`marlin_demo.service.library_find`, `service.gpu_calls.GpuRefused`, [speed](SPEED.md), "
+        "`marlin_demo.service.library_find`, `service.gpu_calls.GpuRefused`, [speed](SPEED.md#9-suite-time), "
         "scripts/gpu_check.py, `video.mp4`."
     )
     assert missing_names(fixed, "docs/X.md", files) == []
