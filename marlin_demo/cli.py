@@ -1,8 +1,5 @@
-"""Command line: ``python -m marlin_demo caption|find|tiny|bench|quantize``.
-
-Bad input ends in one line on stderr and a non-zero exit (``exits``); library chatter goes to stderr
-so that ``--json`` output on stdout stays parseable.
-"""
+"""Command line: ``python -m marlin_demo caption|find|tiny|bench|quantize``. Bad input ends in one line on
+stderr and a non-zero exit (``exits``); library chatter goes to stderr so ``--json`` stays parseable."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Every figure of results.json from the records (pure: records + ground truth -> figures).
-
-Per variant: speed, quality, stability; per example set; the headline pair (``variants.HEADLINE``,
-GPTQ vs bnb4).
-"""
+"""Every figure of results.json from the records (pure): per variant speed, quality and stability, per
+example set, and the headline pair (``variants.HEADLINE``, GPTQ vs bnb4)."""
 
 from __future__ import annotations
 
@@ -24,19 +21,15 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     xs = sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
     if not xs:
         return None
-    if len(xs) >= 2:
-        p25, _, p75 = statistics.quantiles(xs, n=4, method="inclusive")
-        sd = statistics.stdev(xs)
-    else:
-        p25 = p75 = xs[0]
-        sd = 0.0
+    many = len(xs) >= 2
+    p25, _, p75 = statistics.quantiles(xs, n=4, method="inclusive") if many else xs * 3
     return {
         "n": len(xs),
         "mean": statistics.fmean(xs),
         "median": statistics.median(xs),
         "min": xs[0],
         "max": xs[-1],
-        "stdev": sd,
+        "stdev": statistics.stdev(xs) if many else 0.0,
         "p25": p25,
         "p75": p75,
     }

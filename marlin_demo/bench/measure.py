@@ -109,10 +109,8 @@ def bench_variant(engine: Any, variant: str, pending: Sequence[Request], out: Pa
 
 
 def preimport_backends(variants: Sequence[str], settings: Settings) -> dict[str, float]:
-    """Import the model libraries once, before any load is timed, so that a variant's ``load_s`` is
-    not charged with a one-off library import (gptqmodel alone takes 10+ s): whichever variant went
-    first would otherwise pay it. Returns the seconds each import took (reported in results.json).
-    """
+    """Import the model libraries before any load is timed, so the first variant's ``load_s`` is not charged
+    with a one-off import (gptqmodel alone takes 10+ s); the seconds each took, for results.json."""
     extra = settings.extra_variant_dirs
     kinds = set()
     for v in variants:

@@ -226,8 +226,7 @@ def _quality_section(per: dict[str, Any], rel: bool) -> list[str]:
 
 
 def _quality_rows(per: dict[str, Any]) -> list[Row]:
-    """The quality rows of the tasks some variant was scored on (a find-only run has no caption rows),
-    then the overall score."""
+    """The quality rows of the tasks some variant was scored on, then the overall score."""
     rows: list[Row] = [
         (label, _getter("quality", task, key), "q")
         for task, key, label in quality_rows()

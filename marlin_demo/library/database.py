@@ -1,6 +1,5 @@
-"""The library's database: one SQLite file (stdlib ``sqlite3``, WAL, so a search reads while an index
-writes) with an FTS5 index over each window; each entry is one transaction, so a kill leaves every video
-wholly there or absent (docs/LIBRARY.md, "The index" and "Crash safety")."""
+"""The library's database: one SQLite file (WAL: a search reads while an index writes), an FTS5 index over
+each window; one transaction per entry, so a kill leaves each video wholly there or not (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 

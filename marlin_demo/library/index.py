@@ -195,8 +195,7 @@ def store_caption(store: Store, job: Pending, row: dict[str, Any]) -> int:
 def caption_row(
     engine: Any, path: str, variant: Variant, start: float | None = None, end: float | None = None
 ) -> dict[str, Any]:
-    """One video's (or range's) caption through the service (``status`` ok with the caption JSON, or error
-    + sentence)."""
+    """One video's (or range's) caption row: ``status`` ok with the caption JSON, or error + sentence."""
     from marlin_demo import service  # the one request path (late: the CLI's --help stays fast)
 
     try:

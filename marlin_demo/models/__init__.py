@@ -1,6 +1,5 @@
-"""One loader per variant behind one factory, ``load_variant(settings, variant)``: every variant ends as a
-transformers ``Qwen3_5ForConditionalGeneration`` plus its processor, so the engine has one path for all.
-"""
+"""One loader per variant behind ``load_variant(settings, variant)``: every variant ends as a transformers
+``Qwen3_5ForConditionalGeneration`` plus its processor, so the engine has one path for all."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The type a model computes in: 16-bit where the processor runs it natively, float32 elsewhere (a bf16
-matmul on a CPU without AVX512-BF16 or AMX is ~30x slower: docs/SPEED.md). ``MARLIN_COMPUTE_DTYPE`` overrides.
-"""
+"""The type a model computes in: 16-bit where the processor runs it natively, else float32 (bf16 on a CPU
+without AVX512-BF16 or AMX is ~30x slower: docs/SPEED.md). ``MARLIN_COMPUTE_DTYPE`` overrides."""
 
 from __future__ import annotations
 

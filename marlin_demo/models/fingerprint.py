@@ -1,6 +1,5 @@
-"""The set-up a run's answers depend on (the settings that change them, the kernels that will run), stored
-beside bench and batch results so that a rerun into the same folder never mixes two set-ups silently.
-"""
+"""The set-up a run's answers depend on (settings, kernels), stored beside bench and batch results so that a
+rerun into the same folder never mixes two set-ups silently."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ FINGERPRINT_FIELDS = tuple(
 
 
 def stack_fingerprint(settings: Settings) -> dict[str, Any]:
-    """What runs, decided before any load: device, compute type per variant, Gated DeltaNet kernel, GPTQ
-    kernel order, compile."""
+    """What runs, decided before any load: device, compute types, attention and GPTQ kernels, compile."""
     try:
         device = pick_device(settings.device)
     except ModelLoadError:

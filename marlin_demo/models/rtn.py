@@ -1,6 +1,5 @@
-"""Round-to-nearest INT8 for the vision tower (kept out of 4-bit GPTQ by the mixed recipe: +3 points on
-MMStar on the Gemma mixed card), stored for real as int8 in a sidecar file, so the saving is real.
-"""
+"""Round-to-nearest INT8 for the vision tower (the mixed recipe keeps it out of 4-bit GPTQ: +3 points on
+MMStar on the Gemma mixed card), stored as real int8 in a sidecar file."""
 
 from __future__ import annotations
 

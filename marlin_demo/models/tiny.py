@@ -1,6 +1,5 @@
 """The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture (docs/TINY.md), random
-weights taught only the *shape* of Marlin's answers, so every path runs offline on real model output.
-"""
+weights taught only the *shape* of Marlin's answers, so every path runs offline on real model output."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``python -m marlin_demo quantize``: build a quantized Marlin variant the app can load as-is.
-
-Three recipes (``recipes``), calibrated on video-caption pairs through the inference processor
-path (``calibration``), one run (``build``), the artifact's records checked against its tensors
-(``artifact``) and the command (``cli``): docs/QUANTIZE.md.
-"""
+"""``python -m marlin_demo quantize``: build a quantized Marlin variant the app can load as-is, calibrated on
+video-caption pairs through the inference processor path (docs/QUANTIZE.md)."""
 
 from __future__ import annotations
 

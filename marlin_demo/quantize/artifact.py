@@ -166,8 +166,7 @@ def write_recipe(
     calibration: dict[str, Any],
     found: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """recipe.yaml from the saved tensors, so it cannot list what was not done (``found``: as for
-    :func:`verify_artifact`)."""
+    """recipe.yaml from the saved tensors, so it cannot list what was not done (``found``: as verify's)."""
     import yaml
 
     from marlin_demo.models.rtn import SIDECAR

@@ -279,8 +279,7 @@ def _calibration_record(opts: Options, calib: _Calibration) -> dict[str, Any]:
 def _write_records(
     partial: Path, recipe: Recipe, model: str, source: str, calibration: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
-    """recipe.yaml and versions.txt beside the weights; returns the recipe data and the problems found
-    checking the artifact against it."""
+    """recipe.yaml and versions.txt beside the weights: (recipe data, problems found checking against it)."""
     found = inspect_artifact(partial)
     recipe_data = write_recipe(partial, recipe, model if model == "tiny" else source, calibration, found)
     (partial / "versions.txt").write_text(

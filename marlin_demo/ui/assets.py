@@ -1,6 +1,5 @@
-"""The page's own CSS and scripts live in files beside this module, so that they are read, linted and
-checked as what they are (tests/test_ui_pieces.py parses every script; the selector tour reads every
-stylesheet) rather than as Python strings."""
+"""The page's own CSS and scripts, in files beside this module so that they are linted and checked as what
+they are (tests/test_ui_pieces.py), not as Python strings."""
 
 from pathlib import Path
 

@@ -35,8 +35,7 @@ SEEK_JS = f"""(start) => {{ const v = document.querySelector('#{CLIP_ID} video')
 
 
 class FindView(RunView):
-    """The Find tab while the model searches: what it writes, the bar window by window (a span is a few
-    tokens: halfway while it is written)."""
+    """The Find tab while the model searches (a span is a few tokens: the bar is halfway while written)."""
 
     tab: FindTab
 

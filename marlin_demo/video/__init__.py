@@ -1,7 +1,5 @@
-"""Video input: probe, validate, plan sampling, decode, export a clip; qwen-vl-utils' ``fetch_video`` in
-steps, so the UI shows the plan before decoding and bad uploads fail early with one sentence (the facts
-relied on: docs/VIDEO_PREP.md). Public names are re-exported here; a private helper is imported from the
-module that defines it, and patched in the module that uses it."""
+"""Video input: qwen-vl-utils' ``fetch_video`` in steps (probe, validate, plan, decode), so the UI shows the
+plan first and bad uploads fail early (docs/VIDEO_PREP.md). A private helper is patched where it is used."""
 
 from __future__ import annotations
 

@@ -120,8 +120,7 @@ def _shown_packets(container: Any, stream: Any) -> Iterator[Any]:
 
 
 def _packet_times(container: Any, stream: Any) -> list[tuple[float, float]]:
-    """(start, end) s of each shown packet with a timestamp (pts, else dts), as torchcodec's exact scan
-    counts them (demux only, no decoding)."""
+    """(start, end) s of each shown, timestamped packet (pts, else dts), demuxed as torchcodec counts."""
     tb = float(stream.time_base)
     stamped = ((p, p.pts if p.pts is not None else p.dts) for p in _shown_packets(container, stream))
     return [(ts * tb, (ts + (p.duration or 0)) * tb) for p, ts in stamped if ts is not None]

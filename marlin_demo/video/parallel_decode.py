@@ -212,8 +212,7 @@ def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _
 
 
 class _Collected:
-    """Planned frames of several plans, each converted once per size and stored at every (plan,
-    position) holding it, with its pts (s)."""
+    """Planned frames of several plans, converted once per size, stored at every (plan, position)."""
 
     def __init__(self, plans: Sequence[SamplingPlan], index_lists: Sequence[list[int]]) -> None:
         self.plans, self.need = plans, _needs(index_lists)
