@@ -86,9 +86,8 @@ def default_long_set_dir() -> Path:
 def long_set_entry(
     examples: list[dict[str, Any]], target_s: float, start: int = 0, queries_per_example: int | None = None
 ) -> dict[str, Any]:
-    """One examples.json entry of the long set (pure): caption truth and every query's true spans
-    (the first ``queries_per_example`` of each example; None: all). The reference scene is each
-    distinct example's scene once, in order of first appearance, as the answer's joins its windows'."""
+    """One examples.json entry of the long set (pure): the first ``queries_per_example`` queries (None: all)
+    of each example with every true span; each distinct example's scene once, as the answer joins windows'."""
     truth = long_clip_truth(examples, target_s, start)
     by_video = {e["video"]: e for e in examples}
     used = [by_video[seg["video"]] for seg in truth["segments"]]

@@ -58,9 +58,8 @@ def rows_on_ray(
     workers: int,
     gpus_per_worker: float | None,
 ) -> Iterator[dict[str, Any]]:
-    """Each record through an actor pool of ``worker`` (a Ray Data callable class returning
-    ``{"row": json}``: Arrow never retypes JSON text), one block per record so rows stream back as they
-    finish; the runtime is shut down at the end."""
+    """Each record through an actor pool of ``worker`` (a Ray Data callable returning ``{"row": json}``: Arrow
+    never retypes JSON), one block per record so rows stream back as they finish; shut down at the end."""
     import ray
 
     start(address, workers)

@@ -303,10 +303,8 @@ def _load_transformers(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_compute_dtype=torch_dtype,
-            # "visual" alone does not match: the full module path keeps the vision tower 16-bit. The Gated
-            # DeltaNet's in_proj_a/in_proj_b stay 16-bit too, as GPTQ leaves them (quantizing them is reported
-            # to collapse Qwen3.5's output), and bitsandbytes' AVX512-BF16 CPU kernel cannot run their 16-wide
-            # outputs (it needs multiples of 32)
+            # full module paths ("visual" alone does not match); in_proj_a/b stay 16-bit as GPTQ keeps them
+            # (quantized, Qwen3.5 collapses) and as bitsandbytes' CPU kernel needs outputs in multiples of 32
             llm_int8_skip_modules=BNB4_SKIP,
         )
         kernel = "bitsandbytes-nf4"

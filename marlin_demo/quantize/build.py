@@ -145,9 +145,8 @@ def _gptq_pass(
     load_s = time.perf_counter() - t0
 
     def prepared_rows(**_: Any) -> list[dict[str, Any]]:
-        # the rows already are processor outputs in order; gptqmodel's own text preparation
-        # would keep only input_ids/attention_mask and drop pixel_values_videos, video_grid_thw
-        # and mm_token_type_ids (so no vision tokens and no M-RoPE positions)
+        # the rows are processor outputs already: gptqmodel's own text preparation would keep only
+        # input_ids/attention_mask (no pixel_values_videos, video_grid_thw, mm_token_type_ids: no vision)
         return [dict(r) for r in rows]
 
     model.prepare_dataset = prepared_rows
@@ -214,9 +213,8 @@ def _quantize_into(
     stages: Any,
     times: dict[str, float],
 ) -> _Quantized:
-    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``. If video rows
-    fail, GPTQ runs again on a fresh load (a failed pass may leave the model half quantized) with the same
-    prompts and answers as text. A failure removes ``partial``: no half-written artifact lands at --out."""
+    """GPTQ, RTN and save into a fresh ``partial``, timing each stage; failed video rows rerun GPTQ on a fresh
+    load with the pairs as text. A failure removes ``partial``: no half-written artifact lands at --out."""
     import torch
 
     shutil.rmtree(partial, ignore_errors=True)

@@ -219,9 +219,8 @@ def sequence_header_in(data: bytes) -> SequenceHeader | None:
 
 
 def unreferenced_from(data: bytes, seq: SequenceHeader | None) -> int | None:
-    """The byte offset from which nothing in this temporal unit is referenced by a later frame: 0, the
-    whole unit; k > 0, its last frames (a shown frame after a hidden alternate reference); None, every
-    frame is needed, or the unit holds anything this reader does not fully understand."""
+    """The offset from which nothing in this temporal unit is referenced later: 0, all of it; k > 0, its last
+    frames (shown after a hidden alternate reference); None, all needed, or anything not fully understood."""
     if seq is None or not seq.single_layer:
         return None
     cut: int | None = None  # where the current run of frames that refresh nothing began

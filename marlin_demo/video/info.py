@@ -153,9 +153,8 @@ class _Counts:
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
-    """Read a file's video facts, or raise VideoError saying why it cannot be used. Decodes the first frame
-    so undecodable files fail here, not mid-request; counts come from torchcodec's exact scan when
-    available, because that is what qwen-vl-utils samples from."""
+    """A file's video facts, or VideoError saying why it cannot be used; the first frame is decoded so a bad
+    file fails here; counts come from torchcodec's exact scan when available (what qwen-vl-utils samples)."""
     p = Path(path)
     size, head, sniffed = _read_head(p)
     with _open_container(p, head, sniffed) as container:
@@ -316,9 +315,8 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
 
 
 def _check_counts(c: _Counts) -> None:
-    """Refuse a file cut short, and one where nothing was found to sample. Cut short: fewer frames than the
-    header counts, and they stop before the header's duration (a clip trimmed without re-encoding also
-    counts hidden frames, but its shown ones reach that duration)."""
+    """Refuse a file with nothing to sample, or cut short: fewer frames than its header counts, ending before
+    its duration (a clip trimmed without re-encoding counts hidden frames, but its shown ones reach it)."""
     fewer = c.scanned is not None and c.header_frames > 0 and c.scanned < c.header_frames - 1
     slack = max(0.1, 2.0 / c.fps) if c.fps > 0 else 0.1  # two frames, or 0.1 s
     early = c.content_end is None or not c.header_duration or c.content_end < c.header_duration - slack

@@ -33,9 +33,8 @@ def sample(
     backend: Backend = "reference",
     info: VideoInfo | None = None,
 ) -> PreparedVideo:
-    """Decode the planned frames once and resize them exactly as qwen-vl-utils does. ``reference``:
-    torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same plan, pixels slightly
-    different, the reference on failure; ``metadata["video_backend"]`` says which ran."""
+    """Decode the planned frames once, resized as qwen-vl-utils does: ``reference`` (torchcodec, else PyAV),
+    ``auto`` (``pick_backend``) or ``fast`` (other pixels; else the reference); the metadata names it."""
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be 'auto', 'reference', 'torchcodec', 'pyav' or 'fast', not {backend!r}"
