@@ -49,8 +49,7 @@ def format_run(info: Any) -> str:
 
 
 def format_answer(result: Any, task: str) -> str:
-    """The readable answer: the task, variant and model, the range asked and a partial answer's label, what
-    the task's answer says (its ``text``), then its cost."""
+    """The readable answer: task, variant, model, range, partial label, the answer's text, its cost."""
     d = result.to_dict()
     lines = [f"{task.capitalize()} · {d['variant']} · {d['model']}"]
     if result.range_s is not None:

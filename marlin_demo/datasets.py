@@ -41,8 +41,7 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class Query:
-    """A find query and its true span(s): ``spans`` holds every occurrence (long videos), ``span``
-    the first one (what single-span scores and the Compare tab use)."""
+    """A find query: ``spans`` every occurrence (long videos), ``span`` the first (single-span scores)."""
 
     query: str
     span: tuple[float, float]

@@ -70,8 +70,7 @@ PART_TOLERANCE_S = 0.05
 
 @dataclass(frozen=True)
 class Chapters:
-    """``0:00 Title`` lines (YouTube's rules: the first at 0:00, at least three, each at least
-    10 s long), or none and the ``reason`` a clip cannot have them."""
+    """``0:00 Title`` lines by YouTube's rules (3+, the first at 0:00, each 10+ s), or none and why."""
 
     lines: tuple[str, ...]
     reason: str = ""

@@ -27,8 +27,7 @@ def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def long_clip_truth(examples: list[dict[str, Any]], target_s: float, start: int = 0) -> dict[str, Any]:
-    """Segments, events and multi-span queries of the concatenation (pure: no media touched);
-    ``start`` rotates the cycle, so two clips of a set differ."""
+    """The concatenation's segments, events and multi-span queries (pure); ``start`` rotates the cycle."""
     order = sorted(examples, key=lambda e: e["video"])
     order = order[start % len(order) :] + order[: start % len(order)]
     segments: list[dict[str, Any]] = []

@@ -1,5 +1,4 @@
-"""Ray Data for the collection commands (``batch --ray``, ``index --ray``): one runtime, one actor pool,
-loopback-only when local, the driver alone writing (docs/BATCH.md)."""
+"""Ray Data for ``batch --ray``/``index --ray``: one actor pool, the driver alone writing (docs/BATCH.md)."""
 
 from __future__ import annotations
 

@@ -266,8 +266,7 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
 
 
 def compute_choice(settings: Settings, variant: str, device: str) -> compute.Choice:
-    """What ``variant`` computes in on ``device`` (``compute.choose``; MARLIN_COMPUTE_DTYPE overrides);
-    its weights' type is its kind's, bf16 for an extra folder."""
+    """What ``variant`` computes in on ``device`` (``compute.choose``); an extra folder's weights are bf16."""
     kind = variants.kind_of(variant)
     weights = kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
     return compute.choose(device, weights, settings.compute_dtype)

@@ -125,7 +125,6 @@ def cpu_name() -> str:
 
 
 def machine_line() -> str:
-    """Cores, processor and what bf16 weights compute in here, for logs: a suite's or a run's time means
-    little without them (bf16 without native support is ~30x slower)."""
+    """Cores, processor and bf16's compute type, for logs: a time means little without them."""
     bf16 = choose("cpu", "bfloat16").dtype
     return f"{os.cpu_count()} cores, {cpu_name()}, bf16 weights compute in {bf16}; {probe().describe()}"

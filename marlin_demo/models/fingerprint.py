@@ -1,5 +1,4 @@
-"""The set-up a run's answers depend on (settings, kernels), stored beside bench and batch results so that a
-rerun into the same folder never mixes two set-ups silently."""
+"""The set-up a run's answers depend on, kept with bench and batch results so two never mix."""
 
 from __future__ import annotations
 

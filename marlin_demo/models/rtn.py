@@ -1,5 +1,4 @@
-"""Round-to-nearest INT8 for the vision tower (the mixed recipe keeps it out of 4-bit GPTQ: +3 points on
-MMStar on the Gemma mixed card), stored as real int8 in a sidecar file."""
+"""Round-to-nearest INT8 for the vision tower (+3 MMStar points over 4-bit on a Gemma card), in a sidecar."""
 
 from __future__ import annotations
 

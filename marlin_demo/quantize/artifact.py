@@ -80,8 +80,7 @@ def inspect_artifact(folder: Path) -> dict[str, Any]:
 
 
 def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[str]:
-    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize (``found``:
-    a prior :func:`inspect_artifact` of ``folder``, not read twice)."""
+    """Problems: recipe.yaml must list exactly what the saved tensors quantize (``found``: pre-read)."""
     import yaml
 
     folder = Path(folder)

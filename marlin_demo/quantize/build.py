@@ -98,8 +98,7 @@ def _apply_gpu_cap(device: str, cap: int | None) -> dict[str, Any]:
 
 
 def _vision_rtn(model: Any, source: str, progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """RTN INT8 of the vision linears, read from the checkpoint files (gptqmodel loads lazily: the
-    model's weights may still be on the meta device)."""
+    """Vision linears' RTN INT8, read from the files (gptqmodel loads lazily: weights may be on meta)."""
     from marlin_demo.models.rtn import checkpoint_weights, quantize_modules, vision_linear_names
 
     names = vision_linear_names(model.model)
@@ -177,8 +176,7 @@ def _output_folder(opts: Options) -> Path:
 def _save_artifact(
     model: Any, processor: Any, rtn_tensors: dict[str, Any], partial: Path, scratch: Path
 ) -> None:
-    """The quantized checkpoint and processor; with RTN, the vision weights move to the sidecar (their
-    16-bit copies are stripped, so the loader sees each tensor once)."""
+    """Save the checkpoint and processor; RTN vision weights go to the sidecar only (loaded once)."""
     with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):
         model.save(str(partial))
     processor.save_pretrained(str(partial))

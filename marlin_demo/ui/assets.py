@@ -1,5 +1,4 @@
-"""The page's own CSS and scripts, in files beside this module so that they are linted and checked as what
-they are (tests/test_ui_pieces.py), not as Python strings."""
+"""The page's CSS and scripts, in files beside this module: linted and checked as what they are."""
 
 from pathlib import Path
 

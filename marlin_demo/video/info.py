@@ -203,8 +203,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
 
 
 def _read_head(p: Path) -> tuple[int, bytes, str | None]:
-    """The file's size, first bytes and what they look like; refuses what is plainly not a video
-    (FFmpeg opens images and text as one-frame "videos")."""
+    """Size, first bytes and their kind; plainly not a video is refused (FFmpeg opens images as videos)."""
     if not p.is_file():
         raise VideoError(f"The file {p.name} does not exist or is not a regular file: {ALLOWED}.")
     size = p.stat().st_size
@@ -248,8 +247,7 @@ def _video_streams(container: Any) -> tuple[list[Any], int]:
 
 
 def _pick_stream(container: Any, videos: list[Any], tc_meta: Any) -> tuple[Any, Any]:
-    """The stream torchcodec reads, else FFmpeg's best, else the first; and torchcodec's metadata,
-    dropped when torchcodec chose a stream not counted as video here (cover art)."""
+    """torchcodec's stream (else FFmpeg's best, else the first) and its metadata if it counts as video."""
     stream = next((s for s in videos if tc_meta is not None and s.index == tc_meta.stream_index), None)
     if stream is not None:
         return stream, tc_meta

@@ -140,8 +140,7 @@ def _decode_run(
     threads: int,
     on_frame: Callable[[int, Any], None],
 ) -> int:
-    """Decode from keyframe ``start`` to the last of ``want``; the pictures decoded. Without a packet
-    index the run starts at frame 0 and numbers frames by counting."""
+    """Decode keyframe ``start`` to the last of ``want``: pictures decoded (no index: counted from 0)."""
     import av
 
     todo = set(want)
@@ -318,8 +317,7 @@ _PLANAR_EXACT: dict[tuple[str, int, int], bool] = {}
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
-    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone: what the
-    benchmark and the tests check the fast path's frames against."""
+    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone."""
     with _open_stream(str(path), stream_index) as (container, stream):
         return sorted(start for start, _ in _packet_times(container, stream))
 

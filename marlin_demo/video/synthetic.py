@@ -1,5 +1,4 @@
-"""Synthetic clips planned exactly as a decoded file would be (no file, no decoder): what the GPU check
-measures on and what ZeroGPU's start-up call warms the kernels with."""
+"""Synthetic clips planned as a decoded file would be: for the GPU check and ZeroGPU's warm-up."""
 
 from __future__ import annotations
 
