@@ -78,9 +78,7 @@ def agreement(
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
+    return None if a is None or b is None or b == 0 else a / b
 
 
 def retention(q: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:

@@ -283,9 +283,7 @@ def _notes_section(per: dict[str, Any]) -> list[str]:
                 f"{v}: {data['requests']['missing']} planned request(s) not run yet (rerun to resume); "
                 "the quality figures count them as no answer."
             )
-    if not notes:
-        return []
-    return ["## Notes", "", *(f"- {n}" for n in notes)]
+    return ["## Notes", "", *(f"- {n}" for n in notes)] if notes else []
 
 
 def _set_tables(sets: dict[str, Any], rel: bool) -> list[str]:

@@ -43,9 +43,7 @@ class Item:
 
 def range_suffix(start: float | None, end: float | None) -> str:
     """``@4-10`` (``@0-10``, ``@4-end``): what an id carries for a time range, '' for the whole video."""
-    if start is None and end is None:
-        return ""
-    return f"@{start or 0:g}-{'end' if end is None else f'{end:g}'}"
+    return "" if start is None and end is None else f"@{start or 0:g}-{'end' if end is None else f'{end:g}'}"
 
 
 def _default_id(base: str, query: str | None, start: float | None = None, end: float | None = None) -> str:

@@ -223,6 +223,4 @@ def query_hint(ctx: UIContext, text: str | None) -> str:
             f"This query is {n:,} characters long; at most {limit:,} are read. Shorten it to run Find.",
             error=True,
         )
-    if n > 0.8 * limit:
-        return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>'
-    return ""
+    return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>' if n > 0.8 * limit else ""

@@ -70,9 +70,8 @@ def _looks_like_video_container(head: bytes) -> bool:
 
 
 def _not_a_video(what: str | None) -> VideoError:
-    if what is None:
-        return VideoError(f"This file is not a video (its format was not recognised): {ALLOWED}.")
-    return VideoError(f"This file is not a video (it looks like {what}): {ALLOWED}.")
+    why = "its format was not recognised" if what is None else f"it looks like {what}"
+    return VideoError(f"This file is not a video ({why}): {ALLOWED}.")
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:
@@ -165,10 +164,8 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         stream, tc_meta = _pick_stream(container, videos, _torchcodec_metadata(str(p)))
         ctx = stream.codec_context
         codec = getattr(ctx.codec, "canonical_name", None) or ctx.codec.name
-        pix_fmt = ctx.pix_fmt
-        bit_depth = None
-        if stream.format is not None and stream.format.components:
-            bit_depth = max(c.bits for c in stream.format.components)
+        components = stream.format.components if stream.format is not None else ()
+        bit_depth = max((c.bits for c in components), default=None)
         width, height = int(ctx.width or 0), int(ctx.height or 0)  # as stored, before any decoding
         first = _first_frame(container, stream, codec)
         tc_rotation = getattr(tc_meta, "rotation", None)
@@ -192,7 +189,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             display_height=width if swap else height,
             rotation=rotation,
             codec=codec,
-            pix_fmt=pix_fmt,
+            pix_fmt=ctx.pix_fmt,
             bit_depth=bit_depth,
             interlaced=bool(getattr(first, "interlaced_frame", False)),
             audio_streams=audio_streams,
