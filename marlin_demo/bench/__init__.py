@@ -4,10 +4,9 @@ those records every run, so they follow ``marlin_demo.metrics`` (docs/BENCHMARK.
 
 from __future__ import annotations
 
-from marlin_demo.bench.aggregate import aggregate, stats
+from marlin_demo.bench.aggregate import aggregate, quality_rows, stats
 from marlin_demo.bench.cli import register
 from marlin_demo.bench.matrix import DEFAULT_DATA
-from marlin_demo.bench.quality import quality_rows
 from marlin_demo.out_folder import append_jsonl, read_jsonl
 
 __all__ = ["DEFAULT_DATA", "aggregate", "append_jsonl", "quality_rows", "read_jsonl", "register", "stats"]

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
-from marlin_demo.bench.aggregate import _get, _memory_label
-from marlin_demo.bench.quality import quality_rows
+from marlin_demo.bench.aggregate import _get, _memory_label, quality_rows
 from marlin_demo.tasks import TASKS
 
 

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import variants
-from marlin_demo.bench.aggregate import _get, _getter, _rel, _seed_rows, aggregate
+from marlin_demo.bench.aggregate import _get, _getter, _rel, _seed_rows, aggregate, quality_rows
 from marlin_demo.bench.environment import environment
 from marlin_demo.bench.matrix import REQUESTS_FILE, SCHEMA, VARIANTS_FILE
 from marlin_demo.bench.plots import write_plots
-from marlin_demo.bench.quality import quality_rows
 from marlin_demo.datasets import Example, summarize
 from marlin_demo.out_folder import now, read_jsonl
 from marlin_demo.settings import Settings

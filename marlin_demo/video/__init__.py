@@ -7,9 +7,8 @@ from marlin_demo.video.decode import PreparedVideo
 from marlin_demo.video.export import export_clip, ffmpeg_available
 from marlin_demo.video.info import Backend, Limits, VideoError, VideoInfo, check_duration, probe, validate
 from marlin_demo.video.parallel_decode import fast_supported, frame_pts, pick_backend
-from marlin_demo.video.pipeline import prepare, sample
+from marlin_demo.video.pipeline import full_window_clip, prepare, sample, synthetic_clip
 from marlin_demo.video.sampling import SamplingPlan, largest_window_tokens, plan_sampling
-from marlin_demo.video.synthetic import full_window_clip, synthetic_clip
 
 __all__ = [
     "Backend",
