@@ -21,8 +21,7 @@ SETTINGS_FLAGS = settings_mod.flags_for("batch")
 def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from marlin_demo.batch.rows import run_local, run_ray
-    from marlin_demo.batch.writer import BatchError, ResultsWriter
+    from marlin_demo.batch.rows import BatchError, ResultsWriter, run_local, run_ray
     from marlin_demo.engine import Engine
     from marlin_demo.library.inputs import InputError, collect
     from marlin_demo.models import ModelLoadError

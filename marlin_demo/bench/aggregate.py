@@ -114,7 +114,7 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     }
 
 
-#: what results.json keeps of a variant's load record (measure.bench_variant), in this order
+#: what results.json keeps of a variant's load record (cli.bench_variant), in this order
 LOAD_KEYS = tuple(
     "load_s footprint_mb kernel compute_dtype attention compile decode device allocated_after_load_mb "
     "source revision quantized warmup_s error".split()
