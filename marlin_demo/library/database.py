@@ -354,8 +354,7 @@ class Store:
         counted = {w: self._matching(_quoted([w]), floor + 1) for w in words}
         common = [w for w in words if counted[w] > floor]
         if common and not any(counted[w] for w in words if w not in common):
-            # no rarer word is in any window (every word is frequent, or the rest are in none, such as
-            # a misspelt one): the rarest frequent word picks the candidates
+            # no rarer word is in any window (e.g. the rest are misspelt): the rarest frequent word picks
             common.remove(min(common, key=lambda w: self._matching(_quoted([w]), None)))
         return common
 

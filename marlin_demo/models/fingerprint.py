@@ -11,8 +11,7 @@ from marlin_demo.models import ModelLoadError, compute, pick_device
 from marlin_demo.models.kernels import available_gptq_kernels, gptq_kernel_plan
 from marlin_demo.settings import Settings
 
-#: Settings that change what a request measures: a rerun into the same --out must match them
-#: (the limits on uploads and requests, and where the cache lives, do not).
+#: Settings that change what a request measures (not the limits, nor the cache): a rerun must match them.
 FINGERPRINT_FIELDS = tuple(
     name
     for name in settings_mod.flags_for("bench")
