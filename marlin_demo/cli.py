@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
@@ -170,8 +171,6 @@ def run_with_progress(engine: Any, args: argparse.Namespace) -> Any:
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from marlin_demo.models.tiny import ensure_tiny, weights_digest
 
     with contextlib.redirect_stdout(sys.stderr):
