@@ -24,8 +24,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from marlin_demo.batch.rows import BatchError, ResultsWriter, run_local, run_ray
     from marlin_demo.engine import Engine
     from marlin_demo.library.inputs import InputError, collect
-    from marlin_demo.models import ModelLoadError
-    from marlin_demo.models.fingerprint import fingerprint
+    from marlin_demo.models import ModelLoadError, fingerprint
     from marlin_demo.service.startup import check_limits
 
     need = missing_extra("batch", "batch --ray") if args.ray is not None else None

@@ -33,7 +33,7 @@ from marlin_demo.bench.report import render_summary, write_outputs
 from marlin_demo.bench.search_quality import add_search_bench_parser
 from marlin_demo.datasets import DatasetError, add_convert_parser, dataset_digest, example_sets, load_dataset
 from marlin_demo.exits import EXIT_FAILED, EXIT_OK, fail, missing_extra
-from marlin_demo.models.fingerprint import fingerprint
+from marlin_demo.models import fingerprint
 from marlin_demo.out_folder import append_jsonl, now, read_jsonl
 from marlin_demo.service.startup import check_limits
 from marlin_demo.settings import Settings

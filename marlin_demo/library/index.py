@@ -12,7 +12,7 @@ from typing import Any
 
 from marlin_demo.library.database import THUMBS_DIR, Store, WindowText
 from marlin_demo.library.inputs import REFUSED, Item, failure, range_suffix
-from marlin_demo.models.fingerprint import fingerprint
+from marlin_demo.models import fingerprint
 from marlin_demo.settings import Settings, Variant
 
 #: Settings that only change ``search`` (stage 2's find), not the captions an index holds.
