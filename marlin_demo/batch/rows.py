@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from marlin_demo.library.cluster import rows_on_ray
+from marlin_demo.library.cluster import EngineWorker, rows_on_ray
 from marlin_demo.library.inputs import Item, failure
 from marlin_demo.out_folder import RUN_FILE, append_jsonl, now, open_out, read_jsonl, write_json
 from marlin_demo.subtitles import to_srt, to_webvtt
@@ -60,28 +60,15 @@ def run_local(engine: Any, items: list[Item], task: str, variant: str, writer: A
         record(run_item(engine, item, task, variant), writer, bar)
 
 
-class BatchWorker:
-    """A Ray Data callable class: the engine and its variant load once per actor."""
+class BatchWorker(EngineWorker):
+    """``batch --ray``'s actor: each item's row for ``task``."""
 
     def __init__(self, settings: Any, task: str, variant: str) -> None:
-        from marlin_demo.engine import Engine
+        super().__init__(settings, variant)
+        self.task = task
 
-        self.engine = Engine(settings)
-        self.engine.load(variant)
-        self.task, self.variant = task, variant
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
-        # each item crosses as JSON text, as its row comes back: Arrow never retypes a missing query or end
-        rows = [
-            json.dumps(
-                run_item(self.engine, Item(**json.loads(str(text))), self.task, self.variant),
-                ensure_ascii=False,
-            )
-            for text in batch["item"]
-        ]
-        return {"row": np.array(rows, dtype=object)}
+    def row(self, record: dict[str, Any]) -> dict[str, Any]:
+        return run_item(self.engine, Item(**record), self.task, self.variant)
 
 
 def run_ray(
@@ -95,8 +82,8 @@ def run_ray(
     workers: int,
     gpus_per_worker: float | None,
 ) -> None:
-    records = [{"item": json.dumps(dataclasses.asdict(i))} for i in items]
     kwargs = {"settings": settings, "task": task, "variant": variant}
+    records = [dataclasses.asdict(i) for i in items]
     for row in rows_on_ray(BatchWorker, kwargs, records, address, workers, gpus_per_worker):
         record(row, writer, bar)
 
