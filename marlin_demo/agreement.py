@@ -1,7 +1,5 @@
-"""Agreement between variants and scores against ground truth (pure Python), one module for the Compare
-tab, ``/compare`` and the benchmark, so a visitor sees the benchmark's numbers. Each task's answer says how
-two agree and how one scores (``tasks.Answer.agree`` / ``score``); results may be objects or their
-``to_dict()`` shapes (stored benchmark rows). Conventions: ``tests/test_compare.py``."""
+"""Agreement between variants and scores against ground truth (pure Python), one module for the Compare tab,
+``/compare`` and the benchmark (each task's ``Answer.agree`` / ``score``); see tests/test_compare.py."""
 
 from __future__ import annotations
 
@@ -61,9 +59,8 @@ def _file_digest(path: Path) -> str | None:
 def ground_truth_for(
     video_path: str | os.PathLike[str] | None, examples_json: str | os.PathLike[str] = DEFAULT_EXAMPLES_JSON
 ) -> dict[str, Any] | None:
-    """The example whose clip this is, matched by content hash, else by file name: a name counts
-    only when the reference clip is missing, so another upload called ``ball_rolls.mp4`` is not
-    scored against the ball's ground truth."""
+    """The example whose clip this is, by content hash, else by file name only when the reference clip is
+    missing (so another upload called ``ball_rolls.mp4`` is not scored against the ball's truth)."""
     if not video_path:
         return None
     path = Path(video_path)

@@ -1,8 +1,5 @@
-"""Command line: ``python -m marlin_demo caption|find|tiny|bench|quantize``.
-
-Bad input ends in one line on stderr and a non-zero exit (``exits``); library chatter goes to stderr
-so that ``--json`` output on stdout stays parseable.
-"""
+"""Command line: ``python -m marlin_demo caption|find|tiny|bench|quantize``. Bad input ends in one line on
+stderr and a non-zero exit (``exits``); library chatter goes to stderr so ``--json`` stays parseable."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
@@ -52,8 +50,7 @@ def format_run(info: Any) -> str:
 
 
 def format_answer(result: Any, task: str) -> str:
-    """The readable answer: the task, variant and model, the range asked and a partial answer's label, what
-    the task's answer says (its ``text``), then its cost."""
+    """The readable answer: task, variant, model, range, partial label, the answer's text, its cost."""
     d = result.to_dict()
     lines = [f"{task.capitalize()} · {d['variant']} · {d['model']}"]
     if result.range_s is not None:
@@ -174,8 +171,6 @@ def run_with_progress(engine: Any, args: argparse.Namespace) -> Any:
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from marlin_demo.models.tiny import ensure_tiny, weights_digest
 
     with contextlib.redirect_stdout(sys.stderr):

@@ -1,7 +1,5 @@
-"""Benchmark data: a folder with ``examples.json`` (format: docs/BENCHMARK.md) and its videos, plus a
-Charades-STA converter. Loading validates everything up front, one sentence naming the entry and the
-fix, so a long benchmark never dies half-way on a typo. No torch (PyAV only to probe a missing duration).
-"""
+"""Benchmark data: ``examples.json`` and its videos (docs/BENCHMARK.md), and a Charades-STA converter. Loading
+validates up front, one sentence naming the entry and fix, so a long run never dies on a typo."""
 
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class Query:
-    """A find query and its true span(s): ``spans`` holds every occurrence (long videos), ``span``
-    the first one (what single-span scores and the Compare tab use)."""
+    """A find query: ``spans`` every occurrence (long videos), ``span`` the first (single-span scores)."""
 
     query: str
     span: tuple[float, float]
@@ -375,11 +372,8 @@ def convert_charades(
     limit: int | None = None,
     force: bool = False,
 ) -> ConvertReport:
-    """Charades-STA lines -> ``OUT/examples.json`` (queries grouped per video, first-seen order).
-
-    Video paths are written relative to ``out``, so the videos stay where they are; what is
-    clamped, dropped or skipped (missing or unreadable videos) is counted in the report.
-    """
+    """Charades-STA lines -> ``OUT/examples.json`` (queries grouped per video, first-seen order, video paths
+    relative to ``out``); what is clamped, dropped or skipped is counted in the report."""
     if isinstance(annotations, str | os.PathLike):
         ann_path = Path(annotations).expanduser()
         if not ann_path.is_file():

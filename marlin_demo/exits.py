@@ -1,5 +1,4 @@
-"""The exit codes of every command (scripts tell a mistake in their input from a failure by them), and the
-lines every command prints alike."""
+"""The exit codes of every command (a mistake in the input vs a failure) and the lines all print alike."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ EXTRAS = {"batch": ("ray",), "bench": ("matplotlib",)}
 
 
 def missing_extra(extra: str, command: str) -> str | None:
-    """One sentence naming the extra to install (from a checkout: not on PyPI) when ``command`` needs it
-    and it is missing, else None."""
+    """How to install the extra ``command`` needs (from a checkout) when it is missing, else None."""
     import importlib.util
 
     def absent(module: str) -> bool:

@@ -1,7 +1,5 @@
-"""Quality metrics used in this field (pure Python + ``rouge-score``; no torch): temporal IoU, R1@m,
-mIoU, ROUGE-L, keyword coverage and one-to-one event matching. Definitions and edge cases:
-``docs/BENCHMARK.md`` (and ``shared/REFERENCE.md``); an unparseable answer (``None``) counts as IoU 0.
-"""
+"""Quality metrics (pure Python + ``rouge-score``; no torch), defined in docs/BENCHMARK.md: temporal IoU,
+R1@m, mIoU, ROUGE-L, keyword coverage, event matching; an unparseable answer (``None``) counts as IoU 0."""
 
 from __future__ import annotations
 
@@ -73,12 +71,8 @@ def moment_scores(
     k: int = 5,
     k_iou: float = 0.5,
 ) -> dict[str, float | int]:
-    """Grounding with several true spans per query (long videos) and ranked moments per answer.
-
-    :func:`grounding_scores`' keys on ``best`` against the nearest true span (one true span: the
-    same figures), plus ``r{k}@{k_iou}`` (any of the first k moments hits any true span) and
-    ``occurrence_recall@{k_iou}`` (true spans matched one-to-one by the first k moments).
-    """
+    """:func:`grounding_scores` with several true spans per query (``best`` against the nearest), plus
+    ``r{k}@{k_iou}`` and ``occurrence_recall@{k_iou}`` of the first k ranked moments (long videos)."""
     if not len(best) == len(moments) == len(refs):
         raise ValueError(
             f"got {len(best)} best spans, {len(moments)} moment lists and {len(refs)} references; "
@@ -108,11 +102,8 @@ def match_events(
     ref: Sequence[EventLike | Sequence[float]],
     min_iou: float = 0.3,
 ) -> list[tuple[int, int, float]]:
-    """One-to-one matching by temporal IoU; returns (pred_idx, ref_idx, iou) by pred_idx.
-
-    Greedy (highest-IoU pair first): not always the maximum-weight matching, but with the few
-    events of a clip the two rarely differ, and it is simple to audit.
-    """
+    """One-to-one matching by temporal IoU, (pred_idx, ref_idx, iou) by pred_idx: greedy, simple to audit
+    and, with a clip's few events, rarely other than the maximum-weight matching."""
     pred_spans, ref_spans = [_event_span(p) for p in pred], [_event_span(r) for r in ref]
     return sorted(
         greedy_pairs(
@@ -171,8 +162,7 @@ def _rouge_scorer() -> Any:
 
 
 def rouge_l(pred_text: str, ref_text: str) -> float:
-    """ROUGE-L F-measure (no stemming); its tokenizer keeps only ASCII letters and digits, so text
-    with none (empty text too) scores 0.0."""
+    """ROUGE-L F-measure (no stemming; ASCII letters and digits only: text with none scores 0.0)."""
     return float(_rouge_scorer().score(ref_text or "", pred_text or "")["rougeL"].fmeasure)
 
 

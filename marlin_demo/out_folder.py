@@ -66,9 +66,8 @@ def open_out(
     others: Sequence[str],
     error: type[Exception],
 ) -> dict[str, Any] | None:
-    """Create --out, or check it against its run.json: the run.json of the run it resumes, or None for a new
-    one (the caller writes it). ``fresh`` deletes run.json, ``records`` and ``others`` first; a file, a
-    damaged run.json, another set-up, or ``records`` without a run.json raise ``error``."""
+    """Create --out or check it against its run.json (returned; None: a new run). ``fresh`` deletes the run's
+    files first; a file, a bad run.json, another set-up or records alone raise ``error``."""
     if out.exists() and not out.is_dir():
         raise error(f"--out {out} is a file: give a folder.")
     if fresh and out.is_dir():

@@ -1,7 +1,6 @@
-"""Caption events -> WebVTT / SRT subtitle text and video chapters (pure Python). So that players accept
-every file, an event without a positive length (in whole ms), finite times or a description is skipped,
-not stretched (an invented duration would misreport the model); negative times clamp to 0; cues go in
-start order (WebVTT requires it), one line each (a blank line ends a cue), ``-->`` as ``→``."""
+"""Caption events -> WebVTT / SRT text and video chapters (pure Python). So that players accept every file, an
+event without a positive length, finite times or text is skipped, not stretched; negative times clamp to 0;
+cues go in start order, one line each, ``-->`` as ``→``."""
 
 from __future__ import annotations
 
@@ -71,8 +70,7 @@ PART_TOLERANCE_S = 0.05
 
 @dataclass(frozen=True)
 class Chapters:
-    """``0:00 Title`` lines (YouTube's rules: the first at 0:00, at least three, each at least
-    10 s long), or none and the ``reason`` a clip cannot have them."""
+    """``0:00 Title`` lines by YouTube's rules (3+, the first at 0:00, each 10+ s), or none and why."""
 
     lines: tuple[str, ...]
     reason: str = ""
@@ -100,10 +98,9 @@ def _title(text: str) -> str:
 def chapters(
     events: Iterable[Event | Mapping[str, Any]], duration: float, part: tuple[float, float] | None = None
 ) -> Chapters:
-    """Chapters from the caption's events: one starts at each event that begins at least 10 s after
-    the chapter before it and leaves at least 10 s before the end; the first starts at 0:00 with
-    the first event's title. Fewer than three such chapters: none, and a sentence saying why. ``part``:
-    the range asked about (``range_s``); chapters name a whole video, so a part has none, said so."""
+    """Chapters from the events: one at each event starting at least 10 s after the chapter before and 10 s
+    before the end, the first at 0:00; fewer than three, or a ``part`` (``range_s``) of the video: none, and
+    the reason."""
     if part is not None and (part[0] > 0 or part[1] < duration - PART_TOLERANCE_S):
         return Chapters(
             (),

@@ -128,7 +128,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
     import marlin_demo.engine
 
     monkeypatch.setattr(marlin_demo.engine, "Engine", FakeEngine)
-    monkeypatch.setattr(bench.measure, "preimport_backends", lambda variants, settings: {"fake": 0.0})
+    monkeypatch.setattr(bench.cli, "preimport_backends", lambda variants, settings: {"fake": 0.0})
     FakeEngine.fail_once = set()
     FakeEngine.fail_load = set()
     FakeEngine.calls = []

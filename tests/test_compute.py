@@ -86,7 +86,7 @@ def test_the_machine_line_names_the_cores_the_processor_and_the_choice() -> None
 
 def test_settings_variants_and_the_fingerprint(tiny_settings: Settings) -> None:
     """A variant keeps its name; the choice is per variant (its weights' type) and in the fingerprint."""
-    from marlin_demo.models.fingerprint import stack_fingerprint
+    from marlin_demo.models import stack_fingerprint
 
     settings = tiny_settings.with_(device="cpu", compute_dtype="float32")
     assert compute_choice(settings, "gptq", "cpu").dtype == "float32"

@@ -21,12 +21,10 @@ SETTINGS_FLAGS = settings_mod.flags_for("batch")
 def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from marlin_demo.batch.rows import run_local
-    from marlin_demo.batch.writer import BatchError, ResultsWriter
+    from marlin_demo.batch.rows import BatchError, ResultsWriter, run_local, run_ray
     from marlin_demo.engine import Engine
     from marlin_demo.library.inputs import InputError, collect
-    from marlin_demo.models import ModelLoadError
-    from marlin_demo.models.fingerprint import fingerprint
+    from marlin_demo.models import ModelLoadError, fingerprint
     from marlin_demo.service.startup import check_limits
 
     need = missing_extra("batch", "batch --ray") if args.ray is not None else None
@@ -63,8 +61,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
                         return fail(str(exc), EXIT_FAILED)
                     run_local(engine, pending, args.task, args.variant, writer, bar)
                 else:
-                    from marlin_demo.batch.ray_runner import run_ray
-
                     address = None if args.ray == "local" else args.ray
                     gpus = args.gpus_per_worker
                     run_ray(

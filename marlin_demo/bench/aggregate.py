@@ -1,8 +1,5 @@
-"""Every figure of results.json from the records (pure: records + ground truth -> figures).
-
-Per variant: speed, quality, stability; per example set; the headline pair (``variants.HEADLINE``,
-GPTQ vs bnb4).
-"""
+"""Every figure of results.json from the records (pure): per variant speed, quality against the ground truth,
+agreement and stability, per example set, and the headline pair (``variants.HEADLINE``, GPTQ vs bnb4)."""
 
 from __future__ import annotations
 
@@ -12,11 +9,90 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from marlin_demo.bench.matrix import Request, plan_requests, record_key
-from marlin_demo.bench.quality import _ratio, agreement, quality, retention
+from marlin_demo.agreement import (
+    agreement as pair_agreement,  # alias: this module defines its own agreement()
+)
+from marlin_demo.bench.matrix import Request, asks, plan_requests, record_key
 from marlin_demo.datasets import Example, example_sets, set_label, summarize
-from marlin_demo.tasks import TASKS
+from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.variants import HEADLINE
+
+
+def _scored(
+    idx: dict[tuple, dict[str, Any]], variant: str, task: str, name: str, query: str | None, repeats: int
+):
+    """The record quality is scored on: the first successful repeat (greedy decoding: repeats agree)."""
+    recs = [r for rep in range(repeats) if (r := idx.get((variant, task, name, query, rep))) is not None]
+    return next((r for r in recs if r.get("ok")), recs[0] if recs else None)
+
+
+def quality_rows() -> list[tuple[str, str, str]]:
+    """(task, key, label) of every quality figure, the tasks in the registry's order."""
+    return [(name, f.key, f.label) for name, task in TASKS.items() for f in task.answer.figures]
+
+
+def _asked(examples: Sequence[Example], tasks: Sequence[str]) -> dict[str, list[tuple[Example, Any]]]:
+    """Per task run (registry order): the (example, query) pairs it asks (``matrix.asks``), when any."""
+    out = {name: [(ex, q) for ex in examples for q in asks(ex, name)] for name in TASKS if name in tasks}
+    return {name: pairs for name, pairs in out.items() if pairs}
+
+
+def quality(
+    examples: Sequence[Example],
+    idx: dict[tuple, dict[str, Any]],
+    variant: str,
+    tasks: Sequence[str],
+    repeats: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Scores against ground truth (each task's answer type scores its own), and one row per scored item
+    (results.json ``items``); ``overall`` is the mean of the figures marked for it."""
+    items: list[dict[str, Any]] = []
+    out: dict[str, Any] = {}
+    for name, pairs in _asked(examples, tasks).items():
+        rows = [(ex, q, _scored(idx, variant, name, ex.name, q and q.query, repeats)) for ex, q in pairs]
+        out[name], scored = get_task(name).answer.quality(rows)
+        items += [{"variant": variant, "task": name, **item} for item in scored]
+    parts = [out[t][f.key] for t in list(out) for f in get_task(t).answer.figures if f.overall]
+    out["overall"] = statistics.fmean(parts) if parts else None
+    return out, items
+
+
+def agreement(
+    examples: Sequence[Example],
+    idx: dict[tuple, dict[str, Any]],
+    variant: str,
+    reference: str,
+    tasks: Sequence[str],
+    repeats: int,
+) -> dict[str, Any]:
+    """How close a variant's answers are to the reference variant's (bf16), request by request."""
+    out: dict[str, Any] = {}
+    for task, pairs in _asked(examples, tasks).items():
+        matched = []
+        for ex, q in pairs:
+            a = _scored(idx, variant, task, ex.name, q and q.query, repeats)
+            b = _scored(idx, reference, task, ex.name, q and q.query, repeats)
+            if a and a.get("ok") and b and b.get("ok"):
+                matched.append((pair_agreement(task, {"a": a, "b": b})["a|b"], a.get("raw") == b.get("raw")))
+        if matched:
+            out[task] = {k: statistics.fmean(p[k] for p, _ in matched) for k in matched[0][0]}
+            out[task]["same_answer_rate"] = sum(same for _, same in matched) / len(matched)
+            out[task]["n"] = len(matched)
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def retention(q: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    """quantized score / reference score for every quality metric (None where the reference is 0)."""
+    out: dict[str, Any] = {}
+    for task, key, _ in quality_rows():
+        if task in q and task in ref:
+            out.setdefault(task, {})[key] = _ratio(q[task].get(key), ref[task].get(key))
+    out["overall"] = _ratio(q.get("overall"), ref.get("overall"))
+    return out
 
 
 def stats(values: Iterable[float | None]) -> dict[str, float] | None:
@@ -24,25 +100,21 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     xs = sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
     if not xs:
         return None
-    if len(xs) >= 2:
-        p25, _, p75 = statistics.quantiles(xs, n=4, method="inclusive")
-        sd = statistics.stdev(xs)
-    else:
-        p25 = p75 = xs[0]
-        sd = 0.0
+    many = len(xs) >= 2
+    p25, _, p75 = statistics.quantiles(xs, n=4, method="inclusive") if many else xs * 3
     return {
         "n": len(xs),
         "mean": statistics.fmean(xs),
         "median": statistics.median(xs),
         "min": xs[0],
         "max": xs[-1],
-        "stdev": sd,
+        "stdev": statistics.stdev(xs) if many else 0.0,
         "p25": p25,
         "p75": p75,
     }
 
 
-#: what results.json keeps of a variant's load record (measure.bench_variant), in this order
+#: what results.json keeps of a variant's load record (cli.bench_variant), in this order
 LOAD_KEYS = tuple(
     "load_s footprint_mb kernel compute_dtype attention compile decode device allocated_after_load_mb "
     "source revision quantized warmup_s error".split()

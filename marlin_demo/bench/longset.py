@@ -27,8 +27,7 @@ def rendered(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def long_clip_truth(examples: list[dict[str, Any]], target_s: float, start: int = 0) -> dict[str, Any]:
-    """Segments, events and multi-span queries of the concatenation (pure: no media touched);
-    ``start`` rotates the cycle, so two clips of a set differ."""
+    """The concatenation's segments, events and multi-span queries (pure); ``start`` rotates the cycle."""
     order = sorted(examples, key=lambda e: e["video"])
     order = order[start % len(order) :] + order[: start % len(order)]
     segments: list[dict[str, Any]] = []
@@ -86,9 +85,8 @@ def default_long_set_dir() -> Path:
 def long_set_entry(
     examples: list[dict[str, Any]], target_s: float, start: int = 0, queries_per_example: int | None = None
 ) -> dict[str, Any]:
-    """One examples.json entry of the long set (pure): caption truth and every query's true spans
-    (the first ``queries_per_example`` of each example; None: all). The reference scene is each
-    distinct example's scene once, in order of first appearance, as the answer's joins its windows'."""
+    """One examples.json entry of the long set (pure): the first ``queries_per_example`` queries (None: all)
+    of each example with every true span; each distinct example's scene once, as the answer joins windows'."""
     truth = long_clip_truth(examples, target_s, start)
     by_video = {e["video"]: e for e in examples}
     used = [by_video[seg["video"]] for seg in truth["segments"]]

@@ -1,10 +1,6 @@
-"""``bench search``: a library search's quality and cost on a collection with ground truth.
-
-The collection (default: the long-video set) is indexed as one library, so stage 1 really chooses
-among more windows than N; each distinct query is searched once and answered once by an exhaustive
-find over every window, both scored against every true span (video@1/@5, R@5 IoU 0.5, stage-1
-recall, latency, windows decoded). The figures' definitions: docs/LIBRARY.md.
-"""
+"""``bench search``: a library search's quality and cost on a collection with ground truth, indexed as one
+library (so stage 1 really chooses among many windows); each query searched once and found exhaustively
+once, both scored against every true span (the figures: docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -82,8 +78,7 @@ class Decoded:
 def exhaustive(
     engine: Any, paths: dict[str, str], query: str, variant: str, top_k: int
 ) -> list[dict[str, Any]]:
-    """The baseline: find over every window of every video (``batch --task find``), moments of all
-    videos ranked by find's score."""
+    """The baseline: find in every window of every video, all moments ranked by find's score."""
     from marlin_demo import service
 
     moments: list[dict[str, Any]] = []

@@ -15,8 +15,7 @@ from marlin_demo import settings as settings_mod
 from marlin_demo.exits import EXIT_FAILED, EXIT_OK, TINY_NOTE, fail, missing_extra
 from marlin_demo.library import cluster
 
-#: index takes batch's settings; search those too (but ``--top-k`` is its own: moments to return)
-#: plus its own (``commands`` metadata ``search``).
+#: index takes batch's settings; search those (but ``--top-k``: moments to return) and its own ones.
 INDEX_FLAGS = settings_mod.flags_for("batch")
 SEARCH_FLAGS = tuple(f for f in INDEX_FLAGS if f != "top_k") + settings_mod.flags_for("search")
 #: What names the model a library was built with: ``search`` uses them unless a flag says otherwise.

@@ -1,5 +1,4 @@
-"""Ray Data for the collection commands (``batch --ray``, ``index --ray``): one runtime, one actor pool,
-loopback-only when local, the driver alone writing (docs/BATCH.md)."""
+"""Ray Data for ``batch --ray``/``index --ray``: one actor pool, the driver alone writing (docs/BATCH.md)."""
 
 from __future__ import annotations
 
@@ -50,17 +49,38 @@ def start(address: str | None, workers: int) -> None:
         ray.init(address=address, runtime_env={"py_modules": [marlin_demo]}, log_to_driver=False)
 
 
+class EngineWorker:
+    """A Ray Data callable class: one engine and variant per actor; each record crosses as JSON text and its
+    row comes back as JSON text (Arrow would retype a missing query, start or end)."""
+
+    def __init__(self, settings: Any, variant: str) -> None:
+        from marlin_demo.engine import Engine
+
+        self.engine = Engine(settings)
+        self.engine.load(variant)
+        self.variant = variant
+
+    def row(self, record: dict[str, Any]) -> dict[str, Any]:
+        """One record's row (the command's own)."""
+        raise NotImplementedError
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        rows = [json.dumps(self.row(json.loads(str(text))), ensure_ascii=False) for text in batch["record"]]
+        return {"row": np.array(rows, dtype=object)}
+
+
 def rows_on_ray(
-    worker: type,
+    worker: type[EngineWorker],
     worker_kwargs: dict[str, Any],
     records: list[dict[str, Any]],
     address: str | None,
     workers: int,
     gpus_per_worker: float | None,
 ) -> Iterator[dict[str, Any]]:
-    """Each record through an actor pool of ``worker`` (a Ray Data callable class returning
-    ``{"row": json}``: Arrow never retypes JSON text), one block per record so rows stream back as they
-    finish; the runtime is shut down at the end."""
+    """Each record through an actor pool of ``worker`` (a Ray Data callable returning ``{"row": json}``: Arrow
+    never retypes JSON), one block per record so rows stream back as they finish; shut down at the end."""
     import ray
 
     start(address, workers)
@@ -69,7 +89,8 @@ def rows_on_ray(
         if gpus_per_worker is None:
             gpus_per_worker = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)) // workers) if not gpus_per_worker else 1
-        ds = ray.data.from_items(records, override_num_blocks=len(records)).map_batches(
+        items = [{"record": json.dumps(r)} for r in records]
+        ds = ray.data.from_items(items, override_num_blocks=len(records)).map_batches(
             worker,
             fn_constructor_kwargs=worker_kwargs,
             batch_size=1,

@@ -1,6 +1,5 @@
-"""The library's database: one SQLite file (stdlib ``sqlite3``, WAL, so a search reads while an index
-writes) with an FTS5 index over each window; each entry is one transaction, so a kill leaves every video
-wholly there or absent (docs/LIBRARY.md, "The index" and "Crash safety")."""
+"""The library's database: one SQLite file (WAL: a search reads while an index writes), an FTS5 index over
+each window; one transaction per entry, so a kill leaves each video wholly there or not (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -129,9 +128,8 @@ def _all_of(words: Sequence[str]) -> str:
 
 
 def match_expression(query: str, common: Sequence[str] = (), *, every_rare: bool = False) -> str | None:
-    """The FTS5 MATCH text for any user text: every word quoted, so nothing in the query (quotes, OR, NEAR(,
-    *, -, ^, SQL) is read as query syntax; None: it has no word. ``common`` words only score; ``every_rare``
-    ANDs the rarer ones, a window scoring the same either way (docs/LIBRARY.md, "Large libraries")."""
+    """The FTS5 MATCH text for any text, every word quoted so nothing is read as query syntax (None: no word);
+    ``common`` words only score; ``every_rare`` ANDs the rarer ones (docs/LIBRARY.md, "Large libraries")."""
     words = query_words(query)
     if not words:
         return None
@@ -356,8 +354,7 @@ class Store:
         counted = {w: self._matching(_quoted([w]), floor + 1) for w in words}
         common = [w for w in words if counted[w] > floor]
         if common and not any(counted[w] for w in words if w not in common):
-            # no rarer word is in any window (every word is frequent, or the rest are in none, such as
-            # a misspelt one): the rarest frequent word picks the candidates
+            # no rarer word is in any window (e.g. the rest are misspelt): the rarest frequent word picks
             common.remove(min(common, key=lambda w: self._matching(_quoted([w]), None)))
         return common
 
@@ -373,9 +370,8 @@ class Store:
         return int(max(COMMON_MIN_WINDOWS, COMMON_SHARE * self.counts()[1]))
 
     def stage1_expression(self, query: str, limit: int) -> str | None:
-        """The MATCH text stage 1 scores: over the common-word floor, only the windows holding every rarer
-        word when at least ``limit`` do (plain BM25's best are mostly among them, and they are few, so `bm25`
-        scores few windows); otherwise the windows with any rarer word (``match_expression``)."""
+        """Stage 1's MATCH text: over the common-word floor, the few windows holding every rarer word when at
+        least ``limit`` do (BM25's best are mostly there), else any rarer word (``match_expression``)."""
         common = self.common_words(query)
         expr = match_expression(query, common)
         rare = [w for w in query_words(query) if w not in common]
@@ -385,9 +381,8 @@ class Store:
         return match_expression(query, common, every_rare=True) if n >= limit else expr
 
     def stage1(self, query: str, limit: int) -> list[Hit]:
-        """The ``limit`` windows whose scene and events best match ``query`` (FTS5 BM25, porter stems;
-        the candidates are ``stage1_expression``'s), best first; when the library has at most ``limit``
-        windows, every window (unmatched ones last, with relevance 0). Any text is a valid query."""
+        """The ``limit`` windows best matching ``query`` (FTS5 BM25 over ``stage1_expression``), best first;
+        in a library of at most ``limit`` windows, every window (unmatched ones last, relevance 0)."""
         hits: list[Hit] = []
         expr = self.stage1_expression(query, limit)
         select = (

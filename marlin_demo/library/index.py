@@ -3,16 +3,16 @@ store it; this process alone writes the database, one transaction per video (doc
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marlin_demo.library.cluster import EngineWorker, rows_on_ray
 from marlin_demo.library.database import THUMBS_DIR, Store, WindowText
 from marlin_demo.library.inputs import REFUSED, Item, failure, range_suffix
-from marlin_demo.models.fingerprint import fingerprint
+from marlin_demo.models import fingerprint
 from marlin_demo.settings import Settings, Variant
 
 #: Settings that only change ``search`` (stage 2's find), not the captions an index holds.
@@ -195,8 +195,7 @@ def store_caption(store: Store, job: Pending, row: dict[str, Any]) -> int:
 def caption_row(
     engine: Any, path: str, variant: Variant, start: float | None = None, end: float | None = None
 ) -> dict[str, Any]:
-    """One video's (or range's) caption through the service (``status`` ok with the caption JSON, or error
-    + sentence)."""
+    """One video's (or range's) caption row: ``status`` ok with the caption JSON, or error + sentence."""
     from marlin_demo import service  # the one request path (late: the CLI's --help stays fast)
 
     try:
@@ -209,27 +208,12 @@ def caption_row(
     return {"status": "ok", **result.to_dict(), "duration_s": float(result.info.duration_s)}
 
 
-class IndexWorker:
-    """A Ray Data callable class (``index --ray``): one engine and variant per actor; rows as JSON text."""
+class IndexWorker(EngineWorker):
+    """``index --ray``'s actor: a pending video's (or range's) caption row, with its key."""
 
-    def __init__(self, settings: Settings, variant: Variant) -> None:
-        from marlin_demo.engine import Engine
-
-        self.engine = Engine(settings)
-        self.engine.load(variant)
-        self.variant = variant
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
-        rows = [
-            json.dumps(
-                {"key": str(k), **caption_row(self.engine, str(p), self.variant, *json.loads(str(rng)))},
-                ensure_ascii=False,
-            )
-            for k, p, rng in zip(batch["key"], batch["path"], batch["range"], strict=True)
-        ]
-        return {"row": np.array(rows, dtype=object)}
+    def row(self, record: dict[str, Any]) -> dict[str, Any]:
+        caption = caption_row(self.engine, record["path"], self.variant, record["start"], record["end"])
+        return {"key": record["key"], **caption}
 
 
 def caption_local(
@@ -250,14 +234,8 @@ def caption_ray(
     """The pending videos captioned on Ray Data (``index --ray``); nothing starts when there is none."""
     if not todo:
         return
-    from marlin_demo.library.cluster import rows_on_ray
-
     jobs = {job.key: job for job in todo}
-    # the range as JSON text: Arrow would turn a missing end into NaN
-    records = [
-        {"key": job.key, "path": job.item.path, "range": json.dumps([job.item.start, job.item.end])}
-        for job in todo
-    ]
+    records = [{"key": j.key, "path": j.item.path, "start": j.item.start, "end": j.item.end} for j in todo]
     kwargs = {"settings": settings, "variant": variant}
     for row in rows_on_ray(IndexWorker, kwargs, records, address, workers, gpus):
         yield jobs[row.pop("key")], row

@@ -43,9 +43,7 @@ class Item:
 
 def range_suffix(start: float | None, end: float | None) -> str:
     """``@4-10`` (``@0-10``, ``@4-end``): what an id carries for a time range, '' for the whole video."""
-    if start is None and end is None:
-        return ""
-    return f"@{start or 0:g}-{'end' if end is None else f'{end:g}'}"
+    return "" if start is None and end is None else f"@{start or 0:g}-{'end' if end is None else f'{end:g}'}"
 
 
 def _default_id(base: str, query: str | None, start: float | None = None, end: float | None = None) -> str:
@@ -107,9 +105,8 @@ def collect(source: str, task: str, query: str | None = None) -> list[Item]:
             start, end = _seconds(rec, "start", where), _seconds(rec, "end", where)
             entries.append((video, p, q, (rec.get("id") or None), start, end))
     elif src.is_dir():
-        for p in sorted(src.rglob("*")):
-            if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS:
-                entries.append((str(src / p.relative_to(src)), p, query, None, None, None))
+        found = (p for p in sorted(src.rglob("*")) if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS)
+        entries += [(str(src / p.relative_to(src)), p, query, None, None, None) for p in found]
     elif src.is_file():
         entries.append((source, src, query, None, None, None))
     elif glob.has_magic(source):

@@ -1,6 +1,5 @@
-"""The Space's prebuilt library of its example clips, loaded when the settings that change its captions
-match the running app: indexing the examples would cost more ZeroGPU than a visitor's day (docs/LIBRARY.md,
-"The shipped library")."""
+"""The Space's prebuilt library of its example clips, loaded when the settings that change captions match:
+indexing them would cost more ZeroGPU than a visitor's day (docs/LIBRARY.md, "The shipped library")."""
 
 from __future__ import annotations
 

@@ -113,10 +113,8 @@ def search(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> SearchAnswer:
-    """Both stages; ``engine`` is called only when stage 1 found windows to ask. A bad query (empty, too
-    long) is a ValueError with find's sentence. ``progress(k, n)``: ``(0, n)`` once stage 1 chose n windows,
-    then after each video's windows are asked; ``stop`` set (the tab's Stop): no further window is asked
-    and the moments so far are kept."""
+    """Both stages (``engine`` called only when stage 1 found windows); a bad query is find's ValueError.
+    ``progress(k, n)``: ``(0, n)``, then after each video; ``stop`` set: no further window, moments kept."""
     clean = model_io.sanitize_query(query, settings.max_query_chars)
     if top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {top_k}.")

@@ -1,9 +1,10 @@
-"""One loader per variant behind one factory, ``load_variant(settings, variant)``: every variant ends as a
-transformers ``Qwen3_5ForConditionalGeneration`` plus its processor, so the engine has one path for all.
-"""
+"""One loader per variant behind ``load_variant(settings, variant)``: every variant ends as a transformers
+``Qwen3_5ForConditionalGeneration`` plus its processor, so the engine has one path for all; and the set-up
+a run's answers depend on (``fingerprint``), kept with bench and batch results so two never mix."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marlin_demo import settings as settings_mod
 from marlin_demo import variants
 from marlin_demo.models import compute
 from marlin_demo.models.kernels import (
@@ -267,8 +269,7 @@ def load_variant(settings: Settings, variant: str) -> LoadedModel:
 
 
 def compute_choice(settings: Settings, variant: str, device: str) -> compute.Choice:
-    """What ``variant`` computes in on ``device`` (``compute.choose``; MARLIN_COMPUTE_DTYPE overrides);
-    its weights' type is its kind's, bf16 for an extra folder."""
+    """What ``variant`` computes in on ``device`` (``compute.choose``); an extra folder's weights are bf16."""
     kind = variants.kind_of(variant)
     weights = kind.dtype if kind and variant not in settings.extra_variant_dirs else "bfloat16"
     return compute.choose(device, weights, settings.compute_dtype)
@@ -304,10 +305,8 @@ def _load_transformers(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_compute_dtype=torch_dtype,
-            # "visual" alone does not match: the full module path keeps the vision tower 16-bit. The Gated
-            # DeltaNet's in_proj_a/in_proj_b stay 16-bit too, as GPTQ leaves them (quantizing them is reported
-            # to collapse Qwen3.5's output), and bitsandbytes' AVX512-BF16 CPU kernel cannot run their 16-wide
-            # outputs (it needs multiples of 32)
+            # full module paths ("visual" alone does not match); in_proj_a/b stay 16-bit as GPTQ keeps them
+            # (quantized, Qwen3.5 collapses) and as bitsandbytes' CPU kernel needs outputs in multiples of 32
             llm_int8_skip_modules=BNB4_SKIP,
         )
         kernel = "bitsandbytes-nf4"
@@ -359,3 +358,44 @@ def _load_gptq(
         note = f" ({'; '.join(failed)})" if failed else ""
         return inner, [wrapper], _gptq_kernel(inner) + note
     raise AssertionError("unreachable: the plan is never empty")
+
+
+#: Settings that change what a request measures (not the limits, nor the cache): a rerun must match them.
+FINGERPRINT_FIELDS = tuple(
+    name
+    for name in settings_mod.flags_for("bench")
+    if name not in ("cache_dir", "max_upload_mb", "max_duration_s", "request_timeout_s")
+)
+
+
+def stack_fingerprint(settings: Settings) -> dict[str, Any]:
+    """What runs, decided before any load: device, compute types, attention and GPTQ kernels, compile."""
+    try:
+        device = pick_device(settings.device)
+    except ModelLoadError:
+        device = settings.device
+    fla = device == "cuda" and importlib.util.find_spec("fla") is not None
+    return {
+        "device": device,
+        "gated_deltanet": "fla" if fla else "torch",
+        "gptq_kernels": gptq_kernel_plan(device, available_gptq_kernels(device), settings.gptq_backend),
+        "compute_dtype": _compute(settings, device),
+        "compile": settings.compile,
+    }
+
+
+def _compute(settings: Settings, device: str) -> dict[str, str] | str:
+    """What weights of each 16-bit type compute in here (``compute.choose``), for every registered kind
+    whichever variants a run asks for (a rerun with fewer variants is the same set-up)."""
+    weights = sorted({kind.dtype for kind in variants.kinds()} | {"bfloat16"})
+    try:
+        return {w: compute.choose(device, w, settings.compute_dtype).dtype for w in weights}
+    except ValueError as exc:  # a bad MARLIN_COMPUTE_DTYPE: the load says so; the record keeps the value
+        return str(exc)
+
+
+def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:
+    fp: dict[str, Any] = {name: getattr(settings, name) for name in FINGERPRINT_FIELDS}
+    fp["data_digest"] = data_digest
+    fp["stack"] = stack_fingerprint(settings)  # kernels and compile state: set-ups never mix silently
+    return fp

@@ -1,6 +1,5 @@
-"""The type a model computes in: 16-bit where the processor runs it natively, float32 elsewhere (a bf16
-matmul on a CPU without AVX512-BF16 or AMX is ~30x slower: docs/SPEED.md). ``MARLIN_COMPUTE_DTYPE`` overrides.
-"""
+"""The type a model computes in: 16-bit where the processor runs it natively, else float32 (bf16 on a CPU
+without AVX512-BF16 or AMX is ~30x slower: docs/SPEED.md). ``MARLIN_COMPUTE_DTYPE`` overrides."""
 
 from __future__ import annotations
 
@@ -126,7 +125,6 @@ def cpu_name() -> str:
 
 
 def machine_line() -> str:
-    """Cores, processor and what bf16 weights compute in here, for logs: a suite's or a run's time means
-    little without them (bf16 without native support is ~30x slower)."""
+    """Cores, processor and bf16's compute type, for logs: a time means little without them."""
     bf16 = choose("cpu", "bfloat16").dtype
     return f"{os.cpu_count()} cores, {cpu_name()}, bf16 weights compute in {bf16}; {probe().describe()}"

@@ -1,9 +1,6 @@
-"""Which fast kernels run where: Gated DeltaNet ops per device, GPTQ kernel order, GPTQModel offline.
-
-transformers binds ``fla``'s Triton ops for every device (a CPU model would fail), so each is
-wrapped to run fla on CUDA tensors only; GPTQModel's AUTO picks Machete on Hopper, which downloads
-CUTLASS, so CUDA tries ``gptq_kernel_plan``'s order instead (docs/GPU_CHECK.md).
-"""
+"""Which fast kernels run where. transformers binds ``fla``'s Triton ops for every device (a CPU model would
+fail), so each is wrapped to run on CUDA tensors only; GPTQModel's AUTO picks Machete on Hopper, which
+downloads CUTLASS, so CUDA tries ``gptq_kernel_plan``'s order instead (docs/GPU_CHECK.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The offline stand-in: a tiny Qwen3.5 video checkpoint of Marlin's architecture (docs/TINY.md), random
-weights taught only the *shape* of Marlin's answers, so every path runs offline on real model output.
-"""
+weights taught only the *shape* of Marlin's answers, so every path runs offline on real model output."""
 
 from __future__ import annotations
 
@@ -29,17 +28,10 @@ SEED = 1234
 TRAIN_STEPS = 600
 TRAIN_PAIRS = 48
 
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<think>",
-    "</think>",
-]
+SPECIAL_TOKENS = (
+    "<|endoftext|> <|im_start|> <|im_end|> <|vision_start|> <|vision_end|> <|image_pad|> <|video_pad|> "
+    "<think> </think>"
+).split()
 
 # Qwen3-VL-style template: a video item becomes <|vision_start|><|video_pad|><|vision_end|>,
 # which the processor expands into per-frame "<t seconds>" groups.

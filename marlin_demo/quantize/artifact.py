@@ -80,8 +80,7 @@ def inspect_artifact(folder: Path) -> dict[str, Any]:
 
 
 def verify_artifact(folder: Path, found: dict[str, Any] | None = None) -> list[str]:
-    """Problems (empty when none): recipe.yaml must list exactly what the saved tensors quantize (``found``:
-    a prior :func:`inspect_artifact` of ``folder``, not read twice)."""
+    """Problems: recipe.yaml must list exactly what the saved tensors quantize (``found``: pre-read)."""
     import yaml
 
     folder = Path(folder)
@@ -166,8 +165,7 @@ def write_recipe(
     calibration: dict[str, Any],
     found: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """recipe.yaml from the saved tensors, so it cannot list what was not done (``found``: as for
-    :func:`verify_artifact`)."""
+    """recipe.yaml from the saved tensors, so it cannot list what was not done (``found``: as verify's)."""
     import yaml
 
     from marlin_demo.models.rtn import SIDECAR

@@ -98,8 +98,7 @@ def _apply_gpu_cap(device: str, cap: int | None) -> dict[str, Any]:
 
 
 def _vision_rtn(model: Any, source: str, progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """RTN INT8 of the vision linears, read from the checkpoint files (gptqmodel loads lazily: the
-    model's weights may still be on the meta device)."""
+    """Vision linears' RTN INT8, read from the files (gptqmodel loads lazily: weights may be on meta)."""
     from marlin_demo.models.rtn import checkpoint_weights, quantize_modules, vision_linear_names
 
     names = vision_linear_names(model.model)
@@ -145,9 +144,8 @@ def _gptq_pass(
     load_s = time.perf_counter() - t0
 
     def prepared_rows(**_: Any) -> list[dict[str, Any]]:
-        # the rows already are processor outputs in order; gptqmodel's own text preparation
-        # would keep only input_ids/attention_mask and drop pixel_values_videos, video_grid_thw
-        # and mm_token_type_ids (so no vision tokens and no M-RoPE positions)
+        # the rows are processor outputs already: gptqmodel's own text preparation would keep only
+        # input_ids/attention_mask (no pixel_values_videos, video_grid_thw, mm_token_type_ids: no vision)
         return [dict(r) for r in rows]
 
     model.prepare_dataset = prepared_rows
@@ -178,8 +176,7 @@ def _output_folder(opts: Options) -> Path:
 def _save_artifact(
     model: Any, processor: Any, rtn_tensors: dict[str, Any], partial: Path, scratch: Path
 ) -> None:
-    """The quantized checkpoint and processor; with RTN, the vision weights move to the sidecar (their
-    16-bit copies are stripped, so the loader sees each tensor once)."""
+    """Save the checkpoint and processor; RTN vision weights go to the sidecar only (loaded once)."""
     with contextlib.chdir(scratch), contextlib.redirect_stdout(sys.stderr):
         model.save(str(partial))
     processor.save_pretrained(str(partial))
@@ -214,9 +211,8 @@ def _quantize_into(
     stages: Any,
     times: dict[str, float],
 ) -> _Quantized:
-    """GPTQ, RTN and save into a fresh ``partial`` folder, timing each stage into ``times``. If video rows
-    fail, GPTQ runs again on a fresh load (a failed pass may leave the model half quantized) with the same
-    prompts and answers as text. A failure removes ``partial``: no half-written artifact lands at --out."""
+    """GPTQ, RTN and save into a fresh ``partial``, timing each stage; failed video rows rerun GPTQ on a fresh
+    load with the pairs as text. A failure removes ``partial``: no half-written artifact lands at --out."""
     import torch
 
     shutil.rmtree(partial, ignore_errors=True)
@@ -279,8 +275,7 @@ def _calibration_record(opts: Options, calib: _Calibration) -> dict[str, Any]:
 def _write_records(
     partial: Path, recipe: Recipe, model: str, source: str, calibration: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
-    """recipe.yaml and versions.txt beside the weights; returns the recipe data and the problems found
-    checking the artifact against it."""
+    """recipe.yaml and versions.txt beside the weights: (recipe data, problems found checking against it)."""
     found = inspect_artifact(partial)
     recipe_data = write_recipe(partial, recipe, model if model == "tiny" else source, calibration, found)
     (partial / "versions.txt").write_text(

@@ -1,6 +1,4 @@
-"""The page's own CSS and scripts live in files beside this module, so that they are read, linted and
-checked as what they are (tests/test_ui_pieces.py parses every script; the selector tour reads every
-stylesheet) rather than as Python strings."""
+"""The page's CSS and scripts, in files beside this module: linted and checked as what they are."""
 
 from pathlib import Path
 

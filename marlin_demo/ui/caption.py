@@ -141,8 +141,7 @@ class CaptionTab(RunTab):
         }
 
     def after_run(self, ctx: UIContext, end: Any) -> None:
-        """The clip's player shows the table's events as captions (WebVTT), or none (while that clip is on
-        screen)."""
+        """The clip's player shows the table's events as WebVTT captions (or none) while it is on screen."""
 
         def captions(table: Any, video: str | None, request: gr.Request) -> Any:
             if not video or not ctx.results_clip.shows(session_of(request), video):

@@ -35,8 +35,7 @@ SEEK_JS = f"""(start) => {{ const v = document.querySelector('#{CLIP_ID} video')
 
 
 class FindView(RunView):
-    """The Find tab while the model searches: what it writes, the bar window by window (a span is a few
-    tokens: halfway while it is written)."""
+    """The Find tab while the model searches (a span is a few tokens: the bar is halfway while written)."""
 
     tab: FindTab
 
@@ -224,6 +223,4 @@ def query_hint(ctx: UIContext, text: str | None) -> str:
             f"This query is {n:,} characters long; at most {limit:,} are read. Shorten it to run Find.",
             error=True,
         )
-    if n > 0.8 * limit:
-        return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>'
-    return ""
+    return f'<div class="ms-status ms-hint">{n:,} / {limit:,} characters</div>' if n > 0.8 * limit else ""

@@ -1,7 +1,5 @@
-"""The one module that reaches into Gradio's internals: each reach says its reason in its docstring
-(docs/SPEED.md has the timings) and has its named test in ``tests/test_hardening.py`` (which fails naming the
-reach when Gradio changes under it). Gradio is imported only inside the functions, so
-:func:`skip_stub_rewrite` can run before Gradio is first imported."""
+"""The one module that reaches into Gradio's internals: each reach says why in its docstring and has its
+named test in ``tests/test_hardening.py``; Gradio is imported inside functions (:func:`skip_stub_rewrite`)."""
 
 from __future__ import annotations
 
@@ -95,8 +93,7 @@ def remember_playable() -> None:
 
 
 def from_mcp(request: Any) -> bool:
-    """The call came through Gradio's MCP bridge (the endpoints then answer JSON text: it would write a dict
-    as Python's repr)."""
+    """The call came through Gradio's MCP bridge (answer JSON text: it would write a dict as a repr)."""
     headers = getattr(request, "headers", None) or {}
     name, value = MCP_USER_HEADER
     return bool(headers.get(name) == value)
@@ -112,8 +109,7 @@ def skipped_stub_rewrite(*args: Any, **kwargs: Any) -> None:
 
 
 class _SkipStubRewrite(importlib.abc.MetaPathFinder):
-    """Finds Gradio's metaclass module as usual; its loader then swaps the stub step before any component
-    exists."""
+    """Finds Gradio's metaclass module; its loader swaps the stub step before any component exists."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None

@@ -91,9 +91,7 @@ def banners_html(ctx: UIContext) -> str:
 
 def duration_text(seconds: float) -> str:
     """600 -> "10 min", 90 -> "90 s": how long a video may be, as a visitor reads it."""
-    if seconds >= 120 and seconds % 60 == 0:
-        return f"{seconds / 60:g} min"
-    return f"{seconds:g} s"
+    return f"{seconds / 60:g} min" if seconds >= 120 and seconds % 60 == 0 else f"{seconds:g} s"
 
 
 def limits_html(ctx: UIContext) -> str:

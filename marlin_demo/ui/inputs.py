@@ -50,8 +50,7 @@ def require_upload(video: str | None, ctx: UIContext, uploads_only: bool = False
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Engine/video/value errors become ``gr.Error`` with their message; anything else a short apology
-    (never a stack trace: unexpected errors are logged on the server only)."""
+    """User errors become ``gr.Error``; anything else a short apology, logged (never a stack trace)."""
     try:
         yield
     except gr.Error:

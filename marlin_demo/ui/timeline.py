@@ -31,9 +31,8 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
 
 
 def _label(long: str, short: str) -> str:
-    """A bar's label: the whole text where the bar is wide enough, else only its number, else nothing
-    (``TIMELINE_JS`` measures each bar), never a word cut to "grou…"; the detail line and the tooltip say
-    it in full."""
+    """A bar's label: the whole text where the bar is wide enough, else its number, else nothing (measured by
+    ``TIMELINE_JS``), never a word cut short; the detail line and the tooltip say it in full."""
     return (
         f'<span class="mt-long">{html.escape(long)}</span><span class="mt-short">{html.escape(short)}</span>'
     )
@@ -88,9 +87,8 @@ def timeline_html(
     moments: Sequence[Any] = (),
     clips: Sequence[str | None] = (),
 ) -> str:
-    """Events as bars in lanes, or a find span (and ground truth), on one axis; ``player``: a CSS selector
-    of the ``<video>``'s holder. A long video's ``windows`` are a strip under the track (``windows_done``
-    answered); a find's ``moments`` (best first) are bars and a list, each with its clip from ``clips``."""
+    """Events as bars in lanes, or a find span (and truth), on one axis; ``player``: the ``<video>`` holder; a
+    long video's ``windows`` under the track (``windows_done`` answered); ``moments`` with their ``clips``."""
     if not math.isfinite(duration) or duration <= 0:
         ends = [float(_field(e, "end")) for e in events] + ([float(span[1])] if span else [])
         duration = max(ends, default=1.0) or 1.0

@@ -1,7 +1,5 @@
-"""Video input: probe, validate, plan sampling, decode, export a clip; qwen-vl-utils' ``fetch_video`` in
-steps, so the UI shows the plan before decoding and bad uploads fail early with one sentence (the facts
-relied on: docs/VIDEO_PREP.md). Public names are re-exported here; a private helper is imported from the
-module that defines it, and patched in the module that uses it."""
+"""Video input: qwen-vl-utils' ``fetch_video`` in steps (probe, validate, plan, decode), so the UI shows the
+plan first and bad uploads fail early (docs/VIDEO_PREP.md). A private helper is patched where it is used."""
 
 from __future__ import annotations
 
@@ -9,9 +7,8 @@ from marlin_demo.video.decode import PreparedVideo
 from marlin_demo.video.export import export_clip, ffmpeg_available
 from marlin_demo.video.info import Backend, Limits, VideoError, VideoInfo, check_duration, probe, validate
 from marlin_demo.video.parallel_decode import fast_supported, frame_pts, pick_backend
-from marlin_demo.video.pipeline import prepare, sample
+from marlin_demo.video.pipeline import full_window_clip, prepare, sample, synthetic_clip
 from marlin_demo.video.sampling import SamplingPlan, largest_window_tokens, plan_sampling
-from marlin_demo.video.synthetic import full_window_clip, synthetic_clip
 
 __all__ = [
     "Backend",

@@ -1,6 +1,5 @@
-"""AV1: which temporal units no later frame can reference. A frame reaches later frames only through the
-reference slots it refreshes (AV1 spec 5.9.2/7.20), so an unplanned unit of frames refreshing none need
-not be decoded (docs/VIDEO_PREP.md). Reads just enough of the OBU format; anything unclear means "keep"."""
+"""AV1: which temporal units no later frame can reference (none of their frames refreshes a reference slot,
+AV1 spec 5.9.2/7.20), so they need not be decoded (docs/VIDEO_PREP.md); anything unclear means "keep"."""
 
 from __future__ import annotations
 
@@ -181,8 +180,7 @@ def _leb128(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def obus(data: bytes) -> list[tuple[int, int, int, bytes, int]]:
-    """The OBUs of a low-overhead-format temporal unit: (type, temporal_id, spatial_id, payload,
-    byte offset of the OBU's header)."""
+    """A low-overhead temporal unit's OBUs: (type, temporal_id, spatial_id, payload, header offset)."""
     out = []
     pos = 0
     while pos < len(data):
@@ -221,9 +219,8 @@ def sequence_header_in(data: bytes) -> SequenceHeader | None:
 
 
 def unreferenced_from(data: bytes, seq: SequenceHeader | None) -> int | None:
-    """The byte offset from which nothing in this temporal unit is referenced by a later frame: 0, the
-    whole unit; k > 0, its last frames (a shown frame after a hidden alternate reference); None, every
-    frame is needed, or the unit holds anything this reader does not fully understand."""
+    """The offset from which nothing in this temporal unit is referenced later: 0, all of it; k > 0, its last
+    frames (shown after a hidden alternate reference); None, all needed, or anything not fully understood."""
     if seq is None or not seq.single_layer:
         return None
     cut: int | None = None  # where the current run of frames that refresh nothing began

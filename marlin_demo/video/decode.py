@@ -102,8 +102,7 @@ def _decode_torchcodec(path: str, indices: list[int]) -> torch.Tensor:
 
 
 def _scan_frames(path: str, stream_index: int | None, wanted: Container[int]) -> Iterator[tuple[int, Any]]:
-    """Every frame's presentation index, in order (one frame-threaded PyAV decoder), with its upright
-    (3, h, w) tensor when ``wanted`` holds it, else None."""
+    """Every frame's index in order (frame-threaded PyAV), with its upright CHW tensor if ``wanted``."""
     with _open_stream(path, stream_index, threaded=True) as (container, stream):
         for n, frame in enumerate(container.decode(stream)):
             chw = _upright_chw(frame.to_ndarray(format="rgb24"), _rotation_k(frame)) if n in wanted else None

@@ -40,8 +40,7 @@ def export_clip(
         raise VideoError(
             f"The clip range {start}-{end} s is not finite; use seconds within 0-{info.duration_s:.1f}."
         )
-    s = min(max(0.0, start_f), info.duration_s)
-    e = min(max(0.0, end_f), info.duration_s)
+    s, e = (min(max(0.0, t), info.duration_s) for t in (start_f, end_f))
     if e - s < 1.0 / info.fps:
         raise VideoError(
             f"The clip range {start_f:.2f}-{end_f:.2f} s is empty; choose an end after the start "

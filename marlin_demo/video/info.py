@@ -70,9 +70,8 @@ def _looks_like_video_container(head: bytes) -> bool:
 
 
 def _not_a_video(what: str | None) -> VideoError:
-    if what is None:
-        return VideoError(f"This file is not a video (its format was not recognised): {ALLOWED}.")
-    return VideoError(f"This file is not a video (it looks like {what}): {ALLOWED}.")
+    why = "its format was not recognised" if what is None else f"it looks like {what}"
+    return VideoError(f"This file is not a video ({why}): {ALLOWED}.")
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:
@@ -120,8 +119,7 @@ def _shown_packets(container: Any, stream: Any) -> Iterator[Any]:
 
 
 def _packet_times(container: Any, stream: Any) -> list[tuple[float, float]]:
-    """(start, end) s of each shown packet with a timestamp (pts, else dts), as torchcodec's exact scan
-    counts them (demux only, no decoding)."""
+    """(start, end) s of each shown, timestamped packet (pts, else dts), demuxed as torchcodec counts."""
     tb = float(stream.time_base)
     stamped = ((p, p.pts if p.pts is not None else p.dts) for p in _shown_packets(container, stream))
     return [(ts * tb, (ts + (p.duration or 0)) * tb) for p, ts in stamped if ts is not None]
@@ -154,9 +152,8 @@ class _Counts:
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
-    """Read a file's video facts, or raise VideoError saying why it cannot be used. Decodes the first frame
-    so undecodable files fail here, not mid-request; counts come from torchcodec's exact scan when
-    available, because that is what qwen-vl-utils samples from."""
+    """A file's video facts, or VideoError saying why it cannot be used; the first frame is decoded so a bad
+    file fails here; counts come from torchcodec's exact scan when available (what qwen-vl-utils samples)."""
     p = Path(path)
     size, head, sniffed = _read_head(p)
     with _open_container(p, head, sniffed) as container:
@@ -167,10 +164,8 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
         stream, tc_meta = _pick_stream(container, videos, _torchcodec_metadata(str(p)))
         ctx = stream.codec_context
         codec = getattr(ctx.codec, "canonical_name", None) or ctx.codec.name
-        pix_fmt = ctx.pix_fmt
-        bit_depth = None
-        if stream.format is not None and stream.format.components:
-            bit_depth = max(c.bits for c in stream.format.components)
+        components = stream.format.components if stream.format is not None else ()
+        bit_depth = max((c.bits for c in components), default=None)
         width, height = int(ctx.width or 0), int(ctx.height or 0)  # as stored, before any decoding
         first = _first_frame(container, stream, codec)
         tc_rotation = getattr(tc_meta, "rotation", None)
@@ -194,7 +189,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
             display_height=width if swap else height,
             rotation=rotation,
             codec=codec,
-            pix_fmt=pix_fmt,
+            pix_fmt=ctx.pix_fmt,
             bit_depth=bit_depth,
             interlaced=bool(getattr(first, "interlaced_frame", False)),
             audio_streams=audio_streams,
@@ -205,8 +200,7 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
 
 
 def _read_head(p: Path) -> tuple[int, bytes, str | None]:
-    """The file's size, first bytes and what they look like; refuses what is plainly not a video
-    (FFmpeg opens images and text as one-frame "videos")."""
+    """Size, first bytes and their kind; plainly not a video is refused (FFmpeg opens images as videos)."""
     if not p.is_file():
         raise VideoError(f"The file {p.name} does not exist or is not a regular file: {ALLOWED}.")
     size = p.stat().st_size
@@ -250,8 +244,7 @@ def _video_streams(container: Any) -> tuple[list[Any], int]:
 
 
 def _pick_stream(container: Any, videos: list[Any], tc_meta: Any) -> tuple[Any, Any]:
-    """The stream torchcodec reads, else FFmpeg's best, else the first; and torchcodec's metadata,
-    dropped when torchcodec chose a stream not counted as video here (cover art)."""
+    """torchcodec's stream (else FFmpeg's best, else the first) and its metadata if it counts as video."""
     stream = next((s for s in videos if tc_meta is not None and s.index == tc_meta.stream_index), None)
     if stream is not None:
         return stream, tc_meta
@@ -317,9 +310,8 @@ def _scan_counts(container: Any, stream: Any, header_frames: int, header_duratio
 
 
 def _check_counts(c: _Counts) -> None:
-    """Refuse a file cut short, and one where nothing was found to sample. Cut short: fewer frames than the
-    header counts, and they stop before the header's duration (a clip trimmed without re-encoding also
-    counts hidden frames, but its shown ones reach that duration)."""
+    """Refuse a file with nothing to sample, or cut short: fewer frames than its header counts, ending before
+    its duration (a clip trimmed without re-encoding counts hidden frames, but its shown ones reach it)."""
     fewer = c.scanned is not None and c.header_frames > 0 and c.scanned < c.header_frames - 1
     slack = max(0.1, 2.0 / c.fps) if c.fps > 0 else 0.1  # two frames, or 0.1 s
     early = c.content_end is None or not c.header_duration or c.content_end < c.header_duration - slack

@@ -20,9 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
 
-# YUV -> RGB at the stored size (bit for bit the reference's), then swscale's bicubic to the plan's
-# size instead of torchvision's resize: 0.02-0.2 levels off on average (docs/SPEED.md). Scaling
-# straight from YUV is ~2 ms a frame cheaper but ~1.1-1.4 levels off.
+# YUV -> RGB at the stored size (the reference's bits), then swscale's bicubic to the plan's size: 0.02-0.2
+# levels off on average (docs/SPEED.md); scaling straight from YUV saves ~2 ms a frame but is ~1.3 off.
 FAST_PLANAR = "gbrp"
 FAST_SCALER = "BICUBIC"
 #: above this many bits PyAV's bundled FFmpeg converts to RGB differently (~2.7 levels on 10-bit)
@@ -30,11 +29,9 @@ FAST_MAX_BIT_DEPTH = 8
 #: codecs whose unplanned non-reference pictures get ``skip_frame=NONREF`` (``_nonref_rule``;
 #: docs/VIDEO_PREP.md). Not VP9: libvpx's encodes have none to skip (measured, 0 of 180).
 FAST_SKIP_NONREF = frozenset({"h264", "hevc"})
-#: AV1 decoders fed no unplanned unit that refreshes no reference slot (``video.av1``): libdav1d
-#: reads ``skip_frame`` only when it opens, so it cannot be switched per packet
+#: AV1 decoders fed no unplanned unit refreshing no slot (``video.av1``): libdav1d reads skip_frame once
 FAST_DROP_AV1 = frozenset({"libdav1d"})
-#: codecs ``auto`` leaves to the reference decoder: none measured slower (docs/VIDEO_PREP.md);
-#: the one place to send a codec back if a measurement says so
+#: codecs ``auto`` leaves to the reference decoder (none measured slower: docs/VIDEO_PREP.md)
 AUTO_REFERENCE_CODECS: frozenset[str] = frozenset()
 
 
@@ -140,8 +137,7 @@ def _decode_run(
     threads: int,
     on_frame: Callable[[int, Any], None],
 ) -> int:
-    """Decode from keyframe ``start`` to the last of ``want``; the pictures decoded. Without a packet
-    index the run starts at frame 0 and numbers frames by counting."""
+    """Decode keyframe ``start`` to the last of ``want``: pictures decoded (no index: counted from 0)."""
     import av
 
     todo = set(want)
@@ -212,8 +208,7 @@ def _index_for(path: str, stream_index: int | None, num_frames: int | None) -> _
 
 
 class _Collected:
-    """Planned frames of several plans, each converted once per size and stored at every (plan,
-    position) holding it, with its pts (s)."""
+    """Planned frames of several plans, converted once per size, stored at every (plan, position)."""
 
     def __init__(self, plans: Sequence[SamplingPlan], index_lists: Sequence[list[int]]) -> None:
         self.plans, self.need = plans, _needs(index_lists)
@@ -313,14 +308,12 @@ class _FastConverter:
         return _upright_chw(small.to_ndarray(), k)
 
 
-#: (pixel format, width, height) -> whether swscale's YUV -> planar RGB equals its YUV -> rgb24
-#: there (``_FastConverter._full_size_rgb``); filled on first use, per process
+#: (pixel format, width, height) -> whether swscale's planar RGB equals its rgb24 there (filled per process)
 _PLANAR_EXACT: dict[tuple[str, int, int], bool] = {}
 
 
 def frame_pts(path: str | os.PathLike[str], stream_index: int | None = None) -> list[float]:
-    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone: what the
-    benchmark and the tests check the fast path's frames against."""
+    """Every frame's time (s) as torchcodec's exact mode numbers them, from the packets alone."""
     with _open_stream(str(path), stream_index) as (container, stream):
         return sorted(start for start, _ in _packet_times(container, stream))
 

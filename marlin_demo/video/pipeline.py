@@ -1,8 +1,10 @@
-"""sample and prepare: pick the decoder, decode once, return frames and qwen-vl-utils' metadata."""
+"""sample and prepare: pick the decoder, decode once, return frames and qwen-vl-utils' metadata; and synthetic
+clips planned as a decoded file would be (no file, no decoder: the GPU check's and ZeroGPU's warm-up's)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -33,9 +35,8 @@ def sample(
     backend: Backend = "reference",
     info: VideoInfo | None = None,
 ) -> PreparedVideo:
-    """Decode the planned frames once and resize them exactly as qwen-vl-utils does. ``reference``:
-    torchcodec, PyAV when it fails; ``auto``: ``pick_backend``; ``fast``: the same plan, pixels slightly
-    different, the reference on failure; ``metadata["video_backend"]`` says which ran."""
+    """Decode the planned frames once, resized as qwen-vl-utils does: ``reference`` (torchcodec, else PyAV),
+    ``auto`` (``pick_backend``) or ``fast`` (other pixels; else the reference); the metadata names it."""
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be 'auto', 'reference', 'torchcodec', 'pyav' or 'fast', not {backend!r}"
@@ -89,3 +90,42 @@ def prepare(
     info = validate(path, limits)
     plan = plan_sampling(info, params)
     return sample(path, plan, backend=backend, info=info)
+
+
+def synthetic_clip(seconds: float, width: int, height: int, fps: float = 25.0) -> PreparedVideo:
+    """A square moving across a dark frame, ``seconds`` long at ``width`` x ``height``."""
+    import numpy as np
+    import torch
+
+    total = int(seconds * fps)
+    info = VideoInfo(
+        path="synthetic.mp4",
+        size_bytes=0,
+        container="synthetic",
+        duration_s=seconds,
+        fps=fps,
+        num_frames=total,
+        width=width,
+        height=height,
+        display_width=width,
+        display_height=height,
+        rotation=0,
+        codec="synthetic",
+    )
+    plan = plan_sampling(info, VideoParams())
+    frames = np.zeros((plan.nframes, 3, height, width), dtype=np.uint8)
+    side = max(4, min(64, width // 4, height // 4))
+    for k, idx in enumerate(plan.indices):
+        x = int((width - side) * idx / max(total - 1, 1))
+        frames[k, 0] = 40
+        frames[k, :, height // 2 - side // 2 : height // 2 + side // 2, x : x + side] = 220
+    resized = _resize(torch.from_numpy(frames), plan.height, plan.width)
+    return PreparedVideo(frames=resized, metadata=_metadata(plan, "synthetic"), plan=plan, info=info)
+
+
+def full_window_clip(params: VideoParams | None = None) -> PreparedVideo:
+    """The largest window the model is given: the frame budget at the pixel budget (a square of exactly
+    ``max_pixels``), so its prefill has ``largest_window_tokens()`` video tokens."""
+    p = params or VideoParams()
+    side = math.isqrt(p.max_pixels) // p.factor * p.factor
+    return synthetic_clip(p.max_frames / p.fps, side, side)

@@ -82,7 +82,6 @@ def plan_sampling(
 
 
 def largest_window_tokens(params: VideoParams | None = None) -> int:
-    """Video tokens of the largest window the model is given: the frame budget at the pixel budget (what
-    a full window's measured prefill is for)."""
+    """Video tokens of the largest window (the frame budget at the pixel budget): a full window's prefill."""
     p = params or VideoParams()
     return (p.max_frames // TEMPORAL_PATCH_SIZE) * (p.max_pixels // (p.factor * p.factor))

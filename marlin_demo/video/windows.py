@@ -79,10 +79,9 @@ def window_backend(plans: Sequence[WindowPlan], backend: Backend = "auto") -> st
 def decode_windows(
     path: str, plans: Sequence[WindowPlan], backend: Backend = "auto"
 ) -> Iterator[tuple[WindowPlan, PreparedVideo, int]]:
-    """One scan of the source for every window, each picture decoded at most once (docs/VIDEO_PREP.md);
-    yields (plan, frames, pictures decoded so far) as soon as a window's last planned frame is in, so the
-    model starts while the rest decode. ``backend`` as ``video.sample``; if the fast path cannot index the
-    file or fails, the reference PyAV scan serves the windows not yet handed out."""
+    """One scan of the source for every window, each picture decoded once (docs/VIDEO_PREP.md), yielding
+    (plan, frames, pictures decoded so far) as each window is complete; if the fast path cannot index the file
+    or fails, the reference PyAV scan serves the windows not yet handed out."""
     if not plans:
         return
     done = 0
