@@ -118,9 +118,20 @@ class FakeEngine:
         if task == "find":
             span = SPANS[variant][query]
             raw = "no idea" if span is None else f"From {span[0]} to {span[1]}."
-            return FindResult(variant, "fake", query, span, span is not None, raw, m, info=info)
+            return FindResult(
+                variant=variant, model="fake", query=query, span=span, format_ok=span is not None, raw=raw,
+                metrics=m, info=info,
+            )  # fmt: skip
         events = EVENTS[:1] if variant == "bnb4" else EVENTS
-        return CaptionResult(variant, "fake", SCENE, list(events), f"Scene: {SCENE}", False, m, True, info)
+        return CaptionResult(
+            variant=variant,
+            model="fake",
+            scene=SCENE,
+            events=list(events),
+            raw=f"Scene: {SCENE}",
+            metrics=m,
+            info=info,
+        )
 
 
 @pytest.fixture()

@@ -49,12 +49,15 @@ def _metrics(**changes: Any) -> Metrics:
 
 def _find(variant: str, span: tuple[float, float] | None, query: str = "the ball rolls") -> FindResult:
     raw = "nothing" if span is None else f"From {span[0]} to {span[1]}."
-    return FindResult(variant, "m", query, span, span is not None, raw, _metrics())
+    ok = span is not None
+    return FindResult(
+        variant=variant, model="m", query=query, span=span, format_ok=ok, raw=raw, metrics=_metrics()
+    )
 
 
 def _caption(variant: str, scene: str, events: list[tuple[float, float, str]]) -> CaptionResult:
     evs = [Event(s, e, d) for s, e, d in events]
-    return CaptionResult(variant, "m", scene, evs, "raw", False, _metrics())
+    return CaptionResult(variant=variant, model="m", scene=scene, events=evs, raw="raw", metrics=_metrics())
 
 
 # --------------------------------------------------------------------------- agreement

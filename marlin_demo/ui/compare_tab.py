@@ -12,7 +12,7 @@ import pandas as pd
 
 from marlin_demo import service
 from marlin_demo.results import memory_label
-from marlin_demo.tasks import TASKS, get_task
+from marlin_demo.tasks import TASKS, Task, get_task
 from marlin_demo.ui import timeline
 from marlin_demo.ui.compare_html import (
     CHARTS,
@@ -86,14 +86,10 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=4, min_width=300, elem_classes="mr-inputs"):
             choices = [(view_of(name).choice, name) for name in TASKS]
-            task = gr.Radio(choices, value="caption", label="Task", elem_id="compare-task")
+            first = next(iter(TASKS.values()))
+            task = gr.Radio(choices, value=first.name, label="Task", elem_id="compare-task")
             query = gr.Textbox(
-                "",
-                label="Event to find",
-                placeholder="e.g. the blue square leaves the frame",
-                visible=False,
-                max_length=ctx.settings.max_query_chars,
-                elem_id="compare-query",
+                "", max_length=ctx.settings.max_query_chars, elem_id="compare-query", **query_box(first)
             )
             include_bf16 = gr.Checkbox(
                 False,
@@ -172,21 +168,30 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
     )
 
 
+def query_box(task: Task) -> dict[str, Any]:
+    """The query box as ``task`` words it (hidden for a task without a query)."""
+    return {
+        "visible": task.query,
+        "label": task.query_label or "Query",
+        "placeholder": task.query_placeholder,
+    }
+
+
 def _examples(ctx: UIContext, inputs: list[Any]) -> None:
-    """The examples fill the inputs only (video, task, query): a comparison runs when asked."""
-    if not ctx.examples:
+    """The examples fill the inputs only (video, task, query), each clip the next task's in turn with
+    that task's first query: a comparison runs when asked."""
+    entries = list(TASKS.values())
+    turns = [(e, entries[i % len(entries)]) for i, e in enumerate(ctx.examples)]
+    rows = [(e, task.name, q) for e, task in turns for q in task.examples(e)[:1]]
+    if not rows:
         return
-    rows = [(e, (e.get("queries") or [{}])[0].get("query", "")) for e in ctx.examples]
     gr.Examples(
-        examples=[
-            [str(ctx.clip(e)), "find" if i % 2 else "caption", q if i % 2 else ""]
-            for i, (e, q) in enumerate(rows)
-        ],
+        examples=[[str(ctx.clip(e)), task, q or ""] for e, task, q in rows],
         inputs=inputs,
         example_labels=example_labels(
             [
-                f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
-                for i, (e, q) in enumerate(rows)
+                f"▶ {e.get('title') or short_name(e)} · {task}" + (f" “{q}”" if q else "")
+                for e, task, q in rows
             ]
         ),
         label="Examples",
@@ -455,7 +460,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             tab.cards: view.cards(view.live, stopped=True),
         }
 
-    tab.task.change(lambda t: gr.update(visible=get_task(t).query), tab.task, tab.query, **PRIVATE_UI)
+    tab.task.change(lambda t: gr.update(**query_box(get_task(t))), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
         lambda on: gr.update(value=run_label(ctx, bool(on))), tab.include_bf16, tab.run, **PRIVATE_UI
     )
