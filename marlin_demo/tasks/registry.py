@@ -34,9 +34,10 @@ class Made:
     def result(self, kind: type[R], fixed: Any, **own: Any) -> R:
         """A ``kind`` result of a (repaired) parse: what every result has, from here and the parse's
         ``format_ok`` and ``repaired``, and ``own``, the kind's own fields."""
-        ok, repaired = fixed.format_ok, fixed.repaired
-        made = {"variant": self.variant, "model": self.model, "raw": self.raw, "metrics": self.metrics}
-        return kind(**made, info=self.info, format_ok=ok, repaired=repaired, **own)
+        return kind(
+            variant=self.variant, model=self.model, raw=self.raw, metrics=self.metrics, info=self.info,
+            format_ok=fixed.format_ok, repaired=fixed.repaired, **own,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,11 +133,6 @@ def label(window: Window, note: str) -> str:
     return f"window {window.index + 1} ({model_io.clock_span(window.start, window.end)}): {note}"
 
 
-def one_request(example: Mapping[str, Any]) -> list[str | None]:
-    """What a task without a query asks of an example clip: one request."""
-    return [None]
-
-
 @dataclass(frozen=True)
 class Task:
     """One task: everything a layer reads instead of comparing the task's name."""
@@ -171,7 +167,7 @@ class Task:
     #: what it asks of an example clip (an examples.json entry): its queries (None: one request without
     #: one; []: nothing). The examples' buttons and cache, Compare and the bench ask these; its answer's
     #: ``truth`` and ``score`` read the entry's ground truth
-    examples: Callable[[Mapping[str, Any]], list[str | None]] = one_request
+    examples: Callable[[Mapping[str, Any]], list[str | None]] = lambda example: [None]
     #: whether ``bench`` runs it when ``--tasks`` is not given
     bench: bool = True
     #: how a line names one request ("a caption of this clip takes ...")

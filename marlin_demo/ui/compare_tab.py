@@ -12,7 +12,7 @@ import pandas as pd
 
 from marlin_demo import service
 from marlin_demo.results import memory_label
-from marlin_demo.tasks import TASKS, Task, get_task
+from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.ui import timeline
 from marlin_demo.ui.compare_html import (
     CHARTS,
@@ -35,6 +35,7 @@ from marlin_demo.ui.compare_html import (
 from marlin_demo.ui.context import PRIVATE_UI, STAMP_JS, UIContext, variant_label
 from marlin_demo.ui.example_runs import example_labels, short_name
 from marlin_demo.ui.inputs import require_upload, session_of, user_errors
+from marlin_demo.ui.run_tab import query_words
 from marlin_demo.ui.running import RunState, StageView, Updates, follow, wire_run_and_stop, with_buttons
 from marlin_demo.ui.shared_clip import Clip, while_shown
 from marlin_demo.ui.status import error_html
@@ -88,9 +89,8 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
             choices = [(view_of(name).choice, name) for name in TASKS]
             first = next(iter(TASKS.values()))
             task = gr.Radio(choices, value=first.name, label="Task", elem_id="compare-task")
-            query = gr.Textbox(
-                "", max_length=ctx.settings.max_query_chars, elem_id="compare-query", **query_box(first)
-            )
+            words = query_words(first)
+            query = gr.Textbox("", max_length=ctx.settings.max_query_chars, elem_id="compare-query", **words)
             include_bf16 = gr.Checkbox(
                 False,
                 label="Also run bf16 (16-bit reference: more memory, slower to load)",
@@ -166,15 +166,6 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
         session_csv,
         acc,
     )
-
-
-def query_box(task: Task) -> dict[str, Any]:
-    """The query box as ``task`` words it (hidden for a task without a query)."""
-    return {
-        "visible": task.query,
-        "label": task.query_label or "Query",
-        "placeholder": task.query_placeholder,
-    }
 
 
 def _examples(ctx: UIContext, inputs: list[Any]) -> None:
@@ -460,7 +451,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             tab.cards: view.cards(view.live, stopped=True),
         }
 
-    tab.task.change(lambda t: gr.update(**query_box(get_task(t))), tab.task, tab.query, **PRIVATE_UI)
+    tab.task.change(lambda t: gr.update(**query_words(get_task(t))), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
         lambda on: gr.update(value=run_label(ctx, bool(on))), tab.include_bf16, tab.run, **PRIVATE_UI
     )

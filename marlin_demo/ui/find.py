@@ -189,8 +189,7 @@ def render(ctx: UIContext, clip: Clip) -> FindTab:
     task = get_task(FindTab.name)
     inputs = {
         "query": gr.Textbox(
-            label=task.query_label,
-            placeholder=task.query_placeholder,
+            **run_tab.query_words(task),
             lines=1,
             elem_id="find-query",
             render=False,

@@ -353,12 +353,8 @@ def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
     rows: list[tuple[list[Any], str]] = []
     for e in ctx.examples:
         clip, title = str(ctx.clip(e)), f"▶ {e.get('title') or short_name(e)}"
-        for q in get_task(tab.name).examples(e)[:1]:
-            rows.append(
-                ([clip, ctx.default_variant], title)
-                if q is None
-                else ([clip, q, ctx.default_variant], f"{title} · “{q}”")
-            )
+        for asked in ([] if q is None else [q] for q in get_task(tab.name).examples(e)[:1]):
+            rows.append(([clip, *asked, ctx.default_variant], title + "".join(f" · “{q}”" for q in asked)))
     with gr.Column(elem_classes=["mr-examples", "mr-run-examples"]):
         if not rows:
             return None
@@ -405,18 +401,19 @@ class AnswerTab(RunTab):
         return {**self.answered(ctx, result, cold), self.answer: answer_html(get_task(self.name), result)}
 
 
+def query_words(task: Task) -> dict[str, Any]:
+    """The query box as its task words it: its label and the hint in it (hidden for a task without one)."""
+    return {
+        "label": task.query_label or "Query",
+        "placeholder": task.query_placeholder,
+        "visible": task.query,
+    }
+
+
 def render_answer(ctx: UIContext, clip: Clip, task: Task) -> AnswerTab:
     """Lay out a task's generic tab (inside the caller's ``gr.Tab``): its own ``AnswerTab`` class, named."""
     kind = type(f"{task.name.title()}Tab", (AnswerTab,), {"name": task.name})
-    query = (
-        gr.Textbox(
-            label=task.query_label,
-            placeholder=task.query_placeholder,
-            elem_id=f"{task.name}-query",
-            render=False,
-        )
-        if task.query
-        else None
-    )
+    words = query_words(task)
+    query = gr.Textbox(elem_id=f"{task.name}-query", render=False, **words) if task.query else None
     shown = ("progress", "answer", "notice", "metrics", "timeline", "raw")
     return lay_out(ctx, kind, clip, f"Run {task.name}", 4, shown, {"query": query} if query else None)
