@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 from gradio.blocks import Block
 
+from marlin_demo.tasks import TASKS
 from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, STAMP_JS, UIContext
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.inputs import session_of
@@ -60,7 +61,7 @@ def render(ctx: UIContext) -> Clip:
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
             credit = gr.HTML("", elem_id="clip-credit")  # an example's credit_line
     stamp = gr.Number(0, visible=False, elem_id="clip-stamp")
-    return Clip(video, status, credit, start, end, stamp, gr.State("caption"))
+    return Clip(video, status, credit, start, end, stamp, gr.State(next(iter(TASKS))))  # the first tab
 
 
 def listen(
