@@ -23,7 +23,7 @@ from marlin_demo.ui.running import Updates
 from marlin_demo.ui.status import STATUS_JS, clip_status
 
 HINT = (
-    "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
+    "{tabs} and Compare all work on this clip: upload one, or click an example in any tab. "
     "Clearing it (×) clears it for every tab. From and To (optional) ask about that part of it only."
 )
 
@@ -45,7 +45,8 @@ def render(ctx: UIContext) -> Clip:
         with gr.Column(scale=4, min_width=300, elem_id="clip-column"):
             video = gr.Video(label="Video", sources=["upload"], elem_id=CLIP_ID, height=240)
         with gr.Column(scale=8, min_width=300):
-            gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
+            tabs = ", ".join(name.title() for name in TASKS)  # every task's tab, in order
+            gr.HTML(f'<p class="mx-note">{HINT.format(tabs=tabs)}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
                 # shown with a clip; labelled by their placeholders (and aria labels): one short line.
                 # No ``minimum``: Gradio would refuse a negative From before our code runs (an HTTP
