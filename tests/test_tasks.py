@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -97,6 +98,15 @@ def test_its_entry_words_its_query_and_names_its_settings_and_examples(question:
                "questions": [{"query": ASK, "span": [0, 3]}]}  # fmt: skip
     assert [t.examples(example) for t in tasks.TASKS.values()] == [[], ["a door opens"], [ASK]]
     assert entry.answer.truth(example, ASK) == (0.0, 3.0) and entry.query_label != tasks.FIND.query_label
+
+
+def test_every_run_tab_is_styled_by_class(question: ModuleType) -> None:
+    """Stop's colours, the examples and the radios on a phone are keyed on the run tab's classes, so a third
+    tab gets them: the stylesheet names no task's Stop, examples, variant or progress by its id."""
+    css = (ROOT / "marlin_demo" / "ui" / "style.css").read_text()
+    shared = re.findall(rf"#(?:{'|'.join(tasks.TASKS)})-(?:stop|examples|variant|progress)\b", css)
+    assert shared == []
+    assert all(f".mr-{part}" in css for part in ("stop", "run-examples", "variant", "progress"))
 
 
 @pytest.mark.slow
