@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from marlin_demo import agreement, service
+from marlin_demo import agreement, service, tasks
 from marlin_demo.model_io import Event
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
 from marlin_demo.tasks import CAPTION, FIND
@@ -110,7 +111,7 @@ def test_agreement_accepts_dict_shapes_and_single_variant() -> None:
 
 
 def test_unknown_task_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="caption or find"):
+    with pytest.raises(ValueError, match=re.escape(f"choose {tasks.known()}.")):
         agreement.agreement("summarize", {})
 
 
