@@ -185,7 +185,7 @@ ANSWER_TYPES = PACKAGE / "tasks"
 
 def test_answer_type_rule_sees_each_kind_of_branch(question: ModuleType) -> None:
     """It knows every registered task's result type: the suite's third task's too, once registered."""
-    assert result_types() == ["CaptionResult", "FindResult", "QuestionResult"]
+    assert {"CaptionResult", "FindResult", "QuestionResult"} <= set(result_types())
     rule = answer_type_branch(result_types())
     branches = [
         "if isinstance(result, CaptionResult):",
