@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from marlin_demo.model_io import Event
 
@@ -206,96 +206,79 @@ class RunInfo:
     runtime: Runtime = field(default_factory=Runtime)
 
 
-@dataclass
-class CaptionResult:
+@dataclass(kw_only=True)
+class Result:
+    """What every task's result has, whatever its answer says (``tasks.Answer`` builds and reads the rest):
+    a task's result type adds its own fields (given by position, these by name) and its JSON's (``own``)."""
+
     variant: str
     model: str
-    scene: str
-    events: list[Event]
     raw: str
-    repaired: bool
     metrics: Metrics
     format_ok: bool = True
+    repaired: bool = False
     info: RunInfo = field(default_factory=RunInfo)
-    #: the windows answered, in global seconds, each with its own scene (one entry for a short video)
-    windows: list[dict[str, Any]] = field(default_factory=list)
     #: set when ZeroGPU refused a later window's call: the windows answered before it (else None)
     partial: Partial | None = None
     #: the part of the video asked about (start, end) in its own seconds, or None for the whole video
     range_s: tuple[float, float] | None = None
 
+    def own(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Its own JSON keys: (after "model", after "raw", after "runtime"), in order."""
+        return {}, {}, {}
+
     def to_dict(self) -> dict[str, Any]:
+        """The public JSON: the keys every result shares, its own (``own``) in their places."""
+        head, mid, tail = self.own()
+        return {
+            "variant": self.variant,
+            "model": self.model,
+            **head,
+            "raw": self.raw,
+            **mid,
+            "metrics": self.metrics.to_dict(),
+            "runtime": self.info.runtime.to_dict(),
+            **tail,
+            "partial": None if self.partial is None else self.partial.to_dict(),
+            "range": span_json(self.range_s),
+        }
+
+
+@dataclass(kw_only=True)
+class CaptionResult(Result):
+    scene: str
+    events: list[Event]
+    #: the windows answered, in global seconds, each with its own scene (one entry for a short video)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+
+    def own(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         windows = [
             {"start": round(w["start"], 3), "end": round(w["end"], 3), "scene": w["scene"]}
             for w in self.windows
         ]
         head = {"scene": self.scene, "events": [e.to_dict() for e in self.events]}
-        return _result_dict(self, head, {"repaired": self.repaired}, {"windows": windows})
+        return head, {"repaired": self.repaired}, {"windows": windows}
 
 
-@dataclass
-class FindResult:
-    variant: str
-    model: str
+@dataclass(kw_only=True)
+class FindResult(Result):
     query: str
     span: tuple[float, float] | None
-    format_ok: bool
-    raw: str
-    metrics: Metrics
-    repaired: bool = False
-    info: RunInfo = field(default_factory=RunInfo)
     #: scored spans in global seconds, best first, at most top_k (``span`` is the first one's)
     moments: list[Moment] = field(default_factory=list)
-    #: set when ZeroGPU refused a later window's call: the windows searched before it (else None)
-    partial: Partial | None = None
-    #: the part of the video asked about (start, end) in its own seconds, or None for the whole video
-    range_s: tuple[float, float] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def own(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         moments = [
             {"start": round(m.start, 3), "end": round(m.end, 3), "score": round(m.score, 4)}
             for m in self.moments
         ]
-        head = {"query": self.query, "span": _range(self.span), "format_ok": self.format_ok}
-        return _result_dict(self, head, {}, {"moments": moments})
+        head = {"query": self.query, "span": span_json(self.span), "format_ok": self.format_ok}
+        return head, {}, {"moments": moments}
 
 
-class Result(Protocol):
-    """What every task's result has, whatever its answer says (``tasks.Answer`` builds and reads the rest)."""
-
-    variant: str
-    model: str
-    raw: str
-    metrics: Metrics
-    format_ok: bool
-    repaired: bool
-    info: RunInfo
-    partial: Partial | None
-    range_s: tuple[float, float] | None
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-def _range(span: tuple[float, float] | None) -> list[float] | None:
+def span_json(span: tuple[float, float] | None) -> list[float] | None:
+    """A span as the JSON gives it: [start, end] to the millisecond (None: none)."""
     return None if span is None else [round(span[0], 3), round(span[1], 3)]
-
-
-def _result_dict(
-    r: Result, head: dict[str, Any], mid: dict[str, Any], tail: dict[str, Any]
-) -> dict[str, Any]:
-    """A result's public JSON: the keys both kinds share, each kind's own in its place (order kept)."""
-    return {
-        "variant": r.variant,
-        "model": r.model,
-        **head,
-        "raw": r.raw,
-        **mid,
-        "metrics": r.metrics.to_dict(),
-        "runtime": r.info.runtime.to_dict(),
-        **tail,
-        "partial": None if r.partial is None else r.partial.to_dict(),
-        "range": _range(r.range_s),
-    }
 
 
 # The stages of one request (marlin_demo.service streams them)

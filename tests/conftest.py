@@ -3,6 +3,7 @@ and the app server."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from ui_support import CHROMIUM, AppServer, launch_chromium, start_app, stop_app
 
+from marlin_demo import tasks
 from marlin_demo.models import compute
 from marlin_demo.settings import Settings
 from marlin_demo.ui import gradio_hooks
@@ -205,3 +207,13 @@ LONGEST_FILES = (
     "test_quantize.py",
     "test_library_app.py",
 )
+
+
+@pytest.fixture
+def question() -> Iterator[Any]:
+    """The suite's third task (tests/question_task.py), registered as a built-in is: its module's import
+    registers it. Imported afresh for each test that asks, and taken away after it."""
+    module = importlib.import_module("question_task")
+    yield module
+    tasks.unregister_task(module.QUESTION.name)
+    sys.modules.pop("question_task", None)

@@ -22,6 +22,7 @@ from result_shapes import API_CAPTION_KEYS, CAPTION_KEYS, FIND_KEYS, METRIC_KEYS
 from ui_support import EXAMPLES, MEDIA, QUEUE_SIZE, AppServer, start_app, stop_app
 
 from marlin_demo.models import compute
+from marlin_demo.tasks import TASKS
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,7 @@ def test_only_the_five_endpoints_are_public(client: Client) -> None:
     says how to send the video (its snippet cannot show a file for a ``gr.api`` argument)."""
     api = client.view_api(return_format="dict", print_info=False)
     named = api["named_endpoints"]
-    assert list(named) == ["/caption", "/find", "/compare", "/search", "/caption_stream"]
+    assert list(named) == [*(f"/{name}" for name in TASKS), "/compare", "/search", "/caption_stream"]
     params = {name: [p["parameter_name"] for p in ep["parameters"]] for name, ep in named.items()}
     assert params == {
         "/caption": ["video", "variant", "start", "end"],

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 from media_factory import examples_subset
 
-from marlin_demo import bench, cli
+from marlin_demo import bench, cli, tasks
 from marlin_demo.bench.cli import data_folder
 from marlin_demo.bench.longset import resolve_data
 from marlin_demo.engine import EngineError
@@ -118,9 +118,20 @@ class FakeEngine:
         if task == "find":
             span = SPANS[variant][query]
             raw = "no idea" if span is None else f"From {span[0]} to {span[1]}."
-            return FindResult(variant, "fake", query, span, span is not None, raw, m, info=info)
+            return FindResult(
+                variant=variant, model="fake", query=query, span=span, format_ok=span is not None, raw=raw,
+                metrics=m, info=info,
+            )  # fmt: skip
         events = EVENTS[:1] if variant == "bnb4" else EVENTS
-        return CaptionResult(variant, "fake", SCENE, list(events), f"Scene: {SCENE}", False, m, True, info)
+        return CaptionResult(
+            variant=variant,
+            model="fake",
+            scene=SCENE,
+            events=list(events),
+            raw=f"Scene: {SCENE}",
+            metrics=m,
+            info=info,
+        )
 
 
 @pytest.fixture()
@@ -314,6 +325,23 @@ def test_bench_tasks_and_limit(fake: type[FakeEngine], data: Path, tmp_path: Pat
     res = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert "caption" not in res["variants"]["gptq"]["quality"]
     assert res["data"]["examples"] == 1
+
+
+def test_without_tasks_the_bench_runs_those_whose_entry_says_so(
+    fake: type[FakeEngine], data: Path, tmp_path: Path
+) -> None:
+    """No ``--tasks``: every task whose entry says the bench runs it (``Task.bench``), not a fixed list."""
+    extra = dataclasses.replace(tasks.CAPTION, name="recap", order=99, bench=False)
+    tasks.register_task(extra)
+    try:
+        argv = ["bench", "--variants", "gptq", "--data", str(data), "--repeats", "1"]
+        assert cli.main([*argv, "--out", str(tmp_path / "a")]) == 0
+        assert {c[1] for c in fake.calls} == {"caption", "find"}
+        tasks.register_task(dataclasses.replace(extra, bench=True))
+        assert cli.main([*argv, "--out", str(tmp_path / "b")]) == 0
+        assert "recap" in {c[1] for c in fake.calls}
+    finally:
+        tasks.unregister_task("recap")
 
 
 class AnyQueryEngine(FakeEngine):

@@ -36,6 +36,7 @@ from ui_support import (
 
 from marlin_demo.service import capacity, gpu_calls
 from marlin_demo.settings import Settings
+from marlin_demo.tasks import TASKS
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -468,7 +469,7 @@ def test_api_page_says_how_to_send_a_video(page) -> None:
     pg.locator("li.snippet", has_text="Python").first.click()  # the page opens on MCP
     pg.wait_for_selector('text=api_name="/caption"', timeout=30_000)
     code = pg.inner_text("body")
-    for name in ("caption", "find", "compare"):
+    for name in (*TASKS, "compare"):
         about = code.split(f"API name: /{name} ", 1)[1].split("from gradio_client", 1)[0]
         assert "handle_file('clip.mp4')" in about, (name, about[:300])
     assert "github.com" not in code and "Hello!!" not in code
@@ -582,7 +583,7 @@ def test_caption_real_example_shows_its_credit(
         assert "videos up to" in pg.inner_text("#marlin-header .mh-limits summary")
         height = pg.evaluate("document.querySelector('#marlin-header').getBoundingClientRect().height")
         assert height < {"desktop": 200, "phone": 280}[size], height
-        for name in ("Caption", "Find", "Compare", "About"):
+        for name in (*(t.title() for t in TASKS), "Compare", "About"):
             assert pg.locator(".tab-container:not(.visually-hidden) [role=tab]", has_text=name).is_visible()
         _shot(pg, f"6_caption_real_example_{size}")
         # the example's clip followed the visitor into Compare
@@ -1247,8 +1248,7 @@ def test_an_examples_first_run_is_runs_own_and_results_follow_the_clip(page) -> 
 
 #: Each tab (as its label starts) and its main button (None: a tab to read, without one).
 FIRST_SCREENS = [
-    ("Caption", "#caption-run"),
-    ("Find", "#find-run"),
+    *((name.title(), f"#{name}-run") for name in TASKS),
     ("Compare", "#compare-run"),
     ("Library", "#library-run"),
     ("About", None),

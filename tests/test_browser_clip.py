@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from ui_support import EXAMPLES, SHOWS, replace_clip
 
+from marlin_demo.tasks import TASKS
 from marlin_demo.video import probe
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -105,7 +106,7 @@ def _open(pg: Any, tab: str) -> None:
     pg.get_by_role("tab", name=tab).first.click()
 
 
-@pytest.mark.parametrize("tab", ["caption", "find"])
+@pytest.mark.parametrize("tab", list(TASKS))
 def test_example_after_example_and_uploads_between_show_the_clip_on_screens_answer(
     page: Any, tmp_path: Path, tab: str
 ) -> None:

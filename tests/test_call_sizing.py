@@ -7,7 +7,7 @@ import pytest
 
 from marlin_demo import settings as settings_mod
 from marlin_demo.service import capacity, gpu_calls, zerogpu_rules
-from marlin_demo.tasks import get_task
+from marlin_demo.tasks import TASKS, get_task
 
 ON_SPACE = settings_mod.from_env({"SPACE_ID": "owner/space"})
 H200 = capacity.speeds()["h200"]
@@ -21,7 +21,7 @@ def largest_factor() -> float:
     )
 
 
-@pytest.mark.parametrize("task", ["caption", "find"])
+@pytest.mark.parametrize("task", list(TASKS))
 def test_one_window_call_fits_an_unsigned_day_and_is_never_cut_short(task: str) -> None:
     asked = capacity.gpu_call_s(task, ON_SPACE, H200)  # type: ignore[arg-type]
     assert asked == gpu_calls.call_seconds(task, ON_SPACE)  # type: ignore[arg-type]  # what the Space asks

@@ -17,7 +17,7 @@ from marlin_demo.model_io import VideoParams
 from marlin_demo.service import capacity, cost, gpu_calls, zerogpu_rules
 from marlin_demo.service.startup import check_limits
 from marlin_demo.settings import Settings
-from marlin_demo.tasks import get_task
+from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.video import plan_sampling, probe
 
 LOCAL = settings_mod.from_env({})
@@ -40,7 +40,7 @@ def test_defaults_agree_with_the_estimate(settings: Settings, device: str, zero_
     assert capacity.conflicts(settings, device, zero_gpu) == []
     speed = capacity.speed_for(settings, device)
     assert speed is not None
-    for task in ("caption", "find"):
+    for task in TASKS:
         # one window, its frames included, always fits the per-window time limit
         assert capacity.window_s(task, settings, speed) <= settings.request_timeout_s
         # the duration limit accepts nothing the windows cannot cover
@@ -233,7 +233,7 @@ def test_limits_derived_from_a_cpu_entry(key: str) -> None:
     """One window's time on a CPU: its measured prefill, every allowed token at its measured decode rate,
     the recorded preparation and overhead; far beyond the GPU-sized default time limit, which says so."""
     speed = capacity.speeds()[key]
-    for task in ("caption", "find"):
+    for task in TASKS:
         tokens = get_task(task).tokens(REAL_CPU)
         expected = speed.overhead_s + speed.prefill_s + tokens / speed.decode_tokens_per_s
         assert capacity.model_s(task, REAL_CPU, speed) == pytest.approx(expected)
@@ -257,7 +257,7 @@ def test_this_cpu_gets_its_measured_entry_and_a_time_limit_to_match(
     assert speed is not None and speed.isa
     found = capacity.conflicts(REAL_CPU, "cpu")
     assert found and "raise it to at least" in found[0]
-    need = max(math.ceil(capacity.window_s(t, REAL_CPU, speed)) for t in ("caption", "find"))
+    need = max(math.ceil(capacity.window_s(t, REAL_CPU, speed)) for t in TASKS)
     with caplog.at_level("WARNING"):
         derived = check_limits(REAL_CPU)
     assert derived.request_timeout_s == need > REAL_CPU.request_timeout_s

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from marlin_demo import agreement, service
+from marlin_demo import agreement, service, tasks
 from marlin_demo.model_io import Event
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo
 from marlin_demo.tasks import CAPTION, FIND
@@ -49,12 +50,15 @@ def _metrics(**changes: Any) -> Metrics:
 
 def _find(variant: str, span: tuple[float, float] | None, query: str = "the ball rolls") -> FindResult:
     raw = "nothing" if span is None else f"From {span[0]} to {span[1]}."
-    return FindResult(variant, "m", query, span, span is not None, raw, _metrics())
+    ok = span is not None
+    return FindResult(
+        variant=variant, model="m", query=query, span=span, format_ok=ok, raw=raw, metrics=_metrics()
+    )
 
 
 def _caption(variant: str, scene: str, events: list[tuple[float, float, str]]) -> CaptionResult:
     evs = [Event(s, e, d) for s, e, d in events]
-    return CaptionResult(variant, "m", scene, evs, "raw", False, _metrics())
+    return CaptionResult(variant=variant, model="m", scene=scene, events=evs, raw="raw", metrics=_metrics())
 
 
 # --------------------------------------------------------------------------- agreement
@@ -107,7 +111,7 @@ def test_agreement_accepts_dict_shapes_and_single_variant() -> None:
 
 
 def test_unknown_task_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="caption or find"):
+    with pytest.raises(ValueError, match=re.escape(f"choose {tasks.known()}.")):
         agreement.agreement("summarize", {})
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from types import ModuleType
+from typing import get_type_hints
 
 import grimp
+
+from marlin_demo import tasks
 
 PACKAGE = Path(__file__).resolve().parents[1] / "marlin_demo"
 MAX_TOP_MODULES = 14
@@ -161,19 +165,28 @@ def test_one_module_reaches_into_gradio() -> None:
 #: What only an answer type and the registry (``marlin_demo/tasks/``) may write: a branch on the kind of a
 #: result (an ``isinstance`` or ``is`` test of a result class, a ``.scored`` test, a dict or ``match`` keyed
 #: by one, ``type(...)`` compared). Every other layer asks the task's answer type (docs/DESIGN.md).
-RESULT_CLASSES = sorted(re.findall(r"^class (\w+Result)\b", (PACKAGE / "results.py").read_text(), re.M))
-ANSWER_TYPE_BRANCH = re.compile(
-    rf"isinstance\([^)]*\b(?:{'|'.join(RESULT_CLASSES)})\b"
-    rf"|\bis (?:not )?(?:{'|'.join(RESULT_CLASSES)})\b"
-    rf"|[{{,]\s*(?:{'|'.join(RESULT_CLASSES)})\s*:|^\s*(?:{'|'.join(RESULT_CLASSES)})\s*:"
-    rf"|\bcase (?:{'|'.join(RESULT_CLASSES)})\("
-    r"|\.scored\b|\btype\([^)]*\)\s*(?:is|==|!=|in)\b"
-)
+def result_types() -> list[str]:
+    """The result class of every registered task: what its answer type's ``build`` returns."""
+    return sorted({get_type_hints(type(t.answer).build)["return"].__name__ for t in tasks.TASKS.values()})
+
+
+def answer_type_branch(classes: list[str]) -> re.Pattern[str]:
+    kinds = "|".join(classes)
+    return re.compile(
+        rf"isinstance\([^)]*\b(?:{kinds})\b|\bis (?:not )?(?:{kinds})\b"
+        rf"|[{{,]\s*(?:{kinds})\s*:|^\s*(?:{kinds})\s*:|\bcase (?:{kinds})\("
+        r"|\.scored\b|\btype\([^)]*\)\s*(?:is|==|!=|in)\b"
+    )
+
+
+ANSWER_TYPE_BRANCH = answer_type_branch(result_types())
 ANSWER_TYPES = PACKAGE / "tasks"
 
 
-def test_answer_type_rule_sees_each_kind_of_branch() -> None:
-    assert RESULT_CLASSES == ["CaptionResult", "FindResult"]
+def test_answer_type_rule_sees_each_kind_of_branch(question: ModuleType) -> None:
+    """It knows every registered task's result type: the suite's third task's too, once registered."""
+    assert {"CaptionResult", "FindResult", "QuestionResult"} <= set(result_types())
+    rule = answer_type_branch(result_types())
     branches = [
         "if isinstance(result, CaptionResult):",
         "elif isinstance(res, CaptionResult | FindResult):",
@@ -183,15 +196,16 @@ def test_answer_type_rule_sees_each_kind_of_branch() -> None:
         "    FindResult: _span_agreement,",
         "case FindResult(span=s):",
         "if type(result) is FindResult:",
+        "if isinstance(answer, QuestionResult):",
     ]
-    assert [b for b in branches if not ANSWER_TYPE_BRANCH.search(b)] == []
+    assert [b for b in branches if not rule.search(b)] == []
     allowed = [
         "def find(self, video: str) -> FindResult:",
         "result = cast(FindResult, merged)",
         "results: Mapping[str, Result],",
         "if view.result is not None:",
     ]
-    assert [a for a in allowed if ANSWER_TYPE_BRANCH.search(a)] == []
+    assert [a for a in allowed if rule.search(a)] == []
 
 
 def test_no_branch_on_an_answers_type_outside_the_answer_types() -> None:

@@ -148,7 +148,7 @@ def test_the_tools_are_caption_find_compare_with_their_inputs(app_server: AppSer
     assert by_name["caption"].inputSchema["properties"]["variant"]["enum"] == ["gptq", "bnb4", "bf16"]
     # each argument is one docstring line, all of it kept (Gradio's parser keeps an argument's first line)
     assert "(16-bit)" in by_name["find"].inputSchema["properties"]["variant"]["description"]
-    assert by_name["compare"].inputSchema["properties"]["task"]["enum"] == ["caption", "find"]
+    assert by_name["compare"].inputSchema["properties"]["task"]["enum"] == list(TASKS)
     # a time range: optional, described as the docstring says (only that part is asked)
     for name in expected:
         assert "Only that part is decoded" in by_name[name].inputSchema["properties"]["end"]["description"]

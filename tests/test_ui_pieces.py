@@ -251,8 +251,9 @@ def test_a_range_speaks_of_the_range_asked_not_the_clip() -> None:
 
     metrics = Metrics(1.0, 0.1, 10, 10.0, 100, 1.0, "cpu_peak_rss", 0.0, "cpu")
     result = CaptionResult(
-        "gptq", "m", "s", [Event(3.0, 9.0, "a")], "raw", False, metrics, info=RunInfo(duration_s=12.0)
-    )
+        variant="gptq", model="m", scene="s", events=[Event(3.0, 9.0, "a")], raw="raw", metrics=metrics,
+        info=RunInfo(duration_s=12.0),
+    )  # fmt: skip
     assert "this clip is 12 s long" in caption.chapters_html(result)  # the whole clip: its own length
     result.range_s = (3.0, 9.0)
     said = caption.chapters_html(result)

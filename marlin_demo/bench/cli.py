@@ -207,7 +207,9 @@ def _bench(args: argparse.Namespace) -> int:
         raise BenchError(need)
     allowed = [*(k.name for k in kinds()), *extra]
     variants = parse_list(args.variants, "variants", allowed, " (add others with --extra-variants name=DIR)")
-    tasks = parse_list(args.tasks, "tasks", list(TASKS))
+    tasks = (
+        parse_list(args.tasks, "tasks", list(TASKS)) if args.tasks else [t for t in TASKS if TASKS[t].bench]
+    )
     settings = settings.with_(variants=",".join(variants))
     data_dir = data_folder(args.data)
     if not data_dir.is_dir():
@@ -288,7 +290,7 @@ def register(subparsers: Any) -> None:
         help=f"passes over the data per variant (default {DEFAULT_REPEATS})",
     )
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
-    p.add_argument("--tasks", default="caption,find", help="caption, find or both (default caption,find)")
+    p.add_argument("--tasks", help="the tasks to run, comma-separated (default: each task the bench runs)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N clips of each example set")
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     settings_mod.add_arguments(p, only=SETTINGS_FLAGS)

@@ -51,11 +51,13 @@ def record_key(rec: dict[str, Any]) -> tuple[str, str, str, str | None, int]:
 
 
 def asks(example: Example, task: str) -> list[Query | None]:
-    """What a task asks of one example: each of its queries (a task that takes one), else one request
-    where the example has events to score against."""
-    if get_task(task).query:
-        return list(example.queries)
-    return [None] if example.has_caption_truth else []
+    """What a task asks of one example (its entry's ``examples``): a query with its true spans, every one
+    the example lists (find's), else the one its answer's ``truth`` gives."""
+    entry, data, listed = get_task(task), example.to_dict(), {q.query: q for q in example.queries}
+    return [
+        q if q is None else listed.get(q) or Query(q, entry.answer.truth(data, q))
+        for q in entry.examples(data)
+    ]
 
 
 def plan_requests(

@@ -1,5 +1,5 @@
 """The registry of tasks (``registry``) and the two the model was trained on, each with its answer type
-(``caption``, ``find``), registered in this order."""
+(``caption``, ``find``): importing a task's module registers it, placed by its entry's ``order``."""
 
 from marlin_demo.tasks.caption import CAPTION
 from marlin_demo.tasks.find import FIND

@@ -144,10 +144,7 @@ class CaptionAnswer(Answer):
 
     def build(self, fixed: CaptionParse, made: Made) -> CaptionResult:
         whole = [{"start": 0.0, "end": made.duration_s, "scene": fixed.scene}]
-        return CaptionResult(
-            made.variant, made.model, fixed.scene, list(fixed.events), made.raw, fixed.repaired, made.metrics,
-            fixed.format_ok, made.info, windows=whole,
-        )  # fmt: skip
+        return made.result(CaptionResult, fixed, scene=fixed.scene, events=list(fixed.events), windows=whole)
 
     def merge(self, windows: Sequence[tuple[Result, Window, float]], made: Made) -> CaptionResult:
         """One timeline of the windows' captions (as the engine repaired them), on the video's time."""
@@ -274,6 +271,7 @@ def chapters_of(result: CaptionResult) -> subtitles.Chapters:
 CAPTION = register_task(
     Task(
         name="caption",
+        order=10,
         help="scene paragraph and timed events for a video",
         prompt=lambda _query: model_io.CAPTION_PROMPT,
         parse=lambda text: model_io.parse_caption(text),  # looked up per call: a test may count them
@@ -281,6 +279,7 @@ CAPTION = register_task(
         answer=CaptionAnswer(),
         max_new_tokens="caption_max_new_tokens",
         window_s="caption_window_s",
+        examples=lambda example: [None] if example.get("scene") or example.get("events") else [],
         noun="a caption",
         plural="captions",
         summary="Describe what happens in a video: a scene paragraph and its events with start and end "

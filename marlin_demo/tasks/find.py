@@ -122,10 +122,7 @@ class FindAnswer(Answer):
     def build(self, fixed: SpanParse, made: Made) -> FindResult:
         span, score = fixed.span, made.score
         moments = [] if span is None or score is None else [Moment(span[0], span[1], score)]
-        return FindResult(
-            variant=made.variant, model=made.model, query=made.query, span=span, format_ok=fixed.format_ok,
-            raw=made.raw, metrics=made.metrics, repaired=fixed.repaired, info=made.info, moments=moments,
-        )  # fmt: skip
+        return made.result(FindResult, fixed, query=made.query, span=span, moments=moments)
 
     def merge(self, windows: Sequence[tuple[Result, Window, float]], made: Made) -> FindResult:
         """The windows' spans (as the engine repaired and scored them) as moments on the video's time."""
@@ -221,6 +218,7 @@ class FindAnswer(Answer):
 FIND = register_task(
     Task(
         name="find",
+        order=20,
         help="start-end span of a described event",
         prompt=lambda query: model_io.FIND_PROMPT_TEMPLATE.format(query=query),
         parse=lambda text: model_io.parse_span(text),
@@ -230,6 +228,10 @@ FIND = register_task(
         window_s="find_window_s",
         overlap_s="find_overlap_s",
         query=True,
+        query_label="What happens? Describe one event",
+        query_placeholder="e.g. the red ball rolls across the field",
+        query_help='The event in plain words, e.g. "a person opens the door" (not empty).',
+        examples=lambda example: [q["query"] for q in example.get("queries") or []],
         noun="a find",
         plural="find",
         summary="Find when a described event happens in a video: one start-end span in seconds.",

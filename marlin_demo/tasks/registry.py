@@ -6,12 +6,14 @@ Layers ask the entry instead of comparing the task's name or the result's type, 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from marlin_demo import model_io
 from marlin_demo.results import Metrics, Result, RunInfo, Window
 from marlin_demo.settings import Settings
+
+R = TypeVar("R", bound=Result)
 
 
 @dataclass
@@ -28,6 +30,14 @@ class Made:
     settings: Settings
     duration_s: float = 0.0
     score: float | None = None
+
+    def result(self, kind: type[R], fixed: Any, **own: Any) -> R:
+        """A ``kind`` result of a (repaired) parse: what every result has, from here and the parse's
+        ``format_ok`` and ``repaired``, and ``own``, the kind's own fields."""
+        return kind(
+            variant=self.variant, model=self.model, raw=self.raw, metrics=self.metrics, info=self.info,
+            format_ok=fixed.format_ok, repaired=fixed.repaired, **own,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,8 @@ class Task:
     """One task: everything a layer reads instead of comparing the task's name."""
 
     name: str
+    #: its place among the tabs, commands and tools (lowest first), whatever order modules are imported in
+    order: int
     #: one line saying what it answers (the CLI's help)
     help: str
     #: the exact prompt, given the cleaned query ('' for a task that takes none)
@@ -138,14 +150,26 @@ class Task:
     repair: Callable[[Any, float | None], Any]
     #: what its answers do: built, merged across windows, printed, compared, scored
     answer: Answer
-    #: the ``Settings`` field of its answer's token limit (what sizes a window's time and GPU call)
+    #: its settings, the only place that says which are its own (``env`` gives their variables): the
+    #: ``Settings`` field of its answer's token limit (what sizes a window's time and GPU call), ...
     max_new_tokens: str
-    #: the ``Settings`` field of its window length: a longer video is answered window by window
+    #: ... of its window length (a longer video is answered window by window) ...
     window_s: str
-    #: the ``Settings`` field of the overlap of consecutive windows (None: windows do not overlap)
+    #: ... and of the overlap of consecutive windows (None: windows do not overlap)
     overlap_s: str | None = None
-    #: whether a request names what to look for (a query, cleaned by ``model_io.sanitize_query``)
+    #: whether a request names what to look for (a query, cleaned by ``model_io.sanitize_query``) ...
     query: bool = False
+    #: ... and its wording: the label of its box (a page tab, Compare), the hint in it, and the API and MCP
+    #: argument's description
+    query_label: str = ""
+    query_placeholder: str = ""
+    query_help: str = ""
+    #: what it asks of an example clip (an examples.json entry): its queries (None: one request without
+    #: one; []: nothing). The examples' buttons and cache, Compare and the bench ask these; its answer's
+    #: ``truth`` and ``score`` read the entry's ground truth
+    examples: Callable[[Mapping[str, Any]], list[str | None]] = lambda example: [None]
+    #: whether ``bench`` runs it when ``--tasks`` is not given
+    bench: bool = True
     #: how a line names one request ("a caption of this clip takes ...")
     noun: str = ""
     #: how the limits line names its requests ("captions up to 30 min")
@@ -156,6 +180,11 @@ class Task:
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # pickled by name (ZeroGPU pickles a GPU call's arguments): its functions are lambdas
         return get_task, (self.name,)
+
+    def env(self) -> dict[str, str]:
+        """Its settings' environment variables, by ``Settings`` field (their flags: the fields' names)."""
+        own = {self.max_new_tokens, self.window_s, self.overlap_s}
+        return {f.name: f.metadata["env"] for f in fields(Settings) if f.name in own}
 
     def tokens(self, settings: Settings) -> int:
         """The token limit of one answer under ``settings``."""
@@ -183,13 +212,15 @@ class Task:
 
 _TASKS: dict[str, Task] = {}
 
-#: the known tasks by name, in the order they were registered (a read-only view of the registry)
+#: the known tasks by name, in their ``order`` (a read-only view of the registry)
 TASKS: Mapping[str, Task] = _TASKS
 
 
 def register_task(task: Task) -> Task:
-    """Add (or replace) a task; every layer reads it from here on."""
-    _TASKS[task.name] = task
+    """Add (or replace) a task in its ``order``; every layer reads it from here on."""
+    entries = sorted([*(t for t in _TASKS.values() if t.name != task.name), task], key=lambda t: t.order)
+    _TASKS.clear()
+    _TASKS.update((t.name, t) for t in entries)
     return task
 
 

@@ -56,7 +56,6 @@ RANGE_ARGS = {
 VIDEO_NOTE = (
     "The video goes as a file (gradio_client: handle_file('clip.mp4')) or as text (see its argument)."
 )
-QUERY_ARG = 'The event in plain words, e.g. "a person opens the door" (not empty).'
 
 COMPARE_RETURNS = (
     'JSON {"task": str, "query": str or null, "results": {variant: the task\'s JSON}, "agreement": '
@@ -226,7 +225,11 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
             return answer(video, None, variant, start, end, request)  # type: ignore[no-any-return]
 
         endpoint = tells
-    args = {"video": VIDEO_ARG, **({"query": QUERY_ARG} if task.query else {}), "variant": variant_arg(ctx)}
+    args = {
+        "video": VIDEO_ARG,
+        **({"query": task.query_help} if task.query else {}),
+        "variant": variant_arg(ctx),
+    }
     summary = task.summary or task.help[:1].upper() + task.help[1:] + "."
     about = f"{summary} {VIDEO_NOTE} {long_video_note(ctx, task)} {limits_text(ctx)}"
     return named(endpoint, task.name, ctx, about, {**args, **RANGE_ARGS}, task.answer.returns)

@@ -100,10 +100,7 @@ def answer_examples_at_start(ctx: UIContext) -> threading.Thread:
     def run() -> None:
         for example in ctx.examples:
             path = str(ctx.clip(example))
-            first = [q["query"] for q in (example.get("queries") or [])[:1]]  # a task with a query: the first
-            jobs = [
-                (task.name, q) for task in tasks.TASKS.values() for q in (first if task.query else [None])
-            ]
+            jobs = [(task.name, q) for task in tasks.TASKS.values() for q in task.examples(example)[:1]]
             for task, query in jobs:
                 key = ctx.answers.key(task, example, ctx.default_variant, query)
                 if ctx.answers.get(key) is not None:

@@ -40,7 +40,7 @@ class CaptionView(RunView):
     tab: CaptionTab
 
     def __init__(self, ctx: UIContext, tab: CaptionTab, asked: Asked) -> None:
-        budget = max(1, ctx.settings.caption_max_new_tokens) * 4  # ~characters per token
+        budget = max(1, CAPTION.tokens(ctx.settings)) * 4  # ~characters per token
         super().__init__(
             ctx, tab, asked, written=lambda text: min(1.0, len(text) / budget), window_step=": writing"
         )

@@ -35,6 +35,7 @@ from marlin_demo.ui.compare_html import (
 from marlin_demo.ui.context import PRIVATE_UI, STAMP_JS, UIContext, variant_label
 from marlin_demo.ui.example_runs import example_labels, short_name
 from marlin_demo.ui.inputs import require_upload, session_of, user_errors
+from marlin_demo.ui.run_tab import query_words
 from marlin_demo.ui.running import RunState, StageView, Updates, follow, wire_run_and_stop, with_buttons
 from marlin_demo.ui.shared_clip import Clip, while_shown
 from marlin_demo.ui.status import error_html
@@ -86,15 +87,10 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
     with gr.Row(equal_height=False, elem_classes="mr-tab"):
         with gr.Column(scale=4, min_width=300, elem_classes="mr-inputs"):
             choices = [(view_of(name).choice, name) for name in TASKS]
-            task = gr.Radio(choices, value="caption", label="Task", elem_id="compare-task")
-            query = gr.Textbox(
-                "",
-                label="Event to find",
-                placeholder="e.g. the blue square leaves the frame",
-                visible=False,
-                max_length=ctx.settings.max_query_chars,
-                elem_id="compare-query",
-            )
+            first = next(iter(TASKS.values()))
+            task = gr.Radio(choices, value=first.name, label="Task", elem_id="compare-task")
+            words = query_words(first)
+            query = gr.Textbox("", max_length=ctx.settings.max_query_chars, elem_id="compare-query", **words)
             include_bf16 = gr.Checkbox(
                 False,
                 label="Also run bf16 (16-bit reference: more memory, slower to load)",
@@ -173,20 +169,20 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
 
 
 def _examples(ctx: UIContext, inputs: list[Any]) -> None:
-    """The examples fill the inputs only (video, task, query): a comparison runs when asked."""
-    if not ctx.examples:
+    """The examples fill the inputs only (video, task, query), each clip the next task's in turn with
+    that task's first query: a comparison runs when asked."""
+    entries = list(TASKS.values())
+    turns = [(e, entries[i % len(entries)]) for i, e in enumerate(ctx.examples)]
+    rows = [(e, task.name, q) for e, task in turns for q in task.examples(e)[:1]]
+    if not rows:
         return
-    rows = [(e, (e.get("queries") or [{}])[0].get("query", "")) for e in ctx.examples]
     gr.Examples(
-        examples=[
-            [str(ctx.clip(e)), "find" if i % 2 else "caption", q if i % 2 else ""]
-            for i, (e, q) in enumerate(rows)
-        ],
+        examples=[[str(ctx.clip(e)), task, q or ""] for e, task, q in rows],
         inputs=inputs,
         example_labels=example_labels(
             [
-                f"▶ {e.get('title') or short_name(e)} · " + (f"find “{q}”" if i % 2 else "caption")
-                for i, (e, q) in enumerate(rows)
+                f"▶ {e.get('title') or short_name(e)} · {task}" + (f" “{q}”" if q else "")
+                for e, task, q in rows
             ]
         ),
         label="Examples",
@@ -455,7 +451,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
             tab.cards: view.cards(view.live, stopped=True),
         }
 
-    tab.task.change(lambda t: gr.update(visible=get_task(t).query), tab.task, tab.query, **PRIVATE_UI)
+    tab.task.change(lambda t: gr.update(**query_words(get_task(t))), tab.task, tab.query, **PRIVATE_UI)
     tab.include_bf16.change(
         lambda on: gr.update(value=run_label(ctx, bool(on))), tab.include_bf16, tab.run, **PRIVATE_UI
     )

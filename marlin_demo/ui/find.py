@@ -12,6 +12,7 @@ import gradio as gr
 from marlin_demo.longvideo import policy
 from marlin_demo.metrics import temporal_iou
 from marlin_demo.results import FindResult
+from marlin_demo.tasks import get_task
 from marlin_demo.tasks.find import truth_span
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext, clip_stem
@@ -89,7 +90,7 @@ class FindTab(RunTab):
         def suggest(video: str | None) -> Any:
             """Offer the example's queries when the clip is one of the examples."""
             example = ctx.ground_truth(video)
-            queries = [q["query"] for q in (example or {}).get("queries", []) or []]
+            queries = [q for q in get_task(self.name).examples(example or {}) if q]
             return gr.update(choices=queries, value=None, visible=bool(queries))
 
         def ready(text: str | None) -> Updates:
@@ -184,10 +185,10 @@ def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
 
 def render(ctx: UIContext, clip: Clip) -> FindTab:
     """Lay out the tab: the query, its line and an example's queries above the variant."""
+    task = get_task(FindTab.name)
     inputs = {
         "query": gr.Textbox(
-            label="What happens? Describe one event",
-            placeholder="e.g. the red ball rolls across the field",
+            **run_tab.query_words(task),
             lines=1,
             elem_id="find-query",
             render=False,

@@ -294,7 +294,10 @@ def lay_out(
     Outputs are made first so the examples can name them."""
     ids = {"answer": kind.answer_id, "notice": "notice", "metrics": "metrics", "progress": "progress"}
     outputs: dict[str, Any] = {
-        **{part: gr.HTML("", elem_id=f"{kind.name}-{id_}", render=False) for part, id_ in ids.items()},
+        **{
+            part: gr.HTML("", elem_id=f"{kind.name}-{id_}", elem_classes=f"mr-{part}", render=False)
+            for part, id_ in ids.items()
+        },
         "timeline": gr.HTML(
             timeline.placeholder(kind.placeholder, kind.ghost),
             js_on_load=timeline.TIMELINE_JS,
@@ -320,10 +323,13 @@ def lay_out(
                 label="Variant",
                 info=ctx.status.withheld_note or None,  # a variant this machine cannot run: why
                 elem_id=f"{kind.name}-variant",
+                elem_classes="mr-variant",
             )
             with gr.Row(elem_classes="mr-buttons"):
                 button = gr.Button(label, variant="primary", elem_id=f"{kind.name}-run", **(run or {}))
-                stop = gr.Button("Stop", variant="stop", visible=False, elem_id=f"{kind.name}-stop")
+                stop = gr.Button(
+                    "Stop", variant="stop", visible=False, elem_id=f"{kind.name}-stop", elem_classes="mr-stop"
+                )
             tab = kind(clip=clip, variant=variant, run=button, stop=stop, **outputs, **(inputs or {}), **own)
             tab.examples = examples(ctx, tab)
         with gr.Column(scale=7, min_width=360, elem_classes="mr-results"):
@@ -346,12 +352,10 @@ def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
     inputs, then runs as Run does (``listen``). On a phone they come after the result (style.css)."""
     rows: list[tuple[list[Any], str]] = []
     for e in ctx.examples:
-        clip, title, asks = str(ctx.clip(e)), f"▶ {e.get('title') or short_name(e)}", e.get("queries") or []
-        if tab.query is None:
-            rows.append(([clip, ctx.default_variant], title))
-        else:
-            rows += [([clip, q["query"], ctx.default_variant], f"{title} · “{q['query']}”") for q in asks[:1]]
-    with gr.Column(elem_classes="mr-examples"):
+        clip, title = str(ctx.clip(e)), f"▶ {e.get('title') or short_name(e)}"
+        for asked in ([] if q is None else [q] for q in get_task(tab.name).examples(e)[:1]):
+            rows.append(([clip, *asked, ctx.default_variant], title + "".join(f" · “{q}”" for q in asked)))
+    with gr.Column(elem_classes=["mr-examples", "mr-run-examples"]):
         if not rows:
             return None
         found = gr.Examples(
@@ -397,13 +401,19 @@ class AnswerTab(RunTab):
         return {**self.answered(ctx, result, cold), self.answer: answer_html(get_task(self.name), result)}
 
 
+def query_words(task: Task) -> dict[str, Any]:
+    """The query box as its task words it: its label and the hint in it (hidden for a task without one)."""
+    return {
+        "label": task.query_label or "Query",
+        "placeholder": task.query_placeholder,
+        "visible": task.query,
+    }
+
+
 def render_answer(ctx: UIContext, clip: Clip, task: Task) -> AnswerTab:
     """Lay out a task's generic tab (inside the caller's ``gr.Tab``): its own ``AnswerTab`` class, named."""
     kind = type(f"{task.name.title()}Tab", (AnswerTab,), {"name": task.name})
-    query = (
-        gr.Textbox(label="What to look for", elem_id=f"{task.name}-query", render=False)
-        if task.query
-        else None
-    )
+    words = query_words(task)
+    query = gr.Textbox(elem_id=f"{task.name}-query", render=False, **words) if task.query else None
     shown = ("progress", "answer", "notice", "metrics", "timeline", "raw")
     return lay_out(ctx, kind, clip, f"Run {task.name}", 4, shown, {"query": query} if query else None)

@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 from gradio.blocks import Block
 
+from marlin_demo.tasks import TASKS
 from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, STAMP_JS, UIContext
 from marlin_demo.ui.credits import credit_line
 from marlin_demo.ui.inputs import session_of
@@ -22,7 +23,7 @@ from marlin_demo.ui.running import Updates
 from marlin_demo.ui.status import STATUS_JS, clip_status
 
 HINT = (
-    "Caption, Find and Compare all work on this clip: upload one, or click an example in any tab. "
+    "{tabs} and Compare all work on this clip: upload one, or click an example in any tab. "
     "Clearing it (×) clears it for every tab. From and To (optional) ask about that part of it only."
 )
 
@@ -44,7 +45,8 @@ def render(ctx: UIContext) -> Clip:
         with gr.Column(scale=4, min_width=300, elem_id="clip-column"):
             video = gr.Video(label="Video", sources=["upload"], elem_id=CLIP_ID, height=240)
         with gr.Column(scale=8, min_width=300):
-            gr.HTML(f'<p class="mx-note">{HINT}</p>', elem_id="clip-hint")
+            tabs = ", ".join(name.title() for name in TASKS)  # every task's tab, in order
+            gr.HTML(f'<p class="mx-note">{HINT.format(tabs=tabs)}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
                 # shown with a clip; labelled by their placeholders (and aria labels): one short line.
                 # No ``minimum``: Gradio would refuse a negative From before our code runs (an HTTP
@@ -60,7 +62,7 @@ def render(ctx: UIContext) -> Clip:
             status = gr.HTML("", js_on_load=STATUS_JS, elem_id="clip-status", elem_classes="mr-slim")
             credit = gr.HTML("", elem_id="clip-credit")  # an example's credit_line
     stamp = gr.Number(0, visible=False, elem_id="clip-stamp")
-    return Clip(video, status, credit, start, end, stamp, gr.State("caption"))
+    return Clip(video, status, credit, start, end, stamp, gr.State(next(iter(TASKS))))  # the first tab
 
 
 def listen(

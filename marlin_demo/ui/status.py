@@ -15,7 +15,7 @@ from marlin_demo.longvideo import policy
 from marlin_demo.model_io import clock, clock_part
 from marlin_demo.results import Result, RunInfo, memory_label
 from marlin_demo.service import cost, gpu_calls
-from marlin_demo.tasks import CAPTION, TASKS, get_task
+from marlin_demo.tasks import TASKS, get_task
 from marlin_demo.ui import example_runs
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import UIContext, fmt
@@ -28,9 +28,10 @@ def tab_work(
 ) -> tuple[str, list[str]] | None:
     """What the selected tab would run on the clip: its task and variants (Compare: each of its variants,
     one call per window each); None on a tab that runs nothing on it (Library, About)."""
-    tab = tab or "caption"  # the page opens on Caption
+    first = next(iter(TASKS))  # the page opens on the first task's tab; Compare on that task
+    tab = tab or first
     if tab == "compare":
-        return get_task(compare_task or CAPTION.name).name, ctx.compare_variants(bool(with_bf16))
+        return get_task(compare_task or first).name, ctx.compare_variants(bool(with_bf16))
     return (tab, [ctx.default_variant]) if tab in TASKS else None  # a task's tab (its id) runs that task
 
 
@@ -39,7 +40,7 @@ def clip_status(
     video: str | None,
     start: float | None = None,
     end: float | None = None,
-    tab: str | None = "caption",
+    tab: str | None = None,
     compare_task: str | None = None,
     with_bf16: bool = False,
 ) -> str:
