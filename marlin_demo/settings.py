@@ -190,6 +190,8 @@ class Settings:
         "run the checkpoint's own code (needs a pinned 40-hex revision)",
         ("bench", "batch"),
     )
+    #: the values of the settings registered tasks bring (``value`` reads them), as (name, value) pairs
+    task_values: tuple[tuple[str, Any], ...] = ()
 
     @property
     def variant_list(self) -> list[str]:
@@ -215,9 +217,70 @@ class Settings:
     def is_tiny(self) -> bool:
         return self.model == "tiny"
 
+    def value(self, name: str) -> Any:
+        """A setting by name: a field, or one a registered task brings (``register_setting``)."""
+        if name in _TASK_SETTINGS:
+            return dict(self.task_values).get(name, _TASK_SETTINGS[name].default)
+        return getattr(self, name)
+
     def with_(self, **changes: Any) -> Settings:
-        """A copy with some values changed (tests and the CLI use it)."""
-        return replace(self, **changes)
+        """A copy with some values changed (tests and the CLI use it), a task's settings among them."""
+        own = {k: v for k, v in changes.items() if k not in _TASK_SETTINGS}
+        brought = {k: v for k, v in changes.items() if k in _TASK_SETTINGS}
+        if brought:
+            own["task_values"] = tuple(sorted({**dict(self.task_values), **brought}.items()))
+        return replace(self, **own)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One setting as the environment, the flags and the docs' table know it: a ``Settings`` field, or one
+    a registered task brings (``TaskSetting``)."""
+
+    name: str
+    kind: str  # "int", "float", "str" or "bool"
+    default: Any
+    meta: Mapping[str, Any]  # env, commands, help (and a field's own flag or fallback_env)
+
+
+@dataclass(frozen=True)
+class TaskSetting:
+    """A setting a task brings in its entry (its token limit, window length...): a task outside the package
+    adds no ``Settings`` field; ``Settings.value`` reads it, its variable and flag work as a field's."""
+
+    name: str
+    default: int | float
+    env: str
+    help: str
+    commands: tuple[Command, ...] = ("run", "bench", "batch")
+
+
+_TASK_SETTINGS: dict[str, TaskSetting] = {}
+
+
+def register_setting(setting: TaskSetting) -> None:
+    """Make a task's setting known (``tasks.register_task`` calls it for each one its entry brings)."""
+    if setting.name in {f.name for f in fields(Settings)}:
+        raise ValueError(f"{setting.name!r} is already a setting")
+    _TASK_SETTINGS[setting.name] = setting
+
+
+def unregister_setting(name: str) -> None:
+    _TASK_SETTINGS.pop(name, None)
+
+
+def specs() -> list[Spec]:
+    """Every setting: the fields (``task_values`` aside), then those the registered tasks brought."""
+    own = [Spec(f.name, str(f.type), f.default, f.metadata) for f in fields(Settings) if f.metadata]
+    return own + [
+        Spec(
+            s.name,
+            type(s.default).__name__,
+            s.default,
+            {"env": s.env, "commands": s.commands, "help": s.help},
+        )
+        for s in _TASK_SETTINGS.values()
+    ]
 
 
 _TYPES: dict[str, type] = {"int": int, "float": float}  # a field's annotation -> how its text is read
@@ -229,17 +292,17 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     values: dict[str, Any] = {}
     if env.get("SPACE_ID"):  # a Hugging Face Space: what a visitor's GPU slot can afford
         values.update(SPACE_DEFAULTS)
-    for f in fields(Settings):
-        names = [f.metadata["env"], f.metadata.get("fallback_env")]
+    for spec in specs():
+        names = [spec.meta["env"], spec.meta.get("fallback_env")]
         name = next((n for n in names if n and env.get(n, "") != ""), None)
         if name is not None:
-            raw, kind = env[name], str(f.type)  # the annotation, a string: annotations are postponed
+            raw, kind = env[name], spec.kind
             truthy = raw.strip().lower() in {"1", "true", "yes", "on"}
             try:
-                values[f.name] = truthy if kind == "bool" else _TYPES.get(kind, str)(raw)
+                values[spec.name] = truthy if kind == "bool" else _TYPES.get(kind, str)(raw)
             except ValueError as exc:
-                raise ValueError(f"{name}={env[name]!r} is not a valid {f.type}") from exc
-    return Settings(**values)
+                raise ValueError(f"{name}={env[name]!r} is not a valid {kind}") from exc
+    return Settings().with_(**values)
 
 
 #: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read where no Settings is at
@@ -256,7 +319,7 @@ def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if name in PROCESS_ENV:
         return env.get(PROCESS_ENV[name], "").strip()
-    meta = next((f.metadata for f in fields(Settings) if f.name == name), None)
+    meta = next((s.meta for s in specs() if s.name == name), None)
     if meta is None:
         raise ValueError(f"unknown setting {name!r}")
     for var in (meta["env"], meta.get("fallback_env")):
@@ -267,47 +330,42 @@ def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
 
 def env_name(name: str) -> str:
     """The ``MARLIN_*`` variable of a setting (named in messages that tell what to change)."""
-    return next(str(f.metadata["env"]) for f in fields(Settings) if f.name == name)
+    return next(str(s.meta["env"]) for s in specs() if s.name == name)
 
 
 def flags_for(command: Command) -> tuple[str, ...]:
     """The settings ``command`` takes as flags (field order), from each field's ``commands`` metadata."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}: choose from {', '.join(COMMANDS)}")
-    return tuple(f.name for f in fields(Settings) if command in f.metadata.get("commands", ()))
+    return tuple(s.name for s in specs() if command in s.meta.get("commands", ()))
 
 
 def flag_of(name: str) -> str:
     """A setting's flag: ``--max-upload-mb`` for ``max_upload_mb`` unless its ``flag`` metadata names one."""
-    meta = next(f.metadata for f in fields(Settings) if f.name == name)
+    meta = next(s.meta for s in specs() if s.name == name)
     return str(meta.get("flag") or "--" + name.replace("_", "-"))
 
 
 def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
     """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment;
     ``only``: these names (a command's: ``flags_for``)."""
-    for f in fields(Settings):
-        if only is not None and f.name not in only:
+    for spec in specs():
+        if only is not None and spec.name not in only:
             continue
-        kind = str(f.type)  # already a string: annotations are postponed
-        how: dict[str, Any] = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"]}
-        if kind != "bool":
-            envs = " or ".join(f"${n}" for n in (f.metadata["env"], f.metadata.get("fallback_env")) if n)
-            how = {"type": _TYPES.get(kind, str), "help": f"{how['help']} ({envs})"}
-        parser.add_argument(flag_of(f.name), dest=f.name, default=None, **how)
+        how: dict[str, Any] = {"action": argparse.BooleanOptionalAction, "help": spec.meta["help"]}
+        if spec.kind != "bool":
+            envs = " or ".join(f"${n}" for n in (spec.meta["env"], spec.meta.get("fallback_env")) if n)
+            how = {"type": _TYPES.get(spec.kind, str), "help": f"{how['help']} ({envs})"}
+        parser.add_argument(flag_of(spec.name), dest=spec.name, default=None, **how)
 
 
 def from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
     """Environment first, then any flag given on the command line."""
     settings = base or from_env()
-    given = {
-        f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None
-    }
-    return replace(settings, **given)
+    given = {s.name: getattr(args, s.name) for s in specs() if getattr(args, s.name, None) is not None}
+    return settings.with_(**given)
 
 
 def settings_table() -> list[tuple[str, str, str, str]]:
     """(env var, flag, default, help) rows: docs/CONFIGURATION.md's table is checked against them."""
-    return [
-        (f.metadata["env"], flag_of(f.name), repr(f.default), f.metadata["help"]) for f in fields(Settings)
-    ]
+    return [(s.meta["env"], flag_of(s.name), repr(s.default), s.meta["help"]) for s in specs()]

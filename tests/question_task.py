@@ -14,6 +14,7 @@ from typing import Any, cast
 from marlin_demo import metrics, model_io
 from marlin_demo.model_io import SpanParse
 from marlin_demo.results import Result, Window, span_json
+from marlin_demo.settings import TaskSetting
 from marlin_demo.tasks import Task, register_task
 from marlin_demo.tasks.find import map_span
 from marlin_demo.tasks.registry import Answer, Made, seconds, value
@@ -134,9 +135,18 @@ QUESTION = register_task(
         parse=parse_question,
         repair=repair_question,
         answer=QuestionAnswer(),
-        max_new_tokens="find_max_new_tokens",  # its settings: a sentence and a span, find's size
-        window_s="find_window_s",
-        overlap_s="find_overlap_s",
+        max_new_tokens="question_max_new_tokens",  # its own settings: a sentence and a span
+        window_s="question_window_s",
+        overlap_s="question_overlap_s",
+        brings=(
+            TaskSetting(
+                "question_max_new_tokens", 64, "MARLIN_QUESTION_MAX_NEW_TOKENS", "token limit for answers"
+            ),
+            TaskSetting("question_window_s", 30.0, "MARLIN_QUESTION_WINDOW_S", "question window length (s)"),
+            TaskSetting(
+                "question_overlap_s", 5.0, "MARLIN_QUESTION_OVERLAP_S", "overlap of question windows (s)"
+            ),
+        ),
         query=True,
         query_label="Your question about the clip",
         query_placeholder="e.g. what colour is the square?",

@@ -22,7 +22,8 @@ from result_shapes import METRIC_KEYS
 from test_mcp import with_session
 from ui_support import free_port
 
-from marlin_demo import agreement, cli, service, tasks
+from marlin_demo import agreement, cli, models, service, tasks
+from marlin_demo import settings as settings_mod
 from marlin_demo.engine import Engine
 from marlin_demo.longvideo import policy
 from marlin_demo.service import capacity, cost, gpu_calls
@@ -32,7 +33,7 @@ from marlin_demo.ui.blocks import build_demo
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "blue_square.mp4"  # 10 s
 ASK = "what colour is the square?"
-FLAGS = ["--model", "tiny", "--device", "cpu", "--variant", "bf16", "--find-max-new-tokens", "8"]
+FLAGS = ["--model", "tiny", "--device", "cpu", "--variant", "bf16", "--question-max-new-tokens", "8"]
 QUESTION_KEYS = "variant model query answer span raw format_ok repaired metrics runtime partial range".split()
 #: the public JSON of caption and find, key by key in order (``results`` to_dict; the API adds chapters)
 CAPTION_ORDER = "variant model scene events raw repaired metrics runtime windows partial range".split()
@@ -86,11 +87,13 @@ def test_its_entry_words_its_query_and_names_its_settings_and_examples(question:
     its wording and examples are its own."""
     entry = tasks.get_task("question")
     assert entry.env() == {
-        "find_max_new_tokens": "MARLIN_FIND_MAX_NEW_TOKENS",
-        "find_window_s": "MARLIN_FIND_WINDOW_S",
-        "find_overlap_s": "MARLIN_FIND_OVERLAP_S",
+        "question_max_new_tokens": "MARLIN_QUESTION_MAX_NEW_TOKENS",
+        "question_window_s": "MARLIN_QUESTION_WINDOW_S",
+        "question_overlap_s": "MARLIN_QUESTION_OVERLAP_S",
     }
-    s = Settings(find_window_s=20.0, find_overlap_s=0.0, max_windows=3, find_max_new_tokens=100)
+    s = Settings(max_windows=3, find_max_new_tokens=100).with_(
+        question_window_s=20.0, question_overlap_s=0.0, question_max_new_tokens=100
+    )
     assert [(w.start, w.end) for w in policy.plan_for("question", 50.0, s)] == [(0, 20), (20, 40), (40, 50)]
     assert entry.tokens(s) == 100 and capacity.longest_video_s("question", s) == 60.0
     assert ", questions up to 60 s" in capacity.limits_line(s)
@@ -101,6 +104,21 @@ def test_its_entry_words_its_query_and_names_its_settings_and_examples(question:
     asked = [tasks.get_task(name).examples(example) for name in ("caption", "find", "question")]
     assert asked == [[], ["a door opens"], [ASK]]
     assert entry.answer.truth(example, ASK) == (0.0, 3.0) and entry.query_label != tasks.FIND.query_label
+
+
+def test_its_settings_are_its_entrys_own(question: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings its entry brings work as a field's: variable, flag, the bench's fingerprint and the
+    docs' table; they go with the task."""
+    monkeypatch.setenv("MARLIN_QUESTION_WINDOW_S", "12.5")
+    assert settings_mod.from_env().value("question_window_s") == 12.5
+    args = cli.build_parser().parse_args(["question", str(CLIP), ASK, "--question-max-new-tokens", "9"])
+    assert tasks.get_task("question").tokens(settings_mod.from_args(args)) == 9
+    assert models.fingerprint(Settings(), "d")["question_max_new_tokens"] == 64
+    assert "MARLIN_QUESTION_OVERLAP_S" in {row[0] for row in settings_mod.settings_table()}
+    tasks.unregister_task("question")
+    assert "question_window_s" not in settings_mod.flags_for("run")
+    with pytest.raises(ValueError, match="already a setting"):
+        settings_mod.register_setting(settings_mod.TaskSetting("find_window_s", 1.0, "X", "x"))
 
 
 def test_every_run_tab_is_styled_by_class(question: ModuleType) -> None:
@@ -115,9 +133,9 @@ def test_every_run_tab_is_styled_by_class(question: ModuleType) -> None:
 @pytest.mark.slow
 def test_service_a_short_clip_and_one_in_windows(question: ModuleType, tiny_settings: Settings) -> None:
     """Its own prompt in every window; the first window's answer that saw it; Compare's JSON."""
-    settings = tiny_settings.with_(device="cpu", find_max_new_tokens=8)
+    settings = tiny_settings.with_(device="cpu", question_max_new_tokens=8)
     windows = service.run(
-        Engine(settings.with_(find_window_s=4.0, find_overlap_s=1.0)), "question", CLIP, "bf16", ASK
+        Engine(settings.with_(question_window_s=4.0, question_overlap_s=1.0)), "question", CLIP, "bf16", ASK
     )
     assert isinstance(windows, question.QuestionResult) and len(windows.info.windows) == 3
     assert all(ASK in info.prompt for info in windows.info.windows) and windows.raw.count("[window ") == 3
@@ -174,7 +192,7 @@ def test_the_api_mcp_compare_and_its_page_tab(
     monkeypatch.setenv("MARLIN_CACHE_EXAMPLES", "off")
     examples = with_questions(tmp_path / "examples")
     settings = tiny_settings.with_(
-        output_dir=str(tmp_path / "out"), examples_dir=str(examples), find_max_new_tokens=8
+        output_dir=str(tmp_path / "out"), examples_dir=str(examples), question_max_new_tokens=8
     )
     demo, launch = build_demo(Engine(settings), settings)
     port = free_port()

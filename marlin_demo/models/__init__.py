@@ -361,11 +361,6 @@ def _load_gptq(
 
 
 #: Settings that change what a request measures (not the limits, nor the cache): a rerun must match them.
-FINGERPRINT_FIELDS = tuple(
-    name
-    for name in settings_mod.flags_for("bench")
-    if name not in ("cache_dir", "max_upload_mb", "max_duration_s", "request_timeout_s")
-)
 
 
 def stack_fingerprint(settings: Settings) -> dict[str, Any]:
@@ -395,7 +390,14 @@ def _compute(settings: Settings, device: str) -> dict[str, str] | str:
 
 
 def fingerprint(settings: Settings, data_digest: str) -> dict[str, Any]:
-    fp: dict[str, Any] = {name: getattr(settings, name) for name in FINGERPRINT_FIELDS}
+    skip = (
+        "cache_dir",
+        "max_upload_mb",
+        "max_duration_s",
+        "request_timeout_s",
+    )  # no answer changes with them
+    # read at the call: a registered task's settings are the bench's flags too
+    fp: dict[str, Any] = {n: settings.value(n) for n in settings_mod.flags_for("bench") if n not in skip}
     fp["data_digest"] = data_digest
     fp["stack"] = stack_fingerprint(settings)  # kernels and compile state: set-ups never mix silently
     return fp

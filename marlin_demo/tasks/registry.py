@@ -6,12 +6,13 @@ Layers ask the entry instead of comparing the task's name or the result's type, 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from marlin_demo import model_io
+from marlin_demo import settings as settings_mod
 from marlin_demo.results import Metrics, Result, RunInfo, Window
-from marlin_demo.settings import Settings
+from marlin_demo.settings import Settings, TaskSetting
 
 R = TypeVar("R", bound=Result)
 
@@ -151,12 +152,14 @@ class Task:
     #: what its answers do: built, merged across windows, printed, compared, scored
     answer: Answer
     #: its settings, the only place that says which are its own (``env`` gives their variables): the
-    #: ``Settings`` field of its answer's token limit (what sizes a window's time and GPU call), ...
+    #: name of its answer's token limit (what sizes a window's time and GPU call), ...
     max_new_tokens: str
     #: ... of its window length (a longer video is answered window by window) ...
     window_s: str
-    #: ... and of the overlap of consecutive windows (None: windows do not overlap)
+    #: ... and of the overlap of consecutive windows (None: windows do not overlap); each a ``Settings``
+    #: field or one of the settings it brings (``brings``: their variables, flags and defaults)
     overlap_s: str | None = None
+    brings: tuple[TaskSetting, ...] = ()
     #: whether a request names what to look for (a query, cleaned by ``model_io.sanitize_query``) ...
     query: bool = False
     #: ... and its wording: the label of its box (a page tab, Compare), the hint in it, and the API and MCP
@@ -184,16 +187,16 @@ class Task:
     def env(self) -> dict[str, str]:
         """Its settings' environment variables, by ``Settings`` field (their flags: the fields' names)."""
         own = {self.max_new_tokens, self.window_s, self.overlap_s}
-        return {f.name: f.metadata["env"] for f in fields(Settings) if f.name in own}
+        return {s.name: s.meta["env"] for s in settings_mod.specs() if s.name in own}
 
     def tokens(self, settings: Settings) -> int:
         """The token limit of one answer under ``settings``."""
-        return int(getattr(settings, self.max_new_tokens))
+        return int(settings.value(self.max_new_tokens))
 
     def windows(self, settings: Settings) -> tuple[float, float]:
         """(length, overlap) of its windows under ``settings``."""
-        overlap = 0.0 if self.overlap_s is None else float(getattr(settings, self.overlap_s))
-        return float(getattr(settings, self.window_s)), overlap
+        overlap = 0.0 if self.overlap_s is None else float(settings.value(self.overlap_s))
+        return float(settings.value(self.window_s)), overlap
 
     def covered_s(self, windows: int, settings: Settings) -> float:
         """The longest video ``windows`` windows cover (a longer one needs more)."""
@@ -217,7 +220,10 @@ TASKS: Mapping[str, Task] = _TASKS
 
 
 def register_task(task: Task) -> Task:
-    """Add (or replace) a task in its ``order``; every layer reads it from here on."""
+    """Add (or replace) a task in its ``order``, with the settings it brings; every layer reads it from here
+    on."""
+    for setting in task.brings:
+        settings_mod.register_setting(setting)
     entries = sorted([*(t for t in _TASKS.values() if t.name != task.name), task], key=lambda t: t.order)
     _TASKS.clear()
     _TASKS.update((t.name, t) for t in entries)
@@ -225,8 +231,9 @@ def register_task(task: Task) -> Task:
 
 
 def unregister_task(name: str) -> None:
-    """Remove a task (tests that registered one of their own)."""
-    _TASKS.pop(name, None)
+    """Remove a task and the settings it brought (tests that registered one of their own)."""
+    for setting in getattr(_TASKS.pop(name, None), "brings", ()):
+        settings_mod.unregister_setting(setting.name)
 
 
 def known() -> str:
