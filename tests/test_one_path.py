@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from ui_support import EXAMPLES, free_port
 
+from marlin_demo import model_io, service, tasks
 from marlin_demo.engine import Engine, core
 from marlin_demo.settings import Settings
 from marlin_demo.ui.blocks import build_demo
@@ -87,3 +88,36 @@ def test_no_ui_module_starts_a_thread() -> None:
             if name in ("Thread", "ThreadPoolExecutor", "start_new_thread", "copy_context"):
                 starts.append(f"{path.name}:{node.lineno} {name}")
     assert not starts, starts
+
+
+@pytest.mark.slow
+def test_a_request_cleans_its_query_once_and_looks_its_task_up_in_the_service(
+    tiny_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query is cleaned once (``service.check_query``) and the task looked up by name only there: the
+    engine gets the entry and the cleaned query, and builds the very prompt of the cleaned query."""
+    cleaned: list[str] = []
+    real_clean = model_io.sanitize_query
+
+    def clean(query: str, *args: Any) -> str:
+        cleaned.append(query)
+        return real_clean(query, *args)
+
+    by_name: list[str] = []
+    real_get = tasks.get_task
+    for module in [m for name, m in sys.modules.items() if name.startswith("marlin_demo.")]:
+        if getattr(module, "get_task", None) is not real_get or module.__name__.startswith(tasks.__name__):
+            continue  # (the registry's own name for it stays: what every module's lookup calls)
+
+        def lookup(task: Any, _module: str = module.__name__) -> Any:
+            if isinstance(task, str):
+                by_name.append(_module)
+            return real_get(task)
+
+        monkeypatch.setattr(module, "get_task", lookup)
+    monkeypatch.setattr(model_io, "sanitize_query", clean)
+    engine = Engine(tiny_settings.with_(find_max_new_tokens=6))
+    result = service.run(engine, "find", CLIP, "gptq", '  the  "ball"\x07 rolls ')
+    assert cleaned == ['  the  "ball"\x07 rolls ']  # once, the visitor's own text
+    assert by_name == ["marlin_demo.service"], by_name
+    assert model_io.FIND_PROMPT_TEMPLATE.format(query="the \u201cball\u201d rolls") in result.info.prompt

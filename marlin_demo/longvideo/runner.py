@@ -191,9 +191,7 @@ def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, N
         if not req.whole:
             yield Progress("", k, n)
         length = None if req.whole else wp.window.end - wp.offset_s
-        work = functools.partial(
-            engine.run, req.task.name, pv, req.variant, req.query, cached=hit, length=length
-        )
+        work = functools.partial(engine.run, req.task, pv, req.variant, req.query, cached=hit, length=length)
         try:
             for kind, value in execute(work):
                 if kind == "text":

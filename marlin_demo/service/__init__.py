@@ -55,9 +55,18 @@ Video = str | Path | PreparedVideo
 T = TypeVar("T")
 
 
-def check_query(engine: Engine, task: str, query: str | None) -> str | None:
-    """The cleaned query of a task that takes one (else None); an unknown task or bad query: ValueError."""
-    return get_task(task).ask(query or "", engine.settings)[0]
+class QueryError(ValueError):
+    """A bad query (its sentence): a page says it under the query, not under the clip."""
+
+
+def check_query(engine: Engine, task: str | Task, query: str | None) -> tuple[Task, str | None]:
+    """The one place a request's task is looked up and its query cleaned (``Task.ask``): (its entry, the
+    cleaned query, None for a task without one); an unknown task: ValueError, a bad query: ``QueryError``."""
+    entry = get_task(task)
+    try:
+        return entry, entry.ask(query or "", engine.settings)[0]
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def request(
@@ -72,22 +81,35 @@ def request(
     visitor: str | None = None,
     plans: Sequence[WindowPlan] | None = None,
 ) -> Request:
-    """The one ``Request`` every layer below reads: the task's entry, the query cleaned, the range checked
-    and its windows planned, here and only here (a bad one of each: its sentence, before anything is
-    decoded). ``plans``: these windows of the file instead (a library search's best); ``visitor``: an
-    opaque key of who asked."""
-    entry = get_task(task)
-    clean = entry.ask(query or "", engine.settings)[0]
+    """The one ``Request`` every layer below reads (every entry's, made alike): the task's entry and the
+    query cleaned (``check_query``), the range checked and its windows planned, here and only here (a bad
+    one of each: its sentence, before anything is decoded). ``plans``: these windows of the file instead (a
+    library search's best); ``visitor``: an opaque key of who asked (None: no visitor, a script)."""
+    entry, clean = check_query(engine, task, query)
     span = None if start_s is None and end_s is None else (start_s, end_s)  # None: the whole video
     plans = list(plans or runner.window_plans(engine, video, entry, span))
     asked = None if span is None else (plans[0].window.start, plans[-1].window.end)
     return Request(entry, video, variant, clean, tuple(plans), asked, visitor)
 
 
-def run(engine: Engine, *args: Any, **kw: Any) -> Result:
-    """The blocking form: ``stream(engine, *args, **kw)`` drained (a ZeroGPU refusal after some windows:
-    those, ``partial``); ``stop`` set: it leaves at once (``Cancelled``)."""
-    for stage in stream(engine, *args, **kw):
+def run(
+    engine: Engine,
+    task: str | Task | Request,
+    video: Video | None = None,
+    variant: Variant | None = None,
+    query: str | None = None,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    stop: threading.Event | None = None,
+    visitor: str | None = None,
+) -> Result:
+    """``stream`` drained (a ZeroGPU refusal after some windows: those, ``partial``); ``stop`` set: it
+    leaves at once (``Cancelled``)."""
+    asked = stream(
+        engine, task, video, variant, query, start_s=start_s, end_s=end_s, stop=stop, visitor=visitor
+    )
+    for stage in asked:
         if isinstance(stage, Done):
             return stage.result
     raise Cancelled()
@@ -187,7 +209,7 @@ def asked_range(
 
 def stream(
     engine: Engine,
-    task: str | Request,
+    task: str | Task | Request,
     video: Video | None = None,
     variant: Variant | None = None,
     query: str | None = None,
@@ -195,15 +217,17 @@ def stream(
     start_s: float | None = None,
     end_s: float | None = None,
     stop: threading.Event | None = None,
+    visitor: str | None = None,
 ) -> Generator[Stage, None, None]:
     """The request's stages as they happen (``runner.answer``'s, then ``Done``), its windows in the
-    scheduler's turns; ``task`` is a ``request`` already made, or what makes one. Closing it early (a
+    scheduler's turns; ``task`` is a ``request`` already made, or what makes one (``request``'s arguments).
+    Closing it early (a
     client that went away) stops the generation at its next token, so an abandoned request does not keep
     the model busy; ``stop`` set: no further turn. When ZeroGPU refuses a later window's call, those
     answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
     t0 = time.perf_counter()
     if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
-        task = request(engine, task, video or "", variant or "", query, start_s, end_s)
+        task = request(engine, task, video or "", variant or "", query, start_s, end_s, visitor=visitor)
     req = task
     own = None if stop is not None else threading.Event()  # the caller's own stop is theirs to set
     stop = stop or own
@@ -332,8 +356,8 @@ CompareEvent = Prepared | VariantStarted | VariantFinished | WarmRerun | Compari
 
 def compare(
     engine: Engine,
-    task: str,
-    video: Video,
+    task: str | Task | Request,
+    video: Video | None,
     variants: Sequence[Variant],
     query: str | None = None,
     *,
@@ -342,12 +366,15 @@ def compare(
     end_s: float | None = None,
     warm_reruns: bool = False,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
-    """Run ``task`` on each variant in turn: Prepared, per variant Started/Finished, then the Comparison
-    (contract: docs/DESIGN.md). ``live`` also yields each variant's ``Loaded`` and ``Progress``
-    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``run``. ``warm_reruns``: on a
-    one-window request, ``warm_reruns_for`` chooses answers to time again (each after a ``WarmRerun``)."""
+    """Run ``task`` (a ``request`` already made, or what makes one, as ``stream``) on each variant in turn:
+    Prepared, per variant Started/Finished, then the Comparison (contract: docs/DESIGN.md). ``live`` also
+    yields each variant's ``Loaded`` and ``Progress`` stages (the Compare tab streams the text).
+    ``warm_reruns``: on a one-window request, ``warm_reruns_for`` chooses answers to time again (each after
+    a ``WarmRerun``)."""
     # made once: bad input fails now, and every variant reads the same cached frames
-    req = request(engine, task, video, "", query, start_s, end_s)  # too many windows: refused now
+    if not isinstance(task, Request):  # too many windows: refused now
+        task = request(engine, task, video or "", "", query, start_s, end_s)
+    req, video = task, task.video
     plans = list(req.plans)
     if req.whole:
         prepared, cached = engine.store.prepare(video)
@@ -358,7 +385,7 @@ def compare(
         cached = all([hit for _, _, hit in engine.window_frames(path, plans)])
         info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
         yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
-    out = Comparison(task, req.query, info, list(variants))
+    out = Comparison(req.task.name, req.query, info, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
         """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on

@@ -273,24 +273,16 @@ class CompareView(StageView[Updates]):
         self.i, self.v = 0, ""  # the variant running now
         self.rerun = False  # it runs again, warm (``service.WarmRerun``)
         self.comparison: service.Comparison | None = None
+        self.req: service.Request | None = None  # made as the comparison starts (``updates``)
 
     def updates(
-        self, rows: list[dict[str, Any]], start: float | None, end: float | None
+        self, rows: list[dict[str, Any]], start: float | None, end: float | None, visitor: str
     ) -> Iterator[Updates]:
         """The comparison as it runs (closing it, Stop, stops the model), then its tables and charts."""
         yield {self.tab.summary: progress_html(None, 0, len(self.variants), "Reading the video…")}
-        first, last = service.asked_range(self.ctx.engine, self.path, start, end) or (None, None)
-        events = service.compare(
-            self.ctx.engine,
-            self.task,
-            self.path,
-            self.variants,
-            self.query,
-            live=True,
-            start_s=first,
-            end_s=last,
-            warm_reruns=True,
-        )
+        engine = self.ctx.engine  # the request made as every tab makes it (its query cleaned once)
+        self.req = service.request(engine, self.task, self.path, "", self.query, start, end, visitor=visitor)
+        events = service.compare(engine, self.req, None, self.variants, live=True, warm_reruns=True)
         yield from follow(events, self, self.ctx.settings.stream_every_s)
         yield self.finished(rows)
 
@@ -314,8 +306,9 @@ class CompareView(StageView[Updates]):
         assert run.prepared is not None
         self.duration = run.prepared.video.duration_s
         self.example = self.ctx.ground_truth(self.path)
-        clean = service.check_query(self.ctx.engine, self.task, self.query)
-        self.truth = None if self.example is None else get_task(self.task).answer.truth(self.example, clean)
+        req = self.req
+        assert req is not None  # (``updates`` made it before the comparison's first stage)
+        self.truth = None if self.example is None else req.task.answer.truth(self.example, req.query)
         return None
 
     def loaded(self, run: RunState) -> Updates | None:
@@ -426,7 +419,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
                 with user_errors():
                     variants = ctx.compare_variants(include_bf16)
                     view = running_in[session] = CompareView(ctx, tab, variants, path, task, query, progress)
-                    yield from view.updates(rows, start, end)
+                    yield from view.updates(rows, start, end, session)
             except gr.Error as exc:
                 yield {tab.summary: error_html(exc.message)}
 

@@ -111,13 +111,14 @@ class RunTab:
         said = self.clip.status
         try:
             with user_errors():
-                asked = Asked(require_upload(video, ctx), pick_variant(variant, ctx))
-                said = self.query_status or self.clip.status
-                asked = asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
-                said = self.clip.status
-                start, end = span or (None, None)
-                req = service.request(ctx.engine, self.name, *asked.what, start, end, visitor=visitor)
-                return asked._replace(request=req)
+                path, v = require_upload(video, ctx), pick_variant(variant, ctx)
+                asked, (start, end) = (query or [None])[0], span or (None, None)
+                try:  # the service's own checks, made once: a bad query is said under the query
+                    req = service.request(ctx.engine, self.name, path, v, asked, start, end, visitor=visitor)
+                except service.QueryError:
+                    said = self.query_status or said
+                    raise
+                return Asked(path, v, req.query, req)
         except gr.Error as exc:
             return {said: status_html(exc.message, error=True)}
 
