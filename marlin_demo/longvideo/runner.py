@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.engine import Cancelled, Engine
+from marlin_demo.engine.graphs import GraphsUnavailable
 from marlin_demo.longvideo import policy
 from marlin_demo.model_io import clock_span
 from marlin_demo.results import Loaded, Prepared, Progress, Result, Stage, VideoInfo, Window, WindowDone
@@ -31,9 +32,9 @@ from marlin_demo.video.windows import WindowPlan, plan_window
 ClipWork = Callable[..., Any]
 #: what a clip's work gives as it runs: ("text", t)..., then ("done", result) or ("error", exception)
 Item = tuple[str, Any]
-#: runs one clip's work in a turn and gives its items: ``threaded`` (a turn of the scheduler around it), or
-#: on ZeroGPU one GPU call (``service.space``)
-Execute = Callable[[ClipWork], Iterator[Item]]
+#: one clip's work run in a turn, as a context around its items: ``threaded``'s (the scheduler's turn inside
+#: it), or on ZeroGPU one GPU call's (``service.gpu_calls``); a suspended context adds no frame to the stack
+Execute = Callable[[ClipWork], contextlib.AbstractContextManager[Iterator[Item]]]
 #: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
 Span = tuple[float | None, float | None]
 
@@ -89,12 +90,13 @@ def window_plans(
 
 
 def threaded(
-    work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]]
+    work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]], seconds: int = 0
 ) -> Generator[Item, None, None]:
     """The one place ``generate``'s callbacks become items: ``work(on_text=...)`` in a thread in a copy of
     the caller's context (where ``spaces`` finds the visitor to charge), inside ``within()`` (a turn; graphs
     required), entered there so no ``yield`` splits a context variable it sets (Gradio runs each ``next()``
-    in a fresh copy of the context). Closing this stops the work at its next token."""
+    in a fresh copy of the context). Closing this stops the work at its next token. On ZeroGPU this is the
+    ``spaces.GPU`` function itself, run in the call's process; ``seconds``: the call's size (its duration)."""
     items: queue.Queue[Item] = queue.Queue()
     stop = threading.Event()
 
@@ -192,17 +194,24 @@ def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, N
             yield Progress("", k, n)
         length = None if req.whole else wp.window.end - wp.offset_s
         work = functools.partial(engine.run, req.task, pv, req.variant, req.query, cached=hit, length=length)
-        try:
-            for kind, value in execute(work):
-                if kind == "text":
-                    yield Progress(value, *at)
-                elif kind == "error":
-                    raise value
-                else:
-                    runs.append(WindowRun(wp, value, pv, started))
-        except GeneratorExit:  # the caller went away: its generation stops at the next token
-            engine.note_cancelled()
-            raise
+        for again in (True, False):  # a call sized for graphs the variant cannot capture: once more, eager
+            try:
+                with execute(work) as items:
+                    for kind, value in items:
+                        if kind == "text":
+                            yield Progress(value, *at)
+                        elif kind == "error":
+                            raise value
+                        else:  # (a ZeroGPU call's answer: how it decoded, told to the process that asked)
+                            engine.note_decode(req.variant, value.info.decode)
+                            runs.append(WindowRun(wp, value, pv, started))
+                break
+            except GraphsUnavailable:
+                if not again:
+                    raise
+            except GeneratorExit:  # the caller went away: its generation stops at the next token
+                engine.note_cancelled()
+                raise
         if req.whole:
             runs[0].result.metrics.latency_s += prep_s
             return runs[0].result

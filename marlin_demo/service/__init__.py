@@ -150,40 +150,38 @@ class _Turns:
     asked_s: int = 0
     used_s: float = 0.0
 
-    def execute(self) -> runner.Execute:
-        """The runner's ``execute``: the clip's work in a thread, within the turn (no frame of its own)."""
+    def execute(self, work: runner.ClipWork) -> contextlib.AbstractContextManager[Iterator[runner.Item]]:
+        """The runner's ``execute``: the clip's work within the turn, in ``runner.threaded`` or on ZeroGPU in
+        one call (``gpu``); neither leaves a frame of its own on the stack."""
+        if gpu_calls.zero_gpu():
+            return self.gpu(work)
         turn = functools.partial(scheduler_for(self.engine).turn, self.ticket)
-        return self.gpu if gpu_calls.zero_gpu() else functools.partial(runner.threaded, within=turn)
+        return contextlib.closing(runner.threaded(work, within=turn))
 
-    def gpu(self, work: runner.ClipWork) -> Iterator[runner.Item]:
-        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected; a variant that no
-        longer captures raises ``GraphsUnavailable`` before its prefill and is asked again, sized for
-        eager. What the answer decoded with is remembered; a refused call asked nothing of the quota."""
-        variant = self.req.variant
+    @contextlib.contextmanager
+    def gpu(self, work: runner.ClipWork) -> Iterator[Iterator[runner.Item]]:
+        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected: its items come over the
+        fork's own pipe. A variant that no longer captures raises ``GraphsUnavailable`` before its prefill:
+        it is noted eager, and ``runner.answer`` asks again. A refused call asked nothing of the quota."""
+        variant, refused = self.req.variant, False
         with scheduler_for(self.engine).turn(self.ticket):
             decode = self.engine.decode_expected(variant, self.device)
-            while True:
-                seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
-                asked, t0, refused = gpu_calls.asked_seconds(seconds, self.device), time.perf_counter(), False
-                try:
-                    for kind, value in gpu_calls.gpu_call(work, asked, decode):
-                        if kind == "done":
-                            self.engine.note_decode(variant, getattr(value.info, "decode", ""))
-                        yield kind, value
-                    return
-                except gpu_calls.GpuRefused:
-                    refused = True  # refused before it started: nothing asked of the quota
-                    log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
-                    raise
-                except graphs.GraphsUnavailable:
-                    if decode == "eager":
-                        raise
-                    decode = "eager"
-                    self.engine.note_decode(variant, decode)
-                finally:
-                    if not refused:
-                        self.calls, self.asked_s = self.calls + 1, self.asked_s + asked
-                        self.used_s += time.perf_counter() - t0
+            seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
+            asked, t0 = gpu_calls.asked_seconds(seconds, self.device), time.perf_counter()
+            try:
+                with gpu_calls.gpu_call(work, asked, decode) as items:
+                    yield items
+            except gpu_calls.GpuRefused:
+                refused = True  # refused before it started: nothing asked of the quota
+                log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
+                raise
+            except graphs.GraphsUnavailable:
+                self.engine.note_decode(variant, "eager")
+                raise
+            finally:
+                if not refused:
+                    self.calls, self.asked_s = self.calls + 1, self.asked_s + asked
+                    self.used_s += time.perf_counter() - t0
 
     def report(self, res: Result) -> Result:
         """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""
@@ -237,7 +235,7 @@ def stream(
             turns = _Turns(
                 engine, ticket, req, _share(engine, req.plans), pick_device(engine.settings.device)
             )
-            with contextlib.closing(runner.answer(engine, req, turns.execute())) as stages:
+            with contextlib.closing(runner.answer(engine, req, turns.execute)) as stages:
                 try:
                     while True:
                         stage = next(stages)
