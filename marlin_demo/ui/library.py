@@ -10,7 +10,7 @@ import html
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from marlin_demo.service import cost, gpu_calls
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
 from marlin_demo.ui.inputs import user_errors
-from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
+from marlin_demo.ui.running import Run, Updates, progress_html, streamed, wire_run_and_stop
 from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import status_html
 
@@ -163,7 +163,7 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
     ]
 
 
-def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Updates]:
+def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Updates, None, None]:
     """Build the library if needed, then search it window by window; a failure is said under the query."""
     source = tab.source
     try:
@@ -295,8 +295,11 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     it with the query), and the public ``/search``."""
     buttons = [tab.run, tab.stop]
 
-    def search_ui(query: str) -> Iterator[Updates]:
-        yield from with_buttons(search_updates(ctx, tab, query), buttons)
+    def begin(request: gr.Request, values: tuple[Any, ...]) -> Run:
+        return Run("", {}, search_updates(ctx, tab, *values))  # no clip: shown until it ends
+
+    def failed(said: str) -> Updates:
+        return {tab.progress: "", tab.status: status_html(said, error=True)}
 
     outputs = [
         tab.progress,
@@ -311,7 +314,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     ]
     wire_run_and_stop(
         [tab.run.click, tab.query.submit],
-        search_ui,
+        streamed(ctx, "library", buttons, begin, {}, failed),
         [tab.query],
         outputs,
         buttons,

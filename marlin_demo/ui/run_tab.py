@@ -4,11 +4,10 @@ its own gets ``AnswerTab``: its answer's text and JSON (``ui.views`` finds each 
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
+import functools
 import html
 import json
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -25,11 +24,13 @@ from marlin_demo.ui.example_runs import EXAMPLE_TIMING, example_labels, short_na
 from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
 from marlin_demo.ui.running import (
     BarView,
+    Run,
     RunState,
     Updates,
     follow,
     run_buttons,
     scroll_mark,
+    streamed,
     waiting_updates,
     wire_run_and_stop,
 )
@@ -149,30 +150,9 @@ class RunTab:
         buttons = self.buttons
 
         def runs(example: bool) -> Callable[..., Iterator[Updates]]:
-            def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-                """The request as it runs (the tab's ``RunView``) while its clip is on screen, then Run is
-                back (in the request, not a ``.then`` step, so a stopped request's late end cannot reset the
-                next one's buttons); a bad clip, query or run is said once, under its input (no toast)."""
-                run, session = start_run(ctx, self, values, request, example), session_of(request)
-                if run.first:
-                    yield run.first
-                try:
-                    with user_errors(), contextlib.closing(run.updates) as updates:
-                        for update in updates:
-                            if not ctx.results_clip.shows(session, run.path):  # its clip left: it stops
-                                run.taken = ctx.results_clip.taken(self.name, session, run.path)
-                                if not run.taken:  # (a newer run of the tab's: its outputs are that one's)
-                                    yield {self.progress: ""}
-                                break
-                            yield update
-                except gr.Error as exc:
-                    yield self.failed(exc.message)
-                else:
-                    run.keep()
-                if not run.taken:
-                    yield run_buttons(buttons, False)
-
-            return run_ui
+            """The request as it runs (the tab's ``RunView``), in the one listener of every tab."""
+            begin = functools.partial(start_run, ctx, self, example=example)
+            return streamed(ctx, self.name, buttons, begin, {self.progress: ""}, self.failed)
 
         def first_step(request: gr.Request, *values: Any) -> Updates:
             return kept_or_waiting(ctx, self, values, request)
@@ -215,25 +195,8 @@ class RunView(BarView):
         return {self.tab.raw: run.text, **super().writing(run)}
 
 
-def _nothing() -> Generator[Updates, None, None]:
-    yield from ()
-
-
-@dataclass
-class Run:
-    """A click's request, ready to run: what it shows ``first``, then its ``updates`` (the view's, of the
-    service's one stream) for the clip at ``path``; ``keep`` keeps an example's answer for its next click;
-    ``taken``: a newer request of the tab took its place, whose outputs and buttons these are."""
-
-    path: str
-    first: Updates
-    updates: Generator[Updates, None, None] = dataclasses.field(default_factory=lambda: _nothing())
-    keep: Callable[[], None] = lambda: None
-    taken: bool = False
-
-
 def start_run(
-    ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request | None, example: bool = False
+    ctx: UIContext, tab: RunTab, request: gr.Request | None, values: Sequence[Any], example: bool
 ) -> Run:
     """What a click runs: the request its inputs make (an example: the whole clip), while its clip is the
     one on screen; else only what says why nothing runs (a bad input, an example's kept answer shown)."""
@@ -243,10 +206,7 @@ def start_run(
         return Run("", {tab.progress: "", **asked})
     key, kept = ctx.kept_answer(tab.name, *asked.what) if example else (None, None)
     if kept is not None:
-        return Run(asked.path, {})  # the first step showed it
-    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):  # its clip is gone:
-        taken = ctx.results_clip.taken(tab.name, session_of(request), asked.path)  # a newer run's, or none
-        return Run(asked.path, {} if taken else {tab.progress: ""}, taken=taken)
+        return Run("", {})  # the first step showed it
     view = tab.view_type(ctx, tab, asked)
     every = ctx.settings.stream_every_s if tab.throttle else None
     assert asked.request is not None  # ``ask`` made it
@@ -257,7 +217,7 @@ def start_run(
             ctx.answers.keep(key, view.result, view.cold)
 
     # (a run it waited for put Run back)
-    return Run(asked.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep)
+    return Run(asked.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep, stamp)
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
