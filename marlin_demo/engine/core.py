@@ -81,7 +81,8 @@ class Engine:
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
-        #: one generation at a time for every caller (scripts, warm-up, ``unload``), not only the scheduler's
+        #: the one gate every GPU use passes, the scheduler's or not (scripts, warm-up, ``unload``): one
+        #: generation at a time in this process; it orders nothing (the scheduler's turns do)
         self.gpu_lock = threading.Lock()
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
         #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as

@@ -9,7 +9,7 @@ import html
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gradio as gr
 from gradio.blocks import Block
@@ -38,19 +38,9 @@ from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import metrics_html, notice_html, status_html
 
 
-class Asked(NamedTuple):
-    """A request the tab accepted: clip, variant, query (None: a caption), and the service's ``Request``
-    (the query cleaned, the part asked checked and its windows planned, once)."""
-
-    path: str
-    variant: str
-    query: str | None = None
-    request: service.Request | None = None
-
-    @property
-    def what(self) -> tuple[str, str, str | None]:
-        """(path, variant, query): what an answer is kept under and the service is asked with."""
-        return self.path, self.variant, self.query
+def asked(req: service.Request) -> tuple[str, str, str | None]:
+    """(clip, variant, cleaned query): what an accepted request's answer is kept under."""
+    return str(req.video), req.variant, req.query
 
 
 @dataclass(kw_only=True)
@@ -105,7 +95,7 @@ class RunTab:
 
     def ask(
         self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None, visitor: str = ""
-    ) -> Asked | Updates:
+    ) -> service.Request | Updates:
         """The request the inputs make (with the part of the clip in ``span``: From, To), or what says
         (under its input: the clip, or the query's own line) why there is none."""
         video, *query, variant = values
@@ -113,13 +103,12 @@ class RunTab:
         try:
             with user_errors():
                 path, v = require_upload(video, ctx), pick_variant(variant, ctx)
-                asked, (start, end) = (query or [None])[0], span or (None, None)
+                text, (start, end) = (query or [None])[0], span or (None, None)
                 try:  # the service's own checks, made once: a bad query is said under the query
-                    req = service.request(ctx.engine, self.name, path, v, asked, start, end, visitor=visitor)
+                    return service.request(ctx.engine, self.name, path, v, text, start, end, visitor=visitor)
                 except service.QueryError:
                     said = self.query_status or said
                     raise
-                return Asked(path, v, req.query, req)
         except gr.Error as exc:
             return {said: status_html(exc.message, error=True)}
 
@@ -177,9 +166,9 @@ class RunTab:
 class RunView(BarView):
     """A run tab while its request runs: the bar, the tab's stages, the answer (kept for an example)."""
 
-    def __init__(self, ctx: UIContext, tab: RunTab, asked: Asked, **bar: Any) -> None:
-        super().__init__(tab.progress, asked.variant, lambda: not ctx.engine.is_loaded(asked.variant), **bar)
-        self.ctx, self.tab, self.path = ctx, tab, asked.path
+    def __init__(self, ctx: UIContext, tab: RunTab, req: service.Request, **bar: Any) -> None:
+        super().__init__(tab.progress, req.variant, lambda: not ctx.engine.is_loaded(req.variant), **bar)
+        self.ctx, self.tab, self.path = ctx, tab, str(req.video)
         self.result: Result | None = None
         self.cold = False
 
@@ -201,38 +190,37 @@ def start_run(
     """What a click runs: the request its inputs make (an example: the whole clip), while its clip is the
     one on screen; else only what says why nothing runs (a bad input, an example's kept answer shown)."""
     *own, start, end, stamp = values
-    asked = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
-    if not isinstance(asked, Asked):
-        return Run("", {tab.progress: "", **asked})
-    key, kept = ctx.kept_answer(tab.name, *asked.what) if example else (None, None)
+    req = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
+    if not isinstance(req, service.Request):
+        return Run("", {tab.progress: "", **req})
+    key, kept = ctx.kept_answer(tab.name, *asked(req)) if example else (None, None)
     if kept is not None:
         return Run("", {})  # the first step showed it
-    view = tab.view_type(ctx, tab, asked)
+    view = tab.view_type(ctx, tab, req)
     every = ctx.settings.stream_every_s if tab.throttle else None
-    assert asked.request is not None  # ``ask`` made it
-    updates = follow(service.stream(ctx.engine, asked.request), view, every)
+    updates = follow(service.stream(ctx.engine, req), view, every)
 
     def keep() -> None:
         if key is not None and view.result is not None:
             ctx.answers.keep(key, view.result, view.cold)
 
     # (a run it waited for put Run back)
-    return Run(asked.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep, stamp)
+    return Run(view.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep, stamp)
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
     *own, _start, _end, stamp = values  # an example is the whole clip: its range is not read
-    asked = tab.ask(ctx, own)
-    kept = ctx.kept_answer(tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
-    if kept is None or not isinstance(asked, Asked):
+    req = tab.ask(ctx, own)
+    kept = ctx.kept_answer(tab.name, *asked(req))[1] if isinstance(req, service.Request) else None
+    if kept is None or not isinstance(req, service.Request):
         return waiting_updates(tab.buttons, tab.progress)
     # the visitor just chose this clip: its own change event may come after this answer (or, when a
     # newer clip was chosen meanwhile, before it: then this answer is not shown)
-    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):
+    if not ctx.results_clip.start(tab.name, session_of(request), str(req.video), stamp):
         return {tab.progress: gr.skip()}
     with example_runs.replaying(kept):
-        return tab.final(ctx, kept.result, asked.path, kept.cold)
+        return tab.final(ctx, kept.result, str(req.video), kept.cold)
 
 
 Tab = TypeVar("Tab", bound=RunTab)
