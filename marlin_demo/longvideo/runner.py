@@ -171,24 +171,37 @@ def combined(
     return Made(variant, engine.model_label, raw, metrics, info, query, engine.settings)
 
 
+def prepare(
+    engine: Engine, req: Request
+) -> tuple[Prepared, Iterator[tuple[WindowPlan, PreparedVideo, bool]]]:
+    """The request's ``Prepared`` stage and its frames, window by window (a short clip: its own, whole),
+    the first decoded now: a decode failure is raised here, before any model is loaded."""
+    path = Path(str(req.video))
+    if req.whole:
+        frames = iter([(req.plans[0], *engine.store.prepare(req.video))])
+    else:
+        frames = engine.window_frames(path, list(req.plans))
+    first = next(frames)
+    whole = first[1].info if req.whole else engine.info(path, whole=False)
+    shown = () if req.whole else tuple(wp.window for wp in req.plans)
+    stage = Prepared(whole, first[1].plan if req.whole else first[0].plan, first[2], shown)
+    return stage, itertools.chain([first], frames)
+
+
 def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, None, Result]:
     """``req``'s stages, its windows each answered in one ``execute``: Prepared (frames made before any
     turn, so a ZeroGPU call holds only model work), Loaded, then per window ``Progress("", k, n)`` (several
     windows), its text, ``WindowDone``; returns the answer. A short clip's answer is the engine's, as it is;
     the time limit covers each window's own work, never the wait."""
-    t0, n, path = time.perf_counter(), len(req.plans), Path(str(req.video))
-    whole_clip = iter([(req.plans[0], *engine.store.prepare(req.video))]) if req.whole else None
-    frames = whole_clip or engine.window_frames(path, list(req.plans))
-    first = next(frames)  # a decode failure is raised here, before any model is loaded
-    whole = first[1].info if req.whole else engine.info(path, whole=False)
-    shown = () if req.whole else tuple(wp.window for wp in req.plans)
-    yield Prepared(whole, first[1].plan if req.whole else first[0].plan, first[2], shown)
+    t0, n = time.perf_counter(), len(req.plans)
+    stage, frames = prepare(engine, req)
+    yield stage
     prep_s = time.perf_counter() - t0
     cold = not engine.is_loaded(req.variant)
     loaded = engine.load(req.variant)
     yield Loaded(req.variant, cold, loaded.load_s)
     started, runs = time.perf_counter(), []
-    for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
+    for k, (wp, pv, hit) in enumerate(frames, 1):
         at = (None, None) if req.whole else (k, n)
         if not req.whole:
             yield Progress("", k, n)
@@ -215,7 +228,7 @@ def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, N
         if req.whole:
             runs[0].result.metrics.latency_s += prep_s
             return runs[0].result
-        made = combined(engine, req.variant, req.query or "", runs, n, whole)
+        made = combined(engine, req.variant, req.query or "", runs, n, stage.video)
         res = req.task.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
         res.range_s = req.span
         yield WindowDone(k, n, res)

@@ -372,33 +372,21 @@ def compare(
     # made once: bad input fails now, and every variant reads the same cached frames
     if not isinstance(task, Request):  # too many windows: refused now
         task = request(engine, task, video or "", "", query, start_s, end_s)
-    req, video = task, task.video
-    plans = list(req.plans)
-    if req.whole:
-        prepared, cached = engine.store.prepare(video)
-        yield Prepared(prepared.info, prepared.plan, cached)
-        info = prepared.info
-    else:  # a long video (or a range): every window decoded now, in one scan (then cached)
-        path = Path(str(video))
-        cached = all([hit for _, _, hit in engine.window_frames(path, plans)])
-        info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
-        yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
-    out = Comparison(req.task.name, req.query, info, list(variants))
+    req = task
+    stage, frames = runner.prepare(engine, req)  # a long video's windows: all decoded now, in one scan
+    yield dataclasses.replace(stage, cached_video=all([stage.cached_video, *(hit for *_, hit in frames)]))
+    out = Comparison(req.task.name, req.query, stage.video, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
-        """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on
-        (closing this generator stops the model)."""
-        if not live:
-            return run(engine, dataclasses.replace(req, variant=v))
-        res = None
+        """One variant's answer (``live``: its ``Loaded`` and ``Progress`` stages passed on); closing this
+        generator stops the model."""
         with contextlib.closing(stream(engine, dataclasses.replace(req, variant=v))) as stages:
             for stage in stages:
                 if isinstance(stage, Done):
-                    res = stage.result
-                elif isinstance(stage, Loaded | Progress):
+                    return stage.result
+                if live and isinstance(stage, Loaded | Progress):
                     yield stage
-        assert res is not None
-        return res
+        raise Cancelled()
 
     for i, v in enumerate(variants):
         cold = not engine.is_loaded(v)
@@ -416,7 +404,7 @@ def compare(
             out.footprint_mb[v] = loaded.footprint_mb
         yield VariantFinished(v, cold, result=res)
     # a long video is not answered twice: its figures stay as measured, marked cold
-    if warm_reruns and len(plans) == 1:
+    if warm_reruns and len(req.plans) == 1:
         for _ in range(2):  # the cold ones; then, once, those whose reading of the clip differed
             for v in warm_reruns_for(engine, out):
                 yield WarmRerun(v)

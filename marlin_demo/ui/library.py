@@ -26,7 +26,6 @@ from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search_windo
 from marlin_demo.service import cost, gpu_calls
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
-from marlin_demo.ui.inputs import user_errors
 from marlin_demo.ui.running import Run, Updates, progress_html, streamed, wire_run_and_stop
 from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import status_html
@@ -164,13 +163,10 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
 
 
 def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Updates, None, None]:
-    """Build the library if needed, then search it window by window; a failure is said under the query."""
+    """Build the library if needed, then search it window by window (a bad query, a failed build or search:
+    raised, for ``streamed`` to say under the query)."""
     source = tab.source
-    try:
-        clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
-    except ValueError as exc:
-        yield {tab.progress: "", tab.status: status_html(str(exc), error=True)}
-        return
+    clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
     yield {
         tab.status: "",
         tab.gallery: None,
@@ -180,17 +176,13 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Upd
         tab.headline: '<div class="ml-head">Searching…</div>',
         tab.progress: progress_html(0.02, "Opening the library…"),
     }
-    try:
-        for done, failed, total in source.progress():  # the library is built: the videos captioned so far
-            text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
-            if failed:
-                text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
-            yield {tab.progress: progress_html(0.02 + 0.3 * (done + failed) / max(1, total), text + "…")}
-        yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
-        yield from _stages(ctx, tab, clean)
-    except (gr.Error, LibraryError) as exc:
-        message = exc.message if isinstance(exc, gr.Error) else str(exc)
-        yield {tab.progress: "", tab.headline: "", tab.status: status_html(message, error=True)}
+    for done, failed, total in source.progress():  # the library is built: the videos captioned so far
+        text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
+        if failed:
+            text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
+        yield {tab.progress: progress_html(0.02 + 0.3 * (done + failed) / max(1, total), text + "…")}
+    yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
+    yield from _stages(ctx, tab, clean)
 
 
 def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
@@ -207,8 +199,7 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
                     text += "s…" if n != 1 else "…"
                 yield {tab.progress: progress_html(0.35 + 0.65 * k / max(1, n), text)}
             elif kind == "error":
-                with user_errors():
-                    raise value
+                raise value
             else:
                 yield _answer_updates(ctx, tab, value)
                 return
@@ -299,7 +290,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
         return Run("", {}, search_updates(ctx, tab, *values))  # no clip: shown until it ends
 
     def failed(said: str) -> Updates:
-        return {tab.progress: "", tab.status: status_html(said, error=True)}
+        return {tab.progress: "", tab.headline: "", tab.status: status_html(said, error=True)}
 
     outputs = [
         tab.progress,
