@@ -32,12 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "Comparison",
-    "Done",
-    "Loaded",
-    "Prepared",
-    "Progress",
+    "QueryError",
     "Request",
-    "Stage",
     "VariantFinished",
     "VariantStarted",
     "WarmRerun",
@@ -125,26 +121,22 @@ def call_share(
         plans = runner.window_plans(engine, video, get_task(task), span)
     except (VideoError, OSError):  # sized as a full window; the run says what is wrong
         return 1.0
-    return _share(engine, plans, always=True)
+    return _share(engine, plans)
 
 
-def _share(engine: Engine, plans: Sequence[WindowPlan], always: bool = False) -> float:
-    """``call_share`` of windows already planned (1, a full window, off ZeroGPU unless ``always``)."""
-    if not (always or gpu_calls.zero_gpu()):
-        return 1.0
+def _share(engine: Engine, plans: Sequence[WindowPlan]) -> float:
     return capacity.prefill_share(max(p.plan.video_tokens for p in plans), engine.params)
 
 
 @dataclass
 class _Turns:
     """How a request's windows run, each in the scheduler's turn: in ``runner.threaded``, or on ZeroGPU
-    in one call sized for its largest window's frames (``share``) and for the decoding its variant is
+    in one call sized for its largest window's frames (``_share``) and for the decoding its variant is
     known to run (``Engine.decode_expected``); ``calls``, ``asked_s`` and ``used_s`` count the calls."""
 
     engine: Engine
     ticket: Ticket
     req: Request
-    share: float
     device: str
     calls: int = 0
     asked_s: int = 0
@@ -166,7 +158,8 @@ class _Turns:
         variant, refused = self.req.variant, False
         with scheduler_for(self.engine).turn(self.ticket):
             decode = self.engine.decode_expected(variant, self.device)
-            seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
+            share = _share(self.engine, self.req.plans)
+            seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, share, decode)
             asked, t0 = gpu_calls.asked_seconds(seconds, self.device), time.perf_counter()
             try:
                 with gpu_calls.gpu_call(work, asked, decode) as items:
@@ -232,9 +225,7 @@ def stream(
     last: WindowDone | None = None
     try:
         with scheduler_for(engine).request(len(req.plans), stop) as ticket:
-            turns = _Turns(
-                engine, ticket, req, _share(engine, req.plans), pick_device(engine.settings.device)
-            )
+            turns = _Turns(engine, ticket, req, pick_device(engine.settings.device))
             with contextlib.closing(runner.answer(engine, req, turns.execute)) as stages:
                 try:
                     while True:
