@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from ui_support import EXAMPLES
 
 from marlin_demo import service
-from marlin_demo.engine import Engine, EngineError
+from marlin_demo.engine import Engine, EngineError, graphs
+from marlin_demo.longvideo import runner
 from marlin_demo.results import Done, Loaded, Prepared, Progress
 from marlin_demo.settings import Settings
 
@@ -91,3 +96,24 @@ def test_compare_times_cold_answers_again_warm_so_the_warm_figures_compare_like_
     plain = list(service.compare(engine, "find", CLIP, ["gptq", "bnb4"], "the ball rolls"))
     assert not any(isinstance(e, service.WarmRerun) for e in plain)
     assert plain[-1].payload(None)["warm"]["bnb4"] is None
+
+
+def test_a_call_sized_for_graphs_the_variant_cannot_capture_is_asked_again(engine: Engine) -> None:
+    """A ZeroGPU call sized for graphs whose variant cannot capture answers ``GraphsUnavailable`` before its
+    prefill: the runner asks for the clip's work once more (the service sizes that call for eager)."""
+    calls: list[int] = []
+
+    @contextlib.contextmanager
+    def execute(work: Any) -> Iterator[Iterator[Any]]:
+        calls.append(len(calls))
+        if len(calls) == 1:  # what the call's process says, as an item over its pipe
+            yield iter([("error", graphs.GraphsUnavailable("gptq cannot decode in CUDA graphs"))])
+            return
+        with contextlib.closing(runner.threaded(work, contextlib.nullcontext)) as items:
+            yield items
+
+    stages = runner.answer(engine, service.request(engine, "caption", CLIP, "gptq"), execute)
+    with pytest.raises(StopIteration) as done:
+        while True:
+            next(stages)
+    assert calls == [0, 1] and done.value.value.raw

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-from marlin_demo.ui import example_runs, header, shared_clip
+from marlin_demo.ui import example_runs, header, running
 from marlin_demo.ui.compare_html import COLUMN_TITLES, SESSION_COLUMNS, titled
 from marlin_demo.ui.context import ResultsClip, UIContext
 
@@ -98,10 +98,12 @@ def test_a_request_whose_clip_is_replaced_shows_nothing_more_and_stops(tmp_path:
             closed.append(True)
 
     ctx.results_clip.seen("s1", str(CLIP), 1)
-    shown = shared_clip.while_shown(ctx, "find", request, str(CLIP), 2, updates(), {"gone": True})  # type: ignore[arg-type]
+    begin = lambda request, values: running.Run(str(CLIP), {}, updates(), stamp=2)  # noqa: E731
+    listener = running.streamed(ctx, "find", ["run", "stop"], begin, {"gone": True}, lambda said: {})  # type: ignore[arg-type,list-item]
+    shown = listener(request)
     assert next(shown) == {"step": 0}
     ctx.results_clip.seen("s1", "/elsewhere/other.mp4", 3)  # the visitor chose another clip
-    assert list(shown) == [{"gone": True}]
+    assert list(shown) == [{"gone": True}, running.run_buttons(["run", "stop"], False)]  # type: ignore[list-item]
     assert closed == [True]  # the request was closed: its model stops
 
 

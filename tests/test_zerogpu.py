@@ -351,8 +351,8 @@ def test_nothing_compiles_on_the_space_s_path(
     for variant in engine.variants:  # loaded before the calls, as the app preloads on a Space (and a load in
         engine.load(variant)  # a forked call would wait on the worker pool GPTQModel made in this process)
     for variant in engine.variants:
-        items = gpu_calls.gpu_call(functools.partial(_compiles_in_call, engine, variant), 60)
-        raw, kernel, compiled = dict(items)["done"]  # the call's answer, its last item
+        with gpu_calls.gpu_call(functools.partial(_compiles_in_call, engine, variant), 60) as items:
+            raw, kernel, compiled = dict(items)["done"]  # the call's answer, its last item
         assert raw and compiled == {"unique_graphs": 0, "total": 0}, (variant, compiled)
         if variant == "gptq":
             assert kernel.startswith("TorchLinear"), kernel  # the kernel whose dequantize is wrapped

@@ -81,7 +81,8 @@ class Engine:
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
-        #: one generation at a time for every caller (scripts, warm-up, ``unload``), not only the scheduler's
+        #: the one gate every GPU use passes, the scheduler's or not (scripts, warm-up, ``unload``): one
+        #: generation at a time in this process; it orders nothing (the scheduler's turns do)
         self.gpu_lock = threading.Lock()
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
         #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
@@ -387,7 +388,7 @@ class Engine:
     # ------------------------------------------------------------------ tasks (one clip)
     def run(
         self,
-        task: str | Task,
+        task: Task,
         video: str | Path | PreparedVideo,
         variant: Variant,
         query: str | None = None,
@@ -396,36 +397,47 @@ class Engine:
         length: float | None = None,
     ) -> Result:
         """One task on one clip, its answer parsed, repaired against ``length`` (default: the clip's
-        duration) and scored; a bad query fails before any model is loaded."""
-        entry = get_task(task)
-        clean, prompt = entry.ask(query, self.settings)
-        answer = entry.answer
+        duration) and scored. ``task``'s entry and its ``query`` cleaned come as a request made them
+        (``service.request``: looked up and cleaned there, once); the prompt is the task's own."""
+        answer = task.answer
         run = self.run_clip(
             video,
             variant,
-            prompt,
-            entry.tokens(self.settings),
+            task.prompt(query or ""),
+            task.tokens(self.settings),
             on_text,
             cached=cached,
             logprobs=answer.logprobs,
         )
         duration = run.prepared.info.duration_s
-        fixed = entry.repair(entry.parse(run.gen.text), duration if length is None else length)
+        fixed = task.repair(task.parse(run.gen.text), duration if length is None else length)
         run.info.repairs = list(fixed.repairs)
         score = self.score(run.gen, variant) if answer.logprobs else None  # a scored answer's confidence
         made = Made(
-            variant, self.model_label, run.gen.text, run.metrics, run.info, clean or "", self.settings,
+            variant, self.model_label, run.gen.text, run.metrics, run.info, query or "", self.settings,
             duration, score,
         )  # fmt: skip
         return answer.build(fixed, made)
 
+    def ask(
+        self,
+        task: str | Task,
+        video: str | Path | PreparedVideo,
+        variant: Variant,
+        query: str | None = None,
+        **kw: Any,
+    ) -> Result:
+        """``run`` for a script (no request): the task looked up and the query cleaned here."""
+        entry = get_task(task)
+        return self.run(entry, video, variant, entry.ask(query, self.settings)[0], **kw)
+
     def caption(self, video: str | Path | PreparedVideo, variant: Variant, **kw: Any) -> CaptionResult:
-        """``run`` of the caption task: scene paragraph plus timed events of one clip."""
-        return cast(CaptionResult, self.run("caption", video, variant, **kw))
+        """``ask`` of the caption task: scene paragraph plus timed events of one clip."""
+        return cast(CaptionResult, self.ask("caption", video, variant, **kw))
 
     def find(self, video: str | Path | PreparedVideo, query: str, variant: Variant, **kw: Any) -> FindResult:
-        """``run`` of the find task: a start-end span for the query in one clip (None: no span)."""
-        return cast(FindResult, self.run("find", video, variant, query, **kw))
+        """``ask`` of the find task: a start-end span for the query in one clip (None: no span)."""
+        return cast(FindResult, self.ask("find", video, variant, query, **kw))
 
     def note_cancelled(self) -> None:
         """Count a streamed request whose caller went away (its generation was stopped)."""

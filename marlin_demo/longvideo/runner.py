@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo.engine import Cancelled, Engine
+from marlin_demo.engine.graphs import GraphsUnavailable
 from marlin_demo.longvideo import policy
 from marlin_demo.model_io import clock_span
 from marlin_demo.results import Loaded, Prepared, Progress, Result, Stage, VideoInfo, Window, WindowDone
@@ -31,9 +32,9 @@ from marlin_demo.video.windows import WindowPlan, plan_window
 ClipWork = Callable[..., Any]
 #: what a clip's work gives as it runs: ("text", t)..., then ("done", result) or ("error", exception)
 Item = tuple[str, Any]
-#: runs one clip's work in a turn and gives its items: ``threaded`` (a turn of the scheduler around it), or
-#: on ZeroGPU one GPU call (``service.space``)
-Execute = Callable[[ClipWork], Iterator[Item]]
+#: one clip's work run in a turn, as a context around its items: ``threaded``'s (the scheduler's turn inside
+#: it), or on ZeroGPU one GPU call's (``service.gpu_calls``); a suspended context adds no frame to the stack
+Execute = Callable[[ClipWork], contextlib.AbstractContextManager[Iterator[Item]]]
 #: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
 Span = tuple[float | None, float | None]
 
@@ -89,12 +90,13 @@ def window_plans(
 
 
 def threaded(
-    work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]]
+    work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]], seconds: int = 0
 ) -> Generator[Item, None, None]:
     """The one place ``generate``'s callbacks become items: ``work(on_text=...)`` in a thread in a copy of
     the caller's context (where ``spaces`` finds the visitor to charge), inside ``within()`` (a turn; graphs
     required), entered there so no ``yield`` splits a context variable it sets (Gradio runs each ``next()``
-    in a fresh copy of the context). Closing this stops the work at its next token."""
+    in a fresh copy of the context). Closing this stops the work at its next token. On ZeroGPU this is the
+    ``spaces.GPU`` function itself, run in the call's process; ``seconds``: the call's size (its duration)."""
     items: queue.Queue[Item] = queue.Queue()
     stop = threading.Event()
 
@@ -169,46 +171,64 @@ def combined(
     return Made(variant, engine.model_label, raw, metrics, info, query, engine.settings)
 
 
+def prepare(
+    engine: Engine, req: Request
+) -> tuple[Prepared, Iterator[tuple[WindowPlan, PreparedVideo, bool]]]:
+    """The request's ``Prepared`` stage and its frames, window by window (a short clip: its own, whole),
+    the first decoded now: a decode failure is raised here, before any model is loaded."""
+    path = Path(str(req.video))
+    if req.whole:
+        frames = iter([(req.plans[0], *engine.store.prepare(req.video))])
+    else:
+        frames = engine.window_frames(path, list(req.plans))
+    first = next(frames)
+    whole = first[1].info if req.whole else engine.info(path, whole=False)
+    shown = () if req.whole else tuple(wp.window for wp in req.plans)
+    stage = Prepared(whole, first[1].plan if req.whole else first[0].plan, first[2], shown)
+    return stage, itertools.chain([first], frames)
+
+
 def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, None, Result]:
     """``req``'s stages, its windows each answered in one ``execute``: Prepared (frames made before any
     turn, so a ZeroGPU call holds only model work), Loaded, then per window ``Progress("", k, n)`` (several
     windows), its text, ``WindowDone``; returns the answer. A short clip's answer is the engine's, as it is;
     the time limit covers each window's own work, never the wait."""
-    t0, n, path = time.perf_counter(), len(req.plans), Path(str(req.video))
-    whole_clip = iter([(req.plans[0], *engine.store.prepare(req.video))]) if req.whole else None
-    frames = whole_clip or engine.window_frames(path, list(req.plans))
-    first = next(frames)  # a decode failure is raised here, before any model is loaded
-    whole = first[1].info if req.whole else engine.info(path, whole=False)
-    shown = () if req.whole else tuple(wp.window for wp in req.plans)
-    yield Prepared(whole, first[1].plan if req.whole else first[0].plan, first[2], shown)
+    t0, n = time.perf_counter(), len(req.plans)
+    stage, frames = prepare(engine, req)
+    yield stage
     prep_s = time.perf_counter() - t0
     cold = not engine.is_loaded(req.variant)
     loaded = engine.load(req.variant)
     yield Loaded(req.variant, cold, loaded.load_s)
     started, runs = time.perf_counter(), []
-    for k, (wp, pv, hit) in enumerate(itertools.chain([first], frames), 1):
+    for k, (wp, pv, hit) in enumerate(frames, 1):
         at = (None, None) if req.whole else (k, n)
         if not req.whole:
             yield Progress("", k, n)
         length = None if req.whole else wp.window.end - wp.offset_s
-        work = functools.partial(
-            engine.run, req.task.name, pv, req.variant, req.query, cached=hit, length=length
-        )
-        try:
-            for kind, value in execute(work):
-                if kind == "text":
-                    yield Progress(value, *at)
-                elif kind == "error":
-                    raise value
-                else:
-                    runs.append(WindowRun(wp, value, pv, started))
-        except GeneratorExit:  # the caller went away: its generation stops at the next token
-            engine.note_cancelled()
-            raise
+        work = functools.partial(engine.run, req.task, pv, req.variant, req.query, cached=hit, length=length)
+        for again in (True, False):  # a call sized for graphs the variant cannot capture: once more, eager
+            try:
+                with execute(work) as items:
+                    for kind, value in items:
+                        if kind == "text":
+                            yield Progress(value, *at)
+                        elif kind == "error":
+                            raise value
+                        else:  # (a ZeroGPU call's answer: how it decoded, told to the process that asked)
+                            engine.note_decode(req.variant, value.info.decode)
+                            runs.append(WindowRun(wp, value, pv, started))
+                break
+            except GraphsUnavailable:
+                if not again:
+                    raise
+            except GeneratorExit:  # the caller went away: its generation stops at the next token
+                engine.note_cancelled()
+                raise
         if req.whole:
             runs[0].result.metrics.latency_s += prep_s
             return runs[0].result
-        made = combined(engine, req.variant, req.query or "", runs, n, whole)
+        made = combined(engine, req.variant, req.query or "", runs, n, stage.video)
         res = req.task.answer.merge([(r.result, r.plan.window, r.plan.offset_s) for r in runs], made)
         res.range_s = req.span
         yield WindowDone(k, n, res)

@@ -32,12 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "Comparison",
-    "Done",
-    "Loaded",
-    "Prepared",
-    "Progress",
+    "QueryError",
     "Request",
-    "Stage",
     "VariantFinished",
     "VariantStarted",
     "WarmRerun",
@@ -55,9 +51,18 @@ Video = str | Path | PreparedVideo
 T = TypeVar("T")
 
 
-def check_query(engine: Engine, task: str, query: str | None) -> str | None:
-    """The cleaned query of a task that takes one (else None); an unknown task or bad query: ValueError."""
-    return get_task(task).ask(query or "", engine.settings)[0]
+class QueryError(ValueError):
+    """A bad query (its sentence): a page says it under the query, not under the clip."""
+
+
+def check_query(engine: Engine, task: str | Task, query: str | None) -> tuple[Task, str | None]:
+    """The one place a request's task is looked up and its query cleaned (``Task.ask``): (its entry, the
+    cleaned query, None for a task without one); an unknown task: ValueError, a bad query: ``QueryError``."""
+    entry = get_task(task)
+    try:
+        return entry, entry.ask(query or "", engine.settings)[0]
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def request(
@@ -72,22 +77,35 @@ def request(
     visitor: str | None = None,
     plans: Sequence[WindowPlan] | None = None,
 ) -> Request:
-    """The one ``Request`` every layer below reads: the task's entry, the query cleaned, the range checked
-    and its windows planned, here and only here (a bad one of each: its sentence, before anything is
-    decoded). ``plans``: these windows of the file instead (a library search's best); ``visitor``: an
-    opaque key of who asked."""
-    entry = get_task(task)
-    clean = entry.ask(query or "", engine.settings)[0]
+    """The one ``Request`` every layer below reads (every entry's, made alike): the task's entry and the
+    query cleaned (``check_query``), the range checked and its windows planned, here and only here (a bad
+    one of each: its sentence, before anything is decoded). ``plans``: these windows of the file instead (a
+    library search's best); ``visitor``: an opaque key of who asked (None: no visitor, a script)."""
+    entry, clean = check_query(engine, task, query)
     span = None if start_s is None and end_s is None else (start_s, end_s)  # None: the whole video
     plans = list(plans or runner.window_plans(engine, video, entry, span))
     asked = None if span is None else (plans[0].window.start, plans[-1].window.end)
     return Request(entry, video, variant, clean, tuple(plans), asked, visitor)
 
 
-def run(engine: Engine, *args: Any, **kw: Any) -> Result:
-    """The blocking form: ``stream(engine, *args, **kw)`` drained (a ZeroGPU refusal after some windows:
-    those, ``partial``); ``stop`` set: it leaves at once (``Cancelled``)."""
-    for stage in stream(engine, *args, **kw):
+def run(
+    engine: Engine,
+    task: str | Task | Request,
+    video: Video | None = None,
+    variant: Variant | None = None,
+    query: str | None = None,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    stop: threading.Event | None = None,
+    visitor: str | None = None,
+) -> Result:
+    """``stream`` drained (a ZeroGPU refusal after some windows: those, ``partial``); ``stop`` set: it
+    leaves at once (``Cancelled``)."""
+    asked = stream(
+        engine, task, video, variant, query, start_s=start_s, end_s=end_s, stop=stop, visitor=visitor
+    )
+    for stage in asked:
         if isinstance(stage, Done):
             return stage.result
     raise Cancelled()
@@ -103,65 +121,60 @@ def call_share(
         plans = runner.window_plans(engine, video, get_task(task), span)
     except (VideoError, OSError):  # sized as a full window; the run says what is wrong
         return 1.0
-    return _share(engine, plans, always=True)
+    return _share(engine, plans)
 
 
-def _share(engine: Engine, plans: Sequence[WindowPlan], always: bool = False) -> float:
-    """``call_share`` of windows already planned (1, a full window, off ZeroGPU unless ``always``)."""
-    if not (always or gpu_calls.zero_gpu()):
-        return 1.0
+def _share(engine: Engine, plans: Sequence[WindowPlan]) -> float:
     return capacity.prefill_share(max(p.plan.video_tokens for p in plans), engine.params)
 
 
 @dataclass
 class _Turns:
     """How a request's windows run, each in the scheduler's turn: in ``runner.threaded``, or on ZeroGPU
-    in one call sized for its largest window's frames (``share``) and for the decoding its variant is
+    in one call sized for its largest window's frames (``_share``) and for the decoding its variant is
     known to run (``Engine.decode_expected``); ``calls``, ``asked_s`` and ``used_s`` count the calls."""
 
     engine: Engine
     ticket: Ticket
     req: Request
-    share: float
     device: str
     calls: int = 0
     asked_s: int = 0
     used_s: float = 0.0
 
-    def execute(self) -> runner.Execute:
-        """The runner's ``execute``: the clip's work in a thread, within the turn (no frame of its own)."""
+    def execute(self, work: runner.ClipWork) -> contextlib.AbstractContextManager[Iterator[runner.Item]]:
+        """The runner's ``execute``: the clip's work within the turn, in ``runner.threaded`` or on ZeroGPU in
+        one call (``gpu``); neither leaves a frame of its own on the stack."""
+        if gpu_calls.zero_gpu():
+            return self.gpu(work)
         turn = functools.partial(scheduler_for(self.engine).turn, self.ticket)
-        return self.gpu if gpu_calls.zero_gpu() else functools.partial(runner.threaded, within=turn)
+        return contextlib.closing(runner.threaded(work, within=turn))
 
-    def gpu(self, work: runner.ClipWork) -> Iterator[runner.Item]:
-        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected; a variant that no
-        longer captures raises ``GraphsUnavailable`` before its prefill and is asked again, sized for
-        eager. What the answer decoded with is remembered; a refused call asked nothing of the quota."""
-        variant = self.req.variant
+    @contextlib.contextmanager
+    def gpu(self, work: runner.ClipWork) -> Iterator[Iterator[runner.Item]]:
+        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected: its items come over the
+        fork's own pipe. A variant that no longer captures raises ``GraphsUnavailable`` before its prefill:
+        it is noted eager, and ``runner.answer`` asks again. A refused call asked nothing of the quota."""
+        variant, refused = self.req.variant, False
         with scheduler_for(self.engine).turn(self.ticket):
             decode = self.engine.decode_expected(variant, self.device)
-            while True:
-                seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, self.share, decode)
-                asked, t0, refused = gpu_calls.asked_seconds(seconds, self.device), time.perf_counter(), False
-                try:
-                    for kind, value in gpu_calls.gpu_call(work, asked, decode):
-                        if kind == "done":
-                            self.engine.note_decode(variant, getattr(value.info, "decode", ""))
-                        yield kind, value
-                    return
-                except gpu_calls.GpuRefused:
-                    refused = True  # refused before it started: nothing asked of the quota
-                    log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
-                    raise
-                except graphs.GraphsUnavailable:
-                    if decode == "eager":
-                        raise
-                    decode = "eager"
-                    self.engine.note_decode(variant, decode)
-                finally:
-                    if not refused:
-                        self.calls, self.asked_s = self.calls + 1, self.asked_s + asked
-                        self.used_s += time.perf_counter() - t0
+            share = _share(self.engine, self.req.plans)
+            seconds = gpu_calls.call_seconds(self.req.task.name, self.engine.settings, share, decode)
+            asked, t0 = gpu_calls.asked_seconds(seconds, self.device), time.perf_counter()
+            try:
+                with gpu_calls.gpu_call(work, asked, decode) as items:
+                    yield items
+            except gpu_calls.GpuRefused:
+                refused = True  # refused before it started: nothing asked of the quota
+                log.info("the %s s call refused was visitor %s's", asked, self.req.visitor or "(none)")
+                raise
+            except graphs.GraphsUnavailable:
+                self.engine.note_decode(variant, "eager")
+                raise
+            finally:
+                if not refused:
+                    self.calls, self.asked_s = self.calls + 1, self.asked_s + asked
+                    self.used_s += time.perf_counter() - t0
 
     def report(self, res: Result) -> Result:
         """``res`` with the GPU calls its turns made in its ``runtime`` block (its own copy of it)."""
@@ -187,7 +200,7 @@ def asked_range(
 
 def stream(
     engine: Engine,
-    task: str | Request,
+    task: str | Task | Request,
     video: Video | None = None,
     variant: Variant | None = None,
     query: str | None = None,
@@ -195,25 +208,25 @@ def stream(
     start_s: float | None = None,
     end_s: float | None = None,
     stop: threading.Event | None = None,
+    visitor: str | None = None,
 ) -> Generator[Stage, None, None]:
     """The request's stages as they happen (``runner.answer``'s, then ``Done``), its windows in the
-    scheduler's turns; ``task`` is a ``request`` already made, or what makes one. Closing it early (a
+    scheduler's turns; ``task`` is a ``request`` already made, or what makes one (``request``'s arguments).
+    Closing it early (a
     client that went away) stops the generation at its next token, so an abandoned request does not keep
     the model busy; ``stop`` set: no further turn. When ZeroGPU refuses a later window's call, those
     answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
     t0 = time.perf_counter()
     if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
-        task = request(engine, task, video or "", variant or "", query, start_s, end_s)
+        task = request(engine, task, video or "", variant or "", query, start_s, end_s, visitor=visitor)
     req = task
     own = None if stop is not None else threading.Event()  # the caller's own stop is theirs to set
     stop = stop or own
     last: WindowDone | None = None
     try:
         with scheduler_for(engine).request(len(req.plans), stop) as ticket:
-            turns = _Turns(
-                engine, ticket, req, _share(engine, req.plans), pick_device(engine.settings.device)
-            )
-            with contextlib.closing(runner.answer(engine, req, turns.execute())) as stages:
+            turns = _Turns(engine, ticket, req, pick_device(engine.settings.device))
+            with contextlib.closing(runner.answer(engine, req, turns.execute)) as stages:
                 try:
                     while True:
                         stage = next(stages)
@@ -332,8 +345,8 @@ CompareEvent = Prepared | VariantStarted | VariantFinished | WarmRerun | Compari
 
 def compare(
     engine: Engine,
-    task: str,
-    video: Video,
+    task: str | Task | Request,
+    video: Video | None,
     variants: Sequence[Variant],
     query: str | None = None,
     *,
@@ -342,38 +355,29 @@ def compare(
     end_s: float | None = None,
     warm_reruns: bool = False,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
-    """Run ``task`` on each variant in turn: Prepared, per variant Started/Finished, then the Comparison
-    (contract: docs/DESIGN.md). ``live`` also yields each variant's ``Loaded`` and ``Progress``
-    stages (the Compare tab streams the text); ``start_s``/``end_s`` as ``run``. ``warm_reruns``: on a
-    one-window request, ``warm_reruns_for`` chooses answers to time again (each after a ``WarmRerun``)."""
+    """Run ``task`` (a ``request`` already made, or what makes one, as ``stream``) on each variant in turn:
+    Prepared, per variant Started/Finished, then the Comparison (contract: docs/DESIGN.md). ``live`` also
+    yields each variant's ``Loaded`` and ``Progress`` stages (the Compare tab streams the text).
+    ``warm_reruns``: on a one-window request, ``warm_reruns_for`` chooses answers to time again (each after
+    a ``WarmRerun``)."""
     # made once: bad input fails now, and every variant reads the same cached frames
-    req = request(engine, task, video, "", query, start_s, end_s)  # too many windows: refused now
-    plans = list(req.plans)
-    if req.whole:
-        prepared, cached = engine.store.prepare(video)
-        yield Prepared(prepared.info, prepared.plan, cached)
-        info = prepared.info
-    else:  # a long video (or a range): every window decoded now, in one scan (then cached)
-        path = Path(str(video))
-        cached = all([hit for _, _, hit in engine.window_frames(path, plans)])
-        info = engine.info(path, whole=False)  # checked by window_plans (a range: the range's duration)
-        yield Prepared(info, plans[0].plan, cached, tuple(wp.window for wp in plans))
-    out = Comparison(task, req.query, info, list(variants))
+    if not isinstance(task, Request):  # too many windows: refused now
+        task = request(engine, task, video or "", "", query, start_s, end_s)
+    req = task
+    stage, frames = runner.prepare(engine, req)  # a long video's windows: all decoded now, in one scan
+    yield dataclasses.replace(stage, cached_video=all([stage.cached_video, *(hit for *_, hit in frames)]))
+    out = Comparison(req.task.name, req.query, stage.video, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
-        """One variant's answer; ``live``: streamed, its ``Loaded`` and ``Progress`` stages passed on
-        (closing this generator stops the model)."""
-        if not live:
-            return run(engine, dataclasses.replace(req, variant=v))
-        res = None
+        """One variant's answer (``live``: its ``Loaded`` and ``Progress`` stages passed on); closing this
+        generator stops the model."""
         with contextlib.closing(stream(engine, dataclasses.replace(req, variant=v))) as stages:
             for stage in stages:
                 if isinstance(stage, Done):
-                    res = stage.result
-                elif isinstance(stage, Loaded | Progress):
+                    return stage.result
+                if live and isinstance(stage, Loaded | Progress):
                     yield stage
-        assert res is not None
-        return res
+        raise Cancelled()
 
     for i, v in enumerate(variants):
         cold = not engine.is_loaded(v)
@@ -391,7 +395,7 @@ def compare(
             out.footprint_mb[v] = loaded.footprint_mb
         yield VariantFinished(v, cold, result=res)
     # a long video is not answered twice: its figures stay as measured, marked cold
-    if warm_reruns and len(plans) == 1:
+    if warm_reruns and len(req.plans) == 1:
         for _ in range(2):  # the cold ones; then, once, those whose reading of the clip differed
             for v in warm_reruns_for(engine, out):
                 yield WarmRerun(v)

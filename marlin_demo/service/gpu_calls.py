@@ -100,16 +100,19 @@ class GpuRefused(EngineError):
         self.refusal = refusal
 
 
-def gpu_call(work: Callable[..., Any], seconds: int, decode: str = "eager") -> Iterator[runner.Item]:
-    """``work(on_text=...)`` as one ``spaces.GPU`` call of ``seconds``, its arguments pickled (the engine by
-    reference, ``Engine.__reduce__``), its items (``runner.threaded``'s) streamed back over the call's pipe;
-    the call's own exception is raised here. Closing this closes the call and the GPU with it."""
+@contextlib.contextmanager
+def gpu_call(
+    work: Callable[..., Any], seconds: int, decode: str = "eager"
+) -> Iterator[Iterator[runner.Item]]:
+    """``work(on_text=...)`` as one ``spaces.GPU`` call of ``seconds``: its arguments pickled (the engine by
+    reference, ``Engine.__reduce__``), its items ``runner.threaded``'s in the call's process (sized for
+    graphs, a variant that cannot capture raises ``graphs.GraphsUnavailable`` there, not decoding eagerly),
+    streamed back over the call's pipe with no frame of ours between (this waits, suspended). A refusal is
+    raised as ``GpuRefused``; closing the items closes the call and the GPU with it."""
+    within = graphs.required if decode == "graphs" else contextlib.nullcontext
     try:
-        with contextlib.closing(gpu_function()(work, seconds, decode)) as items:
-            for kind, value in items:
-                if kind == "error":  # the call's own exception, as it was raised there
-                    raise value
-                yield kind, value
+        with contextlib.closing(gpu_function()(work, within, seconds=seconds)) as items:
+            yield items
     except Exception as exc:
         refusal = zerogpu_rules.read_refusal(exc)
         if refusal is None:
@@ -123,21 +126,14 @@ _DECORATED: list[Callable[..., Generator[runner.Item, None, None]]] = []
 
 
 def gpu_function() -> Callable[..., Generator[runner.Item, None, None]]:
-    """The one ``spaces.GPU`` function, decorated once: the app does it at start-up, before launch, as
-    ZeroGPU requires (it reports the decorated functions when the app launches)."""
+    """The one ``spaces.GPU`` function, ``runner.threaded`` decorated once: the app does it at start-up,
+    before launch, as ZeroGPU requires (it reports the decorated functions when the app launches)."""
     if not _DECORATED:
         import spaces
 
         # the dynamic duration: the seconds the caller sized the call for
-        _DECORATED.append(spaces.GPU(duration=lambda work, seconds, decode: seconds)(_in_gpu_call))
+        _DECORATED.append(spaces.GPU(duration=lambda work, within, seconds: seconds)(runner.threaded))
     return _DECORATED[0]
-
-
-def _in_gpu_call(work: Callable[..., Any], seconds: int, decode: str) -> Iterator[runner.Item]:
-    """Inside the GPU call (the forked process): ``work``'s items (a raised exception would reach the app as
-    "ZeroGPU worker error", its class alone); sized for graphs, a variant that cannot capture raises
-    ``graphs.GraphsUnavailable`` instead of decoding eagerly."""
-    yield from runner.threaded(work, graphs.required if decode == "graphs" else contextlib.nullcontext)
 
 
 def uncharged(work: Callable[[], None], name: str) -> threading.Thread:
@@ -176,7 +172,11 @@ def warm_up(engine: Engine) -> str:
     done: list[warmup.Warmed] = []
     try:
         work = functools.partial(_warm_up_work, engine, tuple(variants))
-        done = dict(gpu_call(work, seconds))["done"]  # its answer, the last item
+        with gpu_call(work, seconds) as items:
+            kind, last = list(items)[-1]  # its answer, or the exception it raised
+        if kind == "error":
+            raise last
+        done = last
         failed = [w.line() for w in done if w.error]
     except Exception as exc:  # refused, the call's process died...: the app starts all the same
         failed = [f"{type(exc).__name__}: {exc}"]

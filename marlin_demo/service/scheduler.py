@@ -31,7 +31,8 @@ class Ticket:
 
 class Scheduler:
     """Turns on one engine's model, first come first served, window by window: the one gate that orders
-    requests (Gradio's queue only bounds its size; ``Engine.gpu_lock`` lets in whoever comes first)."""
+    requests, from every caller (page, API, batch, bench; Gradio's queue only bounds the page's waits,
+    ``Engine.gpu_lock`` lets in whoever comes first), and holds a stopped request out of its next turn."""
 
     def __init__(self, engine: Engine, max_requests: int) -> None:
         self.engine = engine

@@ -31,7 +31,7 @@ from marlin_demo.tasks import Task
 from marlin_demo.ui import gradio_hooks
 from marlin_demo.ui.caption import StreamMessages
 from marlin_demo.ui.context import GPU_EVENT, UIContext, variant_label
-from marlin_demo.ui.inputs import NOT_UPLOADED, pick_variant, require_upload, user_errors
+from marlin_demo.ui.inputs import NOT_UPLOADED, pick_variant, require_upload, session_of, user_errors
 from marlin_demo.ui.library import LibraryTab, public_answer
 from marlin_demo.ui.running import follow
 
@@ -195,7 +195,8 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
     def answer(video: object, query: str | None, variant: str, start: Any, end: Any, request: Any) -> Any:
         with api_errors():
             path, v = video_file(video, ctx, request), pick_variant(variant, ctx)
-            result = service.run(ctx.engine, task.name, path, v, query, start_s=start, end_s=end)
+            asked = service.request(ctx.engine, task, path, v, query, start, end, visitor=session_of(request))
+            result = service.run(ctx.engine, asked)
             return reply(task.answer.to_json(result), request)
 
     default = ctx.default_variant
@@ -258,7 +259,10 @@ def caption_stream_endpoint(ctx: UIContext) -> Callable[..., Any]:
     ) -> Iterator[dict[str, Any]]:
         with api_errors():
             path, v = video_file(video, ctx, request), pick_variant(variant, ctx)
-            stages = service.stream(ctx.engine, tasks.CAPTION.name, path, v, start_s=start, end_s=end)
+            asked = service.request(
+                ctx.engine, tasks.CAPTION, path, v, None, start, end, visitor=session_of(request)
+            )
+            stages = service.stream(ctx.engine, asked)
             for message in follow(stages, StreamMessages(), ctx.settings.stream_every_s):
                 yield reply(message, request)
 
@@ -283,9 +287,10 @@ def compare_endpoint(ctx: UIContext) -> Callable[..., Any]:
     ) -> dict[str, Any]:
         with api_errors():
             path = video_file(video, ctx, request)
-            *_, run = service.compare(
-                ctx.engine, task, path, ctx.compare_variants(), query, start_s=start, end_s=end
+            asked = service.request(
+                ctx.engine, task, path, "", query, start, end, visitor=session_of(request)
             )
+            *_, run = service.compare(ctx.engine, asked, None, ctx.compare_variants())
             assert isinstance(run, service.Comparison)
             run.require_answer()
             return reply(run.payload(ctx.ground_truth(path)), request)  # type: ignore[no-any-return]

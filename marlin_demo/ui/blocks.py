@@ -177,7 +177,8 @@ def build_demo(
         demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
-    # a gate for the page's steps only: model work (GPU_EVENT) is ordered by the scheduler's turns
+    # Gradio's queue, the one gate that bounds what waits before any of our code runs (a page's steps, 4 at
+    # a time, and a request turned away when it is full); it orders no model work: the scheduler's turns do
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     gradio_hooks.quiet_queue(demo)
     if ctx.cache_mode == "eager":

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import gradio as gr
 
-from marlin_demo import subtitles
+from marlin_demo import service, subtitles
 from marlin_demo.model_io import Event, clock_span
 from marlin_demo.results import CaptionResult, Partial, Result, Window
 from marlin_demo.tasks import CAPTION
@@ -20,7 +20,7 @@ from marlin_demo.tasks.caption import chapters_of
 from marlin_demo.ui import run_tab, timeline
 from marlin_demo.ui.context import CLIP_ID, PRIVATE_UI, UIContext, clip_stem
 from marlin_demo.ui.inputs import session_of
-from marlin_demo.ui.run_tab import Asked, RunTab, RunView
+from marlin_demo.ui.run_tab import RunTab, RunView
 from marlin_demo.ui.running import RunState, StageView, Updates, scroll_mark
 from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import notice_html
@@ -39,10 +39,10 @@ class CaptionView(RunView):
 
     tab: CaptionTab
 
-    def __init__(self, ctx: UIContext, tab: CaptionTab, asked: Asked) -> None:
+    def __init__(self, ctx: UIContext, tab: CaptionTab, req: service.Request) -> None:
         budget = max(1, CAPTION.tokens(ctx.settings)) * 4  # ~characters per token
         super().__init__(
-            ctx, tab, asked, written=lambda text: min(1.0, len(text) / budget), window_step=": writing"
+            ctx, tab, req, written=lambda text: min(1.0, len(text) / budget), window_step=": writing"
         )
         self.windows: list[Window] = []  # a long video's windows (none: answered whole)
         self.events: list[Event] = []  # the answered windows' events, merged by the runner

@@ -3,7 +3,7 @@ cost charts, agreement, scores on the examples, and the session's runs (cold run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +34,10 @@ from marlin_demo.ui.compare_html import (
 )
 from marlin_demo.ui.context import PRIVATE_UI, STAMP_JS, UIContext, variant_label
 from marlin_demo.ui.example_runs import example_labels, short_name
-from marlin_demo.ui.inputs import require_upload, session_of, user_errors
+from marlin_demo.ui.inputs import require_upload, session_of
 from marlin_demo.ui.run_tab import query_words
-from marlin_demo.ui.running import RunState, StageView, Updates, follow, wire_run_and_stop, with_buttons
-from marlin_demo.ui.shared_clip import Clip, while_shown
+from marlin_demo.ui.running import Run, RunState, StageView, Updates, follow, streamed, wire_run_and_stop
+from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import error_html
 from marlin_demo.ui.task_views import view_of
 from marlin_demo.variants import colors
@@ -254,11 +254,9 @@ class CompareView(StageView[Updates]):
         path: str,
         task: str,
         query: str,
-        progress: Callable[..., Any],
     ) -> None:
         self.ctx, self.tab, self.variants = ctx, tab, variants
         self.path, self.task, self.query = path, task, query
-        self.progress = progress  # the event's gr.Progress (Gradio's own bar)
         self.results: dict[str, Any] = {}  # a variant's result, or its error message
         self.cold: dict[str, bool] = {}
         self.live: dict[str, str] = {}
@@ -269,24 +267,16 @@ class CompareView(StageView[Updates]):
         self.i, self.v = 0, ""  # the variant running now
         self.rerun = False  # it runs again, warm (``service.WarmRerun``)
         self.comparison: service.Comparison | None = None
+        self.req: service.Request | None = None  # made as the comparison starts (``updates``)
 
     def updates(
-        self, rows: list[dict[str, Any]], start: float | None, end: float | None
+        self, rows: list[dict[str, Any]], start: float | None, end: float | None, visitor: str
     ) -> Iterator[Updates]:
         """The comparison as it runs (closing it, Stop, stops the model), then its tables and charts."""
         yield {self.tab.summary: progress_html(None, 0, len(self.variants), "Reading the video…")}
-        first, last = service.asked_range(self.ctx.engine, self.path, start, end) or (None, None)
-        events = service.compare(
-            self.ctx.engine,
-            self.task,
-            self.path,
-            self.variants,
-            self.query,
-            live=True,
-            start_s=first,
-            end_s=last,
-            warm_reruns=True,
-        )
+        engine = self.ctx.engine  # the request made as every tab makes it (its query cleaned once)
+        self.req = service.request(engine, self.task, self.path, "", self.query, start, end, visitor=visitor)
+        events = service.compare(engine, self.req, None, self.variants, live=True, warm_reruns=True)
         yield from follow(events, self, self.ctx.settings.stream_every_s)
         yield self.finished(rows)
 
@@ -310,8 +300,9 @@ class CompareView(StageView[Updates]):
         assert run.prepared is not None
         self.duration = run.prepared.video.duration_s
         self.example = self.ctx.ground_truth(self.path)
-        clean = service.check_query(self.ctx.engine, self.task, self.query)
-        self.truth = None if self.example is None else get_task(self.task).answer.truth(self.example, clean)
+        req = self.req
+        assert req is not None  # (``updates`` made it before the comparison's first stage)
+        self.truth = None if self.example is None else req.task.answer.truth(self.example, req.query)
         return None
 
     def loaded(self, run: RunState) -> Updates | None:
@@ -329,13 +320,10 @@ class CompareView(StageView[Updates]):
         if isinstance(event, service.VariantStarted):
             self.i, self.v = event.index, event.variant
             self.cold[self.v] = event.cold
-            n = len(self.variants)
             step = f"Loading {self.v} (its first use)…" if event.cold else "Starting…"
-            self.progress((self.i + 0.1) / n, desc=f"{self.v}: {step} ({self.i + 1}/{n})")
             return self.show(step)
         if isinstance(event, service.WarmRerun):
             self.v, self.rerun = event.variant, True
-            self.progress(1.0, desc=f"{self.v}: timing its answer again, warm")
             return self.show("Starting…")
         if isinstance(event, service.VariantFinished):  # its card shows its answer or why it gave none
             self.live.pop(event.variant, None)
@@ -402,39 +390,19 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     running_in: dict[str, CompareView] = {}  # the sessions whose comparison is running (for Stop)
     buttons = [tab.run, tab.stop]
 
-    def compare_ui(
-        video: str | None,
-        task: str,
-        query: str,
-        include_bf16: bool,
-        rows: list[dict[str, Any]],
-        start: float | None,
-        end: float | None,
-        stamp: float | None,
-        request: gr.Request,
-        progress: gr.Progress = gr.Progress(),  # noqa: B008
-    ) -> Iterator[Updates]:
-        session = session_of(request)
+    def begin(request: gr.Request, values: tuple[Any, ...]) -> Run:
+        video, task, query, include_bf16, rows, start, end, stamp = values
+        session, path = session_of(request), require_upload(video, ctx)
+        view = CompareView(ctx, tab, ctx.compare_variants(include_bf16), path, task, query)
 
         def updates() -> Generator[Updates, None, None]:
+            running_in[session] = view
             try:
-                path = require_upload(video, ctx)
-                with user_errors():
-                    variants = ctx.compare_variants(include_bf16)
-                    view = running_in[session] = CompareView(ctx, tab, variants, path, task, query, progress)
-                    yield from view.updates(rows, start, end)
-            except gr.Error as exc:
-                yield {tab.summary: error_html(exc.message)}
+                yield from view.updates(rows, start, end, session)
+            finally:
+                running_in.pop(session, None)
 
-        try:  # its results are shown while its clip is (see shared_clip)
-            shown = (
-                while_shown(ctx, "compare", request, video, stamp, updates(), {tab.summary: ""})
-                if video
-                else updates()
-            )
-            yield from with_buttons(shown, buttons)
-        finally:
-            running_in.pop(session, None)
+        return Run(path, {}, updates(), stamp=stamp)
 
     # Stop: Gradio closes the running generator, which closes the request: the model stops at its
     # next token. The variants that finished are not tabled (their tables need the whole comparison);
@@ -457,7 +425,9 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
     )
     wire_run_and_stop(
         [tab.run.click],
-        compare_ui,
+        streamed(
+            ctx, "compare", buttons, begin, {tab.summary: ""}, lambda said: {tab.summary: error_html(said)}
+        ),
         [
             tab.clip.video,
             tab.task,

@@ -10,7 +10,7 @@ import html
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,7 @@ from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search_windo
 from marlin_demo.service import cost, gpu_calls
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
-from marlin_demo.ui.inputs import user_errors
-from marlin_demo.ui.running import Updates, progress_html, wire_run_and_stop, with_buttons
+from marlin_demo.ui.running import Run, Updates, progress_html, streamed, wire_run_and_stop
 from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import status_html
 
@@ -163,14 +162,11 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
     ]
 
 
-def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Updates]:
-    """Build the library if needed, then search it window by window; a failure is said under the query."""
+def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Updates, None, None]:
+    """Build the library if needed, then search it window by window (a bad query, a failed build or search:
+    raised, for ``streamed`` to say under the query)."""
     source = tab.source
-    try:
-        clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
-    except ValueError as exc:
-        yield {tab.progress: "", tab.status: status_html(str(exc), error=True)}
-        return
+    clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
     yield {
         tab.status: "",
         tab.gallery: None,
@@ -180,17 +176,13 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Iterator[Upda
         tab.headline: '<div class="ml-head">Searching…</div>',
         tab.progress: progress_html(0.02, "Opening the library…"),
     }
-    try:
-        for done, failed, total in source.progress():  # the library is built: the videos captioned so far
-            text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
-            if failed:
-                text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
-            yield {tab.progress: progress_html(0.02 + 0.3 * (done + failed) / max(1, total), text + "…")}
-        yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
-        yield from _stages(ctx, tab, clean)
-    except (gr.Error, LibraryError) as exc:
-        message = exc.message if isinstance(exc, gr.Error) else str(exc)
-        yield {tab.progress: "", tab.headline: "", tab.status: status_html(message, error=True)}
+    for done, failed, total in source.progress():  # the library is built: the videos captioned so far
+        text = f"Indexing {source.label} once for this model: {done} of {total} videos captioned"
+        if failed:
+            text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
+        yield {tab.progress: progress_html(0.02 + 0.3 * (done + failed) / max(1, total), text + "…")}
+    yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
+    yield from _stages(ctx, tab, clean)
 
 
 def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
@@ -207,8 +199,7 @@ def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
                     text += "s…" if n != 1 else "…"
                 yield {tab.progress: progress_html(0.35 + 0.65 * k / max(1, n), text)}
             elif kind == "error":
-                with user_errors():
-                    raise value
+                raise value
             else:
                 yield _answer_updates(ctx, tab, value)
                 return
@@ -295,8 +286,11 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     it with the query), and the public ``/search``."""
     buttons = [tab.run, tab.stop]
 
-    def search_ui(query: str) -> Iterator[Updates]:
-        yield from with_buttons(search_updates(ctx, tab, query), buttons)
+    def begin(request: gr.Request, values: tuple[Any, ...]) -> Run:
+        return Run("", {}, search_updates(ctx, tab, *values))  # no clip: shown until it ends
+
+    def failed(said: str) -> Updates:
+        return {tab.progress: "", tab.headline: "", tab.status: status_html(said, error=True)}
 
     outputs = [
         tab.progress,
@@ -311,7 +305,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     ]
     wire_run_and_stop(
         [tab.run.click, tab.query.submit],
-        search_ui,
+        streamed(ctx, "library", buttons, begin, {}, failed),
         [tab.query],
         outputs,
         buttons,

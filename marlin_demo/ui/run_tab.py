@@ -4,13 +4,12 @@ its own gets ``AnswerTab``: its answer's text and JSON (``ui.views`` finds each 
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
+import functools
 import html
 import json
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gradio as gr
 from gradio.blocks import Block
@@ -25,11 +24,13 @@ from marlin_demo.ui.example_runs import EXAMPLE_TIMING, example_labels, short_na
 from marlin_demo.ui.inputs import pick_variant, require_upload, session_of, user_errors
 from marlin_demo.ui.running import (
     BarView,
+    Run,
     RunState,
     Updates,
     follow,
     run_buttons,
     scroll_mark,
+    streamed,
     waiting_updates,
     wire_run_and_stop,
 )
@@ -37,19 +38,9 @@ from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import metrics_html, notice_html, status_html
 
 
-class Asked(NamedTuple):
-    """A request the tab accepted: clip, variant, query (None: a caption), and the service's ``Request``
-    (the query cleaned, the part asked checked and its windows planned, once)."""
-
-    path: str
-    variant: str
-    query: str | None = None
-    request: service.Request | None = None
-
-    @property
-    def what(self) -> tuple[str, str, str | None]:
-        """(path, variant, query): what an answer is kept under and the service is asked with."""
-        return self.path, self.variant, self.query
+def asked(req: service.Request) -> tuple[str, str, str | None]:
+    """(clip, variant, cleaned query): what an accepted request's answer is kept under."""
+    return str(req.video), req.variant, req.query
 
 
 @dataclass(kw_only=True)
@@ -104,20 +95,20 @@ class RunTab:
 
     def ask(
         self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None, visitor: str = ""
-    ) -> Asked | Updates:
+    ) -> service.Request | Updates:
         """The request the inputs make (with the part of the clip in ``span``: From, To), or what says
         (under its input: the clip, or the query's own line) why there is none."""
         video, *query, variant = values
         said = self.clip.status
         try:
             with user_errors():
-                asked = Asked(require_upload(video, ctx), pick_variant(variant, ctx))
-                said = self.query_status or self.clip.status
-                asked = asked._replace(query=service.check_query(ctx.engine, self.name, *query or [None]))
-                said = self.clip.status
-                start, end = span or (None, None)
-                req = service.request(ctx.engine, self.name, *asked.what, start, end, visitor=visitor)
-                return asked._replace(request=req)
+                path, v = require_upload(video, ctx), pick_variant(variant, ctx)
+                text, (start, end) = (query or [None])[0], span or (None, None)
+                try:  # the service's own checks, made once: a bad query is said under the query
+                    return service.request(ctx.engine, self.name, path, v, text, start, end, visitor=visitor)
+                except service.QueryError:
+                    said = self.query_status or said
+                    raise
         except gr.Error as exc:
             return {said: status_html(exc.message, error=True)}
 
@@ -148,30 +139,9 @@ class RunTab:
         buttons = self.buttons
 
         def runs(example: bool) -> Callable[..., Iterator[Updates]]:
-            def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
-                """The request as it runs (the tab's ``RunView``) while its clip is on screen, then Run is
-                back (in the request, not a ``.then`` step, so a stopped request's late end cannot reset the
-                next one's buttons); a bad clip, query or run is said once, under its input (no toast)."""
-                run, session = start_run(ctx, self, values, request, example), session_of(request)
-                if run.first:
-                    yield run.first
-                try:
-                    with user_errors(), contextlib.closing(run.updates) as updates:
-                        for update in updates:
-                            if not ctx.results_clip.shows(session, run.path):  # its clip left: it stops
-                                run.taken = ctx.results_clip.taken(self.name, session, run.path)
-                                if not run.taken:  # (a newer run of the tab's: its outputs are that one's)
-                                    yield {self.progress: ""}
-                                break
-                            yield update
-                except gr.Error as exc:
-                    yield self.failed(exc.message)
-                else:
-                    run.keep()
-                if not run.taken:
-                    yield run_buttons(buttons, False)
-
-            return run_ui
+            """The request as it runs (the tab's ``RunView``), in the one listener of every tab."""
+            begin = functools.partial(start_run, ctx, self, example=example)
+            return streamed(ctx, self.name, buttons, begin, {self.progress: ""}, self.failed)
 
         def first_step(request: gr.Request, *values: Any) -> Updates:
             return kept_or_waiting(ctx, self, values, request)
@@ -196,9 +166,9 @@ class RunTab:
 class RunView(BarView):
     """A run tab while its request runs: the bar, the tab's stages, the answer (kept for an example)."""
 
-    def __init__(self, ctx: UIContext, tab: RunTab, asked: Asked, **bar: Any) -> None:
-        super().__init__(tab.progress, asked.variant, lambda: not ctx.engine.is_loaded(asked.variant), **bar)
-        self.ctx, self.tab, self.path = ctx, tab, asked.path
+    def __init__(self, ctx: UIContext, tab: RunTab, req: service.Request, **bar: Any) -> None:
+        super().__init__(tab.progress, req.variant, lambda: not ctx.engine.is_loaded(req.variant), **bar)
+        self.ctx, self.tab, self.path = ctx, tab, str(req.video)
         self.result: Result | None = None
         self.cold = False
 
@@ -214,64 +184,43 @@ class RunView(BarView):
         return {self.tab.raw: run.text, **super().writing(run)}
 
 
-def _nothing() -> Generator[Updates, None, None]:
-    yield from ()
-
-
-@dataclass
-class Run:
-    """A click's request, ready to run: what it shows ``first``, then its ``updates`` (the view's, of the
-    service's one stream) for the clip at ``path``; ``keep`` keeps an example's answer for its next click;
-    ``taken``: a newer request of the tab took its place, whose outputs and buttons these are."""
-
-    path: str
-    first: Updates
-    updates: Generator[Updates, None, None] = dataclasses.field(default_factory=lambda: _nothing())
-    keep: Callable[[], None] = lambda: None
-    taken: bool = False
-
-
 def start_run(
-    ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request | None, example: bool = False
+    ctx: UIContext, tab: RunTab, request: gr.Request | None, values: Sequence[Any], example: bool
 ) -> Run:
     """What a click runs: the request its inputs make (an example: the whole clip), while its clip is the
     one on screen; else only what says why nothing runs (a bad input, an example's kept answer shown)."""
     *own, start, end, stamp = values
-    asked = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
-    if not isinstance(asked, Asked):
-        return Run("", {tab.progress: "", **asked})
-    key, kept = ctx.kept_answer(tab.name, *asked.what) if example else (None, None)
+    req = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
+    if not isinstance(req, service.Request):
+        return Run("", {tab.progress: "", **req})
+    key, kept = ctx.kept_answer(tab.name, *asked(req)) if example else (None, None)
     if kept is not None:
-        return Run(asked.path, {})  # the first step showed it
-    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):  # its clip is gone:
-        taken = ctx.results_clip.taken(tab.name, session_of(request), asked.path)  # a newer run's, or none
-        return Run(asked.path, {} if taken else {tab.progress: ""}, taken=taken)
-    view = tab.view_type(ctx, tab, asked)
+        return Run("", {})  # the first step showed it
+    view = tab.view_type(ctx, tab, req)
     every = ctx.settings.stream_every_s if tab.throttle else None
-    assert asked.request is not None  # ``ask`` made it
-    updates = follow(service.stream(ctx.engine, asked.request), view, every)
+    updates = follow(service.stream(ctx.engine, req), view, every)
 
     def keep() -> None:
         if key is not None and view.result is not None:
             ctx.answers.keep(key, view.result, view.cold)
 
     # (a run it waited for put Run back)
-    return Run(asked.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep)
+    return Run(view.path, {**view.start(), **run_buttons(tab.buttons, True)}, updates, keep, stamp)
 
 
 def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request: gr.Request) -> Updates:
     """An example's first step: its kept answer at once (the model does not run), else the wait."""
     *own, _start, _end, stamp = values  # an example is the whole clip: its range is not read
-    asked = tab.ask(ctx, own)
-    kept = ctx.kept_answer(tab.name, *asked.what)[1] if isinstance(asked, Asked) else None
-    if kept is None or not isinstance(asked, Asked):
+    req = tab.ask(ctx, own)
+    kept = ctx.kept_answer(tab.name, *asked(req))[1] if isinstance(req, service.Request) else None
+    if kept is None or not isinstance(req, service.Request):
         return waiting_updates(tab.buttons, tab.progress)
     # the visitor just chose this clip: its own change event may come after this answer (or, when a
     # newer clip was chosen meanwhile, before it: then this answer is not shown)
-    if not ctx.results_clip.start(tab.name, session_of(request), asked.path, stamp):
+    if not ctx.results_clip.start(tab.name, session_of(request), str(req.video), stamp):
         return {tab.progress: gr.skip()}
     with example_runs.replaying(kept):
-        return tab.final(ctx, kept.result, asked.path, kept.cold)
+        return tab.final(ctx, kept.result, str(req.video), kept.cold)
 
 
 Tab = TypeVar("Tab", bound=RunTab)

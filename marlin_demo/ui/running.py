@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import html
+import itertools
 import math
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import gradio as gr
@@ -17,8 +18,8 @@ from gradio.blocks import Block
 
 from marlin_demo.results import Done, Loaded, Prepared, Progress, Result, WindowDone
 from marlin_demo.ui.assets import asset
-from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI
-from marlin_demo.ui.inputs import session_of
+from marlin_demo.ui.context import GPU_EVENT, PRIVATE_UI, UIContext
+from marlin_demo.ui.inputs import session_of, user_errors
 
 Updates = dict[Block, Any]
 """What a listener yields: the components it changes, each with its new value or ``gr.update``."""
@@ -33,16 +34,60 @@ def run_buttons(buttons: Sequence[Block], running: bool) -> Updates:
     return {run: gr.update(visible=not running), stop: gr.update(visible=running)}
 
 
-def with_buttons(
-    outputs: Iterator[Updates] | Generator[Updates, None, bool | None], buttons: Sequence[Block]
-) -> Iterator[Updates]:
-    """A tab's streamed outputs, then its (run, stop) ``buttons`` back to "not running": in the request, not
-    a ``.then`` step, so a stopped request's late end cannot reset the next one's buttons; left as they are
-    when ``outputs`` returns True (a newer request of the tab took its place: ``shared_clip.while_shown``)."""
-    with contextlib.closing(outputs):  # type: ignore[type-var]
-        taken = yield from outputs  # type: ignore[func-returns-value]  # (a plain iterator: None)
-    if taken is not True:
-        yield run_buttons(buttons, False)
+def _nothing() -> Generator[Updates, None, None]:
+    yield from ()
+
+
+@dataclass
+class Run:
+    """A click's request, ready to run (``streamed``): what it shows ``first``, then its ``updates`` for the
+    clip at ``path`` (read at ``stamp``; "": no clip to follow, or nothing runs); ``keep`` once it ended."""
+
+    path: str
+    first: Updates
+    updates: Generator[Updates, None, None] = field(default_factory=_nothing)
+    keep: Callable[[], None] = lambda: None
+    stamp: float | None = None
+
+
+def streamed(
+    ctx: UIContext,
+    tab: str,
+    buttons: Sequence[Block],
+    begin: Callable[[gr.Request, tuple[Any, ...]], Run],
+    gone: Updates,
+    failed: Callable[[str], Updates],
+) -> Callable[..., Iterator[Updates]]:
+    """The one listener every tab's request runs in (run tabs, Compare, Library): ``begin``'s ``Run`` while
+    its clip is on screen (one that left before it started never runs; leaving later closes it, so the
+    model stops, and shows ``gone``); a bad input or run said once by ``failed`` (no toast); then Run is
+    back, in the request, not a ``.then`` step, so a stopped request's late end cannot reset the next
+    one's buttons; unless a newer request of ``tab`` took its place (its outputs and buttons are its)."""
+
+    def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
+        session, taken = session_of(request), False
+        try:
+            with user_errors():
+                run = begin(request, values)
+                with contextlib.closing(run.updates) as updates:
+                    shown = not run.path or ctx.results_clip.start(tab, session, run.path, run.stamp)
+                    for update in itertools.chain([run.first] if run.first else [], updates) if shown else ():
+                        if run.path and not ctx.results_clip.shows(session, run.path):
+                            shown = False
+                            break
+                        yield update
+                    if not shown:
+                        taken = ctx.results_clip.taken(tab, session, run.path)
+                        if not taken:
+                            yield gone
+                    else:
+                        run.keep()
+        except gr.Error as exc:
+            yield failed(exc.message)
+        if not taken:
+            yield run_buttons(buttons, False)
+
+    return run_ui
 
 
 def waiting_updates(buttons: Sequence[Block], progress: Block | None) -> Updates:

@@ -1,14 +1,13 @@
 """The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
 upload. Results are tied to their clip (``context.ResultsClip``): a new clip clears the old one's, and a
-request whose clip left the screen shows nothing more (``while_shown``). Every event that reads the clip
+request whose clip left the screen shows nothing more (``running.streamed``). Every event that reads the clip
 also reads ``Clip.stamp``, numbered in the browser as it fires (``STAMP_JS``), so the newest report wins
 whatever order the events reach the server in."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,31 +105,3 @@ def listen(
         return updates or {outputs[0]: gr.skip()}  # Gradio refuses an empty dict of updates
 
     clip.video.change(clear, [clip.video, clip.stamp], outputs, js=STAMP_JS, **PRIVATE_UI)
-
-
-def while_shown(
-    ctx: UIContext,
-    tab: str,
-    request: gr.Request | None,
-    path: str,
-    stamp: float | None,
-    updates: Generator[Updates, None, None],
-    gone: Updates,
-) -> Generator[Updates, None, bool]:
-    """The request's ``updates`` while ``path`` (read at ``stamp``) is on screen; then ``gone``, and the
-    request is closed. A request whose clip left before it started shows nothing and never runs. True
-    when a newer request of ``tab`` took its place: the tab's outputs and buttons are that one's (no
-    ``gone``, and ``running.with_buttons`` leaves them)."""
-    session = session_of(request)
-    with contextlib.closing(updates):
-        if ctx.results_clip.start(tab, session, path, stamp):
-            for update in updates:
-                if not ctx.results_clip.shows(session, path):
-                    break
-                yield update
-            else:
-                return False
-        if ctx.results_clip.taken(tab, session, path):
-            return True
-        yield gone
-        return False
