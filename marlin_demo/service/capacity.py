@@ -1,8 +1,5 @@
-"""What a request can cost and which videos the app can finish: the limits derived from measured speeds.
-
-``speeds.json`` holds per-device figures (docs/SPACE.md, "Limits that agree"). Start-up refuses settings
-that contradict them (``conflicts``), so a video the limits accept is one the app can answer.
-"""
+"""What a request can cost and which videos the app can finish, from the measured speeds (``speeds.json``,
+docs/SPACE.md "Limits that agree"); start-up refuses settings that contradict them (``conflicts``)."""
 
 from __future__ import annotations
 
@@ -96,10 +93,8 @@ def cpu_key(isa: str, threads: int) -> str:
 
 
 def cpu_speed(table: Mapping[str, Speed], isa: str, threads: int, dtype: str) -> tuple[Speed, float] | None:
-    """The CPU entry for this class, threads and compute type (None: none qualifies), and its rate factor.
-    Its class: this CPU's, else the fastest measured below it. Its threads: the most at or under this
-    many (more threads are no slower), else the fewest above, scaled down by the ratio (pessimistic:
-    decode, bound by memory, grows less with cores than prefill)."""
+    """The CPU entry for this class, threads and compute type (None: none qualifies), and its rate factor:
+    scaled down pessimistically where only more threads were measured (decode grows less with cores)."""
     cpu = [s for s in table.values() if s.isa and s.compute_dtype == dtype]
     rank = {name: i for i, name in enumerate(ISA_ORDER)}
     same = [s for s in cpu if s.isa == isa]
@@ -150,10 +145,8 @@ def device_of(settings: Settings) -> str | None:
 
 
 def speed_for(settings: Settings, device: str, margin: bool = True) -> Speed | None:
-    """The figures for this device and model: the H200's on any GPU, the tiny stand-in's on a CPU, else
-    ``cpu_speed``'s for this CPU in the compute type it will use (None: never measured, nothing derived).
-    ``margin=False``: the entry's own measured figures (``Speed.expected``), for saying how long a run
-    will take; the limits keep the margin."""
+    """The figures for this device and model (None: never measured). ``margin=False``: the measured figures,
+    for saying how long a run takes; the limits keep the margin."""
     found = _table_speed(settings, device)
     if margin or found is None or not found.expected:
         return found
@@ -197,11 +190,8 @@ def observe(
     info: RunInfo,
     params: VideoParams | None = None,
 ) -> None:
-    """Keep how fast one fresh whole-clip answer read its clip here: the line before the next Run prices
-    the table's figures as measured (or, with none, this answer's own) at that pace, not the limits' figures,
-    which carry a margin for slower machines. One pace for the whole reading, not each part scaled up on
-    its own: a small clip's prefill is mostly fixed costs, and read as a share of a full window's it would
-    price a long clip tens of times too high. An answer that reused a reading measures none of it."""
+    """Keep how fast one fresh whole-clip answer read its clip here, so the next cost line prices at this
+    pace: one pace for the whole reading, as a small clip's prefill is mostly fixed costs."""
     if info.cached_video or info.reused_prefix or not metrics.tokens_per_s or info.prefill_s is None:
         return
     p = params or VideoParams()
@@ -282,9 +272,8 @@ def prefill_share(video_tokens: float, params: VideoParams | None = None) -> flo
 
 
 def read_s(speed: Speed, share: float = 1.0) -> float:
-    """One window's model work before its first token: overhead and the prefill of its frames (``share``
-    of a full window's, ``prefill_share``). On ZeroGPU the least one call is charged for, before the
-    card's factor."""
+    """One window's model work before its first token: overhead and its frames' prefill (``share``); on
+    ZeroGPU at least what one call is charged for."""
     return speed.overhead_s + speed.prefill_s * share
 
 
@@ -300,19 +289,15 @@ def window_s(task: str, settings: Settings, speed: Speed) -> float:
 
 
 def gpu_call_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) -> int:
-    """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before):
-    ``GPU_MARGIN`` times ``model_s`` of its own frames (``share``) on the measured H200, within
-    [``MIN_GPU_S``, ``MAX_GPU_S``]. ZeroGPU aborts a call that runs past it and the answer is lost, so it
-    covers the longest answer the task allows; the request only admits the call, which is charged the time
-    it uses. docs/CONFIGURATION.md (Sizing a ZeroGPU call) says why the floor and the figures."""
+    """Seconds one window's ``spaces.GPU`` call asks for, within [``MIN_GPU_S``, ``MAX_GPU_S``]: ZeroGPU
+    aborts a call past it, so it covers the longest answer (docs/CONFIGURATION.md, Sizing a ZeroGPU call)."""
     asked = math.ceil(GPU_MARGIN * model_s(task, settings, speed, share))
     return int(min(MAX_GPU_S, max(MIN_GPU_S, asked)))
 
 
 def charged_s(seconds: float, factor: float | None = None) -> int:
     """``seconds`` of a ZeroGPU call as a visitor's quota counts them: times the card's factor, rounded as
-    ``spaces`` rounds it (``zerogpu_rules.duration_factor`` when ``factor`` is None). For a call's requested
-    duration, what it needs left to start; for the time it used, what it is charged."""
+    ``spaces`` rounds it (``factor`` None: ``zerogpu_rules.duration_factor``)."""
     return round(seconds * (zerogpu_rules.duration_factor() if factor is None else factor))
 
 

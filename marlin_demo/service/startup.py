@@ -135,9 +135,8 @@ def preload(engine: Engine) -> dict[str, str]:
 
 
 def check_limits(settings: Settings, zero_gpu: bool = False) -> Settings:
-    """The settings to run with, once they agree with the measured speeds (``capacity``); else a ValueError
-    with one sentence per conflict. The real model on a CPU gets an unset time limit raised to one
-    window's measured time (``_derived_time_limit``)."""
+    """The settings to run with once they agree with the measured speeds, else a ValueError with a sentence
+    per conflict; the real model on a CPU gets an unset time limit of one window's measured time."""
     device = capacity.device_of(settings)
     if device is None:
         return settings  # the load says what is wrong with the device
@@ -188,12 +187,9 @@ def zero_gpu_refusals(settings: Settings) -> list[str]:
 
 
 def prepare_zero_gpu() -> None:
-    """Tell the layers below what ZeroGPU is: no compiler, so no kernel that builds with one is tried
-    (decided from the platform, never by looking for nvcc), and no ``torch.compile``: dynamo's stance is
-    ``force_eager``, so what a library wrapped in it (GPTQModel's ``gptq_torch`` dequantize, bitsandbytes'
-    default ops) runs eagerly, in every thread of this process and of the calls forked from it (a stance is
-    process-wide; ``torch._dynamo.config.disable`` is a context variable: a new thread, where every request
-    and GPU call runs, would not see it). Called at start-up, before any load."""
+    """Tell the layers below ZeroGPU has no compiler: no kernel that builds with one, and dynamo's stance
+    ``force_eager`` process-wide (``torch._dynamo.config.disable`` is per-thread: a request's thread would
+    not see it). Called at start-up, before any load."""
     import torch
 
     allow_compiler_builds(bool(zerogpu_rules.facts()["nvcc"]))
