@@ -1,7 +1,5 @@
-"""Compiled decoding (MARLIN_COMPILE): ``generate`` gets a ``StaticCache`` (one per variant and size bucket,
-reset per request) and a ``CompileConfig`` (why, and the cost: docs/GPU_CHECK.md); one that will not compile
-runs eagerly and says why.
-"""
+"""Compiled decoding (MARLIN_COMPILE): ``generate`` with a per-variant ``StaticCache`` and a ``CompileConfig``
+(why, and the cost: docs/GPU_CHECK.md); one that will not compile runs eagerly and says why."""
 
 from __future__ import annotations
 

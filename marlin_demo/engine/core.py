@@ -1,7 +1,5 @@
-"""Caption and find on one clip (a short video or one window of a long one) of a loaded variant: Marlin's
-remote ``.caption()`` / ``.find()`` rebuilt on the plain transformers model, so every variant gets
-byte-identical prompts and is measured the same way. Reuse of videos and prompt prefixes: docs/SPEED.md.
-"""
+"""Caption and find on one clip of a loaded variant: Marlin's remote ``.caption()`` / ``.find()`` rebuilt
+on plain transformers, so every variant gets byte-identical prompts (reuse: docs/SPEED.md)."""
 
 from __future__ import annotations
 
@@ -396,9 +394,8 @@ class Engine:
         cached: bool | None = None,
         length: float | None = None,
     ) -> Result:
-        """One task on one clip, its answer parsed, repaired against ``length`` (default: the clip's
-        duration) and scored. ``task``'s entry and its ``query`` cleaned come as a request made them
-        (``service.request``: looked up and cleaned there, once); the prompt is the task's own."""
+        """One task on one clip, its answer parsed, repaired against ``length`` (default: the clip's duration)
+        and scored; ``task`` and its cleaned ``query`` come as ``service.request`` made them."""
         answer = task.answer
         run = self.run_clip(
             video,

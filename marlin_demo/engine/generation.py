@@ -1,6 +1,5 @@
-"""Greedy generation on a loaded variant: the one ``generate`` call every request makes, its decode steps
-eager, in CUDA graphs (``graphs``) or compiled (``compiled``), and its streamer (first token, text out).
-"""
+"""Greedy generation on a loaded variant: the one ``generate`` call every request makes (eager, in CUDA
+graphs or compiled) and its streamer."""
 
 from __future__ import annotations
 

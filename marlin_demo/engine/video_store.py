@@ -1,6 +1,5 @@
-"""The engine's video store: each file hashed, probed and decoded once per content (keyed by its sha256, the
-sampling parameters and the backend: a renamed copy reuses the frames, an edited file is decoded again).
-"""
+"""The engine's video store: each file decoded once per content (sha256, sampling parameters, backend), so
+a renamed copy reuses its frames and an edited file is decoded again."""
 
 from __future__ import annotations
 
