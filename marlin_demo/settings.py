@@ -1,8 +1,5 @@
-"""Every knob of the demo in one place: environment variables (``MARLIN_*``) and matching CLI flags.
-
-A Space is configured through its environment; a developer through flags. Both land in one frozen ``Settings``
-so every layer (engine, UI, bench) reads the same values.
-"""
+"""Every knob of the demo in one place: ``MARLIN_*`` variables (a Space) and matching CLI flags (a
+developer), landing in one frozen ``Settings`` every layer reads."""
 
 from __future__ import annotations
 
@@ -311,11 +308,8 @@ PROCESS_ENV = {"decode_threads": "MARLIN_DECODE_THREADS", "cache_examples": "MAR
 
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
-    """The raw, stripped value ('' when unset) of a setting's variable (``MARLIN_*``, then its fallback)
-    or of a ``PROCESS_ENV`` knob: the one way code outside this module reads a ``MARLIN_*`` variable.
-
-    For code that runs without a ``Settings`` (the tiny checkpoint's cache, GPTQModel's build folder).
-    """
+    """The raw, stripped value ('' when unset) of a setting's variable or a ``PROCESS_ENV`` knob: the one way
+    code without a ``Settings`` reads a ``MARLIN_*`` variable."""
     env = os.environ if environ is None else environ
     if name in PROCESS_ENV:
         return env.get(PROCESS_ENV[name], "").strip()

@@ -77,9 +77,8 @@ def _join_scenes(scenes: Sequence[str]) -> str:
 
 
 def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
-    """Join the mapped (global-time) captions of consecutive windows into one timeline, an event cut by a
-    boundary joined by docs/LONG_VIDEOS.md's rule (BOUNDARY_TOL_S, SIMILAR_DESCRIPTION). Works on any
-    prefix of the windows, so a stream can re-merge as each window finishes."""
+    """Join consecutive windows' mapped captions into one timeline, joining an event cut by a boundary
+    (docs/LONG_VIDEOS.md); works on any prefix of the windows, so a stream re-merges as each finishes."""
     timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
     joined: list[str] = []
     for k, (window, parse) in enumerate(windows):  # (the first window has no tails to join)

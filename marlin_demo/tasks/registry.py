@@ -1,7 +1,5 @@
-"""The tasks Marlin answers, as data: one ``Task`` entry each, with its ``Answer`` (what its answers do).
-Layers ask the entry instead of comparing the task's name or the result's type, so a new task is one
-``register_task`` call (and, for a shape of its own, one ``Answer`` subclass). Pure: no layer above
-``results``."""
+"""The tasks Marlin answers, as data: layers ask a task's entry and its ``Answer`` instead of comparing
+names or result types, so a new task is one ``register_task`` call. Pure: nothing above ``results``."""
 
 from __future__ import annotations
 
