@@ -82,8 +82,7 @@ def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str
     kept); ``ValueError`` (what is wrong, what is allowed) when empty or too long."""
     text = "" if query is None else str(query)
     text = _clean_chars(text)
-    # Removing one token can join the halves of another ("<|im_<|x|>end|>"),
-    # so repeat until nothing changes; a space keeps neighbouring words apart.
+    # removing one token can join another's halves ("<|im_<|x|>end|>"): repeat until nothing changes
     while (cleaned := _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))) != text:
         text = cleaned
     text = " ".join(_replace_double_quotes(text).split())

@@ -85,8 +85,7 @@ class Moment:
         return {"start": self.start, "end": self.end, "score": self.score}
 
 
-#: What ``Metrics.peak_memory_mb`` measured: the GPU's peak allocation in the request (reset per
-#: request), or on CPU the process's peak RSS (all of the process, since it started).
+#: What ``Metrics.peak_memory_mb`` measured: the GPU's peak in the request, or on CPU the process's peak RSS.
 MemoryKind = Literal["cuda_peak_allocated", "cpu_peak_rss"]
 MEMORY_KIND_LABELS: dict[str, str] = {
     "cuda_peak_allocated": "GPU peak allocated",
@@ -175,16 +174,14 @@ class RunInfo:
     duration_s: float = 0.0
     decode_s: float = 0.0
     prefill_s: float | None = None
-    #: the request's whole time in the service, from its start to its answer: planning, waiting for its
-    #: turns, the load, reading the video and the model (``metrics.latency_s`` leaves out the load)
+    #: the request's whole time in the service, load included (``metrics.latency_s`` leaves it out)
     total_s: float = 0.0
     first_text_s: float | None = None  # time to the first non-empty decoded text (streaming)
     kernel: str = ""
     attention: str = ""
     compile: str = ""  # compiled decoding: "off", its state, or "eager (reason)"
     compile_s: float = 0.0  # compile time this variant has paid so far (never in a latency)
-    #: how the tokens were decoded: "graphs" (a captured CUDA graph per step), "static" (the same step on a
-    #: static cache, uncaptured: a CPU), "eager" (generate's own loop) or "compiled" (MARLIN_COMPILE)
+    #: how the tokens were decoded: "graphs", "static" (the step uncaptured: a CPU), "eager" or "compiled"
     decode: str = ""
     #: why graphs (or compile) were asked for and eager ran; on ZeroGPU "checked at start-up" when they ran
     decode_note: str = ""

@@ -12,20 +12,16 @@ from typing import Any, Literal, TypeAlias
 
 from marlin_demo import variants
 
-#: The variants every checkpoint has (``variants``' table); ``MARLIN_EXTRA_VARIANTS`` adds more by name, so
-#: a variant in a signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
+#: The variants every checkpoint has; a ``Variant`` is any name the engine offers (``MARLIN_EXTRA_VARIANTS``).
 VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 
-#: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
-#: ``run`` is ``caption``/``find``, ``bench``, ``batch`` and ``search`` the commands of those names (``index``
-#: and ``search`` also take batch's). A field's ``commands`` metadata says which of them offer it: the
-#: one list every parser is built from.
+#: The commands that take some settings as flags (the app takes every one; ``run`` is ``caption``/``find``,
+#: ``index`` and ``search`` also take batch's): a field's ``commands`` metadata names which offer it.
 Command = Literal["run", "bench", "batch", "search"]
 COMMANDS: tuple[Command, ...] = ("run", "bench", "batch", "search")
 
-#: The example clips of a source checkout (examples/ beside the package): the one place this path is
-#: computed. An installed package has none there: ``MARLIN_EXAMPLES_DIR`` points at such a folder.
+#: The example clips of a source checkout (an installed package: ``MARLIN_EXAMPLES_DIR``).
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES_FILE = "examples.json"
 
@@ -302,8 +298,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings().with_(**values)
 
 
-#: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read where no Settings is at
-#: hand (the fast decoder's thread count, how the page caches its examples). Read with ``env_value``.
+#: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read with ``env_value``.
 PROCESS_ENV = {"decode_threads": "MARLIN_DECODE_THREADS", "cache_examples": "MARLIN_CACHE_EXAMPLES"}
 
 

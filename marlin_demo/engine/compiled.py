@@ -13,10 +13,8 @@ log = logging.getLogger(__name__)
 #: Cache sizes are rounded up to a multiple of this many tokens (one compiled graph per size).
 BUCKET = 2048
 
-#: Inductor's switches for compiled decoding: bf16 arithmetic rounded like eager's (token identity), and
-#: freezing and autotuning at inductor's defaults whatever ran before in the process: gptqmodel's CPU kernel
-#: (TorchFusedLinear) turns both on for every later compile at its first forward, and a compile after a
-#: gptq request then froze the weights and autotuned each linear (a C++ build of ~5 s per shape).
+#: Inductor's switches for compiled decoding: bf16 rounded like eager's (token identity), and freezing and
+#: autotuning at their defaults, which gptqmodel's CPU kernel turns on process-wide (a ~5 s build per shape).
 INDUCTOR_OPTIONS = {"emulate_precision_casts": True, "freezing": False, "max_autotune": False}
 
 

@@ -41,8 +41,7 @@ log = logging.getLogger(__name__)
 
 TINY_LABEL = "marlin-tiny (offline stand-in, random weights)"
 
-#: MARLIN_VIDEO_BACKEND values: the reference decode (qwen-vl-utils' pixels), the fast one, or the
-#: choice by clip (video.pick_backend: fast for 8-bit sources, where it was measured faster)
+#: MARLIN_VIDEO_BACKEND values: the reference decode, the fast one, or by clip (``video.pick_backend``)
 VIDEO_BACKENDS = ("auto", "reference", "fast")
 
 
@@ -79,15 +78,12 @@ class Engine:
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
-        #: the one gate every GPU use passes, the scheduler's or not (scripts, warm-up, ``unload``): one
-        #: generation at a time in this process; it orders nothing (the scheduler's turns do)
+        #: one generation at a time in this process, whoever asks; it orders nothing (the scheduler does)
         self.gpu_lock = threading.Lock()
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
-        #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
-        #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
+        #: how each variant's tokens were last decoded (``note_decode``): what ZeroGPU calls are sized for
         self.decoded: dict[str, str] = {}
-        #: the start-up check's verdict per variant (``graphs.Verdict``), once ZeroGPU's start-up call ran
-        #: (``check_graphs``): graphs only where it passed; None: no check asked (off ZeroGPU)
+        #: the start-up check's ``graphs.Verdict`` per variant: graphs where it passed (None: off ZeroGPU)
         self.graph_checks: dict[str, graphs.Verdict] | None = None
         limits = Limits(
             settings.max_upload_mb, settings.max_duration_s, settings.max_width, settings.max_height

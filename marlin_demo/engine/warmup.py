@@ -18,8 +18,7 @@ from marlin_demo.video import PreparedVideo, full_window_clip, synthetic_clip
 
 log = logging.getLogger(__name__)
 
-#: tokens each variant generates, twice where it decodes in a step: replaying the captured step (the
-#: warm-up itself), then running it uncaptured (the check); two dozen decode steps compared
+#: tokens each variant generates, twice where it decodes in a step: replayed, then uncaptured (the check)
 TOKENS = 24
 
 

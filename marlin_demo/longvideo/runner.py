@@ -31,8 +31,7 @@ from marlin_demo.video.windows import WindowPlan, plan_window
 ClipWork = Callable[..., Any]
 #: what a clip's work gives as it runs: ("text", t)..., then ("done", result) or ("error", exception)
 Item = tuple[str, Any]
-#: one clip's work run in a turn, as a context around its items: ``threaded``'s (the scheduler's turn inside
-#: it), or on ZeroGPU one GPU call's (``service.gpu_calls``); a suspended context adds no frame to the stack
+#: one clip's work run in a turn, as a context around its items (``threaded``, or a ZeroGPU call's)
 Execute = Callable[[ClipWork], contextlib.AbstractContextManager[Iterator[Item]]]
 #: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
 Span = tuple[float | None, float | None]

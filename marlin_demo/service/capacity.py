@@ -26,8 +26,7 @@ from marlin_demo.video import largest_window_tokens
 
 SPEEDS_FILE = Path(__file__).with_name("speeds.json")
 
-#: ZeroGPU: the shortest and longest duration one ``spaces.GPU`` call asks for (``gpu_call_s`` says why
-#: the shortest is not less)
+#: ZeroGPU: the shortest and longest duration one ``spaces.GPU`` call asks for (why: ``gpu_call_s``)
 MIN_GPU_S = 15
 MAX_GPU_S = 300
 #: a GPU call asks for this much more than the estimate (slower pages, a longer answer than typical)
@@ -49,12 +48,10 @@ class Speed:
     threads: int = 0
     #: per variant, a CPU entry's measured figures (``peak_mb``, ``window_peak_mb``...) or its ``error``
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: decoding in CUDA graphs (the GPU check's graphs rows): the slowest rate, and the longest capture,
-    #: which every call pays (its process may be fresh); None until measured: sized as eager decoding
+    #: decoding in CUDA graphs: the slowest rate and the longest capture (None: sized as eager decoding)
     graphs_decode_tokens_per_s: float | None = None
     graphs_capture_s: float = 0.0
-    #: the same figures as measured, without the margin the limits keep for slower machines: what the line
-    #: before a first Run prices (``speed_for(margin=False)``); empty: the entry carries no margin
+    #: the figures as measured, without the limits' margin (``speed_for(margin=False)``; empty: no margin)
     expected: Mapping[str, float] = field(default_factory=dict)
 
     @property
@@ -70,8 +67,7 @@ def speeds() -> dict[str, Speed]:
     return {name: Speed(name=name, **fig) for name, fig in raw.items() if not name.startswith("_")}
 
 
-#: instruction-set classes, slowest first: with no entry for this CPU's class, the slowest measured
-#: class at or below it is used (a faster CPU finishes no later than its figures say)
+#: instruction-set classes, slowest first (a CPU uses the fastest measured class at or below its own)
 ISA_ORDER = ("default", "avx2", "avx512", "avx512bf16")
 
 

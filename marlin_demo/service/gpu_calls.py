@@ -25,9 +25,8 @@ T = TypeVar("T")
 
 MAX_GPU_S = capacity.MAX_GPU_S
 
-#: Seconds for Triton's first-launch compile of fla's and GPTQ's kernels (49 s on an H200, docs/GPU_CHECK.md),
-#: which then stay on disk: the start-up call (``warm_up``) asks for them; only when it failed does the
-#: first visitor's call ask for them instead (a find alone asks for 15 s).
+#: Seconds for Triton's first-launch compile of the kernels (docs/GPU_CHECK.md), asked for by the start-up
+#: call (``warm_up``), or by the first visitor's call when that failed.
 FIRST_CALL_COMPILE_S = 60
 _warm = threading.Event()
 

@@ -34,11 +34,9 @@ class ModelStatus:
 
     requested: str
     fallback_reason: str | None = None
-    #: {variant: why it is not offered on this machine} (``capacity.withheld``: it fails on this CPU or
-    #: does not fit in its memory)
+    #: {variant: why it is not offered on this machine} (``capacity.withheld``)
     withheld: dict[str, str] = field(default_factory=dict)
-    #: on ZeroGPU, why the start-up GPU call did not warm every variant ("" when it did, or did not run):
-    #: the page says so, as the first visitor's call then asks for the compile
+    #: on ZeroGPU, why the start-up call did not warm every variant, for the page ("" when it did)
     warm_up_note: str = ""
 
     @property
