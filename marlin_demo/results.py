@@ -313,8 +313,7 @@ class Done:
 
 @dataclass(frozen=True)
 class WindowDone:
-    """A long video's window ``window`` (1-based) of ``windows`` is answered; ``result`` holds every window so
-    far, already merged, so no caller merges windows itself."""
+    """Window ``window`` (1-based) of ``windows`` answered; ``result``: all so far, merged."""
 
     window: int
     windows: int

@@ -336,8 +336,7 @@ def flag_of(name: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment;
-    ``only``: these names (a command's: ``flags_for``)."""
+    """One ``--flag`` per setting, defaulting to the environment; ``only``: these names (``flags_for``)."""
     for spec in specs():
         if only is not None and spec.name not in only:
             continue

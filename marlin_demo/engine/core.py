@@ -242,8 +242,7 @@ class Engine:
         cached: bool | None = None,
         logprobs: bool = False,
     ) -> ClipRun:
-        """One prompt on one clip; ``cached``: whether the frames of a given ``PreparedVideo`` came from a
-        cache."""
+        """One prompt on one clip; ``cached``: whether a given ``PreparedVideo``'s frames were cached."""
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
         prepared, cached_video = self.store.prepare(video)

@@ -1,5 +1,4 @@
-"""Greedy generation on a loaded variant: the one ``generate`` call every request makes (eager, in CUDA
-graphs or compiled) and its streamer."""
+"""Greedy generation on a loaded variant: the one ``generate`` call every request makes, and its streamer."""
 
 from __future__ import annotations
 

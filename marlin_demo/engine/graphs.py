@@ -207,8 +207,7 @@ def _fill(buffers: Any, value: Any) -> None:
 
 
 def _capture(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
-    """The step's graph and its output (rewritten by each replay); its warm-up advances the cache, hence only
-    in ``prepare``'s throwaway generation."""
+    """The step's graph and its output; its warm-up advances the cache, so it runs only in ``prepare``."""
     import torch
 
     side = torch.cuda.Stream()

@@ -53,8 +53,7 @@ class VideoStore:
             raise
 
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
-        """The validated facts of a file, probed once per (content, path); ``whole=False``: the duration
-        limit is the caller's, for a time range of it."""
+        """The validated facts of a file, once per (content, path); ``whole=False``: no duration check."""
         key = (self.digest(path), str(path.resolve()))
         with self.lock:
             known = self._infos.get(key)

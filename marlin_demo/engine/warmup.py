@@ -1,5 +1,4 @@
-"""Every offered variant run once on a synthetic clip: ZeroGPU's start-up call, so no visitor's call pays
-the first launch's compile."""
+"""Every variant run once on a synthetic clip (ZeroGPU's start-up call), so no visitor pays the compile."""
 
 from __future__ import annotations
 

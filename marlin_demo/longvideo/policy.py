@@ -127,8 +127,7 @@ def check_range(start: object, end: object, duration: float, max_duration: float
 
 
 def range_windows(task: str | Task, start: float, end: float, settings: Settings) -> list[Window]:
-    """``plan_for`` on the range's length, shifted to its start (answered as the video cut to it would be);
-    too many windows: ``RangeError``."""
+    """``plan_for`` on the range's length, shifted to its start; too many windows: ``RangeError``."""
     try:
         local = plan_for(task, end - start, settings)
     except WindowLimitError:

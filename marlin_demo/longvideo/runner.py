@@ -130,8 +130,7 @@ class WindowRun:
 def combined(
     engine: Engine, variant: Variant, query: str, runs: list[WindowRun], n: int, whole: VideoInfo
 ) -> Made:
-    """What the windows answered so far share: their words (under a header per window when there are several),
-    the request's metrics and run details."""
+    """The windows answered so far: their words (a header per window if several), metrics, run details."""
     ms = [r.result.metrics for r in runs]
     tokens = sum(m.output_tokens for m in ms)
     decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)

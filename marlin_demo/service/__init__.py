@@ -98,8 +98,7 @@ def run(
     stop: threading.Event | None = None,
     visitor: str | None = None,
 ) -> Result:
-    """``stream`` drained (a ZeroGPU refusal after some windows: those, ``partial``); ``stop`` set: it
-    leaves at once (``Cancelled``)."""
+    """``stream`` drained (after a late ZeroGPU refusal: ``partial``); ``stop`` set: ``Cancelled``."""
     asked = stream(
         engine, task, video, variant, query, start_s=start_s, end_s=end_s, stop=stop, visitor=visitor
     )
@@ -357,8 +356,7 @@ def compare(
     out = Comparison(req.task.name, req.query, stage.video, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
-        """One variant's answer (``live``: its ``Loaded`` and ``Progress`` stages passed on); closing this
-        generator stops the model."""
+        """One variant's answer (``live``: its stages passed on); closing this generator stops the model."""
         with contextlib.closing(stream(engine, dataclasses.replace(req, variant=v))) as stages:
             for stage in stages:
                 if isinstance(stage, Done):

@@ -262,8 +262,7 @@ def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
 
 
 def prefill_share(video_tokens: float, params: VideoParams | None = None) -> float:
-    """A clip's (or window's) share of the full window whose prefill the speeds table measured: its video
-    tokens over the largest window's, at most 1."""
+    """A clip's video tokens over the speeds table's full window's, at most 1: its share of that prefill."""
     return min(1.0, max(0.0, video_tokens / largest_window_tokens(params)))
 
 
@@ -330,8 +329,7 @@ def request_gpu_s(task: str, duration_s: float, settings: Settings, speed: Speed
 
 
 def longest_video_s(task: str, settings: Settings) -> float:
-    """The longest video ``task`` accepts and can finish: the duration limit, or less where
-    ``max_windows`` windows cover less."""
+    """The longest video ``task`` accepts and can finish (less where ``max_windows`` windows cover less)."""
     return min(settings.max_duration_s, get_task(task).covered_s(settings.max_windows, settings))
 
 

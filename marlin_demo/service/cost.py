@@ -128,8 +128,7 @@ class GpuCost:
         return capacity.charged_s((self.calls - 1) * self.use_s, self.factor) + self.start_s
 
     def fits(self, tier: str = "unauthenticated") -> bool:
-        """Whether every call can start within one day of a visitor of ``tier`` (unauthenticated, free,
-        pro), whatever their answers' length."""
+        """Whether every call can start within one day of ``tier``, whatever their answers' length."""
         return self.needs_s <= zerogpu_rules.daily_quota_s(tier)
 
 
@@ -151,8 +150,7 @@ def gpu_cost(
 
 
 def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
-    """The longest time range whose request fits a day of ``tier``, every answer to its token limit
-    (``GpuCost.fits``; 0: not even one window does)."""
+    """The longest time range whose request fits a day of ``tier`` at every token limit (0: none)."""
     windows, runs = 0, max(1, runs)
     while windows < settings.max_windows and gpu_cost(task, (windows + 1) * runs, settings).fits(tier):
         windows += 1
@@ -267,8 +265,7 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
 
 
 def search_cost_line(find_windows: int, settings: Settings) -> str:
-    """A search's own cost, said before it runs: find in ``find_windows`` windows (``library.search``'s
-    ``search_windows`` counts them for a query)."""
+    """A search's own cost, said before it runs: find in ``find_windows`` windows."""
     what = f"This search, find in {find_windows} window{'s' if find_windows != 1 else ''},"
     if not gpu_calls.zero_gpu():
         return cpu_work_line("find", find_windows, settings, "This search")

@@ -120,8 +120,7 @@ def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings
 
 
 def preload(engine: Engine) -> dict[str, str]:
-    """Load every variant now (on a Space, so the first visitor does not pay for it); {variant: error}
-    for those that failed (the engine remembers them too, for the UI)."""
+    """Load every variant now, so a Space's first visitor does not pay for it; {variant: error}."""
     errors: dict[str, str] = {}
     for variant in engine.variants:
         try:

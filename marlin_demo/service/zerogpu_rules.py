@@ -84,8 +84,7 @@ class Refusal:
 
 
 def read_refusal(exc: BaseException) -> Refusal | None:
-    """The refusal in an exception ``spaces`` raised (None: any other error), read by its title and
-    message, so ``gradio`` is never imported here."""
+    """The refusal in an exception ``spaces`` raised (None: any other), read by its text (no ``gradio``)."""
     title = str(getattr(exc, "title", "") or "")
     message = str(getattr(exc, "message", "") or exc)
     for kind, fact in facts()["refusals"].items():

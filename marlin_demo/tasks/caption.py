@@ -42,8 +42,7 @@ _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
 def description_similarity(a: str, b: str) -> float:
-    """ROUGE-L F1 between the content-word lists of two descriptions (0..1): casefolded words minus stop
-    words, each cut to its first 4 letters (a crude, exact stemmer)."""
+    """ROUGE-L F1 of two descriptions' content words (no stop words, each cut to 4 letters)."""
     x, y = ([w[:4] for w in _WORD_RE.findall(t.casefold()) if w not in _STOP] for t in (a, b))
     if not x or not y:
         return 0.0

@@ -213,8 +213,7 @@ TASKS: Mapping[str, Task] = _TASKS
 
 
 def register_task(task: Task) -> Task:
-    """Add (or replace) a task in its ``order``, with the settings it brings; every layer reads it from here
-    on."""
+    """Add (or replace) a task in its ``order``, with the settings it brings, for every layer."""
     for setting in task.brings:
         settings_mod.register_setting(setting)
     entries = sorted([*(t for t in _TASKS.values() if t.name != task.name), task], key=lambda t: t.order)
