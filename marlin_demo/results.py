@@ -151,8 +151,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Partial:
-    """An answer cut short: ZeroGPU refused a later call, so only ``windows_done`` of ``windows_total``
-    windows were answered (the rest of the video was not looked at). ``reason`` is the visitor's sentence."""
+    """An answer cut short by a ZeroGPU refusal: ``windows_done`` of ``windows_total``, and why."""
 
     reason: str
     windows_done: int

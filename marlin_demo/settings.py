@@ -38,7 +38,7 @@ of video is 30 caption windows, far past one ZeroGPU slot (``space.MAX_GPU_S``),
 def _setting(
     env: str, default: Any, help: str, commands: tuple[Command, ...] = ("run", "bench", "batch"), **meta: str
 ) -> Any:
-    """A ``Settings`` field; ``commands``: those that take it as a flag besides the app (``()``: the app
+    """A ``Settings`` field; ``commands``: those besides the app that take it as a flag (``()``: the app
     alone); ``meta``: its own ``flag`` or ``fallback_env``."""
     return field(default=default, metadata={"env": env, "commands": commands, "help": help, **meta})
 

@@ -134,8 +134,7 @@ class PrefixCache:
     def lookup(
         self, loaded: LoadedModel, prepared: PreparedVideo, text: str, inputs: Any
     ) -> tuple[Prefix | None, bool, float | None]:
-        """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``;
-        (None, False, None) when reuse is off or does not apply (no video in the prompt)."""
+        """(prefix state, reused?, seconds to compute) for ``text``'s ``inputs`` (off: None, False, None)."""
         found = self._find(loaded, prepared, text)
         ids = inputs["input_ids"]
         length = _boundary(loaded.model, ids)

@@ -71,8 +71,7 @@ def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
 def warm(
     engine: Engine, clip: PreparedVideo, variant: str, prompt: str
 ) -> tuple[ClipRun, graphs.Verdict | None]:
-    """One variant's warm-up run (its step captured and replayed, each step traced) and, where it decoded
-    in a step, the check of that step (None where it decoded otherwise)."""
+    """One variant's warm-up run, traced, and the check of its step where it decoded in one (else None)."""
     with graphs.tracing(False, TOKENS) as trace:  # the first run replays: it is the check's first half
         done = engine.run_clip(clip, variant, prompt, TOKENS)
     if done.gen.decode not in ("graphs", "static"):

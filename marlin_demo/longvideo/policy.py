@@ -89,8 +89,7 @@ def _typed(t: float) -> str:
 
 
 def check_range(start: object, end: object, duration: float, max_duration: float) -> tuple[float, float]:
-    """The range (start, end) in the video's seconds (None: 0, the video's end), else a ``RangeError``;
-    the duration limit applies to the range asked, not to the file."""
+    """The range (start, end) in seconds (None: 0, the end), else ``RangeError``; the limit is the range's."""
     whole = f"the video is {clock(duration)} long"
     first, last = seconds(start, "start"), seconds(end, "end")
     s = 0.0 if first is None else first

@@ -241,8 +241,7 @@ MEMORY_SHARE = 0.9
 
 
 def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
-    """{variant: why it is not offered} for a CPU entry: it failed on this CPU, or its peak for a full
-    window does not fit in ``MEMORY_SHARE`` of ``total_mb``."""
+    """{variant: why it is not offered} for a CPU entry: it failed, or its peak exceeds ``MEMORY_SHARE``."""
     if speed is None or not speed.isa:
         return {}
     out: dict[str, str] = {}
@@ -297,8 +296,7 @@ def charged_s(seconds: float, factor: float | None = None) -> int:
 
 
 def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
-    """Whether one full window's call can start on the whole day of a visitor who is not signed in: its
-    request, with the card's factor, is the admission check."""
+    """Whether one full window's call can start on a whole day of a visitor who is not signed in."""
     return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu_rules.daily_quota_s(
         "unauthenticated"
     )

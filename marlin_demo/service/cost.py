@@ -250,8 +250,7 @@ def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str
 
 
 def index_cost_line(durations: list[float], settings: Settings) -> str:
-    """Where no prebuilt library matches: what indexing these videos (the examples) costs before the first
-    search can answer, one caption call per window; said before anyone searches."""
+    """Where no prebuilt library matches, what indexing the examples costs (one caption call per window)."""
     windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
     clips = f"{len(durations)} example clip{'s' if len(durations) != 1 else ''}"
     what = f"No prebuilt library matches this model, so the first search indexes the {clips}"

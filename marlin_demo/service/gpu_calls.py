@@ -126,8 +126,7 @@ def gpu_function() -> Callable[..., Generator[runner.Item, None, None]]:
 
 
 def uncharged(work: Callable[[], None], name: str) -> threading.Thread:
-    """``work`` in a daemon thread in an empty context, whoever starts it: on ZeroGPU its GPU calls are
-    charged to no visitor (the examples' cache at start-up, docs/SPACE.md)."""
+    """``work`` in a daemon thread in an empty context: its ZeroGPU calls are charged to no visitor."""
     thread = threading.Thread(target=contextvars.Context().run, args=(work,), name=name, daemon=True)
     thread.start()
     return thread

@@ -60,8 +60,7 @@ class Scheduler:
 
     @contextlib.contextmanager
     def turn(self, ticket: Ticket) -> Iterator[None]:
-        """The model for one window (or clip), after the turns asked before it; the wait counts as the
-        request's ``queue_s``, and a request stopped while it waits leaves at once."""
+        """One window's (or clip's) turn on the model, after those asked before; the wait is ``queue_s``."""
         if ticket.stop is not None and ticket.stop.is_set():
             raise Cancelled()  # stopped between windows: no further turn (on ZeroGPU, no further call)
         t0 = time.perf_counter()

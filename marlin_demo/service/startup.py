@@ -1,5 +1,4 @@
-"""Engine start-up without gradio (so a CLI, a batch job or a test can use it alone): the requested
-model, or the tiny stand-in and the reason why."""
+"""Engine start-up without gradio (for a CLI, batch or test): the model, or the tiny stand-in and why."""
 
 from __future__ import annotations
 

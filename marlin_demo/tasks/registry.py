@@ -52,8 +52,7 @@ class Figure:
 
 
 class Answer:
-    """What one kind of answer does. ``agree`` and ``score`` read results or their ``to_dict()`` shapes
-    (stored bench records) alike, through ``value``."""
+    """What one kind of answer does; ``agree`` and ``score`` read results and records alike."""
 
     form = "answer"  # the format it was trained in (the note on an answer not in it names it)
     returns = "JSON: the answer, as the CLI's --json prints it."  # its API endpoint's ``Returns:``
