@@ -1,7 +1,6 @@
-"""Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one decode step captured per variant,
-cache size and input shape, replayed for every token (docs/DESIGN.md, "Decoding"). ``generate`` keeps its
-own loop, so greedy tokens are eager decoding's; a variant whose capture fails, or a step of another
-shape, decodes eagerly and says why; the start-up call checks each variant's step (``judge``)."""
+"""Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one step captured per variant, cache size
+and input shape, replayed for every token in ``generate``'s own loop, so tokens are eager decoding's
+(docs/DESIGN.md, "Decoding"); a failed capture, or another shape, decodes eagerly and says why."""
 
 from __future__ import annotations
 

@@ -88,9 +88,8 @@ def threaded(
     work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]], seconds: int = 0
 ) -> Generator[Item, None, None]:
     """The one place ``generate``'s callbacks become items: ``work`` in a thread in a copy of the caller's
-    context (where ``spaces`` finds the visitor), inside ``within()``, entered there so no ``yield`` splits a
-    context variable it sets. Closing this stops the work at its next token; on ZeroGPU it is the
-    ``spaces.GPU`` function itself (``seconds``: the call's duration)."""
+    context (where ``spaces`` finds the visitor), inside ``within()`` so no ``yield`` splits its context
+    variables; closing stops the work at its next token (on ZeroGPU: the ``spaces.GPU`` function itself)."""
     items: queue.Queue[Item] = queue.Queue()
     stop = threading.Event()
 
@@ -181,9 +180,8 @@ def prepare(
 
 
 def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, None, Result]:
-    """``req``'s stages, each window answered in one ``execute``: Prepared (frames made before any turn),
-    Loaded, per window ``Progress`` and ``WindowDone``; returns the answer. The time limit covers each
-    window's own work, never the wait."""
+    """``req``'s stages (Prepared before any turn, Loaded, per window ``Progress`` and ``WindowDone``), each
+    window in one ``execute``; returns the answer. The time limit covers each window's work, not the wait."""
     t0, n = time.perf_counter(), len(req.plans)
     stage, frames = prepare(engine, req)
     yield stage

@@ -205,9 +205,8 @@ def stream(
     stop: threading.Event | None = None,
     visitor: str | None = None,
 ) -> Generator[Stage, None, None]:
-    """The request's stages as they happen, then ``Done`` (``task``: a ``request``, or its arguments). Closing
-    it early stops the model at its next token; ``stop`` set: no further turn. A ZeroGPU refusal after some
-    windows: those answered are the answer, marked ``partial``."""
+    """The request's stages as they happen, then ``Done`` (``task``: a ``request``, or its arguments); closing
+    it early stops the model at its next token. A late ZeroGPU refusal: the windows before it, ``partial``."""
     t0 = time.perf_counter()
     if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
         task = request(engine, task, video or "", variant or "", query, start_s, end_s, visitor=visitor)

@@ -145,9 +145,8 @@ def warm_up_seconds(settings: Settings, variants: int) -> int:
 
 
 def warm_up(engine: Engine) -> str:
-    """The start-up call: every loaded variant once on ``warmup``'s clip, so kernels compile before any
-    visitor and graphs are used only where ``warmup.check`` passed. "" when it ran, else the page's
-    sentence; never stops the app."""
+    """The start-up call: each loaded variant once on ``warmup``'s clip, so kernels compile before any
+    visitor and graphs run only where ``warmup.check`` passed; "" if it ran, else the page's (no raise)."""
     variants = [v for v in engine.variants if engine.is_loaded(v)]
     if not variants:
         return ""

@@ -183,9 +183,8 @@ def zero_gpu_refusals(settings: Settings) -> list[str]:
 
 
 def prepare_zero_gpu() -> None:
-    """Tell the layers below ZeroGPU has no compiler: no kernel that builds with one, and dynamo's stance
-    ``force_eager`` process-wide (``torch._dynamo.config.disable`` is per-thread: a request's thread would
-    not see it). Called at start-up, before any load."""
+    """Tell the layers below ZeroGPU has no compiler: no kernel built with one, and dynamo's ``force_eager``
+    stance process-wide (``torch._dynamo.config.disable`` is per-thread). Called before any load."""
     import torch
 
     allow_compiler_builds(bool(zerogpu_rules.facts()["nvcc"]))
