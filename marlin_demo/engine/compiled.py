@@ -73,8 +73,7 @@ def _refusal(model: Any, cache: Any, config: Any) -> str:
 def prepare(
     loaded: Any, prompt_tokens: int, max_new_tokens: int, gen_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """generate() arguments for compiled decoding ({} when it runs eagerly); compiles a new size first, its
-    seconds in ``["_compile_s"]`` for the caller to keep out of the request's latency."""
+    """generate() arguments for compiled decoding ({}: eager); ``["_compile_s"]``: a new size's compile."""
     import torch
     from transformers import StaticCache
 

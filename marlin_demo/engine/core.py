@@ -169,8 +169,7 @@ class Engine:
             self.decoded[variant] = mode
 
     def check_graphs(self, verdicts: dict[str, graphs.Verdict]) -> None:
-        """Keep the start-up check's verdicts: from now on a variant decodes in graphs only where its check
-        passed, and its calls are sized for eager where it did not (or no verdict came)."""
+        """Keep the start-up check's verdicts: graphs, and calls sized for them, only where one passed."""
         self.graph_checks = dict(verdicts)
         for variant in self.variants:
             verdict = verdicts.get(variant)
@@ -205,8 +204,7 @@ class Engine:
         return self.store.windows(path, plans)
 
     def kept_reading(self, path: Path, variant: Variant) -> tuple[bool, bool]:
-        """Whether a run of ``variant`` on the whole clip at ``path`` would find its frames, and its prefix,
-        kept: the line before Run then prices no decoding, no prefill (a question after a caption)."""
+        """Whether ``variant`` on the whole clip at ``path`` would find its frames and prefix kept."""
         digest, frames = self.store.kept(path)
         return frames, self.prefixes.holds(variant, digest)
 

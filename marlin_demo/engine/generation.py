@@ -113,8 +113,7 @@ def generate(
     want_logprobs: bool = False,
     decode: str = "eager",
 ) -> Generation:
-    """Greedy generation; with ``prefix``, only the tokens after it are prefilled (on a copy of it, or
-    loaded into the static cache). ``decode`` is ``graphs.wanted``'s answer for this request."""
+    """Greedy generation; ``prefix``: only the tokens after it prefilled; ``decode``: ``graphs.wanted``'s."""
     import torch
 
     streamer = Streamer(loaded.processor.tokenizer, on_text)
