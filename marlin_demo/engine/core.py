@@ -204,7 +204,7 @@ class Engine:
         return self.store.windows(path, plans)
 
     def kept_reading(self, path: Path, variant: Variant) -> tuple[bool, bool]:
-        """Whether ``variant`` on the whole clip at ``path`` would find its frames and prefix kept."""
+        """Whether ``variant`` would find the clip at ``path``'s frames and prefix kept (then unpriced)."""
         digest, frames = self.store.kept(path)
         return frames, self.prefixes.holds(variant, digest)
 
