@@ -1,8 +1,5 @@
-"""Marlin-2B demo: settings -> engine -> Blocks -> launch.
-
-``python app.py`` (the Space's entry point) and ``marlin-demo app`` both run :func:`main`. Without Hub
-access or local weights the default model falls back to the offline tiny stand-in, and the page says why.
-"""
+"""Marlin-2B demo: settings -> engine -> Blocks -> launch (``python app.py`` and ``marlin-demo app``);
+without Hub access or local weights the model falls back to the tiny stand-in, and the page says why."""
 
 from __future__ import annotations
 

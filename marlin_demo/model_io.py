@@ -1,11 +1,7 @@
-"""Marlin-2B's input/output contract: prompts, video parameters, parsers, repair. Pure Python (no ML
-imports): every layer depends on it, so it must import instantly and run anywhere.
-
-The prompts are facts of the model's fine-tuning (``shared/REFERENCE.md``): never reword them. The parsers
-read stray formats too, but honestly: ``format_ok`` says whether the trained format was produced and
-``repair_*`` note every change in ``repairs``. Every regex runs on one whitespace-normalised line with
-bounded quantifiers, so hostile multi-megabyte input parses in linear time (no catastrophic backtracking).
-"""
+"""Marlin-2B's input/output contract: prompts, video parameters, parsers, repair. Pure Python, so it imports
+instantly anywhere. The prompts are the fine-tuning's (``shared/REFERENCE.md``): never reword them.
+Parsers say ``format_ok`` and ``repair_*`` note every change; every regex runs on one normalised line with
+bounded quantifiers, so hostile input parses in linear time."""
 
 from __future__ import annotations
 
@@ -82,14 +78,11 @@ def _replace_double_quotes(text: str) -> str:
 
 
 def sanitize_query(query: str, max_chars: int = Settings.max_query_chars) -> str:
-    """A user's grounding query made safe to paste into the find prompt (idempotent): no control
-    characters, chat special tokens or think tags, single spaces, no straight double quotes; other
-    scripts and emoji kept. ``ValueError`` (what is wrong, what is allowed) when empty or too long.
-    """
+    """A user's grounding query made safe to paste into the find prompt (idempotent; other scripts and emoji
+    kept); ``ValueError`` (what is wrong, what is allowed) when empty or too long."""
     text = "" if query is None else str(query)
     text = _clean_chars(text)
-    # Removing one token can join the halves of another ("<|im_<|x|>end|>"),
-    # so repeat until nothing changes; a space keeps neighbouring words apart.
+    # removing one token can join another's halves ("<|im_<|x|>end|>"): repeat until nothing changes
     while (cleaned := _THINK_TAG_RE.sub(" ", _SPECIAL_TOKEN_RE.sub(" ", text))) != text:
         text = cleaned
     text = " ".join(_replace_double_quotes(text).split())
@@ -165,9 +158,8 @@ _THINK_LINE_RE = re.compile(r"^[ \t]*</?think>[ \t]*(?:\r?\n|$)", re.MULTILINE)
 
 
 def strip_think(text: str) -> str:
-    """Remove reasoning markup: every whole ``<think>...</think>`` block, then stray tags (a line of only
-    ``<think>``, which Marlin often opens and never closes, goes as a line). An unclosed ``<think>`` cannot
-    tell where reasoning ends, so the text after it is kept. ``str.find``: linear, unlike a lazy regex."""
+    """Remove ``<think>`` blocks, then stray tags; after an unclosed ``<think>`` the text is kept (where the
+    reasoning ends is unknown). ``str.find``: linear, unlike a lazy regex."""
     if not text:
         return ""
     parts: list[str] = []
@@ -227,10 +219,8 @@ def _match_event(line: str) -> tuple[Event, bool] | None:
 
 
 def parse_caption(text: str) -> CaptionParse:
-    """Parse ``Scene: ...`` / ``Events:`` / ``<start - end> description`` output, tolerating units, missing
-    brackets, clock times, dashes, bullets and decorated or missing headers (without ``Events:``, the scene
-    is the text before the first event line). Times and order stay as written (``repair_caption`` fixes
-    them, with notes); ``format_ok``: canonical ``Scene:``/``Events:`` headers and a canonical event line."""
+    """Parse ``Scene:`` / ``Events:`` / ``<start - end> description`` output, tolerating stray formats; times
+    and order stay as written (``repair_caption``); ``format_ok``: the canonical headers and event lines."""
     lines = [_norm_line(raw) for raw in strip_think(text or "").splitlines()]
 
     header = next(((i, m) for i, line in enumerate(lines) if (m := _EVENTS_HDR_RE.match(line))), None)
@@ -273,9 +263,8 @@ _SPAN_ANY_RE = re.compile(
 
 
 def parse_span(text: str) -> SpanParse:
-    """Parse a grounding answer: ``From <start> to <end>.`` (trained) gives ``format_ok=True``, a usable stray
-    format (``3.5 - 8.2 seconds``, ``between 01:15 and 01:21``, ``from 3.5s to 8.2s``) a span with
-    ``format_ok=False``, nothing usable ``span=None``. A reversed range stays as written (``repair_span``)."""
+    """Parse a grounding answer: ``From <start> to <end>.`` is ``format_ok``, a usable stray format a span
+    without it, nothing usable ``span=None``; a reversed range stays as written (``repair_span``)."""
     norm = _norm_line(strip_think(text or ""))
     if m := _CANON_SPAN_RE.match(norm):
         return SpanParse(span=(float(m["a"]), float(m["b"])), format_ok=True)
@@ -338,10 +327,8 @@ def _loop_key(text: str) -> str:
 
 
 def _loop_keep(keys: list[str]) -> list[bool]:
-    """Which items survive repetition-loop trimming: not one repeating the item before it, nor a later copy
-    of a key seen more than twice (seen exactly twice, apart, is plausible: a door opens twice). When
-    something was dropped, a last item that is a strict prefix of an earlier one (a loop cut off by the
-    token limit) goes too."""
+    """Which items survive repetition-loop trimming: not a repeat of the one before, nor a copy of a key seen
+    twice already (a door may open twice); then a last item cut off by the token limit."""
     counts = Counter(keys)
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # each key's first index
     keep = [
@@ -368,9 +355,8 @@ def _trim_scene_loop(scene: str) -> tuple[str, int]:
 
 
 def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
-    """Fix the known failure modes, in the order below, each kind of fix adding one note to ``repairs``
-    (nothing is fixed silently); returns a new object. Event order is never changed; ``duration=None``
-    skips the steps that need the clip's length."""
+    """Fix the known failure modes in order, each kind adding one note to ``repairs`` (a new object); event
+    order never changes; ``duration=None`` skips the steps that need the clip's length."""
     dur = _check_duration(duration)
     notes: list[str] = []
     events = list(parse.events)
@@ -422,9 +408,8 @@ def repair_caption(parse: CaptionParse, duration: float | None) -> CaptionParse:
 
 
 def repair_span(parse: SpanParse, duration: float | None) -> SpanParse:
-    """Swap a reversed span and clamp it into [0, duration] (a new object). One starting at or after the
-    end, or of zero length, becomes ``None`` with a note: a span is never invented (``duration=None``: only
-    swapped, and dropped at zero length)."""
+    """Swap a reversed span and clamp it into [0, duration] (a new object); an empty one becomes ``None`` with
+    a note: a span is never invented (``duration=None``: only swapped)."""
     dur = _check_duration(duration)
     notes: list[str] = []
     span = parse.span

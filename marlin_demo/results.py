@@ -1,7 +1,5 @@
-"""The plain data every layer passes around: a video's facts and sampling plan, windows and moments,
-metrics, what every result has (``Result``), the caption/find results and the stages of a request. One shape
-feeds the UI, the API, the CLI and the benchmark; what each kind of answer does is its ``tasks.Answer``'s.
-Nothing here imports torch or any other module of the package but ``contract``."""
+"""The plain data every layer passes around (video facts, plans, windows, moments, metrics, results, a
+request's stages): one shape for UI, API, CLI and bench. No torch, nor the package but ``contract``."""
 
 from __future__ import annotations
 
@@ -14,9 +12,8 @@ from marlin_demo.model_io import Event
 
 @dataclass
 class VideoInfo:
-    """What the file holds, as the sampler will see it: ``fps``/``num_frames`` are torchcodec's when it opens
-    the file (``metadata_source == "torchcodec"``), else a PyAV packet scan's; ``display_*`` are
-    ``width``/``height`` after ``rotation`` (degrees counter-clockwise, 0/90/180/270)."""
+    """What the file holds, as the sampler will see it: ``fps``/``num_frames`` from ``metadata_source``;
+    ``display_*`` are ``width``/``height`` after ``rotation`` (degrees counter-clockwise)."""
 
     path: str
     size_bytes: int
@@ -44,9 +41,8 @@ class VideoInfo:
 
 @dataclass
 class SamplingPlan:
-    """Which frames are sampled, at what size, and what they cost in vision tokens: ``indices`` are
-    absolute source frames (``timestamps[i] = indices[i] / source_fps``), ``total_frames`` those in the
-    sampled range as qwen-vl-utils counts them, ``source_*`` the upright decoded size resized from."""
+    """Which frames are sampled, at what size, and their vision tokens: ``indices``: absolute source frames,
+    ``total_frames`` qwen-vl-utils' count of the range, ``source_*`` the upright decoded size."""
 
     indices: list[int]
     timestamps: list[float]
@@ -89,8 +85,7 @@ class Moment:
         return {"start": self.start, "end": self.end, "score": self.score}
 
 
-#: What ``Metrics.peak_memory_mb`` measured: the GPU's peak allocation in the request (reset per
-#: request), or on CPU the process's peak RSS (all of the process, since it started).
+#: What ``Metrics.peak_memory_mb`` measured: the GPU's peak in the request, or on CPU the process's peak RSS.
 MemoryKind = Literal["cuda_peak_allocated", "cpu_peak_rss"]
 MEMORY_KIND_LABELS: dict[str, str] = {
     "cuda_peak_allocated": "GPU peak allocated",
@@ -131,10 +126,8 @@ _DIGITS = {"latency_s": 3, "ttft_s": 3, "tokens_per_s": 2, "peak_memory_mb": 1, 
 
 @dataclass
 class Runtime:
-    """Where and how an answer was computed (the public ``runtime`` block): ``kernel`` the variant's linear
-    kernel (GPTQModel's class name, ``bitsandbytes-nf4``, ``bf16``/``fp32``), ``compute_dtype`` what it
-    computed in (float32 on a CPU without native bf16), ``gpu_*`` this request's ZeroGPU calls, the seconds
-    they asked for and held (0 off ZeroGPU)."""
+    """Where and how an answer was computed (the public ``runtime`` block): its linear ``kernel``, its
+    ``compute_dtype``, and ``gpu_*`` this request's ZeroGPU calls and seconds (0 off ZeroGPU)."""
 
     device: str = ""
     compute_dtype: str = ""
@@ -158,8 +151,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Partial:
-    """An answer cut short: ZeroGPU refused a later call, so only ``windows_done`` of ``windows_total``
-    windows were answered (the rest of the video was not looked at). ``reason`` is the visitor's sentence."""
+    """An answer cut short by a ZeroGPU refusal: ``windows_done`` of ``windows_total``, and why."""
 
     reason: str
     windows_done: int
@@ -181,16 +173,14 @@ class RunInfo:
     duration_s: float = 0.0
     decode_s: float = 0.0
     prefill_s: float | None = None
-    #: the request's whole time in the service, from its start to its answer: planning, waiting for its
-    #: turns, the load, reading the video and the model (``metrics.latency_s`` leaves out the load)
+    #: the request's whole time in the service, load included (``metrics.latency_s`` leaves it out)
     total_s: float = 0.0
     first_text_s: float | None = None  # time to the first non-empty decoded text (streaming)
     kernel: str = ""
     attention: str = ""
     compile: str = ""  # compiled decoding: "off", its state, or "eager (reason)"
     compile_s: float = 0.0  # compile time this variant has paid so far (never in a latency)
-    #: how the tokens were decoded: "graphs" (a captured CUDA graph per step), "static" (the same step on a
-    #: static cache, uncaptured: a CPU), "eager" (generate's own loop) or "compiled" (MARLIN_COMPILE)
+    #: how the tokens were decoded: "graphs", "static" (the step uncaptured: a CPU), "eager" or "compiled"
     decode: str = ""
     #: why graphs (or compile) were asked for and eager ran; on ZeroGPU "checked at start-up" when they ran
     decode_note: str = ""
@@ -322,9 +312,7 @@ class Done:
 
 @dataclass(frozen=True)
 class WindowDone:
-    """A long video's window ``window`` (1-based) of ``windows`` is answered. ``result`` holds every
-    window answered so far, already merged (a caption's one timeline, a find's moments), so no caller
-    merges windows itself."""
+    """Window ``window`` (1-based) of ``windows`` answered; ``result``: all so far, merged."""
 
     window: int
     windows: int

@@ -1,8 +1,5 @@
-"""Every knob of the demo in one place: environment variables (``MARLIN_*``) and matching CLI flags.
-
-A Space is configured through its environment; a developer through flags. Both land in one frozen ``Settings``
-so every layer (engine, UI, bench) reads the same values.
-"""
+"""Every knob of the demo in one place: ``MARLIN_*`` variables (a Space) and matching CLI flags (a
+developer), landing in one frozen ``Settings`` every layer reads."""
 
 from __future__ import annotations
 
@@ -15,20 +12,16 @@ from typing import Any, Literal, TypeAlias
 
 from marlin_demo import variants
 
-#: The variants every checkpoint has (``variants``' table); ``MARLIN_EXTRA_VARIANTS`` adds more by name, so
-#: a variant in a signature is a ``Variant`` (any name the engine offers), one of these or an extra one.
+#: The variants every checkpoint has; a ``Variant`` is any name the engine offers (``MARLIN_EXTRA_VARIANTS``).
 VARIANTS: tuple[str, ...] = tuple(kind.name for kind in variants.kinds())
 Variant: TypeAlias = str
 
-#: The commands that take some settings as flags (the app, ``python app.py``, takes every one):
-#: ``run`` is ``caption``/``find``, ``bench``, ``batch`` and ``search`` the commands of those names (``index``
-#: and ``search`` also take batch's). A field's ``commands`` metadata says which of them offer it: the
-#: one list every parser is built from.
+#: The commands that take some settings as flags (the app takes every one; ``run`` is ``caption``/``find``,
+#: ``index`` and ``search`` also take batch's): a field's ``commands`` metadata names which offer it.
 Command = Literal["run", "bench", "batch", "search"]
 COMMANDS: tuple[Command, ...] = ("run", "bench", "batch", "search")
 
-#: The example clips of a source checkout (examples/ beside the package): the one place this path is
-#: computed. An installed package has none there: ``MARLIN_EXAMPLES_DIR`` points at such a folder.
+#: The example clips of a source checkout (an installed package: ``MARLIN_EXAMPLES_DIR``).
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES_FILE = "examples.json"
 
@@ -45,7 +38,7 @@ of video is 30 caption windows, far past one ZeroGPU slot (``space.MAX_GPU_S``),
 def _setting(
     env: str, default: Any, help: str, commands: tuple[Command, ...] = ("run", "bench", "batch"), **meta: str
 ) -> Any:
-    """A ``Settings`` field; ``commands``: those that take it as a flag besides the app (``()``: the app
+    """A ``Settings`` field; ``commands``: those besides the app that take it as a flag (``()``: the app
     alone); ``meta``: its own ``flag`` or ``fallback_env``."""
     return field(default=default, metadata={"env": env, "commands": commands, "help": help, **meta})
 
@@ -305,17 +298,13 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings().with_(**values)
 
 
-#: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read where no Settings is at
-#: hand (the fast decoder's thread count, how the page caches its examples). Read with ``env_value``.
+#: MARLIN_* variables that are not ``Settings`` fields: process-wide knobs read with ``env_value``.
 PROCESS_ENV = {"decode_threads": "MARLIN_DECODE_THREADS", "cache_examples": "MARLIN_CACHE_EXAMPLES"}
 
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str:
-    """The raw, stripped value ('' when unset) of a setting's variable (``MARLIN_*``, then its fallback)
-    or of a ``PROCESS_ENV`` knob: the one way code outside this module reads a ``MARLIN_*`` variable.
-
-    For code that runs without a ``Settings`` (the tiny checkpoint's cache, GPTQModel's build folder).
-    """
+    """The raw, stripped value ('' when unset) of a setting's variable or a ``PROCESS_ENV`` knob: the one way
+    code without a ``Settings`` reads a ``MARLIN_*`` variable."""
     env = os.environ if environ is None else environ
     if name in PROCESS_ENV:
         return env.get(PROCESS_ENV[name], "").strip()
@@ -347,8 +336,7 @@ def flag_of(name: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-    """One ``--flag`` per setting (``--model``, ``--max-upload-mb``...), defaulting to the environment;
-    ``only``: these names (a command's: ``flags_for``)."""
+    """One ``--flag`` per setting, defaulting to the environment; ``only``: these names (``flags_for``)."""
     for spec in specs():
         if only is not None and spec.name not in only:
             continue

@@ -1,8 +1,5 @@
-"""The variants of Marlin-2B the demo can run, in one table every layer reads.
-
-Adding a kind is one ``register`` call (plus a loader in ``models`` when none fits). Extra variants
-given as folders (``MARLIN_EXTRA_VARIANTS``) are not kinds: their checkpoint says how they load.
-"""
+"""The variants of Marlin-2B the demo can run, in one table every layer reads: a new kind is one
+``register`` call; ``MARLIN_EXTRA_VARIANTS`` folders are not kinds (their checkpoint says how they load)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Compiled decoding (MARLIN_COMPILE): ``generate`` gets a ``StaticCache`` (one per variant and size bucket,
-reset per request) and a ``CompileConfig`` (why, and the cost: docs/GPU_CHECK.md); one that will not compile
-runs eagerly and says why.
-"""
+"""Compiled decoding (MARLIN_COMPILE): ``generate`` with a per-variant ``StaticCache`` and a ``CompileConfig``
+(why, and the cost: docs/GPU_CHECK.md); one that will not compile runs eagerly and says why."""
 
 from __future__ import annotations
 
@@ -15,10 +13,8 @@ log = logging.getLogger(__name__)
 #: Cache sizes are rounded up to a multiple of this many tokens (one compiled graph per size).
 BUCKET = 2048
 
-#: Inductor's switches for compiled decoding: bf16 arithmetic rounded like eager's (token identity), and
-#: freezing and autotuning at inductor's defaults whatever ran before in the process: gptqmodel's CPU kernel
-#: (TorchFusedLinear) turns both on for every later compile at its first forward, and a compile after a
-#: gptq request then froze the weights and autotuned each linear (a C++ build of ~5 s per shape).
+#: Inductor's switches for compiled decoding: bf16 rounded like eager's (token identity), and freezing and
+#: autotuning at their defaults, which gptqmodel's CPU kernel turns on process-wide (a ~5 s build per shape).
 INDUCTOR_OPTIONS = {"emulate_precision_casts": True, "freezing": False, "max_autotune": False}
 
 
@@ -77,8 +73,7 @@ def _refusal(model: Any, cache: Any, config: Any) -> str:
 def prepare(
     loaded: Any, prompt_tokens: int, max_new_tokens: int, gen_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """generate() arguments for compiled decoding ({} when it runs eagerly); compiles a new size first, its
-    seconds in ``["_compile_s"]`` for the caller to keep out of the request's latency."""
+    """generate() arguments for compiled decoding ({}: eager); ``["_compile_s"]``: a new size's compile."""
     import torch
     from transformers import StaticCache
 

@@ -1,7 +1,5 @@
-"""Caption and find on one clip (a short video or one window of a long one) of a loaded variant: Marlin's
-remote ``.caption()`` / ``.find()`` rebuilt on the plain transformers model, so every variant gets
-byte-identical prompts and is measured the same way. Reuse of videos and prompt prefixes: docs/SPEED.md.
-"""
+"""Caption and find on one clip of a loaded variant: Marlin's remote ``.caption()`` / ``.find()`` rebuilt
+on plain transformers, so every variant gets byte-identical prompts (reuse: docs/SPEED.md)."""
 
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ log = logging.getLogger(__name__)
 
 TINY_LABEL = "marlin-tiny (offline stand-in, random weights)"
 
-#: MARLIN_VIDEO_BACKEND values: the reference decode (qwen-vl-utils' pixels), the fast one, or the
-#: choice by clip (video.pick_backend: fast for 8-bit sources, where it was measured faster)
+#: MARLIN_VIDEO_BACKEND values: the reference decode, the fast one, or by clip (``video.pick_backend``)
 VIDEO_BACKENDS = ("auto", "reference", "fast")
 
 
@@ -81,15 +78,12 @@ class Engine:
         self._models: dict[str, LoadedModel] = {}
         self._load_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
-        #: the one gate every GPU use passes, the scheduler's or not (scripts, warm-up, ``unload``): one
-        #: generation at a time in this process; it orders nothing (the scheduler's turns do)
+        #: one generation at a time in this process, whoever asks; it orders nothing (the scheduler does)
         self.gpu_lock = threading.Lock()
         graphs.wanted(settings.decode, "cpu")  # a bad MARLIN_DECODE fails here, before any load
-        #: how each variant's tokens were last decoded (``RunInfo.decode``): by this process, or on ZeroGPU as
-        #: a call's answer said (``note_decode``); what ZeroGPU calls are sized for (``decode_expected``)
+        #: how each variant's tokens were last decoded (``note_decode``): what ZeroGPU calls are sized for
         self.decoded: dict[str, str] = {}
-        #: the start-up check's verdict per variant (``graphs.Verdict``), once ZeroGPU's start-up call ran
-        #: (``check_graphs``): graphs only where it passed; None: no check asked (off ZeroGPU)
+        #: the start-up check's ``graphs.Verdict`` per variant: graphs where it passed (None: off ZeroGPU)
         self.graph_checks: dict[str, graphs.Verdict] | None = None
         limits = Limits(
             settings.max_upload_mb, settings.max_duration_s, settings.max_width, settings.max_height
@@ -175,8 +169,7 @@ class Engine:
             self.decoded[variant] = mode
 
     def check_graphs(self, verdicts: dict[str, graphs.Verdict]) -> None:
-        """Keep the start-up check's verdicts: from now on a variant decodes in graphs only where its check
-        passed, and its calls are sized for eager where it did not (or no verdict came)."""
+        """Keep the start-up check's verdicts: graphs, and calls sized for them, only where one passed."""
         self.graph_checks = dict(verdicts)
         for variant in self.variants:
             verdict = verdicts.get(variant)
@@ -211,8 +204,7 @@ class Engine:
         return self.store.windows(path, plans)
 
     def kept_reading(self, path: Path, variant: Variant) -> tuple[bool, bool]:
-        """Whether a run of ``variant`` on the whole clip at ``path`` would find its frames, and its prefix,
-        kept: the line before Run then prices no decoding, no prefill (a question after a caption)."""
+        """Whether ``variant`` would find the clip at ``path``'s frames and prefix kept (then unpriced)."""
         digest, frames = self.store.kept(path)
         return frames, self.prefixes.holds(variant, digest)
 
@@ -248,8 +240,7 @@ class Engine:
         cached: bool | None = None,
         logprobs: bool = False,
     ) -> ClipRun:
-        """One prompt on one clip; ``cached``: whether the frames of a given ``PreparedVideo`` came from a
-        cache."""
+        """One prompt on one clip; ``cached``: whether a given ``PreparedVideo``'s frames were cached."""
         t_start = time.perf_counter()
         # bad input fails here, before any model is loaded
         prepared, cached_video = self.store.prepare(video)
@@ -396,9 +387,8 @@ class Engine:
         cached: bool | None = None,
         length: float | None = None,
     ) -> Result:
-        """One task on one clip, its answer parsed, repaired against ``length`` (default: the clip's
-        duration) and scored. ``task``'s entry and its ``query`` cleaned come as a request made them
-        (``service.request``: looked up and cleaned there, once); the prompt is the task's own."""
+        """One task on one clip, its answer parsed, repaired against ``length`` (default: the clip's duration)
+        and scored; ``task`` and its cleaned ``query`` come as ``service.request`` made them."""
         answer = task.answer
         run = self.run_clip(
             video,

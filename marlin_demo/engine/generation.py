@@ -1,6 +1,4 @@
-"""Greedy generation on a loaded variant: the one ``generate`` call every request makes, its decode steps
-eager, in CUDA graphs (``graphs``) or compiled (``compiled``), and its streamer (first token, text out).
-"""
+"""Greedy generation on a loaded variant: the one ``generate`` call every request makes, and its streamer."""
 
 from __future__ import annotations
 
@@ -115,8 +113,7 @@ def generate(
     want_logprobs: bool = False,
     decode: str = "eager",
 ) -> Generation:
-    """Greedy generation; with ``prefix``, only the tokens after it are prefilled (on a copy of it, or
-    loaded into the static cache). ``decode`` is ``graphs.wanted``'s answer for this request."""
+    """Greedy generation; ``prefix``: only the tokens after it prefilled; ``decode``: ``graphs.wanted``'s."""
     import torch
 
     streamer = Streamer(loaded.processor.tokenizer, on_text)

@@ -1,13 +1,6 @@
-"""Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one decode step captured per variant,
-static-cache size and shape of a step's inputs, replayed for every token (docs/DESIGN.md, "Decoding").
-
-``generate`` keeps its own loop, so greedy tokens are eager decoding's: on a ``StaticCache`` (fixed addresses)
-its decode steps call a ``DecodeStep``, which copies each token's inputs into the fixed buffers of their shape
-and replays the graph captured on them, or on a CPU runs the forward on them uncaptured (``static``: the
-tests' token identity). The shapes are the two a request passes: from a video's prefix, and without one. A
-variant whose capture fails decodes eagerly and says why (docs/GPU_CHECK.md); so does a request with a step
-of another shape. The start-up call checks each variant's step (``judge``) before any visitor relies on it.
-"""
+"""Decoding in CUDA graphs without torch.compile (MARLIN_DECODE): one step captured per variant, cache size
+and input shape, replayed for every token in ``generate``'s own loop, so tokens are eager decoding's
+(docs/DESIGN.md, "Decoding"); a failed capture, or another shape, decodes eagerly and says why."""
 
 from __future__ import annotations
 
@@ -101,9 +94,8 @@ class Form:
 
 @dataclass
 class Trace:
-    """The start-up check's record of one generation: each step's logits; ``uncaptured``: the step runs its
-    forward on the buffers instead of replaying the graph (the same kernels, outside the graph);
-    ``min_tokens``: generate may not stop before them (both runs decode as many steps)."""
+    """The start-up check's record of one generation: each step's logits; ``uncaptured``: the forward run on
+    the buffers instead of the replay; ``min_tokens``: both runs decode as many steps."""
 
     uncaptured: bool
     min_tokens: int
@@ -131,10 +123,8 @@ def trace_kwargs() -> dict[str, Any]:
 
 
 class DecodeStep:
-    """The decode step on one static cache: each token's inputs copied into the fixed buffers of their
-    shape (``Form``), then the graph captured on them replayed (``capture``) or the same forward run on
-    them (a CPU). Forms are made only while ``making`` (``_new_step``'s throwaway generations, one per shape
-    a request passes); a step of another shape runs eagerly and is counted."""
+    """The decode step on one static cache: inputs copied into fixed buffers of their shape, then the graph
+    replayed (or, on a CPU, the forward run on them); a step of an unprepared shape runs eagerly."""
 
     def __init__(self, model: Any, cache: Any, capture: bool) -> None:
         self.model = model
@@ -216,9 +206,7 @@ def _fill(buffers: Any, value: Any) -> None:
 
 
 def _capture(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
-    """The step's graph and its output (whose tensors each replay rewrites). The warm-up passes run on a
-    side stream as torch.cuda.graph requires; they advance the cache, which is why capture happens only in
-    ``prepare``'s throwaway generation."""
+    """The step's graph and its output; its warm-up advances the cache, so it runs only in ``prepare``."""
     import torch
 
     side = torch.cuda.Stream()
@@ -288,11 +276,8 @@ def prepare(
 
 
 def _new_step(loaded: Any, size: int, gen_kwargs: dict[str, Any], capture: bool) -> DecodeStep:
-    """A static cache of ``size`` tokens and its step, captured by two short text generations: the first's
-    prefill allocates the cache's tensors (where the graphs read and write); its decode steps capture the
-    shape a request without a prefix passes (M-RoPE's text row and three rows), the second's, continuing
-    from the first's cache, the shape a request from a video's prefix passes (transformers computes its
-    positions from the stored rope deltas: one row)."""
+    """A static cache of ``size`` tokens and its step, captured by two short text generations: the first for
+    a request without a prefix, the second, on its cache, for one from a video's prefix (other rope rows)."""
     import torch
     from transformers import StaticCache
 
@@ -332,10 +317,8 @@ def _throwaway(model: Any, cache: Any, ids: Any, gen_kwargs: dict[str, Any]) -> 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The start-up check of one variant's captured step: whether replaying it gave, step by step, the very
-    logits its forward gives uncaptured on the same buffers (the same kernels: no rounding can differ),
-    ``why`` in one clause, and how the variant decodes after it (``decode``: graphs, static on a CPU, or
-    eager). Graphs run only for a variant whose check passed (``Engine.graph_checks``)."""
+    """The start-up check of one variant's captured step: whether its replay gave the very logits of the same
+    forward uncaptured, ``why``, and how the variant decodes after it (``decode``)."""
 
     variant: str
     passed: bool

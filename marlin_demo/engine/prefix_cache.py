@@ -1,8 +1,5 @@
-"""The video prefix cache: the model state after a prompt's chat header and whole timestamped video.
-
-Later requests on the same video (a second find, a caption) prefill only their own text on a
-copy of that state (docs/SPEED.md). Used by ``engine.Engine`` under its gpu_lock.
-"""
+"""The video prefix cache: the model state after a prompt's chat header and whole timestamped video, so a
+later request on the same video prefills only its own text (docs/SPEED.md); used under the gpu_lock."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
 @dataclass
 class Prefix:
     """The model state after a prompt's chat header and whole video; every request generates on a deep copy.
-    ``rope_deltas``: the M-RoPE offset of the text after the video (Qwen3.5 keeps it on the model);
-    ``tail_ok``: these ids plus the tokenizer's for the rest were the processor's: later prompts skip it."""
+    ``rope_deltas``: M-RoPE's offset after the video; ``tail_ok``: later prompts skip the processor."""
 
     variant: str
     length: int
@@ -59,9 +55,8 @@ class Prefix:
     tail_ok: bool = False
 
     def generate_kwargs(self, model: Any, inputs: Any, cache: Any = None) -> dict[str, Any]:
-        """generate() arguments for the whole prompt on a copy of this state (``cache``: a static cache the
-        caller loaded with it). No pixels: the first forward would look for video tokens among the new ones;
-        ``mm_token_type_ids`` stays, so generate uses the stored rope deltas."""
+        """generate() arguments for the whole prompt on a copy of this state (``cache``: a loaded static
+        cache); no pixels, and ``mm_token_type_ids`` kept so generate uses the stored rope deltas."""
         kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids") if k in inputs}
         kwargs[_cache_kwarg(model)] = copy.deepcopy(self.cache) if cache is None else cache
         model.model.rope_deltas = self.rope_deltas.clone()
@@ -139,8 +134,7 @@ class PrefixCache:
     def lookup(
         self, loaded: LoadedModel, prepared: PreparedVideo, text: str, inputs: Any
     ) -> tuple[Prefix | None, bool, float | None]:
-        """(prefix state, reused?, seconds spent computing it) for processor ``inputs`` of ``text``;
-        (None, False, None) when reuse is off or does not apply (no video in the prompt)."""
+        """(prefix state, reused?, seconds to compute) for ``text``'s ``inputs`` (off: None, False, None)."""
         found = self._find(loaded, prepared, text)
         ids = inputs["input_ids"]
         length = _boundary(loaded.model, ids)

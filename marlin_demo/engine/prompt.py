@@ -1,6 +1,5 @@
-"""Prompt building: Marlin's one user turn through the chat template, and the processor's tensors. The
-inference path and the quantizer's calibration build their inputs here: every variant gets the same bytes.
-"""
+"""Prompt building: Marlin's one user turn through the chat template, shared by inference and the
+quantizer's calibration so every variant gets the same bytes."""
 
 from __future__ import annotations
 

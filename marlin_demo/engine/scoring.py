@@ -1,7 +1,5 @@
-"""Per-token log-probabilities of a find answer (~10 tokens: one logits row per step is cheap) and the
-moment's score from its numbers' (``span_score``). Raw logits, not ``scores``: those are after the logits
-processors, not the model's own distribution.
-"""
+"""Per-token log-probabilities of a find answer and the moment's score (``span_score``), from raw logits:
+``scores`` come after the logits processors, not the model's own distribution."""
 
 from __future__ import annotations
 
@@ -46,9 +44,8 @@ _NUMBER_RE = re.compile(r"\d+(?:[.:]\d+)*")
 
 
 def span_score(token_texts: Sequence[str], token_logprobs: Sequence[float]) -> float | None:
-    """Geometric mean of the probabilities of the tokens that overlap the answer's first two numbers (None:
-    fewer than two). Only the numbers: "From", "to", "." and EOS are near-certain for a trained model and
-    would pull every score toward 1. Length-normalised; not calibrated across queries or videos."""
+    """Geometric mean of the probabilities of the tokens overlapping the answer's first two numbers (None:
+    fewer): the words around them are near-certain and would pull every score toward 1. Not calibrated."""
     if len(token_texts) != len(token_logprobs):
         raise ValueError("token_texts and token_logprobs must have the same length.")
     text = "".join(token_texts)

@@ -1,6 +1,5 @@
-"""The engine's video store: each file hashed, probed and decoded once per content (keyed by its sha256, the
-sampling parameters and the backend: a renamed copy reuses the frames, an edited file is decoded again).
-"""
+"""The engine's video store: each file decoded once per content (sha256, sampling parameters, backend), so
+a renamed copy reuses its frames and an edited file is decoded again."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ class VideoStore:
             raise
 
     def info(self, path: Path, *, whole: bool = True) -> VideoInfo:
-        """The validated facts of a file, probed once per (content, path); ``whole=False``: the duration
-        limit is the caller's, for a time range of it."""
+        """The validated facts of a file, once per (content, path); ``whole=False``: no duration check."""
         key = (self.digest(path), str(path.resolve()))
         with self.lock:
             known = self._infos.get(key)

@@ -1,6 +1,4 @@
-"""Every offered variant run once on a synthetic clip: what ZeroGPU's start-up call does before the app
-launches, so that no visitor's call pays the first launch's compile (Triton's JIT, the graphs' capture).
-"""
+"""Every variant run once on a synthetic clip (ZeroGPU's start-up call), so no visitor pays the compile."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from marlin_demo.video import PreparedVideo, full_window_clip, synthetic_clip
 
 log = logging.getLogger(__name__)
 
-#: tokens each variant generates, twice where it decodes in a step: replaying the captured step (the
-#: warm-up itself), then running it uncaptured (the check); two dozen decode steps compared
+#: tokens each variant generates, twice where it decodes in a step: replayed, then uncaptured (the check)
 TOKENS = 24
 
 
@@ -44,16 +41,14 @@ class Warmed:
 
 @functools.lru_cache(maxsize=1)
 def warm_clip(device: str) -> PreparedVideo:
-    """A full window on CUDA (the largest prefill and static cache a visitor's call reaches), 2 s on a CPU
-    (nothing compiles there). Kept once built: the caller builds it before its GPU call, whose forked
-    process then finds it built (``warm_clip.cache_clear()`` frees its frames, 144 MB for a full window)."""
+    """A full window on CUDA (the largest a visitor's call reaches), 2 s on a CPU; cached so the forked call
+    finds it built (``warm_clip.cache_clear()`` frees its frames)."""
     return full_window_clip() if device == "cuda" else synthetic_clip(2.0, 64, 64)
 
 
 def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
-    """Each of ``variants`` once on the warm-up clip with the caption prompt (a failure is kept, not
-    raised), checked where its decoding runs a step (``check``); the prefix states of the synthetic clip
-    are dropped afterwards, as no visitor asks about it."""
+    """Each of ``variants`` once on the warm-up clip (a failure kept, not raised), checked where its decoding
+    runs a step (``check``); the synthetic clip's prefixes are dropped afterwards."""
     prompt = get_task("caption").ask(None, engine.settings)[1]
     clip = warm_clip(pick_device(engine.settings.device))
     out: list[Warmed] = []
@@ -76,8 +71,7 @@ def run(engine: Engine, variants: Sequence[str]) -> list[Warmed]:
 def warm(
     engine: Engine, clip: PreparedVideo, variant: str, prompt: str
 ) -> tuple[ClipRun, graphs.Verdict | None]:
-    """One variant's warm-up run (its step captured and replayed, each step traced) and, where it decoded
-    in a step, the check of that step (None where it decoded otherwise)."""
+    """One variant's warm-up run, traced, and the check of its step where it decoded in one (else None)."""
     with graphs.tracing(False, TOKENS) as trace:  # the first run replays: it is the check's first half
         done = engine.run_clip(clip, variant, prompt, TOKENS)
     if done.gen.decode not in ("graphs", "static"):
@@ -88,9 +82,8 @@ def warm(
 def check(
     engine: Engine, clip: PreparedVideo, variant: str, prompt: str, replayed: tuple[graphs.Trace, Any]
 ) -> graphs.Verdict:
-    """The warm-up's ``TOKENS`` again from the clip's prefix (a visitor's request shape), the step run
-    uncaptured on the same buffers this time (a CPU: uncaptured both times); ``graphs.judge`` compares every
-    step's logits with the ``replayed`` run's."""
+    """The warm-up's ``TOKENS`` again from the clip's prefix, run uncaptured on the same buffers;
+    ``graphs.judge`` compares every step's logits with the ``replayed`` run's."""
     t0 = time.perf_counter()
     with graphs.tracing(True, TOKENS) as trace:
         again = engine.run_clip(clip, variant, prompt, TOKENS).gen

@@ -89,8 +89,7 @@ def _typed(t: float) -> str:
 
 
 def check_range(start: object, end: object, duration: float, max_duration: float) -> tuple[float, float]:
-    """The range (start, end) in the video's seconds (None: 0, the video's end), else a ``RangeError``;
-    the duration limit applies to the range asked, not to the file."""
+    """The range (start, end) in seconds (None: 0, the end), else ``RangeError``; the limit is the range's."""
     whole = f"the video is {clock(duration)} long"
     first, last = seconds(start, "start"), seconds(end, "end")
     s = 0.0 if first is None else first
@@ -127,8 +126,7 @@ def check_range(start: object, end: object, duration: float, max_duration: float
 
 
 def range_windows(task: str | Task, start: float, end: float, settings: Settings) -> list[Window]:
-    """``plan_for`` on the range's length, shifted to its start (answered as the video cut to it would be);
-    too many windows: ``RangeError``."""
+    """``plan_for`` on the range's length, shifted to its start; too many windows: ``RangeError``."""
     try:
         local = plan_for(task, end - start, settings)
     except WindowLimitError:

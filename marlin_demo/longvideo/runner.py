@@ -1,6 +1,5 @@
-"""Every request's windows above the engine (the pure rules are ``policy``'s): a ``Request`` made once, its
-windows (a short clip: one, answered whole) each answered by ``Engine.run`` in a turn, shifted to the
-video's timeline and merged; ``answer`` is a generator of the request's stages."""
+"""Every request's windows above the engine (the pure rules are ``policy``'s): each answered by
+``Engine.run`` in a turn, shifted to the video's timeline and merged."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ from marlin_demo.video.windows import WindowPlan, plan_window
 ClipWork = Callable[..., Any]
 #: what a clip's work gives as it runs: ("text", t)..., then ("done", result) or ("error", exception)
 Item = tuple[str, Any]
-#: one clip's work run in a turn, as a context around its items: ``threaded``'s (the scheduler's turn inside
-#: it), or on ZeroGPU one GPU call's (``service.gpu_calls``); a suspended context adds no frame to the stack
+#: one clip's work run in a turn, as a context around its items (``threaded``, or a ZeroGPU call's)
 Execute = Callable[[ClipWork], contextlib.AbstractContextManager[Iterator[Item]]]
 #: a time range asked about: (start, end) in the video's seconds, either None (from 0, to the end)
 Span = tuple[float | None, float | None]
@@ -41,9 +39,8 @@ Span = tuple[float | None, float | None]
 
 @dataclass(frozen=True)
 class Request:
-    """One request, made once (``service.request``) and read by every layer below: the task's entry, the
-    cleaned query, the checked range (None: the whole video), its windows (a short clip: one, the whole
-    clip) and an opaque key of the visitor who asked (never Gradio's object; None: no visitor)."""
+    """One request, made once (``service.request``) and read by every layer below: task entry, cleaned query,
+    checked range (None: whole video), windows and an opaque visitor key (None: no visitor)."""
 
     task: Task
     video: str | Path | PreparedVideo
@@ -64,10 +61,8 @@ class Request:
 def window_plans(
     engine: Engine, video: str | Path | PreparedVideo, task: str | Task, span: Span | None = None
 ) -> list[WindowPlan]:
-    """Each window's sampling plan (a video within one ``task`` window: one, the whole clip); too many is a
-    ``WindowLimitError`` before anything is decoded. ``span``: sampled as if the range were cut as its own
-    file, on the video's timeline; the duration and window limits apply to the range (bad ranges:
-    ``policy.RangeError``)."""
+    """Each window's sampling plan (a short clip: one, the whole clip); too many: ``WindowLimitError`` before
+    any decoding. ``span``: sampled as if cut as its own file; the limits apply to the range."""
     if isinstance(video, PreparedVideo):  # frames made elsewhere (the GPU check's clip): answered whole
         if span is not None:
             raise ValueError("A time range needs the video file, not frames decoded beforehand.")
@@ -92,11 +87,9 @@ def window_plans(
 def threaded(
     work: ClipWork, within: Callable[[], contextlib.AbstractContextManager[Any]], seconds: int = 0
 ) -> Generator[Item, None, None]:
-    """The one place ``generate``'s callbacks become items: ``work(on_text=...)`` in a thread in a copy of
-    the caller's context (where ``spaces`` finds the visitor to charge), inside ``within()`` (a turn; graphs
-    required), entered there so no ``yield`` splits a context variable it sets (Gradio runs each ``next()``
-    in a fresh copy of the context). Closing this stops the work at its next token. On ZeroGPU this is the
-    ``spaces.GPU`` function itself, run in the call's process; ``seconds``: the call's size (its duration)."""
+    """The one place ``generate``'s callbacks become items: ``work`` in a thread in a copy of the caller's
+    context (where ``spaces`` finds the visitor), inside ``within()`` so no ``yield`` splits its context
+    variables; closing stops the work at its next token (on ZeroGPU: the ``spaces.GPU`` function itself)."""
     items: queue.Queue[Item] = queue.Queue()
     stop = threading.Event()
 
@@ -136,9 +129,7 @@ class WindowRun:
 def combined(
     engine: Engine, variant: Variant, query: str, runs: list[WindowRun], n: int, whole: VideoInfo
 ) -> Made:
-    """What the windows answered so far share: each one's words (under a header naming its window when
-    there are several: the model's words, unchanged), the request's metrics (latency from its start) and
-    run details."""
+    """The windows answered so far: their words (a header per window if several), metrics, run details."""
     ms = [r.result.metrics for r in runs]
     tokens = sum(m.output_tokens for m in ms)
     decode_time = sum(m.output_tokens / m.tokens_per_s for m in ms if m.tokens_per_s)
@@ -189,10 +180,8 @@ def prepare(
 
 
 def answer(engine: Engine, req: Request, execute: Execute) -> Generator[Stage, None, Result]:
-    """``req``'s stages, its windows each answered in one ``execute``: Prepared (frames made before any
-    turn, so a ZeroGPU call holds only model work), Loaded, then per window ``Progress("", k, n)`` (several
-    windows), its text, ``WindowDone``; returns the answer. A short clip's answer is the engine's, as it is;
-    the time limit covers each window's own work, never the wait."""
+    """``req``'s stages (Prepared before any turn, Loaded, per window ``Progress`` and ``WindowDone``), each
+    window in one ``execute``; returns the answer. The time limit covers each window's work, not the wait."""
     t0, n = time.perf_counter(), len(req.plans)
     stage, frames = prepare(engine, req)
     yield stage

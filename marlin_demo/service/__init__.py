@@ -77,10 +77,8 @@ def request(
     visitor: str | None = None,
     plans: Sequence[WindowPlan] | None = None,
 ) -> Request:
-    """The one ``Request`` every layer below reads (every entry's, made alike): the task's entry and the
-    query cleaned (``check_query``), the range checked and its windows planned, here and only here (a bad
-    one of each: its sentence, before anything is decoded). ``plans``: these windows of the file instead (a
-    library search's best); ``visitor``: an opaque key of who asked (None: no visitor, a script)."""
+    """The one ``Request`` every layer below reads: task looked up, query cleaned, range checked and windows
+    planned here only, so a bad one is said before anything is decoded (``plans``: a library search's own)."""
     entry, clean = check_query(engine, task, query)
     span = None if start_s is None and end_s is None else (start_s, end_s)  # None: the whole video
     plans = list(plans or runner.window_plans(engine, video, entry, span))
@@ -100,8 +98,7 @@ def run(
     stop: threading.Event | None = None,
     visitor: str | None = None,
 ) -> Result:
-    """``stream`` drained (a ZeroGPU refusal after some windows: those, ``partial``); ``stop`` set: it
-    leaves at once (``Cancelled``)."""
+    """``stream`` drained (after a late ZeroGPU refusal: ``partial``); ``stop`` set: ``Cancelled``."""
     asked = stream(
         engine, task, video, variant, query, start_s=start_s, end_s=end_s, stop=stop, visitor=visitor
     )
@@ -130,9 +127,8 @@ def _share(engine: Engine, plans: Sequence[WindowPlan]) -> float:
 
 @dataclass
 class _Turns:
-    """How a request's windows run, each in the scheduler's turn: in ``runner.threaded``, or on ZeroGPU
-    in one call sized for its largest window's frames (``_share``) and for the decoding its variant is
-    known to run (``Engine.decode_expected``); ``calls``, ``asked_s`` and ``used_s`` count the calls."""
+    """How a request's windows run, each in the scheduler's turn: threaded, or one sized ZeroGPU call each;
+    ``calls``, ``asked_s`` and ``used_s`` count the calls."""
 
     engine: Engine
     ticket: Ticket
@@ -152,9 +148,8 @@ class _Turns:
 
     @contextlib.contextmanager
     def gpu(self, work: runner.ClipWork) -> Iterator[Iterator[runner.Item]]:
-        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected: its items come over the
-        fork's own pipe. A variant that no longer captures raises ``GraphsUnavailable`` before its prefill:
-        it is noted eager, and ``runner.answer`` asks again. A refused call asked nothing of the quota."""
+        """One ZeroGPU call of ``work`` in the turn, sized for the decoding expected. ``GraphsUnavailable``:
+        noted eager, and ``runner.answer`` asks again; a refused call asked nothing of the quota."""
         variant, refused = self.req.variant, False
         with scheduler_for(self.engine).turn(self.ticket):
             decode = self.engine.decode_expected(variant, self.device)
@@ -210,12 +205,8 @@ def stream(
     stop: threading.Event | None = None,
     visitor: str | None = None,
 ) -> Generator[Stage, None, None]:
-    """The request's stages as they happen (``runner.answer``'s, then ``Done``), its windows in the
-    scheduler's turns; ``task`` is a ``request`` already made, or what makes one (``request``'s arguments).
-    Closing it early (a
-    client that went away) stops the generation at its next token, so an abandoned request does not keep
-    the model busy; ``stop`` set: no further turn. When ZeroGPU refuses a later window's call, those
-    answered before it are the answer, marked ``partial`` (with none answered, the refusal is the error)."""
+    """The request's stages as they happen, then ``Done`` (``task``: a ``request``, or its arguments); closing
+    it early stops the model at its next token. A late ZeroGPU refusal: the windows before it, ``partial``."""
     t0 = time.perf_counter()
     if not isinstance(task, Request):  # no video or variant: the engine's own sentence says so
         task = request(engine, task, video or "", variant or "", query, start_s, end_s, visitor=visitor)
@@ -318,10 +309,8 @@ class Comparison:
         return self.results.get(variant)
 
     def payload(self, example: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The ``/compare`` JSON: ``agreement.compare_payload`` of the answers, ``errors``
-        (``{variant: sentence}``) only when a variant failed, and per variant: ``cold`` (loaded for this
-        request), ``footprint_mb`` (its weights) and ``warm`` ({latency_s, rerun, reused_prefix}, or
-        null when its only run was cold)."""
+        """The ``/compare`` JSON: ``agreement.compare_payload``, ``errors`` when a variant failed, and per
+        variant ``cold``, ``footprint_mb`` and ``warm`` (null when its only run was cold)."""
         out = agreement.compare_payload(self.task, self.query, self.results, example)
         if self.errors:
             out["errors"] = dict(self.errors)
@@ -355,11 +344,8 @@ def compare(
     end_s: float | None = None,
     warm_reruns: bool = False,
 ) -> Generator[CompareEvent | Loaded | Progress, None, None]:
-    """Run ``task`` (a ``request`` already made, or what makes one, as ``stream``) on each variant in turn:
-    Prepared, per variant Started/Finished, then the Comparison (contract: docs/DESIGN.md). ``live`` also
-    yields each variant's ``Loaded`` and ``Progress`` stages (the Compare tab streams the text).
-    ``warm_reruns``: on a one-window request, ``warm_reruns_for`` chooses answers to time again (each after
-    a ``WarmRerun``)."""
+    """Run ``task`` on each variant in turn (events: docs/DESIGN.md); ``live`` also passes on each variant's
+    ``Loaded`` and ``Progress``; ``warm_reruns``: one-window answers timed again (``warm_reruns_for``)."""
     # made once: bad input fails now, and every variant reads the same cached frames
     if not isinstance(task, Request):  # too many windows: refused now
         task = request(engine, task, video or "", "", query, start_s, end_s)
@@ -369,8 +355,7 @@ def compare(
     out = Comparison(req.task.name, req.query, stage.video, list(variants))
 
     def one(v: Variant) -> Generator[Loaded | Progress, None, Result]:
-        """One variant's answer (``live``: its ``Loaded`` and ``Progress`` stages passed on); closing this
-        generator stops the model."""
+        """One variant's answer (``live``: its stages passed on); closing this generator stops the model."""
         with contextlib.closing(stream(engine, dataclasses.replace(req, variant=v))) as stages:
             for stage in stages:
                 if isinstance(stage, Done):
@@ -407,9 +392,8 @@ def compare(
 
 
 def warm_reruns_for(engine: Engine, run: Comparison) -> list[str]:
-    """The answers to time again so the warm figures compare like with like: each cold run (the variant
-    still loaded, so the re-run is warm); else, when a warm figure reused its variant's earlier reading of
-    the clip (``RunInfo.reused_prefix``) and another read it afresh, the one that read it afresh."""
+    """The answers to time again so warm figures compare like with like: each cold run still loaded; else,
+    when some warm figures reused an earlier reading of the clip, those that read it afresh."""
     tried = run.reruns.keys() | run.rerun_errors.keys()
     todo = [v for v in run.results if run.cold.get(v) and v not in tried and engine.is_loaded(v)]
     if todo:

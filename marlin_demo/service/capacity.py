@@ -1,8 +1,5 @@
-"""What a request can cost and which videos the app can finish: the limits derived from measured speeds.
-
-``speeds.json`` holds per-device figures (docs/SPACE.md, "Limits that agree"). Start-up refuses settings
-that contradict them (``conflicts``), so a video the limits accept is one the app can answer.
-"""
+"""What a request can cost and which videos the app can finish, from the measured speeds (``speeds.json``,
+docs/SPACE.md "Limits that agree"); start-up refuses settings that contradict them (``conflicts``)."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ from marlin_demo.video import largest_window_tokens
 
 SPEEDS_FILE = Path(__file__).with_name("speeds.json")
 
-#: ZeroGPU: the shortest and longest duration one ``spaces.GPU`` call asks for (``gpu_call_s`` says why
-#: the shortest is not less)
+#: ZeroGPU: the shortest and longest duration one ``spaces.GPU`` call asks for (why: ``gpu_call_s``)
 MIN_GPU_S = 15
 MAX_GPU_S = 300
 #: a GPU call asks for this much more than the estimate (slower pages, a longer answer than typical)
@@ -52,12 +48,10 @@ class Speed:
     threads: int = 0
     #: per variant, a CPU entry's measured figures (``peak_mb``, ``window_peak_mb``...) or its ``error``
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: decoding in CUDA graphs (the GPU check's graphs rows): the slowest rate, and the longest capture,
-    #: which every call pays (its process may be fresh); None until measured: sized as eager decoding
+    #: decoding in CUDA graphs: the slowest rate and the longest capture (None: sized as eager decoding)
     graphs_decode_tokens_per_s: float | None = None
     graphs_capture_s: float = 0.0
-    #: the same figures as measured, without the margin the limits keep for slower machines: what the line
-    #: before a first Run prices (``speed_for(margin=False)``); empty: the entry carries no margin
+    #: the figures as measured, without the limits' margin (``speed_for(margin=False)``; empty: no margin)
     expected: Mapping[str, float] = field(default_factory=dict)
 
     @property
@@ -73,8 +67,7 @@ def speeds() -> dict[str, Speed]:
     return {name: Speed(name=name, **fig) for name, fig in raw.items() if not name.startswith("_")}
 
 
-#: instruction-set classes, slowest first: with no entry for this CPU's class, the slowest measured
-#: class at or below it is used (a faster CPU finishes no later than its figures say)
+#: instruction-set classes, slowest first (a CPU uses the fastest measured class at or below its own)
 ISA_ORDER = ("default", "avx2", "avx512", "avx512bf16")
 
 
@@ -96,10 +89,8 @@ def cpu_key(isa: str, threads: int) -> str:
 
 
 def cpu_speed(table: Mapping[str, Speed], isa: str, threads: int, dtype: str) -> tuple[Speed, float] | None:
-    """The CPU entry for this class, threads and compute type (None: none qualifies), and its rate factor.
-    Its class: this CPU's, else the fastest measured below it. Its threads: the most at or under this
-    many (more threads are no slower), else the fewest above, scaled down by the ratio (pessimistic:
-    decode, bound by memory, grows less with cores than prefill)."""
+    """The CPU entry for this class, threads and compute type (None: none qualifies), and its rate factor:
+    scaled down pessimistically where only more threads were measured (decode grows less with cores)."""
     cpu = [s for s in table.values() if s.isa and s.compute_dtype == dtype]
     rank = {name: i for i, name in enumerate(ISA_ORDER)}
     same = [s for s in cpu if s.isa == isa]
@@ -150,10 +141,8 @@ def device_of(settings: Settings) -> str | None:
 
 
 def speed_for(settings: Settings, device: str, margin: bool = True) -> Speed | None:
-    """The figures for this device and model: the H200's on any GPU, the tiny stand-in's on a CPU, else
-    ``cpu_speed``'s for this CPU in the compute type it will use (None: never measured, nothing derived).
-    ``margin=False``: the entry's own measured figures (``Speed.expected``), for saying how long a run
-    will take; the limits keep the margin."""
+    """The figures for this device and model (None: never measured). ``margin=False``: the measured figures,
+    for saying how long a run takes; the limits keep the margin."""
     found = _table_speed(settings, device)
     if margin or found is None or not found.expected:
         return found
@@ -197,11 +186,8 @@ def observe(
     info: RunInfo,
     params: VideoParams | None = None,
 ) -> None:
-    """Keep how fast one fresh whole-clip answer read its clip here: the line before the next Run prices
-    the table's figures as measured (or, with none, this answer's own) at that pace, not the limits' figures,
-    which carry a margin for slower machines. One pace for the whole reading, not each part scaled up on
-    its own: a small clip's prefill is mostly fixed costs, and read as a share of a full window's it would
-    price a long clip tens of times too high. An answer that reused a reading measures none of it."""
+    """Keep how fast one fresh whole-clip answer read its clip here, so the next cost line prices at this
+    pace: one pace for the whole reading, as a small clip's prefill is mostly fixed costs."""
     if info.cached_video or info.reused_prefix or not metrics.tokens_per_s or info.prefill_s is None:
         return
     p = params or VideoParams()
@@ -255,8 +241,7 @@ MEMORY_SHARE = 0.9
 
 
 def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
-    """{variant: why it is not offered} for a CPU entry: it failed on this CPU, or its peak for a full
-    window does not fit in ``MEMORY_SHARE`` of ``total_mb``."""
+    """{variant: why it is not offered} for a CPU entry: it failed, or its peak exceeds ``MEMORY_SHARE``."""
     if speed is None or not speed.isa:
         return {}
     out: dict[str, str] = {}
@@ -276,15 +261,13 @@ def withheld(speed: Speed | None, total_mb: float) -> dict[str, str]:
 
 
 def prefill_share(video_tokens: float, params: VideoParams | None = None) -> float:
-    """A clip's (or window's) share of the full window whose prefill the speeds table measured: its video
-    tokens over the largest window's, at most 1."""
+    """A clip's video tokens over the speeds table's full window's, at most 1: its share of that prefill."""
     return min(1.0, max(0.0, video_tokens / largest_window_tokens(params)))
 
 
 def read_s(speed: Speed, share: float = 1.0) -> float:
-    """One window's model work before its first token: overhead and the prefill of its frames (``share``
-    of a full window's, ``prefill_share``). On ZeroGPU the least one call is charged for, before the
-    card's factor."""
+    """One window's model work before its first token: overhead and its frames' prefill (``share``); on
+    ZeroGPU at least what one call is charged for."""
     return speed.overhead_s + speed.prefill_s * share
 
 
@@ -300,25 +283,20 @@ def window_s(task: str, settings: Settings, speed: Speed) -> float:
 
 
 def gpu_call_s(task: str, settings: Settings, speed: Speed, share: float = 1.0) -> int:
-    """Seconds one window's ``spaces.GPU`` call asks for (model work only: frames are made before):
-    ``GPU_MARGIN`` times ``model_s`` of its own frames (``share``) on the measured H200, within
-    [``MIN_GPU_S``, ``MAX_GPU_S``]. ZeroGPU aborts a call that runs past it and the answer is lost, so it
-    covers the longest answer the task allows; the request only admits the call, which is charged the time
-    it uses. docs/CONFIGURATION.md (Sizing a ZeroGPU call) says why the floor and the figures."""
+    """Seconds one window's ``spaces.GPU`` call asks for, within [``MIN_GPU_S``, ``MAX_GPU_S``]: ZeroGPU
+    aborts a call past it, so it covers the longest answer (docs/CONFIGURATION.md, Sizing a ZeroGPU call)."""
     asked = math.ceil(GPU_MARGIN * model_s(task, settings, speed, share))
     return int(min(MAX_GPU_S, max(MIN_GPU_S, asked)))
 
 
 def charged_s(seconds: float, factor: float | None = None) -> int:
     """``seconds`` of a ZeroGPU call as a visitor's quota counts them: times the card's factor, rounded as
-    ``spaces`` rounds it (``zerogpu_rules.duration_factor`` when ``factor`` is None). For a call's requested
-    duration, what it needs left to start; for the time it used, what it is charged."""
+    ``spaces`` rounds it (``factor`` None: ``zerogpu_rules.duration_factor``)."""
     return round(seconds * (zerogpu_rules.duration_factor() if factor is None else factor))
 
 
 def call_fits_day(task: str, settings: Settings, speed: Speed, factor: float | None = None) -> bool:
-    """Whether one full window's call can start on the whole day of a visitor who is not signed in: its
-    request, with the card's factor, is the admission check."""
+    """Whether one full window's call can start on a whole day of a visitor who is not signed in."""
     return charged_s(gpu_call_s(task, settings, speed), factor) <= zerogpu_rules.daily_quota_s(
         "unauthenticated"
     )
@@ -349,8 +327,7 @@ def request_gpu_s(task: str, duration_s: float, settings: Settings, speed: Speed
 
 
 def longest_video_s(task: str, settings: Settings) -> float:
-    """The longest video ``task`` accepts and can finish: the duration limit, or less where
-    ``max_windows`` windows cover less."""
+    """The longest video ``task`` accepts and can finish (less where ``max_windows`` windows cover less)."""
     return min(settings.max_duration_s, get_task(task).covered_s(settings.max_windows, settings))
 
 

@@ -1,6 +1,5 @@
-"""What a request will cost, said before it runs, in one line: GPU seconds of a visitor's daily quota on
-ZeroGPU, the visitor's time on a CPU; both from the measured speeds (``capacity``) and the window plan the
-request will run, so the line and the limits agree."""
+"""What a request will cost, said before it runs in one line (GPU quota on ZeroGPU, time on a CPU), from
+the same speeds and window plan as the limits, so the two agree."""
 
 from __future__ import annotations
 
@@ -34,9 +33,8 @@ def estimate(
     params: VideoParams | None = None,
     kept: tuple[bool, bool] = (False, False),
 ) -> Estimate:
-    """Each window's preparation (scaled by its frames), overhead and prefill (by its video tokens, from
-    ``plan``'s tokens per second), plus decoding every token the task allows. ``kept``: a one-window
-    clip's frames, and its prefix, are kept from an earlier run (``Engine.kept_reading``): not priced."""
+    """Each window's preparation, overhead and prefill, plus decoding every token the task allows; ``kept``:
+    a one-window clip's frames and prefix kept from an earlier run are not priced."""
     windows = plan_for(task, max(duration_s, 0.0), settings, limit=False)
     covered_s = max(plan.nframes / max(plan.sample_fps, 1e-9), 1e-9)
     per_s = plan.video_tokens / covered_s
@@ -63,10 +61,8 @@ def estimate_line(
     share: float = 1.0,
     kept: dict[str, tuple[bool, bool]] | None = None,
 ) -> str:
-    """The one line that says, before Run, what this request will cost here ('' where nothing needs saying):
-    on ZeroGPU its calls and what they ask of a visitor's quota (``share``: the calls' frames, from
-    ``service.call_share``), on a CPU about how long it takes for each of ``variants`` in turn (``kept``:
-    per variant, what of the clip's reading is kept, ``estimate``'s), on any other GPU nothing."""
+    """The one line saying, before Run, what this request costs here ('' where nothing needs saying): the
+    ZeroGPU quota, a CPU's time per variant, nothing on any other GPU."""
     runs = max(1, len(variants or []))
     noun = get_task(task).noun
     who = noun if runs == 1 else f"{noun} on {runs} variants"
@@ -103,9 +99,8 @@ def _answers(n: int) -> str:
 
 @dataclass(frozen=True)
 class GpuCost:
-    """ZeroGPU calls a piece of work makes, before it runs: ``calls`` calls of one ``task`` window, each
-    asking ``each_s`` s to start and charged the time it used (from ``read_s``, reading its frames, to
-    ``use_s``, every allowed token), both times the card's ``factor`` (``zerogpu.json`` ``quota_use``)."""
+    """ZeroGPU calls a piece of work makes: ``calls`` calls of one ``task`` window, each asking ``each_s`` and
+    charged from ``read_s`` to ``use_s``, both times the card's ``factor``."""
 
     task: str
     calls: int
@@ -133,8 +128,7 @@ class GpuCost:
         return capacity.charged_s((self.calls - 1) * self.use_s, self.factor) + self.start_s
 
     def fits(self, tier: str = "unauthenticated") -> bool:
-        """Whether every call can start within one day of a visitor of ``tier`` (unauthenticated, free,
-        pro), whatever their answers' length."""
+        """Whether every call can start within one day of ``tier``, whatever their answers' length."""
         return self.needs_s <= zerogpu_rules.daily_quota_s(tier)
 
 
@@ -156,8 +150,7 @@ def gpu_cost(
 
 
 def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = "unauthenticated") -> float:
-    """The longest time range whose request fits a day of ``tier``, every answer to its token limit
-    (``GpuCost.fits``; 0: not even one window does)."""
+    """The longest time range whose request fits a day of ``tier`` at every token limit (0: none)."""
     windows, runs = 0, max(1, runs)
     while windows < settings.max_windows and gpu_cost(task, (windows + 1) * runs, settings).fits(tier):
         windows += 1
@@ -167,9 +160,8 @@ def longest_fitting_s(task: str, settings: Settings, runs: int = 1, tier: str = 
 def gpu_cost_line(
     cost: GpuCost, what: str, settings: Settings, reading: bool = False, quotas: bool = True
 ) -> str:
-    """What ``what`` asks of a visitor's quota: each call's request (what must be left for it to start,
-    the card's factor counted) and the time it is charged, up to every token (``reading``: from reading
-    its frames, where the calls were sized by them); the daily quotas (unless a sentence after says them)."""
+    """What ``what`` asks of a visitor's quota: each call's request and the time it is charged (``reading``:
+    from reading its frames), then the daily quotas unless a later sentence says them."""
     n, one = cost.calls, cost.calls == 1
     day, free = (duration_words(zerogpu_rules.daily_quota_s(t)) for t in ("unauthenticated", "free"))
     quota = f"; a visitor has {day} of GPU a day without signing in, {free} with a free account"
@@ -187,8 +179,7 @@ def gpu_cost_line(
 
 def _last_starts(cost: GpuCost, tier: str) -> str:
     """Whether the calls all start within a fresh day of ``tier``: each is admitted on its own request and
-    charged its use, so the last starts only while the ones before it leave its request ('its last call
-    starts only if the 2 calls before it are charged at most 21 s in all')."""
+    charged its use, so the last starts only while the ones before leave it room."""
     room = zerogpu_rules.daily_quota_s(tier) - cost.start_s
     if room < 0:
         return "not even its first call can start"
@@ -200,9 +191,8 @@ def _last_starts(cost: GpuCost, tier: str) -> str:
 def _short_of_day(
     cost: GpuCost, what: str, settings: Settings, reading: bool = False, free_too: bool = False
 ) -> str:
-    """``gpu_cost_line`` without the quotas, then what a fresh day of a visitor who is not signed in (and,
-    ``free_too``, of a free account) starts of its calls, and what the calls before the last are charged
-    if every answer runs to its limit."""
+    """``gpu_cost_line`` without the quotas, then how many calls a fresh day starts (not signed in;
+    ``free_too``: a free account too) and what those before the last are charged at most."""
     line = gpu_cost_line(cost, what, settings, reading, quotas=False)  # what follows names them
     day, free = (duration_words(zerogpu_rules.daily_quota_s(t)) for t in ("unauthenticated", "free"))
     then = f"in the {day} of a visitor who is not signed in, {_last_starts(cost, 'unauthenticated')}"
@@ -223,9 +213,8 @@ def request_gpu_line(
     share: float = 1.0,
     what: str = "This run",
 ) -> str:
-    """The line before a run on ZeroGPU: its calls, what they ask of the quota, and where they may not all
-    start in the day of a visitor who is not signed in, the way out: sign in, or a time range that fits
-    (each tier's, with a PRO account's day named, when not even a free account's fits the request)."""
+    """The line before a run on ZeroGPU: its calls, their quota, and where they may not all start in a day
+    without signing in, the way out (sign in, or a time range that fits)."""
     windows = capacity.window_count(task, duration_s, settings)  # one call per window per variant
     cost = gpu_cost(task, windows * max(1, runs), settings, share=share)
     if cost.fits("unauthenticated"):
@@ -261,8 +250,7 @@ def cpu_work_line(task: str, windows: int, settings: Settings, what: str) -> str
 
 
 def index_cost_line(durations: list[float], settings: Settings) -> str:
-    """Where no prebuilt library matches: what indexing these videos (the examples) costs before the first
-    search can answer, one caption call per window; said before anyone searches."""
+    """Where no prebuilt library matches, what indexing the examples costs (one caption call per window)."""
     windows = sum(len(plan_for("caption", max(d, 0.1), settings, limit=False)) for d in durations)
     clips = f"{len(durations)} example clip{'s' if len(durations) != 1 else ''}"
     what = f"No prebuilt library matches this model, so the first search indexes the {clips}"
@@ -276,8 +264,7 @@ def index_cost_line(durations: list[float], settings: Settings) -> str:
 
 
 def search_cost_line(find_windows: int, settings: Settings) -> str:
-    """A search's own cost, said before it runs: find in ``find_windows`` windows (``library.search``'s
-    ``search_windows`` counts them for a query)."""
+    """A search's own cost, said before it runs: find in ``find_windows`` windows."""
     what = f"This search, find in {find_windows} window{'s' if find_windows != 1 else ''},"
     if not gpu_calls.zero_gpu():
         return cpu_work_line("find", find_windows, settings, "This search")

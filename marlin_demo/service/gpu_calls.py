@@ -1,10 +1,5 @@
-"""Hugging Face Space helpers: ZeroGPU calls and GPU-time estimates, no-ops everywhere else.
-
-A ``spaces.GPU`` call asking for too little is killed, one asking for much more lowers the visitor's
-queue priority: so each window is its own call (``gpu_call``) sized from the measured speeds for the
-decoding its variant will run (why: docs/DESIGN.md, "Decoding, and ZeroGPU's processes"). Off ZeroGPU
-nothing here imports ``spaces`` (``app.py`` imports it before CUDA).
-"""
+"""Hugging Face Space helpers: ZeroGPU calls sized per window from the measured speeds (too little is
+killed, too much lowers the queue priority: docs/DESIGN.md); no-ops and no ``spaces`` import elsewhere."""
 
 from __future__ import annotations
 
@@ -30,9 +25,8 @@ T = TypeVar("T")
 
 MAX_GPU_S = capacity.MAX_GPU_S
 
-#: Seconds for Triton's first-launch compile of fla's and GPTQ's kernels (49 s on an H200, docs/GPU_CHECK.md),
-#: which then stay on disk: the start-up call (``warm_up``) asks for them; only when it failed does the
-#: first visitor's call ask for them instead (a find alone asks for 15 s).
+#: Seconds for Triton's first-launch compile of the kernels (docs/GPU_CHECK.md), asked for by the start-up
+#: call (``warm_up``), or by the first visitor's call when that failed.
 FIRST_CALL_COMPILE_S = 60
 _warm = threading.Event()
 
@@ -60,17 +54,15 @@ def estimate_gpu_seconds(video_s: float, settings: Settings, runs: int = 1, task
 
 
 def call_seconds(task: str, settings: Settings, share: float = 1.0, decode: str = "eager") -> int:
-    """Seconds one window's (or one short clip's) call asks for; ``share``: its frames' share of a full
-    window's prefill (``capacity.prefill_share``); ``decode``: how its variant decodes
-    (``Engine.decode_expected``: graphs only once they are known to capture for it)."""
+    """Seconds one window's (or short clip's) call asks for; ``share``: its frames' share of a full window's
+    prefill; ``decode``: how its variant decodes (``Engine.decode_expected``)."""
     speed = capacity.for_decode(capacity.speeds()["h200"], decode)
     return capacity.gpu_call_s(task, settings, speed, share)
 
 
 def asked_seconds(seconds: int, device: str) -> int:
-    """What a call sized for ``seconds`` asks for: until the start-up call (or any call) has run here, room
-    for the first launch's compile as well (on CUDA only: a CPU launches no Triton kernel), as far as a
-    visitor's day without an account allows, so the first visitor after a restart is not refused for it."""
+    """What a call sized for ``seconds`` asks for: until a call has run here, room for the first launch's
+    compile too (CUDA only), so the first visitor after a restart is not refused for it."""
     if device != "cuda" or _warm.is_set():
         return seconds
     day = int(zerogpu_rules.daily_quota_s("unauthenticated") / zerogpu_rules.duration_factor())
@@ -104,11 +96,8 @@ class GpuRefused(EngineError):
 def gpu_call(
     work: Callable[..., Any], seconds: int, decode: str = "eager"
 ) -> Iterator[Iterator[runner.Item]]:
-    """``work(on_text=...)`` as one ``spaces.GPU`` call of ``seconds``: its arguments pickled (the engine by
-    reference, ``Engine.__reduce__``), its items ``runner.threaded``'s in the call's process (sized for
-    graphs, a variant that cannot capture raises ``graphs.GraphsUnavailable`` there, not decoding eagerly),
-    streamed back over the call's pipe with no frame of ours between (this waits, suspended). A refusal is
-    raised as ``GpuRefused``; closing the items closes the call and the GPU with it."""
+    """``work`` as one ``spaces.GPU`` call of ``seconds``: its items ``runner.threaded``'s in the call's
+    process, streamed back over its pipe; a refusal raises ``GpuRefused``; closing the items ends the call."""
     within = graphs.required if decode == "graphs" else contextlib.nullcontext
     try:
         with contextlib.closing(gpu_function()(work, within, seconds=seconds)) as items:
@@ -137,8 +126,7 @@ def gpu_function() -> Callable[..., Generator[runner.Item, None, None]]:
 
 
 def uncharged(work: Callable[[], None], name: str) -> threading.Thread:
-    """``work`` in a daemon thread in an empty context, whoever starts it: on ZeroGPU its GPU calls are
-    charged to no visitor (the examples' cache at start-up, docs/SPACE.md)."""
+    """``work`` in a daemon thread in an empty context: its ZeroGPU calls are charged to no visitor."""
     thread = threading.Thread(target=contextvars.Context().run, args=(work,), name=name, daemon=True)
     thread.start()
     return thread
@@ -148,9 +136,8 @@ def uncharged(work: Callable[[], None], name: str) -> threading.Thread:
 
 
 def warm_up_seconds(settings: Settings, variants: int) -> int:
-    """What the start-up call asks for: the first launch's compile, then per variant one full window's
-    model work at ``warmup.TOKENS`` tokens and the check of its step (those tokens again from the window's
-    prefix), at the measured eager rate (nothing has captured yet), within one call's longest."""
+    """What the start-up call asks for: the first compile, then per variant one full window's work and its
+    step's check at ``warmup.TOKENS`` tokens, at the eager rate, within one call's longest."""
     speed = capacity.speeds()["h200"]
     one = capacity.model_s("caption", settings.with_(caption_max_new_tokens=warmup.TOKENS), speed)
     one += warmup.TOKENS / speed.decode_tokens_per_s  # the check: no prefill, the prefix is reused
@@ -158,11 +145,8 @@ def warm_up_seconds(settings: Settings, variants: int) -> int:
 
 
 def warm_up(engine: Engine) -> str:
-    """The start-up call, before launch: every loaded variant once on ``warmup``'s clip, so Triton's
-    kernels are compiled and on disk before any visitor's call, and its captured step checked
-    (``warmup.check``): later calls decode in graphs only where the check passed. Returns "" when it ran,
-    else the sentence the page shows; a refused or failed call is logged and never stops the app (the
-    first visitor's call then asks for the compile, as before, and no variant decodes in graphs)."""
+    """The start-up call: each loaded variant once on ``warmup``'s clip, so kernels compile before any
+    visitor and graphs run only where ``warmup.check`` passed; "" if it ran, else the page's (no raise)."""
     variants = [v for v in engine.variants if engine.is_loaded(v)]
     if not variants:
         return ""

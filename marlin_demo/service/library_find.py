@@ -39,9 +39,8 @@ def find_in_windows(
     windows: Sequence[Window],
     stop: threading.Event | None = None,
 ) -> FindResult:
-    """Find ``query`` only in ``windows`` (global seconds) of the video at ``path``: the find windows
-    inside each, answered in time order; moments are on the video's own timeline, best first. ``stop``
-    set (a visitor's Stop): no further window is asked."""
+    """Find ``query`` only in ``windows`` (global seconds) of the video at ``path``, in time order; moments
+    best first on the video's timeline; ``stop`` set: no further window."""
     p = Path(path)
     info = engine.info(p)
     bounds = find_bounds(windows, info.duration_s, engine.settings)

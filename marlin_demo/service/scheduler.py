@@ -1,7 +1,5 @@
-"""Model work one window at a time across every request of an engine: a request asks for a turn before
-each window, first come first served, so a short clip waits at most about one window of a long video. It
-also sizes the prefix cache for every held request's windows (so they do not push out each other's) and
-bounds the requests held (``MARLIN_QUEUE_SIZE``; one more is turned away)."""
+"""Model work one window at a time across an engine's requests, first come first served, so a short clip
+waits about one window at most; it also sizes the prefix cache and bounds the requests held."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ class Ticket:
 
 
 class Scheduler:
-    """Turns on one engine's model, first come first served, window by window: the one gate that orders
-    requests, from every caller (page, API, batch, bench; Gradio's queue only bounds the page's waits,
-    ``Engine.gpu_lock`` lets in whoever comes first), and holds a stopped request out of its next turn."""
+    """Turns on one engine's model, window by window, first come first served: the one gate ordering every
+    caller's requests; a stopped request gets no next turn."""
 
     def __init__(self, engine: Engine, max_requests: int) -> None:
         self.engine = engine
@@ -63,8 +60,7 @@ class Scheduler:
 
     @contextlib.contextmanager
     def turn(self, ticket: Ticket) -> Iterator[None]:
-        """The model for one window (or clip), after the turns asked before it; the wait counts as the
-        request's ``queue_s``, and a request stopped while it waits leaves at once."""
+        """One window's (or clip's) turn on the model, after those asked before; the wait is ``queue_s``."""
         if ticket.stop is not None and ticket.stop.is_set():
             raise Cancelled()  # stopped between windows: no further turn (on ZeroGPU, no further call)
         t0 = time.perf_counter()

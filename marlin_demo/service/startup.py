@@ -1,5 +1,4 @@
-"""Engine start-up without gradio (so a CLI, a batch job or a test can use it alone): the requested
-model, or the tiny stand-in and the reason why."""
+"""Engine start-up without gradio (for a CLI, batch or test): the model, or the tiny stand-in and why."""
 
 from __future__ import annotations
 
@@ -34,11 +33,9 @@ class ModelStatus:
 
     requested: str
     fallback_reason: str | None = None
-    #: {variant: why it is not offered on this machine} (``capacity.withheld``: it fails on this CPU or
-    #: does not fit in its memory)
+    #: {variant: why it is not offered on this machine} (``capacity.withheld``)
     withheld: dict[str, str] = field(default_factory=dict)
-    #: on ZeroGPU, why the start-up GPU call did not warm every variant ("" when it did, or did not run):
-    #: the page says so, as the first visitor's call then asks for the compile
+    #: on ZeroGPU, why the start-up call did not warm every variant, for the page ("" when it did)
     warm_up_note: str = ""
 
     @property
@@ -122,8 +119,7 @@ def offered(settings: Settings, total_mb: float | None = None) -> tuple[Settings
 
 
 def preload(engine: Engine) -> dict[str, str]:
-    """Load every variant now (on a Space, so the first visitor does not pay for it); {variant: error}
-    for those that failed (the engine remembers them too, for the UI)."""
+    """Load every variant now, so a Space's first visitor does not pay for it; {variant: error}."""
     errors: dict[str, str] = {}
     for variant in engine.variants:
         try:
@@ -135,9 +131,8 @@ def preload(engine: Engine) -> dict[str, str]:
 
 
 def check_limits(settings: Settings, zero_gpu: bool = False) -> Settings:
-    """The settings to run with, once they agree with the measured speeds (``capacity``); else a ValueError
-    with one sentence per conflict. The real model on a CPU gets an unset time limit raised to one
-    window's measured time (``_derived_time_limit``)."""
+    """The settings to run with once they agree with the measured speeds, else a ValueError with a sentence
+    per conflict; the real model on a CPU gets an unset time limit of one window's measured time."""
     device = capacity.device_of(settings)
     if device is None:
         return settings  # the load says what is wrong with the device
@@ -188,12 +183,8 @@ def zero_gpu_refusals(settings: Settings) -> list[str]:
 
 
 def prepare_zero_gpu() -> None:
-    """Tell the layers below what ZeroGPU is: no compiler, so no kernel that builds with one is tried
-    (decided from the platform, never by looking for nvcc), and no ``torch.compile``: dynamo's stance is
-    ``force_eager``, so what a library wrapped in it (GPTQModel's ``gptq_torch`` dequantize, bitsandbytes'
-    default ops) runs eagerly, in every thread of this process and of the calls forked from it (a stance is
-    process-wide; ``torch._dynamo.config.disable`` is a context variable: a new thread, where every request
-    and GPU call runs, would not see it). Called at start-up, before any load."""
+    """Tell the layers below ZeroGPU has no compiler: no kernel built with one, and dynamo's ``force_eager``
+    stance process-wide (``torch._dynamo.config.disable`` is per-thread). Called before any load."""
     import torch
 
     allow_compiler_builds(bool(zerogpu_rules.facts()["nvcc"]))

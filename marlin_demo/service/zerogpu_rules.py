@@ -1,6 +1,5 @@
-"""What ZeroGPU allows, in one place (``zerogpu.json``, each fact with its source; ``spaces``' refusals word
-for word): Pythons, torch releases, GPU sizes, quotas. The per-card duration factor changes with
-``spaces`` releases, so it is never copied: :func:`duration_factor` reads the installed ``spaces``."""
+"""What ZeroGPU allows, in one place (``zerogpu.json``, each fact with its source); the per-card duration
+factor changes with ``spaces`` releases, so :func:`duration_factor` reads the installed one."""
 
 from __future__ import annotations
 
@@ -60,9 +59,8 @@ def _this_card() -> str | None:
 
 
 def duration_factor(card: str | None = None) -> float:
-    """The factor ``spaces`` multiplies a call's duration by on ``card`` (None: this machine's), read as
-    ``spaces`` reads it (the card's row, else the first). Without ``spaces``: ``zerogpu.json``'s fallback,
-    the largest factor the docs name, so an estimate never asks for less than the call is charged."""
+    """The factor ``spaces`` multiplies a call's duration by on ``card`` (None: this machine's); without
+    ``spaces``, the largest the docs name, so an estimate never asks for less than is charged."""
     table = spaces_card_table()
     if table is None:
         return float(facts()["duration_factor"]["fallback"])
@@ -86,8 +84,7 @@ class Refusal:
 
 
 def read_refusal(exc: BaseException) -> Refusal | None:
-    """The refusal in an exception ``spaces`` raised (None: any other error), read by its title and
-    message, so ``gradio`` is never imported here."""
+    """The refusal in an exception ``spaces`` raised (None: any other), read by its text (no ``gradio``)."""
     title = str(getattr(exc, "title", "") or "")
     message = str(getattr(exc, "message", "") or exc)
     for kind, fact in facts()["refusals"].items():
@@ -137,9 +134,8 @@ def _fits_now(refusal: Refusal, asked_s: int | None) -> int | None:
 
 
 def refusal_sentence(refusal: Refusal, asked_s: int | None = None, smallest_s: int | None = None) -> str:
-    """The one sentence a visitor reads: what ZeroGPU did to this call (``asked_s``: its duration), how much
-    was left if it said so, and what does fit now: a call is admitted on its own request, so where a call
-    of ``smallest_s`` (the smallest this Space makes) would start, a smaller call still runs today."""
+    """The one sentence a visitor reads: what ZeroGPU did to this call, what was left, and what fits now (a
+    call of ``smallest_s`` that would start means a smaller one still runs today)."""
     day, free = duration_words(daily_quota_s("unauthenticated")), duration_words(daily_quota_s("free"))
     sign_in = f"sign in to Hugging Face ({free} of GPU a day with a free account, {day} without)"
     smallest = f"the smallest call this Space makes asks {smallest_s} s" if smallest_s else ""

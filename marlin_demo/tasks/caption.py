@@ -42,8 +42,7 @@ _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
 def description_similarity(a: str, b: str) -> float:
-    """ROUGE-L F1 between the content-word lists of two descriptions (0..1): casefolded words minus stop
-    words, each cut to its first 4 letters (a crude, exact stemmer)."""
+    """ROUGE-L F1 of two descriptions' content words (no stop words, each cut to 4 letters)."""
     x, y = ([w[:4] for w in _WORD_RE.findall(t.casefold()) if w not in _STOP] for t in (a, b))
     if not x or not y:
         return 0.0
@@ -77,9 +76,8 @@ def _join_scenes(scenes: Sequence[str]) -> str:
 
 
 def merge_captions(windows: Sequence[tuple[Window, CaptionParse]]) -> MergedCaption:
-    """Join the mapped (global-time) captions of consecutive windows into one timeline, an event cut by a
-    boundary joined by docs/LONG_VIDEOS.md's rule (BOUNDARY_TOL_S, SIMILAR_DESCRIPTION). Works on any
-    prefix of the windows, so a stream can re-merge as each window finishes."""
+    """Join consecutive windows' mapped captions into one timeline, joining an event cut by a boundary
+    (docs/LONG_VIDEOS.md); works on any prefix of the windows, so a stream re-merges as each finishes."""
     timeline: list[tuple[Event, int]] = []  # (event, index into ``windows`` that gave its end)
     joined: list[str] = []
     for k, (window, parse) in enumerate(windows):  # (the first window has no tails to join)

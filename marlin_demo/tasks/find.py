@@ -1,6 +1,5 @@
-"""The find task: a start-end span for a described event. Its answer is built (scored by the model's own
-token probabilities), merged across windows into ranked moments (docs/LONG_VIDEOS.md), printed, compared
-and scored against the examples' true spans here."""
+"""The find task: a start-end span for a described event, scored by the model's own token probabilities,
+merged across windows into ranked moments (docs/LONG_VIDEOS.md), printed, compared and scored here."""
 
 from __future__ import annotations
 

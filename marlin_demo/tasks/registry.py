@@ -1,7 +1,5 @@
-"""The tasks Marlin answers, as data: one ``Task`` entry each, with its ``Answer`` (what its answers do).
-Layers ask the entry instead of comparing the task's name or the result's type, so a new task is one
-``register_task`` call (and, for a shape of its own, one ``Answer`` subclass). Pure: no layer above
-``results``."""
+"""The tasks Marlin answers, as data: layers ask a task's entry and its ``Answer`` instead of comparing
+names or result types, so a new task is one ``register_task`` call. Pure: nothing above ``results``."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ class Figure:
 
 
 class Answer:
-    """What one kind of answer does. ``agree`` and ``score`` read results or their ``to_dict()`` shapes
-    (stored bench records) alike, through ``value``."""
+    """What one kind of answer does; ``agree`` and ``score`` read results and records alike."""
 
     form = "answer"  # the format it was trained in (the note on an answer not in it names it)
     returns = "JSON: the answer, as the CLI's --json prints it."  # its API endpoint's ``Returns:``
@@ -151,25 +148,20 @@ class Task:
     repair: Callable[[Any, float | None], Any]
     #: what its answers do: built, merged across windows, printed, compared, scored
     answer: Answer
-    #: its settings, the only place that says which are its own (``env`` gives their variables): the
-    #: name of its answer's token limit (what sizes a window's time and GPU call), ...
+    #: the names of its own settings (``env``: their variables): its answer's token limit, ...
     max_new_tokens: str
-    #: ... of its window length (a longer video is answered window by window) ...
+    #: ... its window length ...
     window_s: str
-    #: ... and of the overlap of consecutive windows (None: windows do not overlap); each a ``Settings``
-    #: field or one of the settings it brings (``brings``: their variables, flags and defaults)
+    #: ... and its windows' overlap (None: none); each a ``Settings`` field or one it ``brings``
     overlap_s: str | None = None
     brings: tuple[TaskSetting, ...] = ()
     #: whether a request names what to look for (a query, cleaned by ``model_io.sanitize_query``) ...
     query: bool = False
-    #: ... and its wording: the label of its box (a page tab, Compare), the hint in it, and the API and MCP
-    #: argument's description
+    #: ... and its wording: its box's label and hint, and the API and MCP argument's description
     query_label: str = ""
     query_placeholder: str = ""
     query_help: str = ""
-    #: what it asks of an example clip (an examples.json entry): its queries (None: one request without
-    #: one; []: nothing). The examples' buttons and cache, Compare and the bench ask these; its answer's
-    #: ``truth`` and ``score`` read the entry's ground truth
+    #: what it asks of an examples.json entry: its queries (None: one request without one; []: nothing)
     examples: Callable[[Mapping[str, Any]], list[str | None]] = lambda example: [None]
     #: whether ``bench`` runs it when ``--tasks`` is not given
     bench: bool = True
@@ -220,8 +212,7 @@ TASKS: Mapping[str, Task] = _TASKS
 
 
 def register_task(task: Task) -> Task:
-    """Add (or replace) a task in its ``order``, with the settings it brings; every layer reads it from here
-    on."""
+    """Add (or replace) a task in its ``order``, with the settings it brings, for every layer."""
     for setting in task.brings:
         settings_mod.register_setting(setting)
     entries = sorted([*(t for t in _TASKS.values() if t.name != task.name), task], key=lambda t: t.order)
