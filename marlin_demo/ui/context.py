@@ -63,7 +63,7 @@ class ResultsClip:
             return sorted(self._stale.pop(session, set()))
 
     def start(self, tab: str, session: str, clip: str, stamp: float | None) -> bool:
-        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip.s if it is shown."""
+        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's if it is shown."""
         with self._lock:
             self._seen(session, clip, stamp)
             if not self._is_shown(session, clip):

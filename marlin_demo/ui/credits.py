@@ -1,5 +1,4 @@
-"""Credits of the example clips: one line under a loaded example, and the list in the About tab. They live
-in ``examples/examples.json`` (key ``credit``) so a clip and its attribution cannot be separated."""
+"""Credits of the example clips, kept in ``examples/examples.json`` so a clip and its credit stay together."""
 
 from __future__ import annotations
 
