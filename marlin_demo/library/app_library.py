@@ -1,5 +1,4 @@
-"""A library a page searches: its folder, and its index built once per process, in one thread, while every
-visitor who searches meanwhile follows its progress."""
+"""A library a page searches: its index built once per process while every searcher follows its progress."""
 
 from __future__ import annotations
 

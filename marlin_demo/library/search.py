@@ -1,5 +1,4 @@
-"""``search``: one question across a library in two stages, full-text ranking of the caption windows and then
-find only in the best of them, so a search costs a few windows, not the library (docs/LIBRARY.md)."""
+"""``search``: full-text ranking of the caption windows, then find in the best only (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ from marlin_demo.settings import Settings, Variant
 DEFAULT_TOP_K = 10
 #: The find score's share of the combined score; the rest is the window's relevance beside the best one's
 FIND_WEIGHT = 0.5
-
-Progress = Callable[[int, int], None]
 
 
 @dataclass
@@ -106,7 +103,7 @@ def search(
     variant: Variant,
     *,
     top_k: int = DEFAULT_TOP_K,
-    progress: Progress | None = None,
+    progress: Callable[[int, int], None] | None = None,
     stop: threading.Event | None = None,
 ) -> SearchAnswer:
     """Both stages (``engine`` called only when stage 1 found windows); ``stop`` set: no further window."""

@@ -1,5 +1,4 @@
-"""About tab: model card facts, the published GPTQ-vs-bnb4 figures, how to run, the API. Embedded as text
-on purpose: the app must not read files outside the repository at runtime."""
+"""About tab, its facts embedded as text: the app must not read files outside the repository at runtime."""
 
 from __future__ import annotations
 

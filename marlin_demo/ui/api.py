@@ -1,5 +1,4 @@
-"""The public API and the MCP tools: each endpoint a ``gr.api`` function described by its docstring
-(one per task of ``tasks.TASKS``, then ``/compare``, ``/search``, ``/caption_stream``; docs/USAGE.md)."""
+"""The public API and the MCP tools: each endpoint a ``gr.api`` function described by its docstring."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Assemble the app: header, the tabs, the queue, and what ``launch()`` needs (Gradio 6 takes theme, css,
-js and head there, not in ``Blocks()``)."""
+"""Assemble the app, and what ``launch()`` needs (Gradio 6 takes theme, css, js and head there)."""
 
 from __future__ import annotations
 
@@ -69,8 +68,7 @@ def theme() -> gr.themes.Base:
     soft = gr.themes.Soft(
         primary_hue="teal", secondary_hue="sky", neutral_hue="slate", font=fonts, font_mono=mono
     )
-    # WCAG AA (4.5:1) for every text in both modes, checked by axe-core in the browser tests: the Soft
-    # theme's grey (neutral 400) and teal (primary 500) texts and white-on-teal fills measure 2.2-3.7:1
+    # WCAG AA (4.5:1) in both modes (axe-core checks it): the Soft theme's greys and teals measure 2.2-3.7:1
     return soft.set(
         body_text_color_subdued="*neutral_600",
         body_text_color_subdued_dark="*neutral_400",
@@ -160,7 +158,6 @@ def build_demo(
                 about.render(ctx)
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
         header.listen(ctx, demo, head, after=[*(run.metrics for run in runs.values()), cmp_tab.metrics_table])
-        # a new clip clears, in every tab, the results that were another clip's
         compare_cleared = functools.partial(compare_tab.cleared_outputs, cmp_tab)
         cleared: dict[str, tuple[list[Block], Callable[[], Updates]]] = {
             run.name: (run.results, run.cleared) for run in runs.values()

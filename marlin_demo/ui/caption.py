@@ -87,7 +87,6 @@ class CaptionView(RunView):
         k, n = run.window or 0, run.windows or 0
         if k >= n or not self.windows:
             return None  # the last window: the finished result follows at once
-        # what is kept (after a Stop too) says the part of the video it covers, and so do its files
         covered = clock_span(self.windows[0].start, self.windows[k - 1].end)
         so_far = Partial(f"The events, the table and the downloads cover {covered} of the video only.", k, n)
         caption = dataclasses.replace(caption, partial=so_far)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import html
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -247,7 +246,6 @@ HEADLINE_AGREEMENT = ("span_iou", "rouge_l")
 SAME_SPEED = 1.05
 SAME_MEMORY = 0.02
 FIGURES_HEADING = next(line[3:] for line in about.SEED_FIGURES.splitlines() if line.startswith("## "))
-"""The About tab's section with the model card's published figures (the verdict links to it)."""
 FIGURES_LINK = (
     '<a class="cs-figures" href="#about-facts" data-mr-tab="about" '
     f'data-mr-heading="{html.escape(FIGURES_HEADING)}">the model card\'s published figures (About)</a>'
@@ -479,8 +477,5 @@ def write_session_csv(ctx: UIContext, rows: Sequence[Mapping[str, Any]]) -> str 
     if not rows:
         return None
     path = ctx.new_run_dir("session") / "marlin_compare_session.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=SESSION_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    pd.DataFrame(rows, columns=SESSION_COLUMNS).to_csv(path, index=False, lineterminator="\r\n")
     return str(path)

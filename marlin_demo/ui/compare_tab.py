@@ -42,7 +42,6 @@ from marlin_demo.ui.task_views import view_of
 from marlin_demo.variants import colors
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
-#: the charts' y axis ends this far above the tallest bar
 CHART_HEADROOM = 1.15
 
 
@@ -368,8 +367,7 @@ def cleared_outputs(tab: CompareTab) -> Updates:
         tab.summary: "",
         tab.cards: EMPTY_CARDS,
         tab.metrics_table: gr.update(visible=False),
-        # "hidden", not False: a chart Gradio has drawn is kept mounted (unmounted, its resize handler
-        # reads a width that is gone and throws)
+        # "hidden", not False: an unmounted chart's resize handler reads a width that is gone and throws
         **{plot: gr.update(visible="hidden") for plot in tab.plots},
         tab.scores: gr.update(visible=False),
     }
@@ -400,8 +398,7 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
 
         return Run(path, {}, updates(), stamp=stamp)
 
-    # Stop closes the request (the model stops at its next token); the last comparison's tables go: they
-    # must not stand under "Stopped" as its own, and the cards say which variant stopped and which never ran
+    # Stop closes the request; the last comparison's tables must not stand under "Stopped" as its own
     def stopped(request: gr.Request) -> Updates:
         view = running_in.get(session_of(request))
         if view is None:

@@ -1,5 +1,4 @@
-"""What every tab is handed: the app's context, the event options the tabs share, and which clip each
-tab's results belong to (``ResultsClip``: "the answer on screen is the clip on screen's")."""
+"""What every tab is handed: the app's context, the shared event options, ``ResultsClip``."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ log = logging.getLogger(__name__)
 
 EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
-#: model-running events: no Gradio limit, so every request reaches the service, whose scheduler takes
-#: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
+#: model-running events: no Gradio limit, so every request reaches the service's scheduler
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
 
 CLIP_ID = "clip-video"
@@ -44,8 +42,7 @@ variant_label = variants.label  # the name a visitor reads for a variant
 
 
 class ResultsClip:
-    """Per browser session: the clip on screen, and the clip each tab's results belong to. Events reach the
-    server in any order, so the browser numbers each report of its clip (``STAMP_JS``): the newest wins."""
+    """Per session, the clip on screen and each tab's results' clip; the newest report (``STAMP_JS``) wins."""
 
     def __init__(self, limit: int = 4096) -> None:
         # session -> (its report's number, the clip, tab -> the clip of the tab's results)
@@ -56,8 +53,7 @@ class ResultsClip:
         self.limit = limit
 
     def seen(self, session: str, clip: str | None, stamp: float | None) -> list[str]:
-        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's (to
-        clear), also those a newer report that came first found."""
+        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's."""
         with self._lock:
             self._seen(session, clip or "", stamp)
             return sorted(self._stale.pop(session, set()))

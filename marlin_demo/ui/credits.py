@@ -35,7 +35,6 @@ def credit_line(ctx: UIContext, video: str | None) -> str:
 
 
 def _bold_title(example: Mapping[str, Any]) -> str:
-    """The credit with its title in bold, so each clip's entry is easy to find in the list."""
     text = credit_text(example)
     title = str(example.get("title") or example["video"])
     return f"**{title}**{text[len(title) :]}" if text.startswith(title + ":") else text

@@ -1,5 +1,4 @@
-"""The examples as the tabs list them and their answers: the first click is a live run, kept in memory;
-a later click shows it at once, its badge saying when it was measured (``replaying``)."""
+"""The examples as the tabs list them, and their answers: a first click's live run, kept for the next."""
 
 from __future__ import annotations
 

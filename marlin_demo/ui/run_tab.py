@@ -1,5 +1,4 @@
-"""Every task's tab has one skeleton (``RunTab``, ``RunView``); a task without a view of its own gets
-``AnswerTab``: its answer's text and JSON (``task_views`` finds each task's view by its name)."""
+"""Every task's tab has one skeleton (``RunTab``, ``RunView``; ``AnswerTab`` for a task without a view)."""
 
 from __future__ import annotations
 
@@ -210,8 +209,7 @@ def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request:
     kept = ctx.kept_answer(tab.name, *asked(req))[1] if isinstance(req, service.Request) else None
     if kept is None or not isinstance(req, service.Request):
         return waiting_updates(tab.buttons, tab.progress)
-    # the visitor just chose this clip: its own change event may come after this answer (or, when a
-    # newer clip was chosen meanwhile, before it: then this answer is not shown)
+    # the clip's own change event may come after this answer (a newer clip's before it: then it is not shown)
     if not ctx.results_clip.start(tab.name, session_of(request), str(req.video), stamp):
         return {tab.progress: gr.skip()}
     with example_runs.replaying(kept):
@@ -232,8 +230,7 @@ def lay_out(
     run: dict[str, Any] | None = None,
     **own: Any,
 ) -> Tab:
-    """The tab (inside the caller's ``gr.Tab``): its ``inputs`` (unrendered), the variant, Run, the examples,
-    and beside them the outputs named in ``results``, made first so that the examples can name them."""
+    """The tab: its ``inputs``, the variant, Run, the examples, and the outputs named in ``results``."""
     ids = {"answer": kind.answer_id, "notice": "notice", "metrics": "metrics", "progress": "progress"}
     outputs: dict[str, Any] = {
         **{

@@ -56,9 +56,8 @@ def streamed(
     gone: Updates,
     failed: Callable[[str], Updates],
 ) -> Callable[..., Iterator[Updates]]:
-    """The one listener every tab's request runs in: ``begin``'s ``Run`` while its clip is on screen (else
-    ``gone``), failures said by ``failed``; Run is put back here, not in a ``.then`` step, so a stopped
-    request's late end cannot reset the next one's buttons."""
+    """The one listener every tab's request runs in; Run is put back here, not in a ``.then`` step, so a
+    stopped request's late end cannot reset the next one's buttons."""
 
     def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
         session, taken = session_of(request), False
@@ -103,8 +102,7 @@ def wire_run_and_stop(
     example: tuple[Any, Any, Any] | None = None,
     js: str | None = None,
 ) -> list[Any]:
-    """Run and Stop (it cancels the run and says ``stopped(request)``); ``example`` = (the examples' input
-    event, a quick first step, the run). Returns the events a follow-up step chains on."""
+    """Run and Stop, and an example's click; the events a follow-up step chains on."""
     run_options: dict[str, Any] = {
         "js": js,
         "api_visibility": "private",

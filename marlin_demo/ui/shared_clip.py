@@ -1,5 +1,4 @@
-"""The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
-upload; results are tied to their clip (``context.ResultsClip``), a new clip clears the old one's."""
+"""The page's one clip, above the tabs: one component, so no copy between tabs can race a clear."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def render(ctx: UIContext) -> Clip:
             tabs = ", ".join(name.title() for name in TASKS)  # every task's tab, in order
             gr.HTML(f'<p class="mx-note">{HINT.format(tabs=tabs)}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
-                # no ``minimum``: Gradio would refuse a negative From before our code runs (an HTTP
-                # error, the run left waiting); ``service.asked_range`` says what is allowed instead
+                # no ``minimum``: Gradio would refuse a negative From, the run left waiting
                 start = gr.Number(
                     None, label="From (s)", show_label=False, placeholder="From (s)",
                     elem_id="clip-start", min_width=80, visible=False,
@@ -67,8 +65,7 @@ def listen(
     page_tabs: gr.Tabs,
     compare_choices: Sequence[gr.components.Component] = (),
 ) -> None:
-    """The credit and the status line follow the clip (and the tab selected, and ``compare_choices``);
-    ``tabs[name]`` = (the tab's outputs, what they show without results) clears another clip's results."""
+    """The credit and the status line follow the clip; a new clip clears ``tabs``' results of another."""
     ids = {t.label: t.id for t in page_tabs.children if isinstance(t, gr.Tab)}
 
     def selected(evt: gr.SelectData) -> Any:

@@ -42,8 +42,7 @@ def clip_status(
     compare_task: str | None = None,
     with_bf16: bool = False,
 ) -> str:
-    """One line as soon as a clip (or a range) is chosen: what the selected tab would cost on it, or why
-    not; only the file's facts are probed (no decoding)."""
+    """One line as soon as a clip is chosen: what the selected tab would cost on it (no decoding)."""
     if not video:
         return ""
     work = tab_work(ctx, tab, compare_task, with_bf16)
@@ -83,7 +82,6 @@ def status_html(message: str, error: bool = False) -> str:
     return f'<div class="{cls}"{role}>{html.escape(message)}</div>'
 
 
-#: ``js_on_load`` of the status line under the page's clip
 STATUS_JS = asset("status.js")
 
 

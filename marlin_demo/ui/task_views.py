@@ -1,5 +1,4 @@
-"""The page's view of each task, found by the task's name (never by its answer's type); a task without
-a view of its own gets the generic one (``run_tab.AnswerTab``)."""
+"""The page's view of each task, found by the task's name (never by its answer's type)."""
 
 from __future__ import annotations
 

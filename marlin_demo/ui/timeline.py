@@ -184,7 +184,6 @@ def _outside_label(left: float, right: float) -> str:
 
 
 def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | None]) -> str:
-    """Every moment as a row: click it to jump there; its clip to download when it could be cut."""
     if not best:
         return ""
     rows = []
@@ -209,4 +208,3 @@ TIMELINE_JS = asset("timeline.js")
 
 
 TIMELINE_CSS = asset("timeline.css")
-"""Global CSS for the timeline (also used by the Compare tab's per-variant timelines)."""
