@@ -1,6 +1,4 @@
-"""A library a page searches: its folder, and its index built once per process in one thread whoever asked
-first while every visitor who searches meanwhile follows its progress (kept with the library code, not in
-``ui/library.py``, which shows it)."""
+"""A library a page searches: its index built once per process while every searcher follows its progress."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ from marlin_demo.longvideo import runner
 
 @dataclass
 class LibrarySource:
-    """The tab's library. ``items``: the example clips to index here (None: a library built by ``index``,
-    served as it is)."""
+    """The tab's library. ``items``: the example clips to index here (None: a library built by ``index``)."""
 
     folder: Path
     variant: str
@@ -60,16 +57,14 @@ class LibrarySource:
             )
 
     def searching(self, query: str, top_k: int, stop: threading.Event) -> Generator[runner.Item, None, None]:
-        """``run_search`` as ``runner.threaded``'s items, ("text", (k, n)) as window k of n is asked, charged
-        to the visitor who searches (docs/SPACE.md); ``stop`` set, or this closed: it stops."""
+        """``run_search`` as ``runner.threaded``'s items, ("text", (k, n)) as window k of n is asked."""
         return runner.threaded(
             lambda on_text: self.run_search(query, top_k, lambda k, n: on_text((k, n)), stop),
             contextlib.nullcontext,
         )
 
     def indexed(self) -> bool:
-        """Whether the index is built, or a library on disk already holds every item as it is now (no
-        model needed to build it): what the tab's note on indexing's cost follows."""
+        """Whether the index is built, or a library on disk already holds every item as it is now."""
         if self.ready or self.items is None:
             return self.ready
         try:
@@ -144,8 +139,7 @@ class LibrarySource:
             )
 
     def progress(self) -> Iterator[tuple[int, int, int]]:
-        """(videos captioned, videos that could not be, videos to caption) each time it changes, until the
-        index is ready; a failed build (a ZeroGPU refusal included) raises LibraryError with its sentence."""
+        """(captioned, failed, to caption) each time it changes, until ready; a failed build: LibraryError."""
         self.start()
         last: tuple[int, int, int] | None = None
 

@@ -1,5 +1,4 @@
-"""``search``: one question across a library in two stages, full-text ranking of the caption windows and then
-find only in the best of them, so a search costs a few windows, not the library (docs/LIBRARY.md)."""
+"""``search``: full-text ranking of the caption windows, then find in the best only (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -15,17 +14,13 @@ from marlin_demo.results import FindResult, Window
 from marlin_demo.settings import Settings, Variant
 
 DEFAULT_TOP_K = 10
-#: The find score's share of the combined score; the rest is the window's stage-1 relevance relative
-#: to the best candidate's (1 for the best window, 0 for a window with no matching word).
+#: The find score's share of the combined score; the rest is the window's relevance beside the best one's
 FIND_WEIGHT = 0.5
-
-Progress = Callable[[int, int], None]
 
 
 @dataclass
 class SearchAnswer:
-    """The answer; ``to_dict`` is the ``--json`` / ``/search`` JSON. ``skipped``: videos that could not
-    be searched now (moved or changed since indexing), each with its sentence (stderr, not the JSON)."""
+    """The answer; ``to_dict`` is the ``/search`` JSON. ``skipped``: videos changed since indexing."""
 
     query: str
     videos: int
@@ -79,16 +74,14 @@ def moments_of(result: FindResult, hits: list[Hit], best: float) -> list[dict[st
 
 
 def search_windows(store: Store, query: str, settings: Settings) -> int:
-    """How many find windows a search for ``query`` would ask (stage 1 runs, no model): its own cost,
-    one ZeroGPU call each (``service.cost.search_cost_line``). A bad query is find's ValueError."""
+    """How many find windows a search for ``query`` would ask (stage 1 only): its cost, before it runs."""
     clean = model_io.sanitize_query(query, settings.max_query_chars)
     chosen = _by_video(store.stage1(clean, settings.search_candidates))
     return sum(_find_windows(hits, settings) for hits in chosen)
 
 
 def _find_windows(hits: list[Hit], settings: Settings) -> int:
-    """The find windows one video's chosen caption windows are asked in (a long caption window is several):
-    the one count the cost line, the progress and the answer's ``searched_windows`` all give."""
+    """The find windows one video's chosen caption windows are asked in (a long caption window is several)."""
     from marlin_demo.service.library_find import find_bounds  # the request path (late: --help stays fast)
 
     return len(find_bounds([Window(h.k, h.start, h.end) for h in hits], max(h.end for h in hits), settings))
@@ -110,11 +103,10 @@ def search(
     variant: Variant,
     *,
     top_k: int = DEFAULT_TOP_K,
-    progress: Progress | None = None,
+    progress: Callable[[int, int], None] | None = None,
     stop: threading.Event | None = None,
 ) -> SearchAnswer:
-    """Both stages (``engine`` called only when stage 1 found windows); a bad query is find's ValueError.
-    ``progress(k, n)``: ``(0, n)``, then after each video; ``stop`` set: no further window, moments kept."""
+    """Both stages (``engine`` called only when stage 1 found windows); ``stop`` set: no further window."""
     clean = model_io.sanitize_query(query, settings.max_query_chars)
     if top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {top_k}.")

@@ -1,5 +1,4 @@
-"""About tab: model card facts, the seed card's GPTQ-vs-bnb4 figures with their source, how to run, the API.
-The facts are embedded as text on purpose: the app must not read files outside the repository at runtime."""
+"""About tab, its facts embedded as text: the app must not read files outside the repository at runtime."""
 
 from __future__ import annotations
 
@@ -75,14 +74,12 @@ ON_SPACE = (
     "On this Space, **Duplicate this Space** (the ⋮ menu at the top right of the Space's page) copies it to "
     "your own account to run on a GPU of your own, without its queue and limits."
 )
-"""Said only on a Space: elsewhere there is no Space to duplicate."""
 
 HERE = (
     "This copy runs where `python app.py` was started: its queue and limits are the settings it was "
     "started with (`--queue-size`, `--max-duration-s`, `--max-upload-mb`, `--request-timeout-s`), yours "
     "to change."
 )
-"""Said where the app runs anywhere but a Space."""
 
 
 def run_yourself(on_space: bool) -> str:
@@ -145,8 +142,7 @@ HOW = {
 
 
 def decoding_line(checks: Mapping[str, Verdict] | None) -> str:
-    """On ZeroGPU, how each variant decodes after the start-up call checked its captured step (a plain fact,
-    never an error: a variant whose check failed answers the same words, eagerly); "" elsewhere."""
+    """On ZeroGPU, how each variant decodes after its start-up check (a fact, not an error); "" elsewhere."""
     if checks is None:
         return ""
     said = "; ".join(f"**{v.variant}** {HOW.get(v.decode, v.decode)} ({v.why})" for v in checks.values())

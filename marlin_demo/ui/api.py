@@ -1,11 +1,4 @@
-"""The public API and the MCP tools: each endpoint a ``gr.api`` function described by its docstring.
-
-One endpoint (and MCP tool) per task of ``tasks.TASKS``, then ``/compare``, ``/search``, ``/caption_stream``.
-``/caption_stream`` is a tool too (answering its last message): ``api_visibility="undocumented"``, Gradio's
-one way to keep it off the tools, also drops it from gradio_client's API info (no defaults, no keywords).
-A video is a ``handle_file`` upload, a base64 data URL or this server's ``/gradio_api/file=`` URL of an
-upload; other URLs and server paths are refused. An error is one untitled sentence (see ``api_errors``).
-"""
+"""The public API and the MCP tools: each endpoint a ``gr.api`` function described by its docstring."""
 
 from __future__ import annotations
 
@@ -239,8 +232,7 @@ def task_endpoint(ctx: UIContext, task: Task) -> Callable[..., Any]:
 def named(
     fn: Callable[..., Any], name: str, ctx: UIContext, summary: str, args: dict[str, str], returns: str
 ) -> Callable[..., Any]:
-    """``fn`` as the tool ``name``, with a docstring Gradio reads as documented (its parser keeps an
-    argument's first line only); its ``variant`` argument lists this server's variants."""
+    """``fn`` as the tool ``name``, its docstring as Gradio parses it (an argument: its first line only)."""
     fn.__name__ = fn.__qualname__ = name
     lines = [summary, "", "Args:", *(f"    {arg}: {text}" for arg, text in args.items()), ""]
     fn.__doc__ = "\n".join([*lines, "Returns:", f"    {returns}"])

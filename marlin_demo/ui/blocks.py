@@ -1,5 +1,4 @@
-"""Assemble the app: header, the tabs, the queue, and what ``launch()`` needs (in Gradio 6 theme, css, js
-and head go to ``launch()``, not ``Blocks()``, so ``build_demo`` returns them for ``app.py``)."""
+"""Assemble the app, and what ``launch()`` needs (Gradio 6 takes theme, css, js and head there)."""
 
 from __future__ import annotations
 
@@ -69,8 +68,7 @@ def theme() -> gr.themes.Base:
     soft = gr.themes.Soft(
         primary_hue="teal", secondary_hue="sky", neutral_hue="slate", font=fonts, font_mono=mono
     )
-    # WCAG AA (4.5:1) for every text in both modes, checked by axe-core in the browser tests: the Soft
-    # theme's grey (neutral 400) and teal (primary 500) texts and white-on-teal fills measure 2.2-3.7:1
+    # WCAG AA (4.5:1) in both modes (axe-core checks it): the Soft theme's greys and teals measure 2.2-3.7:1
     return soft.set(
         body_text_color_subdued="*neutral_600",
         body_text_color_subdued_dark="*neutral_400",
@@ -143,8 +141,7 @@ def make_context(engine: Engine, settings: Settings, status: ModelStatus | None 
 def build_demo(
     engine: Engine, settings: Settings, status: ModelStatus | None = None
 ) -> tuple[gr.Blocks, dict[str, Any]]:
-    """The Blocks app and its ``launch()`` keywords; ``engine.settings`` may differ from ``settings`` (the
-    tiny stand-in after a failed load), and ``status`` says why."""
+    """The Blocks app and its ``launch()`` keywords (``engine`` may be the stand-in: ``status`` says why)."""
     ctx = make_context(engine, settings, status)
     gradio_hooks.remember_playable()  # before the examples are shown: each clip probed once
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
@@ -160,9 +157,7 @@ def build_demo(
             with gr.Tab("About", id="about", elem_id="tab-about"):
                 about.render(ctx)
         # the chips follow the engine: a result in any tab may have loaded (or failed) a variant
-        # (components set once per result, not per streamed token)
         header.listen(ctx, demo, head, after=[*(run.metrics for run in runs.values()), cmp_tab.metrics_table])
-        # a new clip clears, in every tab, the results that were another clip's
         compare_cleared = functools.partial(compare_tab.cleared_outputs, cmp_tab)
         cleared: dict[str, tuple[list[Block], Callable[[], Updates]]] = {
             run.name: (run.results, run.cleared) for run in runs.values()
@@ -177,8 +172,7 @@ def build_demo(
         demo.load(functools.partial(library.cost_html, lib.source), None, lib.cost, **PRIVATE_UI)
         api.declare(ctx, lib)  # the public endpoints, and so the MCP tools
     gradio_hooks.refuse_url_downloads(demo)
-    # Gradio's queue, the one gate that bounds what waits before any of our code runs (a page's steps, 4 at
-    # a time, and a request turned away when it is full); it orders no model work: the scheduler's turns do
+    # the one gate that bounds what waits before any of our code runs; the scheduler orders the model work
     demo.queue(max_size=settings.queue_size, default_concurrency_limit=4)
     gradio_hooks.quiet_queue(demo)
     if ctx.cache_mode == "eager":

@@ -1,5 +1,4 @@
-"""Caption tab: "what happens": scene paragraph, a clickable timeline, a table, captions on the clip.
-The UI event streams the text (private); the public ``/caption`` returns ``CaptionResult.to_dict()`` only."""
+"""Caption tab: "what happens": scene paragraph, a clickable timeline, a table, captions on the clip."""
 
 from __future__ import annotations
 
@@ -82,14 +81,12 @@ class CaptionView(RunView):
         return {**updates, **super().window_starts(run)}
 
     def window_done(self, run: RunState, merged: Result) -> Updates | None:
-        """Window k is answered: its events join the timeline when window k+1 starts; the table and
-        downloads hold windows 1..k at once (a caption stopped later keeps them)."""
+        """Window k is answered: the table and downloads hold windows 1..k at once (a Stop keeps them)."""
         caption = cast(CaptionResult, merged)
         self.events = list(caption.events)
         k, n = run.window or 0, run.windows or 0
         if k >= n or not self.windows:
             return None  # the last window: the finished result follows at once
-        # what is kept (after a Stop too) says the part of the video it covers, and so do its files
         covered = clock_span(self.windows[0].start, self.windows[k - 1].end)
         so_far = Partial(f"The events, the table and the downloads cover {covered} of the video only.", k, n)
         caption = dataclasses.replace(caption, partial=so_far)
@@ -171,8 +168,7 @@ def live_html(text: str, stage: str) -> str:
 def stream_message(
     text: str, result: CaptionResult | None = None, window: int | None = None, windows: int | None = None
 ) -> dict[str, Any]:
-    """One message of ``/caption_stream``: the text so far (a long video's: window k of n's, 1-based); the
-    last adds ``/caption``'s JSON, with ``first_text_s`` beside it so that shape stays the same."""
+    """One message of ``/caption_stream``: the text so far; the last adds ``/caption``'s JSON beside it."""
     if result is None:
         msg: dict[str, Any] = {"done": False, "text": text}
         if window is not None:
@@ -188,8 +184,7 @@ def stream_message(
 
 
 def _rows(events: list[Event]) -> Any:
-    """The events table (times in tenths, as the timeline), shown only with rows: by ``visible="hidden"``,
-    not CSS, since a table hidden until it drew a row sometimes never drew one (zero fit while hidden)."""
+    """The events table, hidden by ``visible="hidden"``, not CSS: hidden so, it sometimes never drew a row."""
     rows = [[i + 1, round(e.start, 1), round(e.end, 1), e.description] for i, e in enumerate(events)]
     return gr.update(value=rows, visible=True if rows else "hidden")
 
@@ -227,7 +222,6 @@ def chapters_html(result: CaptionResult) -> str:
 
 
 def _events_from_table(table: Any) -> list[Event]:
-    """The events back from the table's value (a DataFrame, or rows), skipping unreadable rows."""
     events = []
     for row in table.values.tolist() if hasattr(table, "values") else list(table or []):
         with contextlib.suppress(TypeError, ValueError, IndexError):
@@ -250,8 +244,7 @@ def render(ctx: UIContext, clip: Clip) -> CaptionTab:
         label="Events",
         visible="hidden",  # until a result has events (see _rows)
         elem_id="caption-table",
-        # shares of the table's width (a px width leaves the table short of its box): wide enough for
-        # "Start" on a phone (style.css trims the cells' padding there); it was cut to "Star" at 14%
+        # shares of the width (a px width leaves the table short of its box); "Start" was cut at 14%
         column_widths=["10%", "17%", "15%", "58%"],
         render=False,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import html
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +29,6 @@ COST_TITLES = {
     "output_tokens": "Output tokens",
 }
 COST_KEYS = tuple(COST_TITLES)
-"""The cost of a run, in the order of the session's columns (and its CSV's)."""
 CHART_TITLES = {
     "warm_latency_s": "Warm latency (s)",
     "latency_s": COST_TITLES["latency_s"],
@@ -38,8 +36,7 @@ CHART_TITLES = {
     **{k: COST_TITLES[k] for k in ("peak_memory_mb", "load_s", "ttft_s", "tokens_per_s", "output_tokens")},
 }
 CHARTS = tuple(CHART_TITLES.items())
-"""The charts, four to a row: latency beside memory (the warm latency before them when a run was cold, a
-GPU's peak after them), then the rest of the cost."""
+"""The charts, four to a row: latency beside memory first, then the rest of the cost."""
 METRIC_COLUMNS = [
     "variant",
     "run",
@@ -91,7 +88,6 @@ def titled(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _badge(cold: bool | None, will_load: bool) -> str:
-    """cold / warm once the variant has started; before that only what will happen."""
     if cold is None:
         hint = "will be loaded first" if will_load else "already loaded"
         return f'<span class="md-badge cc-queued" title="{hint}">queued · {hint}</span>'
@@ -136,8 +132,7 @@ Card = Callable[[Result, float, Any, str], str]
 
 
 def decode_field(decode: str, note: str) -> str:
-    """How the tokens were decoded, and why or how it was checked (ZeroGPU's start-up check, an eager
-    fallback): "graphs (checked at start-up)", "eager (start-up check: ...)"."""
+    """How the tokens were decoded, and why: "graphs (checked at start-up)", "eager (start-up check: ...)"."""
     if not note:
         return decode or "–"
     return f"{decode} ({note if len(note) <= 140 else note[:139] + '…'})"
@@ -154,8 +149,7 @@ def _card(
     will_load: bool = False,
     stopped: bool = False,
 ) -> str:
-    """One variant's column. ``cold`` is None until the variant starts; ``live`` is its text so far;
-    ``stopped``: the comparison was stopped (a variant not started never ran)."""
+    """One variant's column. ``cold`` is None until the variant starts; ``live`` is its text so far."""
     label = html.escape(variant_label(variant))
     badge = _badge(cold, will_load)
     if stopped and cold is None and result is None:
@@ -208,8 +202,7 @@ def cards_html(
     live: Mapping[str, str] | None = None,
     stopped: bool = False,
 ) -> str:
-    """A column per variant (``card``: its answer, as its task's view draws it); one not started yet says
-    whether it will load (or, ``stopped``, never ran)."""
+    """A column per variant (``card``: its answer, as its task's view draws it)."""
     live = live or {}
     will_load = {v: not ctx.engine.is_loaded(v) for v in variants}
     args = (duration, truth, card)
@@ -253,7 +246,6 @@ HEADLINE_AGREEMENT = ("span_iou", "rouge_l")
 SAME_SPEED = 1.05
 SAME_MEMORY = 0.02
 FIGURES_HEADING = next(line[3:] for line in about.SEED_FIGURES.splitlines() if line.startswith("## "))
-"""The About tab's section with the model card's published figures (the verdict links to it)."""
 FIGURES_LINK = (
     '<a class="cs-figures" href="#about-facts" data-mr-tab="about" '
     f'data-mr-heading="{html.escape(FIGURES_HEADING)}">the model card\'s published figures (About)</a>'
@@ -267,7 +259,6 @@ def _times(ratio: float) -> str:
 
 
 def _speed_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
-    """How ``a``'s warm latency compares with ``b``'s, or why there is no warm comparison."""
     warm, cold = payload.get("warm") or {}, payload.get("cold") or {}
     wa, wb = warm.get(a), warm.get(b)
     name_a, name_b = short(a), short(b)
@@ -299,7 +290,6 @@ def _speed_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
 
 
 def _memory_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
-    """How much memory ``a``'s weights hold beside ``b``'s (empty: a footprint is missing)."""
     mem = payload.get("footprint_mb") or {}
     ma, mb = mem.get(a), mem.get(b)
     if not ma or not mb:
@@ -324,8 +314,7 @@ def _agreement_clause(a: str, b: str, payload: Mapping[str, Any]) -> str:
 
 
 def verdict(payload: Mapping[str, Any] | None) -> str:
-    """What the comparison found, a sentence per variant after the first: warm speed (a cold run timed
-    again once loaded, or said to be cold), weights' memory, and agreement. Empty: under two answers."""
+    """A sentence per variant after the first: warm speed, weights' memory, agreement ("": under two)."""
     names = list((payload or {}).get("results") or {})
     if payload is None or len(names) < 2:
         return ""
@@ -338,8 +327,7 @@ def verdict(payload: Mapping[str, Any] | None) -> str:
 
 
 def summary_html(payload: Mapping[str, Any] | None) -> str:
-    """The verdict (with the published figures' link), then how far the variants agree: one compact table,
-    a row per pair and a column per measure."""
+    """The verdict, then how far the variants agree: a row per pair and a column per measure."""
     if not payload:
         return ""
     said = verdict(payload)
@@ -398,9 +386,7 @@ def _cost_row(variant: str, result: Result, cold: Mapping[str, bool]) -> dict[st
 def metrics_frame(
     results: Mapping[str, Result], cold: Mapping[str, bool], payload: Mapping[str, Any]
 ) -> pd.DataFrame:
-    """One row per variant; ``results`` holds the variants that answered (no error strings). From the
-    ``payload`` (``service.Comparison.payload``): its weights' footprint and its warm latency (a cold
-    run's warm re-run; none when it has none)."""
+    """One row per variant that answered, with the ``payload``'s footprint and warm latency."""
     footprint, warm = payload.get("footprint_mb") or {}, payload.get("warm") or {}
     rows = [
         {
@@ -417,8 +403,7 @@ def metrics_frame(
 
 
 def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
-    """One metric per variant for a bar chart: variant names as text, values as numbers (missing: 0, but a
-    variant with no warm figure or footprint has no bar: a zero would read as a measurement)."""
+    """One metric per variant for a bar chart; no warm figure or footprint: no bar (a 0 would read as one)."""
     values = pd.to_numeric(frame[key], errors="coerce")
     out = pd.DataFrame({"variant": frame["variant"].astype(str), key: values.astype(float)})
     if key in ("warm_latency_s", "footprint_mb"):
@@ -427,15 +412,13 @@ def chart_frame(frame: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def scores_frame(task: str, payload: Mapping[str, Any]) -> pd.DataFrame:
-    """Each variant's scores against the ground truth, in its answer's columns (find's span measures, or
-    caption's)."""
+    """Each variant's scores against the ground truth, in its answer's columns."""
     answer = get_task(task).answer
     rows = [{"variant": v, **answer.score_row(s)} for v, s in (payload.get("scores") or {}).items() if s]
     return pd.DataFrame(rows, columns=["variant", *answer.score_row({})]).round(3)
 
 
 def _main_score(task: str, scores: Mapping[str, Any] | None) -> float | None:
-    """The first of the answer's score columns (find: IoU; caption: ROUGE-L)."""
     value = next(iter(get_task(task).answer.score_row(scores).values()), None) if scores else None
     return None if value is None else round(float(value), 3)
 
@@ -457,8 +440,7 @@ def session_rows(
     payload: Mapping[str, Any],
     reruns: Mapping[str, Result] | None = None,
 ) -> list[dict]:
-    """The session table with this comparison's rows appended: one per variant that answered, then one per
-    warm re-run (``service.WarmRerun``, its run ``warm re-run``)."""
+    """The session table with a row per variant that answered, then per warm re-run, appended."""
     n = 1 + max((int(r["#"]) for r in rows), default=0)
     head = {
         "#": n,
@@ -495,8 +477,5 @@ def write_session_csv(ctx: UIContext, rows: Sequence[Mapping[str, Any]]) -> str 
     if not rows:
         return None
     path = ctx.new_run_dir("session") / "marlin_compare_session.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=SESSION_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    pd.DataFrame(rows, columns=SESSION_COLUMNS).to_csv(path, index=False, lineterminator="\r\n")
     return str(path)

@@ -1,5 +1,4 @@
-"""Compare tab: one video, one task, run on GPTQ and bnb4 (and bf16 on request) side by side: answers,
-cost charts, agreement, scores on the examples, and the session's runs (cold runs apart from warm)."""
+"""Compare tab: one video, one task, run on GPTQ and bnb4 (and bf16 on request) side by side."""
 
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ from marlin_demo.ui.task_views import view_of
 from marlin_demo.variants import colors
 
 EMPTY_CARDS = '<div class="cc-empty">Run a comparison: each variant gets a column here.</div>'
-#: the charts' y axis ends this far above the tallest bar
 CHART_HEADROOM = 1.15
 
 
@@ -169,8 +167,7 @@ def render(ctx: UIContext, clip: Clip) -> CompareTab:
 
 
 def _examples(ctx: UIContext, inputs: list[Any]) -> None:
-    """The examples fill the inputs only (video, task, query), each clip the next task's in turn with
-    that task's first query: a comparison runs when asked."""
+    """The examples fill the inputs only, each clip with the next task in turn: nothing runs until asked."""
     entries = list(TASKS.values())
     turns = [(e, entries[i % len(entries)]) for i, e in enumerate(ctx.examples)]
     rows = [(e, task.name, q) for e, task in turns for q in task.examples(e)[:1]]
@@ -192,7 +189,6 @@ def _examples(ctx: UIContext, inputs: list[Any]) -> None:
 
 
 def _plots(ctx: UIContext) -> list[gr.BarPlot]:
-    """The cost charts, four to a row, hidden until a comparison has run."""
     plots = []
     for row in (CHARTS[:4], CHARTS[4:]):
         with gr.Row():
@@ -223,8 +219,7 @@ def _plots(ctx: UIContext) -> list[gr.BarPlot]:
 def _chart_update(
     frame: Any, key: str, memory_kind: str = "cuda_peak_allocated", any_cold: bool = True
 ) -> Any:
-    """A chart's new data with headroom; hidden when it says nothing: no load, a CPU's process-wide peak,
-    a warm latency when no run was cold (it is the latency chart again), no values at all."""
+    """A chart's new data with headroom; hidden when it says nothing (a warm latency with no cold run)."""
     top = float(frame[key].max()) if len(frame) else 0.0
     if not len(frame) or (key == "load_s" and top <= 0) or (key == "warm_latency_s" and not any_cold):
         return gr.update(visible=False)
@@ -262,7 +257,7 @@ class CompareView(StageView[Updates]):
         self.live: dict[str, str] = {}
         self.duration: float = 0.0
         self.truth: Any = None  # the example's reference answer (find: the true span), if any
-        self.card = view_of(task).card  # a variant's answer, as the task's view draws it
+        self.card = view_of(task).card
         self.example: dict[str, Any] | None = None
         self.i, self.v = 0, ""  # the variant running now
         self.rerun = False  # it runs again, warm (``service.WarmRerun``)
@@ -281,7 +276,7 @@ class CompareView(StageView[Updates]):
         yield self.finished(rows)
 
     def cards(self, live: dict[str, str] | None = None, stopped: bool = False) -> str:
-        """A card per variant, its answer drawn by the task's view (``live``: the texts being written)."""
+        """A card per variant (``live``: the texts being written)."""
         args = (self.variants, self.results, self.cold, self.duration, self.truth, live, stopped)
         return cards_html(self.ctx, self.card, *args)
 
@@ -372,8 +367,7 @@ def cleared_outputs(tab: CompareTab) -> Updates:
         tab.summary: "",
         tab.cards: EMPTY_CARDS,
         tab.metrics_table: gr.update(visible=False),
-        # "hidden", not False: a chart Gradio has drawn is kept mounted (unmounted, its resize handler
-        # reads a width that is gone and throws)
+        # "hidden", not False: an unmounted chart's resize handler reads a width that is gone and throws
         **{plot: gr.update(visible="hidden") for plot in tab.plots},
         tab.scores: gr.update(visible=False),
     }
@@ -404,15 +398,11 @@ def listen(ctx: UIContext, tab: CompareTab) -> None:
 
         return Run(path, {}, updates(), stamp=stamp)
 
-    # Stop: Gradio closes the running generator, which closes the request: the model stops at its
-    # next token. The variants that finished are not tabled (their tables need the whole comparison);
-    # the cards say which variant stopped and which never ran.
+    # Stop closes the request; the last comparison's tables must not stand under "Stopped" as its own
     def stopped(request: gr.Request) -> Updates:
         view = running_in.get(session_of(request))
         if view is None:
             return {tab.summary: gr.skip()}
-        # the writing variant stopped there, the ones after it never ran
-        # and the last comparison's cost and scores go: they must not stand under "Stopped" as its own
         return {
             **cleared_outputs(tab),
             tab.summary: STOPPED_HTML,

@@ -1,6 +1,4 @@
-"""What every tab is handed: the app's context (engine, settings, examples, output folders), the event
-options the tabs share, and which clip each tab's results belong to (``ResultsClip``, ``STAMP_JS``: the one
-rule behind "the answer on screen is the clip on screen's", which ``shared_clip`` wires)."""
+"""What every tab is handed: the app's context, the shared event options, ``ResultsClip``."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ log = logging.getLogger(__name__)
 
 EXAMPLES_JSON = EXAMPLES_DIR / EXAMPLES_FILE
 
-#: model-running events: no Gradio limit, so every request reaches the service, whose scheduler takes
-#: turns window by window and holds at most MARLIN_QUEUE_SIZE requests (service.scheduler)
+#: model-running events: no Gradio limit, so every request reaches the service's scheduler
 GPU_EVENT: dict[str, Any] = {"concurrency_id": "gpu", "concurrency_limit": None}
 
 CLIP_ID = "clip-video"
@@ -45,12 +42,7 @@ variant_label = variants.label  # the name a visitor reads for a variant
 
 
 class ResultsClip:
-    """Per browser session: the clip on screen, and the clip each tab's results belong to.
-
-    The browser numbers each report of its clip (``STAMP_JS``: a counter per page), and the newest number
-    wins. Events reach the server in any order (an example's run can overtake the clip's own change
-    event, a queued run can start after a later upload), so arrival order cannot say which clip is on
-    screen; the browser's own order can."""
+    """Per session, the clip on screen and each tab's results' clip; the newest report (``STAMP_JS``) wins."""
 
     def __init__(self, limit: int = 4096) -> None:
         # session -> (its report's number, the clip, tab -> the clip of the tab's results)
@@ -61,16 +53,13 @@ class ResultsClip:
         self.limit = limit
 
     def seen(self, session: str, clip: str | None, stamp: float | None) -> list[str]:
-        """The browser had ``clip`` on screen at ``stamp`` (the clip's change event): the tabs whose results
-        were another clip's (forgotten, for the caller to clear). A newer report that came first, a request
-        of another tab started on the new clip, found them and left them here: they are said even then."""
+        """The browser had ``clip`` on screen at ``stamp``: the tabs whose results were another clip's."""
         with self._lock:
             self._seen(session, clip or "", stamp)
             return sorted(self._stale.pop(session, set()))
 
     def start(self, tab: str, session: str, clip: str, stamp: float | None) -> bool:
-        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's from now, if the
-        clip is still the one on screen (False: a newer clip is, and the request shows nothing)."""
+        """A request of ``tab`` read ``clip`` at ``stamp``: its results are that clip's if it is shown."""
         with self._lock:
             self._seen(session, clip, stamp)
             if not self._is_shown(session, clip):
@@ -117,8 +106,7 @@ STAMP_JS = """(...args) => {
   window.__marlinClipStamp = (window.__marlinClipStamp || 0) + 1;
   return [...args.slice(0, -1), window.__marlinClipStamp];
 }"""
-"""An event's ``js``: its last input (the clip's stamp, ``shared_clip.Clip.stamp``) becomes the page's next
-number, taken in the browser as the event fires, so ``ResultsClip`` can order what reaches it."""
+"""An event's ``js``: its last input (``Clip.stamp``) becomes the page's next number, for ``ResultsClip``."""
 
 
 def same_file(a: str | None, b: str | None) -> bool:
@@ -150,12 +138,10 @@ class UIContext:
     cache_mode: CacheMode = "eager"
     examples: list[dict[str, Any]] = field(default_factory=list)
     examples_dir: Path = EXAMPLES_DIR
-    #: per (variant, video path): the first token's time when the video was last read in full,
-    #: so a later question that reuses that reading can say what it saved
+    #: per (variant, video path): the first token's time of its last full reading (what a reuse saved)
     first_reads: dict[tuple[str, str], float] = field(default_factory=dict)
     #: the examples' finished answers (made live the first time; see ``example_runs``)
     answers: example_runs.ExampleAnswers = field(default_factory=example_runs.ExampleAnswers)
-    #: per session: the clip on screen and the clip each tab's results belong to (see ``ResultsClip``)
     results_clip: ResultsClip = field(default_factory=ResultsClip)
 
     @property
@@ -229,8 +215,7 @@ def default_output_dir(settings: Settings) -> Path:
 
 
 def cache_mode_from_env() -> CacheMode:
-    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; default lazy everywhere: eager answering of the 24
-    examples on a busy 2-core CPU (tiny stand-in) took until 707 s, and a visitor's request waits behind."""
+    """``MARLIN_CACHE_EXAMPLES`` = eager | lazy | off; lazy by default (eager took 707 s on 2 CPU cores)."""
     raw = settings_mod.env_value("cache_examples").lower() or "lazy"
     if raw not in ("eager", "lazy", "off"):
         raise ValueError(f"{CACHE_ENV}={raw!r} is not one of eager, lazy, off.")

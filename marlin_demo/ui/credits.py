@@ -1,5 +1,4 @@
-"""Credits of the example clips: one line under a loaded example, and the list in the About tab. They live
-in ``examples/examples.json`` (key ``credit``) so a clip and its attribution cannot be separated."""
+"""Credits of the example clips, kept in ``examples/examples.json`` so a clip and its credit stay together."""
 
 from __future__ import annotations
 
@@ -36,7 +35,6 @@ def credit_line(ctx: UIContext, video: str | None) -> str:
 
 
 def _bold_title(example: Mapping[str, Any]) -> str:
-    """The credit with its title in bold, so each clip's entry is easy to find in the list."""
     text = credit_text(example)
     title = str(example.get("title") or example["video"])
     return f"**{title}**{text[len(title) :]}" if text.startswith(title + ":") else text

@@ -1,6 +1,4 @@
-"""The examples as the tabs list them (labels, what a click does) and their answers: the first click is a
-live run exactly as Run's (it *is* that run); its result is kept (in memory) and a later click shows it at
-once, its badge saying when it was measured (``replaying``)."""
+"""The examples as the tabs list them, and their answers: a first click's live run, kept for the next."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Find tab: "when does this happen": the span on the timeline, the player jumping there, the span as a clip.
-No span is drawn that the model did not give; ``/find`` returns ``FindResult.to_dict()`` only."""
+"""Find tab: "when does this happen": the span on the timeline, the player jumping there, the clip cut."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ STOPPED_HTML = (
     '<div class="mf-head mf-none"><div class="mf-v">Stopped</div><div class="mf-h">You stopped this '
     "search before it finished. Run it again for an answer.</div></div>"
 )
-#: The follow-up step after a run: the clip's player seeks to the best moment's start (in the page, not
-#: an update of the player: an update landing after the visitor changed the clip would put it back).
+#: after a run the player seeks to the best moment in the page: an update could land after a clip change
 SEEK_JS = f"""(start) => {{ const v = document.querySelector('#{CLIP_ID} video');
   if (v && start !== null && start !== undefined) v.currentTime = start; }}"""
 
@@ -88,13 +86,11 @@ class FindTab(RunTab):
         super().listen(ctx)
 
         def suggest(video: str | None) -> Any:
-            """Offer the example's queries when the clip is one of the examples."""
             example = ctx.ground_truth(video)
             queries = [q for q in get_task(self.name).examples(example or {}) if q]
             return gr.update(choices=queries, value=None, visible=bool(queries))
 
         def ready(text: str | None) -> Updates:
-            """Run waits for a query with words in it, within the limit; the line under it says why."""
             n = len((text or "").strip())
             return {
                 self.run: gr.update(interactive=0 < n <= ctx.settings.max_query_chars),
@@ -106,8 +102,7 @@ class FindTab(RunTab):
         self.suggestions.select(lambda q: q or gr.skip(), self.suggestions, self.query, **PRIVATE_UI)
 
     def final(self, ctx: UIContext, result: FindResult, video: str, cold: bool) -> Updates:
-        """Every output of a finished find (also what the cached examples store); the player jumps to the
-        best moment's start (``jump_to``); every moment is cut as a clip to download."""
+        """Every output of a finished find; the player jumps to the best moment, each is cut as a clip."""
         example = ctx.ground_truth(video)
         truth = None if example is None else truth_span(example, result.query)
         duration = result.info.duration_s
@@ -176,7 +171,6 @@ def headline_html(result: FindResult, truth: tuple[float, float] | None) -> str:
 
 
 def _windows(ctx: UIContext, duration: float) -> list[tuple[float, float]]:
-    """A long video's find windows (the timeline draws none for a video that fits one window)."""
     try:
         return [(w.start, w.end) for w in policy.plan_for("find", duration, ctx.engine.settings)]
     except ValueError:

@@ -1,5 +1,4 @@
-"""The one module that reaches into Gradio's internals: each reach says why in its docstring and has its
-named test in ``tests/test_hardening.py``; Gradio is imported inside functions (:func:`skip_stub_rewrite`)."""
+"""The one module that reaches into Gradio's internals, each reach tested in ``tests/test_hardening.py``."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ MCP_USER_HEADER = ("x-gradio-user", "mcp")
 
 
 def refuse_url_downloads(demo: gr.Blocks) -> int:
-    """Every component of ``demo`` refuses a URL (``NO_URLS``): Gradio downloads one before any validator or
-    endpoint sees it (``Block.async_move_resource_to_block_cache``). How many were adjusted."""
+    """Every component refuses a URL: Gradio downloads one before any validator sees it. How many."""
     from gradio.blocks import Block
 
     adjusted = 0
@@ -56,8 +54,7 @@ QUEUE_PROGRESS_POLL_S = 0.1
 
 
 def quiet_queue(demo: gr.Blocks) -> None:
-    """The queue ``demo.queue()`` made polls at :data:`QUEUE_IDLE_POLL_S` (its pace is read per wait): idle,
-    Gradio looks for work every millisecond on Linux, a tenth of a core taken from the model on 2 vCPUs."""
+    """The queue polls at :data:`QUEUE_IDLE_POLL_S`: Gradio's 1 ms on Linux took a tenth of a core."""
     queue = demo._queue
     for name, seconds in (
         ("sleep_when_free", QUEUE_IDLE_POLL_S),
@@ -69,8 +66,7 @@ def quiet_queue(demo: gr.Blocks) -> None:
 
 
 def remember_playable() -> None:
-    """``video_is_playable`` (``ffprobe`` each time ``gr.Video`` shows a video: 11 s of a 15 s start on 2
-    cores) probes a file once per (path, size, modification time) in this process."""
+    """``video_is_playable`` (an ``ffprobe``: 11 s of a 15 s start) once per (path, size, mtime)."""
     from gradio import processing_utils
 
     probe = processing_utils.video_is_playable
@@ -129,8 +125,7 @@ class _SkipStubRewrite(importlib.abc.MetaPathFinder):
 
 
 def skip_stub_rewrite() -> bool:
-    """Skip the stub rewrite in this process (Gradio rewrites each component's ``.pyi`` stub at every import,
-    about 1.4 s of CPU); False when Gradio was imported already (too late)."""
+    """Skip Gradio's ``.pyi`` stub rewrite at import (1.4 s CPU); False when Gradio is imported already."""
     if MODULE in sys.modules:
         return False
     if not any(isinstance(f, _SkipStubRewrite) for f in sys.meta_path):

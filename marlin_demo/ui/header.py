@@ -1,5 +1,4 @@
-"""Header: what Marlin does, which model answers, on what device, the limits, any warning banner
-(refreshed on each page load, so variants loaded or failed since startup show up)."""
+"""Header: what Marlin does, which model answers, on what device, the limits, any warning banner."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Library tab: one question across every video of a library; ``/search`` and the MCP tool ``search``.
-The server chooses the library (the examples, or ``--library DIR``) and serves only its videos and
-thumbnails: the browser never names a server path. See docs/LIBRARY.md."""
+"""Library tab: one question across every video of a library the server chose (docs/LIBRARY.md)."""
 
 from __future__ import annotations
 
@@ -49,8 +47,7 @@ def default_source(ctx: UIContext) -> LibrarySource:
     variant = ctx.default_variant
     clips = [(e["video"], ctx.clip(e).stat().st_size if ctx.clip(e).exists() else 0) for e in ctx.examples]
     key = json.dumps([index.setup_fingerprint(s, variant), clips], sort_keys=True, default=str)
-    # beside what Gradio caches for the app (GRADIO_EXAMPLES_CACHE moves it), one folder per model,
-    # settings and example set: kept across restarts, never shown for another model
+    # one folder per model, settings and example set, beside Gradio's cache: kept across restarts
     root = Path(os.environ.get("GRADIO_EXAMPLES_CACHE", ".gradio/cached_examples"))
     folder = root.resolve() / f"marlin-library-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     items = [
@@ -115,16 +112,14 @@ def about_html(source: LibrarySource) -> str:
 
 
 def cost_html(source: LibrarySource) -> str:
-    """Under Run: whether the examples' library ships with the app, else what building it costs, until
-    it is built (then each search's own cost is said under the query)."""
+    """Under Run: whether the examples' library ships with the app, else what building it costs."""
     price = "" if not source.cost or source.indexed() else source.cost
     notes = " ".join(html.escape(n) for n in (source.shipped, price) if n)
     return f'<p class="mx-note">{notes}</p>' if notes else ""
 
 
 def headline_html(answer: dict[str, Any], tiny: bool, failures: list[str] | None = None) -> str:
-    """The answer's head: how many moments in how many videos, or why none (an empty library names
-    what kept its videos out: ``failures``, the build's sentences)."""
+    """The answer's head: how many moments in how many videos, or why none (``failures``: the build's)."""
     lib, n = answer["library"], len(answer["moments"])
     q, cls = html.escape(answer["query"]), " ml-none"
     if not lib["windows"]:
@@ -163,8 +158,7 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
 
 
 def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Updates, None, None]:
-    """Build the library if needed, then search it window by window (a bad query, a failed build or search:
-    raised, for ``streamed`` to say under the query)."""
+    """Build the library if needed, then search it window by window (failures raised for ``streamed``)."""
     source = tab.source
     clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
     yield {
@@ -282,8 +276,7 @@ def render(ctx: UIContext) -> LibraryTab:
 
 
 def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_query: gr.Textbox) -> None:
-    """Run/Stop, choosing a moment (plays it there), "Open in Find" (the clip at the moment, Find run on
-    it with the query), and the public ``/search``."""
+    """Run/Stop, choosing a moment (plays it there), "Open in Find" (Find run on it with the query)."""
     buttons = [tab.run, tab.stop]
 
     def begin(request: gr.Request, values: tuple[Any, ...]) -> Run:
@@ -345,8 +338,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
         }
 
     def jump(m: dict[str, Any] | None) -> Any:
-        """A player (this tab's, or the page's clip) seeks to the moment (a follow-up: it cannot ride on
-        the value update)."""
+        """A player seeks to the moment (a follow-up step: it cannot ride on the value update)."""
         return gr.skip() if not m else gr.update(playback_position=float(m["start"]))
 
     tab.gallery.select(
@@ -367,6 +359,5 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     ).then(jump, tab.picked, clip.video, **PRIVATE_UI).then(None, js=RUN_FIND_JS, **PRIVATE_UI)
 
 
-#: after "Open in Find": Find's own Run, clicked once the tab shows it and it accepts the query (the page
-#: runs it as a visitor's click would: its bar, Stop and results as always)
+#: after "Open in Find": Find's own Run, clicked once the tab shows it and it accepts the query
 RUN_FIND_JS = asset("run_find.js")

@@ -1,6 +1,4 @@
-"""Every task's tab has one skeleton: a task run on the page's clip, an example's kept answer, the wiring;
-Caption and Find subclass ``RunTab`` and ``RunView`` with only what is theirs, and a task without a view of
-its own gets ``AnswerTab``: its answer's text and JSON (``ui.views`` finds each task's view by its name)."""
+"""Every task's tab has one skeleton (``RunTab``, ``RunView``; ``AnswerTab`` for a task without a view)."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def asked(req: service.Request) -> tuple[str, str, str | None]:
 
 @dataclass(kw_only=True)
 class RunTab:
-    """What a run tab has: the page's clip and its status line, a variant, Run/Stop, a progress bar,
-    and the outputs every answer has (its first line, timeline, notes, figures, the raw text)."""
+    """What a run tab has: the page's clip, a variant, Run/Stop, a progress bar, every answer's outputs."""
 
     name: ClassVar[str]  # the task; also the tab's key for the clip its results belong to
     placeholder: ClassVar[str]  # the empty timeline's sentence
@@ -96,8 +93,7 @@ class RunTab:
     def ask(
         self, ctx: UIContext, values: Sequence[Any], span: Sequence[Any] | None = None, visitor: str = ""
     ) -> service.Request | Updates:
-        """The request the inputs make (with the part of the clip in ``span``: From, To), or what says
-        (under its input: the clip, or the query's own line) why there is none."""
+        """The request the inputs make (``span``: From, To), or what says under its input why not."""
         video, *query, variant = values
         said = self.clip.status
         try:
@@ -139,7 +135,6 @@ class RunTab:
         buttons = self.buttons
 
         def runs(example: bool) -> Callable[..., Iterator[Updates]]:
-            """The request as it runs (the tab's ``RunView``), in the one listener of every tab."""
             begin = functools.partial(start_run, ctx, self, example=example)
             return streamed(ctx, self.name, buttons, begin, {self.progress: ""}, self.failed)
 
@@ -187,8 +182,7 @@ class RunView(BarView):
 def start_run(
     ctx: UIContext, tab: RunTab, request: gr.Request | None, values: Sequence[Any], example: bool
 ) -> Run:
-    """What a click runs: the request its inputs make (an example: the whole clip), while its clip is the
-    one on screen; else only what says why nothing runs (a bad input, an example's kept answer shown)."""
+    """What a click runs: the request its inputs make (an example: the whole clip), else why nothing runs."""
     *own, start, end, stamp = values
     req = tab.ask(ctx, own, None if example else (start, end), session_of(request))  # an example: all
     if not isinstance(req, service.Request):
@@ -215,8 +209,7 @@ def kept_or_waiting(ctx: UIContext, tab: RunTab, values: Sequence[Any], request:
     kept = ctx.kept_answer(tab.name, *asked(req))[1] if isinstance(req, service.Request) else None
     if kept is None or not isinstance(req, service.Request):
         return waiting_updates(tab.buttons, tab.progress)
-    # the visitor just chose this clip: its own change event may come after this answer (or, when a
-    # newer clip was chosen meanwhile, before it: then this answer is not shown)
+    # the clip's own change event may come after this answer (a newer clip's before it: then it is not shown)
     if not ctx.results_clip.start(tab.name, session_of(request), str(req.video), stamp):
         return {tab.progress: gr.skip()}
     with example_runs.replaying(kept):
@@ -237,10 +230,7 @@ def lay_out(
     run: dict[str, Any] | None = None,
     **own: Any,
 ) -> Tab:
-    """The tab on the page's clip (inside the caller's ``gr.Tab``): its own ``inputs`` (made unrendered),
-    the variant, Run (``label``) with Stop in its place while it runs, the examples; beside them the
-    outputs named in ``results`` ("raw": the model's text, folded). ``own``: the tab's other fields.
-    Outputs are made first so the examples can name them."""
+    """The tab: its ``inputs``, the variant, Run, the examples, and the outputs named in ``results``."""
     ids = {"answer": kind.answer_id, "notice": "notice", "metrics": "metrics", "progress": "progress"}
     outputs: dict[str, Any] = {
         **{
@@ -297,8 +287,7 @@ def raw_output(tab: RunTab) -> None:
 
 
 def examples(ctx: UIContext, tab: RunTab) -> Examples | None:
-    """The tab's examples, a clip each (with its first query when the tab takes one): a click fills the
-    inputs, then runs as Run does (``listen``). On a phone they come after the result (style.css)."""
+    """The tab's examples, a clip each (with its first query): a click fills the inputs, then runs."""
     rows: list[tuple[list[Any], str]] = []
     for e in ctx.examples:
         clip, title = str(ctx.clip(e)), f"▶ {e.get('title') or short_name(e)}"
@@ -338,8 +327,7 @@ def answer_html(task: Task, result: Result) -> str:
 
 @dataclass(kw_only=True)
 class AnswerTab(RunTab):
-    """The tab of a task without a view of its own (``render_answer`` makes one per task): the answer's
-    text and JSON."""
+    """The tab of a task without a view of its own: the answer's text and JSON."""
 
     placeholder = "This task's answer has no timeline: its text and JSON appear above."
     ghost = ()

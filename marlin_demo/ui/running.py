@@ -1,5 +1,4 @@
-"""A tab's request while it runs: Run/Stop, the wait before the queue, the progress bar, and ``follow``,
-the one loop from a request's stages to the ``Updates`` a tab yields (outputs not named stay as they are)."""
+"""A tab's request while it runs: Run/Stop, the wait, the bar and ``follow`` (stages to ``Updates``)."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ def _nothing() -> Generator[Updates, None, None]:
 
 @dataclass
 class Run:
-    """A click's request, ready to run (``streamed``): what it shows ``first``, then its ``updates`` for the
-    clip at ``path`` (read at ``stamp``; "": no clip to follow, or nothing runs); ``keep`` once it ended."""
+    """A request for ``streamed``: ``first``, then ``updates`` for the clip at ``path`` ("": none)."""
 
     path: str
     first: Updates
@@ -58,11 +56,8 @@ def streamed(
     gone: Updates,
     failed: Callable[[str], Updates],
 ) -> Callable[..., Iterator[Updates]]:
-    """The one listener every tab's request runs in (run tabs, Compare, Library): ``begin``'s ``Run`` while
-    its clip is on screen (one that left before it started never runs; leaving later closes it, so the
-    model stops, and shows ``gone``); a bad input or run said once by ``failed`` (no toast); then Run is
-    back, in the request, not a ``.then`` step, so a stopped request's late end cannot reset the next
-    one's buttons; unless a newer request of ``tab`` took its place (its outputs and buttons are its)."""
+    """The one listener every tab's request runs in; Run is put back here, not in a ``.then`` step, so a
+    stopped request's late end cannot reset the next one's buttons."""
 
     def run_ui(request: gr.Request, *values: Any) -> Iterator[Updates]:
         session, taken = session_of(request), False
@@ -91,8 +86,7 @@ def streamed(
 
 
 def waiting_updates(buttons: Sequence[Block], progress: Block | None) -> Updates:
-    """What a Run click shows at once, before the request leaves the queue: Stop and the wait (on the tab's
-    bar, where it has one)."""
+    """What a Run click shows at once, before the request leaves the queue: Stop and the wait."""
     wait = progress_html(0.0, "Waiting for its turn (one request runs at a time)…", scroll=True)
     return {**run_buttons(buttons, True), **({} if progress is None else {progress: wait})}
 
@@ -108,11 +102,7 @@ def wire_run_and_stop(
     example: tuple[Any, Any, Any] | None = None,
     js: str | None = None,
 ) -> list[Any]:
-    """Run (streamed, with the tab's own bar; ``progress`` None: the tab's outputs say it) and Stop (cancels
-    it; says ``stopped(request)``, among ``outputs``). ``example`` = (the examples' input event, a quick
-    first step, the run): a click shows the kept answer or the wait, then runs like Run. ``js`` runs in the
-    browser before each step that reads ``inputs`` (``context.STAMP_JS``). Returns the events a
-    follow-up step chains on."""
+    """Run and Stop, and an example's click; the events a follow-up step chains on."""
     run_options: dict[str, Any] = {
         "js": js,
         "api_visibility": "private",
@@ -126,15 +116,12 @@ def wire_run_and_stop(
     runs, ends = [main], [main]
     if example is not None:
         loaded, first_fn, example_fn = example
-        # an example clicked while another runs: its steps wait for that run to end ("always_last"; a
-        # step's default drops a click while it is pending), and it ends soon, its clip being gone
+        # "always_last": an example clicked while another runs waits for it (the default drops the click)
         last = {"trigger_mode": "always_last"}
         first = loaded.then(first_fn, inputs, outputs, js=js, **last, **PRIVATE_UI)
         runs.append(first.then(example_fn, inputs, outputs, **last, **run_options))
         ends += [first, runs[-1]]
-    # Stop puts the buttons back at once and cancels the run; what it says is read then (what was running
-    # when it was pressed) and said in a queued step after it, over the page's one message stream, so a
-    # message the stopped run sent before the cancel reached the server cannot land after it.
+    # what Stop says is said in a queued step after it, so a message the stopped run sent cannot land after it
     said: dict[str, Updates] = {}
 
     def stop(request: gr.Request) -> Updates:
@@ -173,9 +160,7 @@ def progress_html(fraction: float, text: str, scroll: bool = False) -> str:
 
 
 class Throttle(Generic[S]):
-    """A request's texts at most every ``every`` s (no redraw per token). A held text is passed before its
-    window's ``WindowDone`` or the next window (each window's whole answer is seen), and dropped at any other
-    stage (a variant ending in Compare: it belonged to what ended)."""
+    """A request's texts at most every ``every`` s; a held one is passed before its window ends."""
 
     def __init__(self, every: float) -> None:
         self.every, self.last = every, -math.inf  # the first text always passes (monotonic time may start
@@ -242,8 +227,7 @@ class StageView(Generic[T]):
 def follow(
     stages: Generator[Any, None, None], view: StageView[T], every: float | None
 ) -> Generator[T, None, None]:
-    """What ``view`` shows at each stage, texts at most every ``every`` s (``Throttle``; None: each);
-    closing this closes ``stages``, and so the request."""
+    """What ``view`` shows at each stage (``Throttle``d); closing this closes ``stages``, so the request."""
     run, throttle = RunState(), None if every is None else Throttle[Any](every)
     with contextlib.closing(stages):
         for stage in stages:
@@ -271,8 +255,7 @@ def _show(view: StageView[T], run: RunState, stage: Any) -> T | None:
 
 
 class BarView(StageView[Updates]):
-    """The progress bar every run tab shares; ``written(text)``: how much of the answer (0-1) it is (by
-    default halfway while it is written: a short answer, a few tokens)."""
+    """The progress bar every run tab shares; ``written(text)``: how much of the answer (0-1) it is."""
 
     def __init__(
         self,

@@ -1,8 +1,4 @@
-"""The page's one clip, above the tabs: one component, so no copy between tabs can race a clear or an
-upload. Results are tied to their clip (``context.ResultsClip``): a new clip clears the old one's, and a
-request whose clip left the screen shows nothing more (``running.streamed``). Every event that reads the clip
-also reads ``Clip.stamp``, numbered in the browser as it fires (``STAMP_JS``), so the newest report wins
-whatever order the events reach the server in."""
+"""The page's one clip, above the tabs: one component, so no copy between tabs can race a clear."""
 
 from __future__ import annotations
 
@@ -47,9 +43,7 @@ def render(ctx: UIContext) -> Clip:
             tabs = ", ".join(name.title() for name in TASKS)  # every task's tab, in order
             gr.HTML(f'<p class="mx-note">{HINT.format(tabs=tabs)}</p>', elem_id="clip-hint")
             with gr.Row(elem_id="clip-range", elem_classes="mr-range"):
-                # shown with a clip; labelled by their placeholders (and aria labels): one short line.
-                # No ``minimum``: Gradio would refuse a negative From before our code runs (an HTTP
-                # error, the run left waiting); ``service.asked_range`` says what is allowed instead
+                # no ``minimum``: Gradio would refuse a negative From, the run left waiting
                 start = gr.Number(
                     None, label="From (s)", show_label=False, placeholder="From (s)",
                     elem_id="clip-start", min_width=80, visible=False,
@@ -71,17 +65,13 @@ def listen(
     page_tabs: gr.Tabs,
     compare_choices: Sequence[gr.components.Component] = (),
 ) -> None:
-    """The credit and the status line follow the clip; ``tabs[name]`` = (the tab's outputs, what they
-    show without results) replaces a tab's results when they were another clip's. The status line also
-    follows the tab selected in ``page_tabs`` and Compare's task and variants (``compare_choices``:
-    ``clip_status``'s ``compare_task`` and ``with_bf16``), pricing what that tab would run."""
+    """The credit and the status line follow the clip; a new clip clears ``tabs``' results of another."""
     ids = {t.label: t.id for t in page_tabs.children if isinstance(t, gr.Tab)}
 
     def selected(evt: gr.SelectData) -> Any:
         return ids.get(evt.value, gr.skip())  # the tab's id, from its label (what a select event carries)
 
-    # an example's credit; a range belongs to the clip it was set on: a new clip starts whole (and no
-    # clip, no range), in the component form (Gradio drops a None value from gr.update: the field kept 0)
+    # a new clip starts whole, in the component form (Gradio drops a None value from gr.update)
     def chosen(video: str | None) -> list[Any]:
         return [credit_line(ctx, video), *(gr.Number(value=None, visible=bool(video)) for _ in range(2))]
 
@@ -93,8 +83,7 @@ def listen(
     status = functools.partial(clip_status, ctx)
     gr.on(changes, status, inputs, clip.status, trigger_mode="always_last", **PRIVATE_UI)
 
-    # a State set by an event does not fire its own change: the line follows the select itself (a tab that
-    # runs nothing on the clip, Library or About, gets the clip's facts without another tab's cost)
+    # a State set by an event does not fire its own change: the line follows the select itself
     page_tabs.select(selected, None, clip.tab, **PRIVATE_UI).then(status, inputs, clip.status, **PRIVATE_UI)
     outputs = list({block: None for blocks, _ in tabs.values() for block in blocks})
 

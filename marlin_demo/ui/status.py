@@ -1,5 +1,4 @@
-"""What the page says around a run: the line under the clip (what it will cost), the metrics cards, the
-notes on an answer, error lines."""
+"""What the page says around a run: the line under the clip, the metrics cards, notes, error lines."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ from marlin_demo.video import plan_sampling
 def tab_work(
     ctx: UIContext, tab: str | None, compare_task: str | None = None, with_bf16: bool = False
 ) -> tuple[str, list[str]] | None:
-    """What the selected tab would run on the clip: its task and variants (Compare: each of its variants,
-    one call per window each); None on a tab that runs nothing on it (Library, About)."""
+    """What the selected tab would run on the clip: its task and variants; None: nothing (Library, About)."""
     first = next(iter(TASKS))  # the page opens on the first task's tab; Compare on that task
     tab = tab or first
     if tab == "compare":
@@ -44,9 +42,7 @@ def clip_status(
     compare_task: str | None = None,
     with_bf16: bool = False,
 ) -> str:
-    """One line as soon as a clip (or a range of it) is chosen: it will be read, and what the selected tab
-    would cost on it (``tab_work``; or why not). Only the file's facts are probed (no decoding); a
-    range's limit is the request's."""
+    """One line as soon as a clip is chosen: what the selected tab would cost on it (no decoding)."""
     if not video:
         return ""
     work = tab_work(ctx, tab, compare_task, with_bf16)
@@ -86,15 +82,13 @@ def status_html(message: str, error: bool = False) -> str:
     return f'<div class="{cls}"{role}>{html.escape(message)}</div>'
 
 
-#: ``js_on_load`` of the status line under the page's clip
 STATUS_JS = asset("status.js")
 
 
 def metrics_html(
     m: Mapping[str, Any], cold: bool, variant: str, info: RunInfo | None = None, reuse: str = ""
 ) -> str:
-    """Cost of one request as cards; ``info`` adds what the public JSON leaves out (first visible text,
-    kernels), ``reuse`` (``UIContext.reuse_note``) what an earlier reading of the same video saved."""
+    """A request's cost as cards; ``info`` adds what the public JSON leaves out, ``reuse`` what it saved."""
     turn = "its turn on the model: reading the clip, the model's work, any wait for others; load excluded"
     cards = [
         ("Latency", fmt(m.get("latency_s"), " s"), turn),
@@ -141,9 +135,7 @@ def metrics_html(
 
 
 def _total_hint(m: Mapping[str, Any], total_s: float, cold: bool) -> str:
-    """What the Total card adds up: the load (a cold run's), the latency and the rest (checking the clip,
-    decoding a long video's windows before their turns), so no second of the server's goes unsaid, and
-    what it leaves out is named."""
+    """What the Total card adds up, so no second of the server's goes unsaid."""
     load = float(m.get("load_s") or 0.0) if cold else 0.0
     latency = float(m.get("latency_s") or 0.0)
     rest = max(0.0, total_s - load - latency)

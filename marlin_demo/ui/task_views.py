@@ -1,7 +1,4 @@
-"""The page's view of each task, found by the task's name (never by its answer's type): its tab's title and
-layout (Caption's and Find's own modules, on ``run_tab``'s skeleton), its choice and card on the Compare tab.
-A task without a view of its own gets the generic one: its answer's text and JSON (``run_tab.AnswerTab``).
-``render`` builds every task's tab, in the registry's order (each wires itself: ``RunTab.listen``)."""
+"""The page's view of each task, found by the task's name (never by its answer's type)."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ from marlin_demo.ui.shared_clip import Clip
 
 @dataclass(frozen=True)
 class View:
-    """How the page shows one task: its tab's label and layout (the tab wires itself: ``RunTab.listen``);
-    its Compare choice and card."""
+    """How the page shows one task: its tab's label and layout, its Compare choice and card."""
 
     title: str
     choice: str

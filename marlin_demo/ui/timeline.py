@@ -1,5 +1,4 @@
-"""Timeline HTML: events (caption) or a span (find) on a time axis; ``TIMELINE_JS`` seeks the player named
-by ``data-player`` on a click. Every model text is escaped; a missing span draws no bar, only a sentence."""
+"""Timeline HTML: events (caption) or a span (find) on a time axis; every model text is escaped."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def nice_step(duration: float, target_ticks: int = 8) -> float:
 
 
 def _label(long: str, short: str) -> str:
-    """A bar's label: the whole text where the bar is wide enough, else its number, else nothing (measured by
-    ``TIMELINE_JS``), never a word cut short; the detail line and the tooltip say it in full."""
+    """A bar's label: the whole text where the bar is wide enough, else its number (``TIMELINE_JS``)."""
     return (
         f'<span class="mt-long">{html.escape(long)}</span><span class="mt-short">{html.escape(short)}</span>'
     )
@@ -87,8 +85,7 @@ def timeline_html(
     moments: Sequence[Any] = (),
     clips: Sequence[str | None] = (),
 ) -> str:
-    """Events as bars in lanes, or a find span (and truth), on one axis; ``player``: the ``<video>`` holder; a
-    long video's ``windows`` under the track (``windows_done`` answered); ``moments`` with their ``clips``."""
+    """Events as bars in lanes, or a find span (and truth, moments, windows), on one axis."""
     if not math.isfinite(duration) or duration <= 0:
         ends = [float(_field(e, "end")) for e in events] + ([float(span[1])] if span else [])
         duration = max(ends, default=1.0) or 1.0
@@ -150,7 +147,6 @@ def timeline_html(
 def _bar(
     cls: str, s: float, e: float, duration: float, top: int, attrs: str, inner: str, style: str = ""
 ) -> str:
-    """One clickable bar on the track: it plays from its start."""
     left, right = _pct(s, duration), _pct(e, duration)
     return (
         f'<button type="button" class="mt-item {cls}" data-start="{s:.3f}" data-end="{e:.3f}" {attrs} '
@@ -188,7 +184,6 @@ def _outside_label(left: float, right: float) -> str:
 
 
 def _moments_list(best: list[tuple[float, float, float]], clips: Sequence[str | None]) -> str:
-    """Every moment as a row: click it to jump there; its clip to download when it could be cut."""
     if not best:
         return ""
     rows = []
@@ -213,4 +208,3 @@ TIMELINE_JS = asset("timeline.js")
 
 
 TIMELINE_CSS = asset("timeline.css")
-"""Global CSS for the timeline (also used by the Compare tab's per-variant timelines)."""
