@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 for task in ("caption", "find"):
                     for dt in DTYPES if rep % 2 else DTYPES[::-1]:
                         t0 = time.perf_counter()
-                        res = engines[dt].run(task, prepared[clip], name, query=QUERY)
+                        res = engines[dt].ask(task, prepared[clip], name, query=QUERY)
                         took = time.perf_counter() - t0
                         if rep:
                             rows.append(

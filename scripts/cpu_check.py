@@ -120,7 +120,7 @@ def measure_variant(
         loaded.model.generation_config.min_new_tokens = tokens
         _reset_peak()
         try:
-            res = engine.run("caption", clip, variant)
+            res = engine.ask("caption", clip, variant)
         except Exception as exc:  # it loads but cannot answer here: the one sentence the page will say
             row["error"] = explain_failure(exc, loaded.model)
             row["failed_in"] = name

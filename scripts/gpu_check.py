@@ -525,9 +525,9 @@ def measure_row(run: Pass, spec: dict[str, Any], row: dict[str, Any]) -> None:
         row.update(engine.load(variant).describe())
         for task in ("caption", "find"):
             with compiles(row, task):
-                first = engine.run(task, run.clip, variant, query=QUERY)  # warm-up: JIT compiles, captures
+                first = engine.ask(task, run.clip, variant, query=QUERY)  # warm-up: JIT compiles, captures
             with compiles(row, task):
-                res = engine.run(task, run.clip, variant, query=QUERY)
+                res = engine.ask(task, run.clip, variant, query=QUERY)
             row[task] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
             row[f"{task}_first_latency_s"] = first.metrics.latency_s  # JIT compiles included
             row["compile_state"] = res.info.compile
@@ -538,7 +538,7 @@ def measure_row(run: Pass, spec: dict[str, Any], row: dict[str, Any]) -> None:
             row.setdefault("replayed", {})[task] = [_replayed(first), _replayed(res)]
         if spec.get("long_caption"):  # same engine and cache size bucket: nothing compiles again
             engine.settings = engine.settings.with_(caption_max_new_tokens=spec["long_caption"])
-            res = engine.run("caption", run.clip, variant)
+            res = engine.ask("caption", run.clip, variant)
             row["caption_long"] = res.to_dict()["metrics"] | {"raw_chars": len(res.raw)}
             row["replayed"]["caption_long"] = [_replayed(res)]
             row["compile_s"] = round(res.info.compile_s, 2)
@@ -705,9 +705,9 @@ def warm_up_phase(args: argparse.Namespace) -> int:
         out["load_s"] = round(engine.load(variant).load_s, 2)
         clip = synthetic_clip(2.0 if args.device == "cpu" else 60.0, 640, 360)
         with compiles(out, "visitor"):
-            first = engine.run("caption", clip, variant)
+            first = engine.ask("caption", clip, variant)
         with compiles(out, "visitor"):
-            res = engine.run("caption", clip, variant)
+            res = engine.ask("caption", clip, variant)
         out.update(
             variant=variant,
             first_latency_s=first.metrics.latency_s,

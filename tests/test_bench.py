@@ -24,6 +24,7 @@ from marlin_demo.engine import EngineError
 from marlin_demo.model_io import Event, VideoParams
 from marlin_demo.models import LoadedModel, ModelLoadError, Source
 from marlin_demo.results import CaptionResult, FindResult, Metrics, RunInfo, VideoInfo
+from marlin_demo.tasks import Task
 from marlin_demo.video import PreparedVideo, plan_sampling
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,8 +107,12 @@ class FakeEngine:
     def is_loaded(self, variant: str) -> bool:
         return True
 
-    def run(self, task: str, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
-        name = Path(video.info.path).name
+    def note_decode(self, variant: str, mode: str) -> None:
+        """The fake decodes nothing: what the runner tells an engine of each answer is kept by no one."""
+
+    def run(self, entry: Task, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
+        """The task's entry (the service looked it up once), the clip's frames, the cleaned query."""
+        task, name = entry.name, Path(video.info.path).name
         FakeEngine.calls.append((variant, task, name, query))
         if (variant, name, query) in FakeEngine.fail_once:
             FakeEngine.fail_once.discard((variant, name, query))
@@ -347,9 +352,10 @@ def test_without_tasks_the_bench_runs_those_whose_entry_says_so(
 class AnyQueryEngine(FakeEngine):
     """The fake engine answering any clip and query (the project's examples): a fixed span."""
 
-    def run(self, task: str, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
-        res = super().run(task, video, variant, "the ball rests" if task == "find" else query)
-        return dataclasses.replace(res, query=query) if task == "find" else res
+    def run(self, entry: Task, video: Any, variant: str, query: str | None = None, **_: Any) -> Any:
+        find = entry.name == "find"
+        res = super().run(entry, video, variant, "the ball rests" if find else query)
+        return dataclasses.replace(res, query=query) if find else res
 
 
 @needs_examples

@@ -15,7 +15,6 @@ from marlin_demo.library import cluster
 from marlin_demo.tasks import TASKS
 
 #: The settings ``batch`` takes as flags (``commands`` metadata of ``Settings``).
-SETTINGS_FLAGS = settings_mod.flags_for("batch")
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -96,5 +95,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sidecars", action="store_true", help="also write OUT/sidecars/<id>.json/.vtt/.srt")
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     cluster.add_arguments(p, "run")
-    settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
+    settings_mod.add_arguments(p, only=settings_mod.flags_for("batch"))  # (a registered task's too)
     p.set_defaults(func=cmd_batch)

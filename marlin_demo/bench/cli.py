@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from marlin_demo import settings as settings_mod
-from marlin_demo.bench.environment import SETTINGS_FLAGS
 from marlin_demo.bench.longset import add_long_set_parser, resolve_data
 from marlin_demo.bench.matrix import (
     DEFAULT_DATA,
@@ -293,7 +292,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tasks", help="the tasks to run, comma-separated (default: each task the bench runs)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N clips of each example set")
     p.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
-    settings_mod.add_arguments(p, only=SETTINGS_FLAGS)
+    settings_mod.add_arguments(p, only=settings_mod.flags_for("bench"))  # (a registered task's too)
     p.set_defaults(func=cmd_bench)
     helpers = "{convert-charades,build-long-set,search}"
     sub = p.add_subparsers(dest="bench_command", title="helpers", metavar=helpers)

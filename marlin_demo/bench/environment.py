@@ -1,4 +1,4 @@
-"""Machine and package versions (a run's record of where it ran) and the settings ``bench`` takes."""
+"""Machine and package versions: a run's record of where it ran."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ import os
 import platform
 from typing import Any
 
-from marlin_demo import settings as settings_mod
 from marlin_demo.models import compute
-
-#: The settings ``bench`` takes as flags (``commands`` metadata of ``Settings``).
-SETTINGS_FLAGS = settings_mod.flags_for("bench")
 
 ENV_PACKAGES = tuple(
     "torch transformers gptqmodel bitsandbytes accelerate torchcodec qwen-vl-utils av rouge-score".split()
