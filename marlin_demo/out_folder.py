@@ -1,5 +1,6 @@
-"""What a command keeps in its --out folder (bench, batch): run.json, the set-up a resume must match, and
-JSONL records appended one at a time, so that a kill loses at most the line being written."""
+"""The files a command keeps on disk in its --out folder (bench, batch; the data in them is
+``results``'): run.json, the set-up a resume must match, and JSONL records appended one at a time, so
+that a kill loses at most the line being written."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The plain data every layer passes around (video facts, plans, windows, moments, metrics, results, a
-request's stages): one shape for UI, API, CLI and bench. No torch, nor the package but ``contract``."""
+"""The plain data every layer passes around in memory (``out_folder`` writes records of it to disk):
+video facts, plans, windows, moments, metrics, results, a request's stages; one shape for UI, API, CLI and
+bench. No torch, nor the package but ``model_io``."""
 
 from __future__ import annotations
 

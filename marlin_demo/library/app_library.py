@@ -1,4 +1,5 @@
-"""A library a page searches: its index built once per process while every searcher follows its progress."""
+"""The library a running page searches (``prebuilt`` is the shipped copy it may start from): its
+index built once per process while every searcher follows its progress."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The Space's prebuilt library of its example clips, loaded when the settings that change captions match:
-indexing them would cost more ZeroGPU than a visitor's day (docs/LIBRARY.md, "The shipped library")."""
+"""The Space's prebuilt library of its example clips, shipped in the repo (``app_library`` holds
+the index a page searches, which may start from it): loaded when the settings that change captions match,
+since indexing them would cost more ZeroGPU than a visitor's day (docs/LIBRARY.md, "The shipped
+library")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Hugging Face Space helpers: ZeroGPU calls sized per window from the measured speeds (too little is
-killed, too much lowers the queue priority: docs/DESIGN.md); no-ops and no ``spaces`` import elsewhere."""
+"""How this app makes its ZeroGPU calls (``zerogpu_rules`` holds what ZeroGPU allows): each sized
+per window from the measured speeds (too little is killed, too much lowers the queue priority:
+docs/DESIGN.md); no-ops and no ``spaces`` import elsewhere."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""What ZeroGPU allows, in one place (``zerogpu.json``, each fact with its source); the per-card duration
-factor changes with ``spaces`` releases, so :func:`duration_factor` reads the installed one."""
+"""What ZeroGPU allows, as facts with their sources (``zerogpu.json``; ``gpu_calls`` makes the
+calls): the per-card duration factor changes with ``spaces`` releases, so :func:`duration_factor` reads the
+installed one."""
 
 from __future__ import annotations
 

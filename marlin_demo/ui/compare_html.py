@@ -1,4 +1,5 @@
-"""What the Compare tab shows (cards, progress, summary, tables): pure rendering, apart from the wiring."""
+"""What the Compare tab shows, as HTML and tables (``compare_tab`` lays it out and wires it):
+cards, progress, summary, tables; pure rendering."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Compare tab: one video, one task, run on GPTQ and bnb4 (and bf16 on request) side by side."""
+"""The Compare tab's layout and wiring (``compare_html`` renders what it shows): one video, one
+task, run on GPTQ and bnb4 (and bf16 on request) side by side."""
 
 from __future__ import annotations
 

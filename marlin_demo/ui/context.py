@@ -1,4 +1,5 @@
-"""What every tab is handed: the app's context, the shared event options, ``ResultsClip``."""
+"""What every tab is handed (``shared_clip`` is the clip component itself): the app's context,
+the shared event options, and ``ResultsClip``, which clip each tab's results belong to."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The page's one clip, above the tabs: one component, so no copy between tabs can race a clear."""
+"""The page's one clip component above the tabs, and its wiring (``context.ResultsClip`` decides
+whose results stay shown): one component, so no copy between tabs can race a clear."""
 
 from __future__ import annotations
 
