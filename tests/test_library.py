@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from marlin_demo import service
 from marlin_demo.library import database, index
 from marlin_demo.library.cli import format_answer
 from marlin_demo.library.database import DB_FILE, LibraryError, Store, match_expression
@@ -281,11 +282,16 @@ def test_search_decodes_only_the_find_windows_of_the_chosen_window(
         return real(path, plans)
 
     monkeypatch.setattr(engine, "window_frames", spy)
+    made: list[Any] = []  # each request stage 2 makes carries the visitor who searched (issue 54)
+    real_request = service.request
+    monkeypatch.setattr(service, "request", lambda *a, **kw: made.append(real_request(*a, **kw)) or made[-1])
     s = library_settings.with_(search_candidates=1)
     asked: list[tuple[int, int]] = []
     answer = search(
-        store, query, s, lambda: engine, VARIANT, top_k=5, progress=lambda k, n: asked.append((k, n))
-    )
+        store, query, s, lambda: engine, VARIANT, top_k=5, progress=lambda k, n: asked.append((k, n)),
+        visitor="ana",
+    )  # fmt: skip
+    assert made and {r.visitor for r in made} == {"ana"}
     (hit,) = store.stage1(answer.query, 1)
     assert {tuple(m["window"]) for m in answer.moments} == {(hit.start, hit.end)}
     # the find windows (4 s, 1 s overlap) inside the chosen caption window, and nothing else

@@ -41,7 +41,12 @@ class LibrarySource:
     _cond: threading.Condition = field(default_factory=threading.Condition)
 
     def run_search(
-        self, query: str, top_k: int, progress: Callable[[int, int], None] | None = None, stop: Any = None
+        self,
+        query: str,
+        top_k: int,
+        progress: Callable[[int, int], None] | None = None,
+        stop: Any = None,
+        visitor: str | None = None,
     ) -> SearchAnswer:
         """Both stages on the library (its own connection: SQLite's belong to one thread)."""
         with contextlib.closing(Store(self.folder, create=False)) as store:
@@ -55,12 +60,15 @@ class LibrarySource:
                 top_k=top_k,
                 progress=progress,
                 stop=stop,
+                visitor=visitor,
             )
 
-    def searching(self, query: str, top_k: int, stop: threading.Event) -> Generator[runner.Item, None, None]:
+    def searching(
+        self, query: str, top_k: int, stop: threading.Event, visitor: str | None = None
+    ) -> Generator[runner.Item, None, None]:
         """``run_search`` as ``runner.threaded``'s items, ("text", (k, n)) as window k of n is asked."""
         return runner.threaded(
-            lambda on_text: self.run_search(query, top_k, lambda k, n: on_text((k, n)), stop),
+            lambda on_text: self.run_search(query, top_k, lambda k, n: on_text((k, n)), stop, visitor),
             contextlib.nullcontext,
         )
 

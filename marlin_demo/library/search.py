@@ -105,6 +105,7 @@ def search(
     top_k: int = DEFAULT_TOP_K,
     progress: Callable[[int, int], None] | None = None,
     stop: threading.Event | None = None,
+    visitor: str | None = None,
 ) -> SearchAnswer:
     """Both stages (``engine`` called only when stage 1 found windows); ``stop`` set: no further window."""
     clean = model_io.sanitize_query(query, settings.max_query_chars)
@@ -134,7 +135,7 @@ def search(
             continue
         wins = [Window(h.k, h.start, h.end) for h in group]
         try:
-            result = find_in_windows(model, path, clean, variant, wins, stop)
+            result = find_in_windows(model, path, clean, variant, wins, stop, visitor)
         except ValueError as exc:  # the video (not the query: it is clean) cannot be read now
             answer.skipped.append(f"{group[0].name}: {exc}")
             continue

@@ -38,6 +38,7 @@ def find_in_windows(
     variant: Variant,
     windows: Sequence[Window],
     stop: threading.Event | None = None,
+    visitor: str | None = None,
 ) -> FindResult:
     """Find ``query`` only in ``windows`` (global seconds) of the video at ``path``, in time order; moments
     best first on the video's timeline; ``stop`` set: no further window."""
@@ -49,5 +50,9 @@ def find_in_windows(
     plans = [plan_window(info, Window(i, s, e), engine.params) for i, (s, e) in enumerate(bounds)]
     return cast(
         FindResult,
-        service.run(engine, service.request(engine, "find", p, variant, query, plans=plans), stop=stop),
+        service.run(
+            engine,
+            service.request(engine, "find", p, variant, query, plans=plans, visitor=visitor),
+            stop=stop,
+        ),
     )

@@ -24,6 +24,7 @@ from marlin_demo.library.search import DEFAULT_TOP_K, SearchAnswer, search_windo
 from marlin_demo.service import cost, gpu_calls
 from marlin_demo.ui.assets import asset
 from marlin_demo.ui.context import PRIVATE_UI, UIContext
+from marlin_demo.ui.inputs import session_of
 from marlin_demo.ui.running import Run, Updates, progress_html, streamed, wire_run_and_stop
 from marlin_demo.ui.shared_clip import Clip
 from marlin_demo.ui.status import status_html
@@ -157,7 +158,9 @@ def gallery_items(source: LibrarySource, moments: list[dict[str, Any]]) -> list[
     ]
 
 
-def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Updates, None, None]:
+def search_updates(
+    ctx: UIContext, tab: LibraryTab, query: str, visitor: str | None = None
+) -> Generator[Updates, None, None]:
     """Build the library if needed, then search it window by window (failures raised for ``streamed``)."""
     source = tab.source
     clean = model_io.sanitize_query(query, ctx.engine.settings.max_query_chars)
@@ -176,13 +179,13 @@ def search_updates(ctx: UIContext, tab: LibraryTab, query: str) -> Generator[Upd
             text += f", {failed} could not be ({source.failures[-1] if source.failures else ''})"
         yield {tab.progress: progress_html(0.02 + 0.3 * (done + failed) / max(1, total), text + "…")}
     yield {tab.cost: cost_html(source)}  # built: what building it costs is no longer ahead
-    yield from _stages(ctx, tab, clean)
+    yield from _stages(ctx, tab, clean, visitor)
 
 
-def _stages(ctx: UIContext, tab: LibraryTab, clean: str) -> Iterator[Updates]:
+def _stages(ctx: UIContext, tab: LibraryTab, clean: str, visitor: str | None) -> Iterator[Updates]:
     """The search as it runs (``LibrarySource.searching``); closing this (Stop) stops it."""
     stop = threading.Event()
-    events = tab.source.searching(clean, DEFAULT_TOP_K, stop)
+    events = tab.source.searching(clean, DEFAULT_TOP_K, stop, visitor)
     try:
         for kind, value in events:
             if kind == "text":  # window k of n is asked
@@ -280,7 +283,7 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     buttons = [tab.run, tab.stop]
 
     def begin(request: gr.Request, values: tuple[Any, ...]) -> Run:
-        return Run("", {}, search_updates(ctx, tab, *values))  # no clip: shown until it ends
+        return Run("", {}, search_updates(ctx, tab, *values, session_of(request)))  # no clip: until it ends
 
     def failed(said: str) -> Updates:
         return {tab.progress: "", tab.headline: "", tab.status: status_html(said, error=True)}
