@@ -283,7 +283,8 @@ def listen(ctx: UIContext, tab: LibraryTab, tabs: gr.Tabs, clip: Clip, find_quer
     buttons = [tab.run, tab.stop]
 
     def begin(request: gr.Request, values: tuple[Any, ...]) -> Run:
-        return Run("", {}, search_updates(ctx, tab, *values, session_of(request)))  # no clip: until it ends
+        (query,) = values
+        return Run("", {}, search_updates(ctx, tab, query, session_of(request)))  # no clip: until it ends
 
     def failed(said: str) -> Updates:
         return {tab.progress: "", tab.headline: "", tab.status: status_html(said, error=True)}
