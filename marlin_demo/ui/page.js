@@ -28,16 +28,19 @@ if (!window.__marlinScroll) {
 // A double-click on Run: its second click lands on Stop, which has taken Run's place, or on Run again
 // when Stop is not drawn yet (the swap waits on the server): one run stopped, or two queued. style.css keeps
 // Stop deaf for its first 0.4 s on screen, but a page busy at that moment (a long redraw) can hit-test the
-// second click after that. So a click on Run or Stop is dropped when the visitor made it within 0.4 s of
-// their last click on Run, by the events' own time (when the click happened, not when it was handled).
+// second click after that. So a click on a tab's Run or Stop is dropped when the visitor made it within
+// 0.4 s of their last click on that tab's Run, by the events' own time (when the click happened, not when
+// it was handled). Another tab's Run is another button: a click there is never a double-click's second.
 if (!window.__marlinRunClick) {
-  window.__marlinRunClick = { at: -Infinity };
+  window.__marlinRunClick = new Map();  // a tab's id prefix ("caption") -> its Run's last click time
   document.addEventListener('click', (ev) => {
     const button = ev.target instanceof Element ? ev.target.closest('button[id]') : null;
-    if (!button || !/-(run|stop)$/.test(button.id)) return;
-    if (ev.timeStamp - window.__marlinRunClick.at < 400) {
+    const pair = button && /^(.+)-(run|stop)$/.exec(button.id);
+    if (!pair) return;
+    const last = window.__marlinRunClick.get(pair[1]) ?? -Infinity;
+    if (ev.timeStamp - last < 400) {
       ev.stopImmediatePropagation();
       ev.preventDefault();
-    } else if (button.id.endsWith('-run')) window.__marlinRunClick.at = ev.timeStamp;
+    } else if (pair[2] === 'run') window.__marlinRunClick.set(pair[1], ev.timeStamp);
   }, true);
 }
