@@ -956,6 +956,9 @@ def test_two_visitors_at_once_each_pays_for_its_own_calls(browser, two_visitor_s
         cards = {t: pg.inner_text("#compare-cards") for t, pg in pages.items()}
         assert "starting…" not in cards[ANA] and "starting…" not in cards[BEN], cards
         assert pages[BEN].locator("#compare-cards .cc-card .cc-stats").count() == 2  # both of Ben's ran
+        for pg in pages.values():  # a card is called warm or cold only when its variant ran
+            ran = pg.locator("#compare-cards .cc-card .cc-stats").count()
+            assert pg.locator("#compare-cards :is(.md-warm, .md-cold)").count() == ran
         _shot(pages[ANA], "9_zerogpu_two_visitors_compare_refused")
         _both(pages, lambda pg: _open_tab(pg, "Library · search all"))
         _both(pages, lambda pg: pg.fill("#library-query textarea", "a dog jumped into the pool"))

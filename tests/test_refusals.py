@@ -166,6 +166,8 @@ def test_compare_keeps_each_variants_partial_answer_or_its_sentence(engine: Engi
     card = compare_html._card("bf16", first, False, 12.0, None, compare_html.find_card)  # it says it too
     assert "Partial answer: 2 of 4 windows answered. ZeroGPU" in card
     assert "gptq" not in out.results and "and 0 s are left" in out.errors["gptq"]
+    refused = compare_html._card("gptq", out.errors["gptq"], False, 12.0, None, compare_html.find_card)
+    assert "no answer" in refused and "warm" not in refused  # it did not run: neither warm nor cold
     payload = out.payload(None)
     assert payload["errors"]["gptq"] == out.errors["gptq"]
 

@@ -155,7 +155,8 @@ def _card(
     badge = _badge(cold, will_load)
     if stopped and cold is None and result is None:
         badge = '<span class="md-badge cc-queued">not run</span>'
-    if isinstance(result, str):  # an error message for this variant
+    if isinstance(result, str):  # an error message for this variant: no run to call warm or cold
+        badge = '<span class="md-badge cc-queued">no answer</span>'
         body = error_html(result)
     elif result is not None:  # the answer as the task's view draws it, then what it cost
         m = result.metrics
