@@ -30,17 +30,20 @@ if (!window.__marlinScroll) {
 // Stop deaf for its first 0.4 s on screen, but a page busy at that moment (a long redraw) can hit-test the
 // second click after that. So a click on a tab's Run or Stop is dropped when the visitor made it within
 // 0.4 s of their last click on that tab's Run, by the events' own time (when the click happened, not when
-// it was handled). Another tab's Run is another button: a click there is never a double-click's second.
+// it was handled). Two exceptions, both clicks that are no double-click's second: another tab's Run, and
+// a click on Run the browser counts as a single click (detail 1: a double-click's second counts 2; keys
+// and scripts count 0), e.g. a program clicking Run again as soon as a run refused at once is over.
 if (!window.__marlinRunClick) {
   window.__marlinRunClick = new Map();  // a tab's id prefix ("caption") -> its Run's last click time
   document.addEventListener('click', (ev) => {
     const button = ev.target instanceof Element ? ev.target.closest('button[id]') : null;
     const pair = button && /^(.+)-(run|stop)$/.exec(button.id);
     if (!pair) return;
+    const run = pair[2] === 'run';
     const last = window.__marlinRunClick.get(pair[1]) ?? -Infinity;
-    if (ev.timeStamp - last < 400) {
+    if (ev.timeStamp - last < 400 && !(run && ev.detail === 1)) {
       ev.stopImmediatePropagation();
       ev.preventDefault();
-    } else if (pair[2] === 'run') window.__marlinRunClick.set(pair[1], ev.timeStamp);
+    } else if (run) window.__marlinRunClick.set(pair[1], ev.timeStamp);
   }, true);
 }
