@@ -104,9 +104,11 @@ def test_gpu_request_follows_windows_and_the_note_says_it(monkeypatch: pytest.Mo
     use = capacity.model_s("caption", s, capacity.speeds()["h200"])  # no margin: what a call uses at most
     most = round(use * 1.5)
     assert f"up to {most} s if the answer runs to its 768-token limit" in one and most < round(each * 1.5)
-    assert (
-        "2 min of GPU a day without signing in, 5 min with a free account" in one and "sign in (" not in one
+    # the day's quotas are a sentence of their own, after the call's (one long sentence read as a wall)
+    assert one.endswith(
+        "-token limit. A visitor has 2 min of GPU a day without signing in, 5 min with a free account."
     )
+    assert "sign in (" not in one
     note = cost.request_gpu_line("caption", 600, s)
     assert f"makes 10 GPU calls of up to {each} s each" in note
     # each call is admitted on its own request and charged its use: the tenth starts only while the nine

@@ -164,7 +164,7 @@ def gpu_cost_line(
     from reading its frames), then the daily quotas unless a later sentence says them."""
     n, one = cost.calls, cost.calls == 1
     day, free = (duration_words(zerogpu_rules.daily_quota_s(t)) for t in ("unauthenticated", "free"))
-    quota = f"; a visitor has {day} of GPU a day without signing in, {free} with a free account"
+    quota = f" A visitor has {day} of GPU a day without signing in, {free} with a free account."
     used = f"up to {duration_words(cost.charged_s)}{'' if one else ' in all'}"
     if reading:
         used = f"about {duration_words(capacity.charged_s(n * cost.read_s, cost.factor))} to read, {used}"
@@ -173,7 +173,7 @@ def gpu_cost_line(
         f"{'it' if one else 'each'} needs {cost.start_s} s of a visitor's daily GPU quota left to start "
         f"({cost.each_s} s x{cost.factor:g} on this card), then is charged only the time it uses, "
         f"x{cost.factor:g}: {used} if {_answers(n)} to its {get_task(cost.task).tokens(settings)}"
-        f"-token limit{quota if quotas else ''}."
+        f"-token limit.{quota if quotas else ''}"
     )
 
 
