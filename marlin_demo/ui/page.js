@@ -20,6 +20,9 @@ if (!window.__marlinScroll) {
         target = el;
       }
       seen.add(mark);
+      // a little room above it: flush with the top, a pixel's shift later (a bar above redrawn, a fractional
+      // position rounded) leaves its top edge cut off
+      target.style.scrollMarginTop = '16px';
       if (outOfView(target)) target.scrollIntoView({ block: 'start', behavior: 'smooth' });
     });
   };
