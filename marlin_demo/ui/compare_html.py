@@ -88,7 +88,11 @@ def titled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.rename(columns=COLUMN_TITLES)
 
 
-def _badge(cold: bool | None, will_load: bool) -> str:
+def _badge(cold: bool | None, will_load: bool, result: Any, stopped: bool) -> str:
+    if isinstance(result, str):  # an error message for this variant: no run to call warm or cold
+        return '<span class="md-badge cc-queued">no answer</span>'
+    if stopped and cold is None and result is None:
+        return '<span class="md-badge cc-queued">not run</span>'
     if cold is None:
         hint = "will be loaded first" if will_load else "already loaded"
         return f'<span class="md-badge cc-queued" title="{hint}">queued · {hint}</span>'
@@ -152,11 +156,8 @@ def _card(
 ) -> str:
     """One variant's column. ``cold`` is None until the variant starts; ``live`` is its text so far."""
     label = html.escape(variant_label(variant))
-    badge = _badge(cold, will_load)
-    if stopped and cold is None and result is None:
-        badge = '<span class="md-badge cc-queued">not run</span>'
-    if isinstance(result, str):  # an error message for this variant: no run to call warm or cold
-        badge = '<span class="md-badge cc-queued">no answer</span>'
+    badge = _badge(cold, will_load, result, stopped)
+    if isinstance(result, str):  # an error message for this variant
         body = error_html(result)
     elif result is not None:  # the answer as the task's view draws it, then what it cost
         m = result.metrics

@@ -20,10 +20,11 @@ if (!window.__marlinScroll) {
         target = el;
       }
       seen.add(mark);
+      if (!outOfView(target)) return;
       // a little room above it: flush with the top, a pixel's shift later (a bar above redrawn, a fractional
       // position rounded) leaves its top edge cut off
       target.style.scrollMarginTop = '16px';
-      if (outOfView(target)) target.scrollIntoView({ block: 'start', behavior: 'smooth' });
+      target.scrollIntoView({ block: 'start', behavior: 'smooth' });
     });
   };
   new MutationObserver(bring).observe(document.body, { childList: true, subtree: true });
